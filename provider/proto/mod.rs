@@ -1,0 +1,1 @@
+//! Sans-IO protocol machines (DESIGN.md §7).
