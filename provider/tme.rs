@@ -1,1 +1,1442 @@
-//! Tag-matching engine.
+//! Tag-matching engine (`Tme`): the posted-receive queue and the unexpected
+//! queue of one endpoint, with Portals matching semantics (64 match bits,
+//! ignore bits, optional source filter).
+//!
+//! The endpoint keeps one `Tme` for tagged receives and one for untagged
+//! receives (tag 0, ignore 0). The engine is generic over the posted receive
+//! `R` and the unexpected message `U`, so it holds no libfabric types and is
+//! a pure, deterministic data structure.
+//!
+//! # Ordering
+//!
+//! * An incoming message matches the *earliest posted* receive among all that
+//!   match, whatever their ignore bits or source filter.
+//! * A receive takes the *earliest arrived* unexpected message that matches
+//!   and is not claimed. Arrival order per source is what gives libfabric's
+//!   in-order matching guarantee.
+//!
+//! # Indexing
+//!
+//! Both queues live in generation-checked slabs, and every index is an
+//! intrusive doubly-linked list threaded through the slab. Removing an entry
+//! (consume, cancel, claim, discard) unlinks it from every index in O(1), so
+//! there are never stale index entries and no lazy-deletion waste to bound;
+//! keys handed to the caller carry a generation so a key outliving its entry
+//! is rejected rather than aliasing a reused slot.
+//!
+//! Posted receives are bucketed by `(ignore, tag & !ignore, src filter)`.
+//! Every entry of a bucket matches exactly the same set of `(src, tag)`
+//! pairs, so a bucket's head is its earliest match and no entry is ever
+//! filtered inside a bucket. An incoming `(src, tag)` looks up, for each
+//! distinct ignore mask currently posted, the bucket for `Some(src)` and the
+//! bucket for `None`, and the lowest post sequence number among those heads
+//! wins. This is O(number of distinct masks), not O(posted): exact tags use
+//! mask 0, and MPI's `MPI_ANY_TAG` uses a single mask (the tag field, with
+//! the communicator bits kept), so an MPI rank sees one or two masks however
+//! many receives are posted. Keying by the source as well, rather than by tag
+//! and filtering, matters for MPI: many receives with the same tag from
+//! different ranks (all-to-all, halo exchange) would otherwise make each
+//! match a scan of the bucket, quadratic overall.
+//!
+//! Unexpected messages carry no ignore bits, so they are indexed by what a
+//! receive can ask for exactly: by `(src, tag)`, by `tag`, by `src`, and in
+//! arrival order. An exact-tag receive takes a bucket head in O(1) (directed
+//! or any-source). A receive with ignore bits walks the per-source list
+//! (directed) or the arrival list (any source) until the first match; that
+//! is the one inherently linear case, as in every Portals-style matcher.
+//! Claimed messages leave the matching indexes altogether and sit in a
+//! per-claim-key list, so they cost nothing to later searches.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// `fi_addr_t` of a sender. The caller passes [`ADDR_UNSPEC`] when the
+/// source is unknown (no AV entry, or an endpoint without `FI_SOURCE`).
+pub type SrcAddr = u64;
+
+/// `FI_ADDR_UNSPEC`; defined here so the engine needs no libfabric types.
+pub const ADDR_UNSPEC: SrcAddr = u64::MAX;
+
+/// Source filter meaning "any source".
+pub const ANY_SRC: Option<SrcAddr> = None;
+
+/// What a receive (or peek) asks for.
+///
+/// Matches `(src, tag)` iff `(tag & !ignore) == (self.tag & !ignore)` and
+/// `self.src` is `None` or equal to `src`. `Some(ADDR_UNSPEC)` is taken
+/// literally (it only matches messages whose source is unknown); use
+/// [`src_filter`] to turn libfabric's `src_addr` argument into a filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatchSpec {
+    pub tag: u64,
+    pub ignore: u64,
+    pub src: Option<SrcAddr>,
+}
+
+impl MatchSpec {
+    pub const fn new(tag: u64, ignore: u64, src: Option<SrcAddr>) -> Self {
+        MatchSpec { tag, ignore, src }
+    }
+
+    /// Exact tag (ignore 0).
+    pub const fn exact(tag: u64, src: Option<SrcAddr>) -> Self {
+        MatchSpec {
+            tag,
+            ignore: 0,
+            src,
+        }
+    }
+
+    /// An untagged receive (`fi_recv`): tag 0, ignore 0.
+    pub const fn untagged(src: Option<SrcAddr>) -> Self {
+        MatchSpec {
+            tag: 0,
+            ignore: 0,
+            src,
+        }
+    }
+
+    pub fn matches(&self, src: SrcAddr, tag: u64) -> bool {
+        (tag ^ self.tag) & !self.ignore == 0 && self.src.is_none_or(|s| s == src)
+    }
+
+    fn masked_tag(&self) -> u64 {
+        self.tag & !self.ignore
+    }
+}
+
+/// Source filter for a receive's `src_addr`: libfabric only honours it with
+/// `FI_DIRECTED_RECV`, and `FI_ADDR_UNSPEC` means any source even then.
+pub fn src_filter(src_addr: SrcAddr, directed_recv: bool) -> Option<SrcAddr> {
+    if directed_recv && src_addr != ADDR_UNSPEC {
+        Some(src_addr)
+    } else {
+        None
+    }
+}
+
+/// An unexpected message together with the match fields it arrived with
+/// (the completion of the receive that takes it reports them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrived<U> {
+    pub src: SrcAddr,
+    pub tag: u64,
+    pub msg: U,
+}
+
+/// Handle of a posted receive, for [`Tme::cancel`] and friends. Stale
+/// handles (entry already matched or cancelled) are detected and rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecvKey {
+    idx: u32,
+    gen: u32,
+}
+
+/// Handle of an unexpected message; generation-checked like [`RecvKey`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MsgKey {
+    idx: u32,
+    gen: u32,
+}
+
+macro_rules! key_bits {
+    ($t:ty) => {
+        impl $t {
+            /// Packs the key into a `u64`, e.g. to park it in a C-visible
+            /// context field.
+            pub fn to_bits(self) -> u64 {
+                (u64::from(self.gen) << 32) | u64::from(self.idx)
+            }
+            pub fn from_bits(bits: u64) -> Self {
+                Self {
+                    idx: bits as u32,
+                    gen: (bits >> 32) as u32,
+                }
+            }
+        }
+    };
+}
+key_bits!(RecvKey);
+key_bits!(MsgKey);
+
+/// Result of [`Tme::post`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum PostOutcome<R, U> {
+    /// No unexpected message matched; the receive is queued.
+    Posted(RecvKey),
+    /// The oldest matching unexpected message, removed from the queue; the
+    /// receive was not queued and is handed back to complete it.
+    Matched { recv: R, msg: Arrived<U> },
+}
+
+// ---------------------------------------------------------------------------
+// Slab with intrusive lists.
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    prev: u32,
+    next: u32,
+}
+
+impl Link {
+    const DETACHED: Link = Link {
+        prev: NIL,
+        next: NIL,
+    };
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ends {
+    head: u32,
+    tail: u32,
+}
+
+impl Ends {
+    const EMPTY: Ends = Ends {
+        head: NIL,
+        tail: NIL,
+    };
+    fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+}
+
+/// An entry that sits on several intrusive lists at once; `l` picks which.
+trait Linked {
+    fn link(&self, l: usize) -> Link;
+    fn link_mut(&mut self, l: usize) -> &mut Link;
+}
+
+struct Slot<E> {
+    gen: u32,
+    val: Option<E>,
+}
+
+struct Slab<E> {
+    slots: Vec<Slot<E>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<E> Slab<E> {
+    fn new() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn insert(&mut self, e: E) -> (u32, u32) {
+        self.len += 1;
+        if let Some(idx) = self.free.pop() {
+            let slot = &mut self.slots[idx as usize];
+            slot.val = Some(e);
+            (idx, slot.gen)
+        } else {
+            // NIL doubles as the list terminator, so it can never be an index.
+            let idx = u32::try_from(self.slots.len())
+                .ok()
+                .filter(|&i| i != NIL)
+                .expect("tme: more than 2^32-1 queued entries");
+            self.slots.push(Slot {
+                gen: 0,
+                val: Some(e),
+            });
+            (idx, 0)
+        }
+    }
+
+    /// Frees a slot; bumping the generation is what invalidates old keys.
+    fn remove(&mut self, idx: u32) -> E {
+        let slot = &mut self.slots[idx as usize];
+        let e = slot.val.take().expect("tme: removing a vacant slot");
+        slot.gen = slot.gen.wrapping_add(1);
+        self.free.push(idx);
+        self.len -= 1;
+        e
+    }
+
+    fn live(&self, idx: u32, gen: u32) -> bool {
+        self.slots
+            .get(idx as usize)
+            .is_some_and(|s| s.gen == gen && s.val.is_some())
+    }
+
+    fn gen(&self, idx: u32) -> u32 {
+        self.slots[idx as usize].gen
+    }
+
+    fn get(&self, idx: u32) -> &E {
+        self.slots[idx as usize]
+            .val
+            .as_ref()
+            .expect("tme: vacant slot on a list")
+    }
+
+    fn get_mut(&mut self, idx: u32) -> &mut E {
+        self.slots[idx as usize]
+            .val
+            .as_mut()
+            .expect("tme: vacant slot on a list")
+    }
+}
+
+impl<E: Linked> Slab<E> {
+    fn push_back(&mut self, ends: &mut Ends, idx: u32, l: usize) {
+        let tail = ends.tail;
+        *self.get_mut(idx).link_mut(l) = Link {
+            prev: tail,
+            next: NIL,
+        };
+        if tail == NIL {
+            ends.head = idx;
+        } else {
+            self.get_mut(tail).link_mut(l).next = idx;
+        }
+        ends.tail = idx;
+    }
+
+    fn unlink(&mut self, ends: &mut Ends, idx: u32, l: usize) {
+        let Link { prev, next } = self.get(idx).link(l);
+        if prev == NIL {
+            ends.head = next;
+        } else {
+            self.get_mut(prev).link_mut(l).next = next;
+        }
+        if next == NIL {
+            ends.tail = prev;
+        } else {
+            self.get_mut(next).link_mut(l).prev = prev;
+        }
+        *self.get_mut(idx).link_mut(l) = Link::DETACHED;
+    }
+
+    fn next(&self, idx: u32, l: usize) -> u32 {
+        self.get(idx).link(l).next
+    }
+
+    /// Walks list `l` from `head` in order.
+    fn walk(&self, head: u32, l: usize) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = head;
+        std::iter::from_fn(move || {
+            if cur == NIL {
+                return None;
+            }
+            let i = cur;
+            cur = self.next(i, l);
+            Some(i)
+        })
+    }
+
+    /// Appends to the bucket `key` of `map`, creating it if needed.
+    fn push_to<K: Hash + Eq>(&mut self, map: &mut HashMap<K, Ends>, key: K, idx: u32, l: usize) {
+        let ends = map.entry(key).or_insert(Ends::EMPTY);
+        self.push_back(ends, idx, l);
+    }
+
+    /// Unlinks from the bucket `key` of `map`; empty buckets are dropped so
+    /// that a stream of distinct tags does not grow the maps forever.
+    fn unlink_from<K: Hash + Eq>(
+        &mut self,
+        map: &mut HashMap<K, Ends>,
+        key: &K,
+        idx: u32,
+        l: usize,
+    ) {
+        let ends = map
+            .get_mut(key)
+            .expect("tme: indexed entry without a bucket");
+        self.unlink(ends, idx, l);
+        if ends.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Posted receives.
+
+/// Link numbers of a posted entry.
+const P_ORDER: usize = 0; // every posted receive, in post order
+const P_BUCKET: usize = 1; // its (ignore, masked tag, src) bucket
+
+/// (ignore, tag & !ignore, src filter): entries of one bucket are
+/// interchangeable for matching, so only the head is ever examined.
+type BucketKey = (u64, u64, Option<SrcAddr>);
+
+struct PEntry<R> {
+    links: [Link; 2],
+    seq: u64,
+    spec: MatchSpec,
+    recv: R,
+}
+
+impl<R> Linked for PEntry<R> {
+    fn link(&self, l: usize) -> Link {
+        self.links[l]
+    }
+    fn link_mut(&mut self, l: usize) -> &mut Link {
+        &mut self.links[l]
+    }
+}
+
+fn bucket_key(spec: &MatchSpec) -> BucketKey {
+    (spec.ignore, spec.masked_tag(), spec.src)
+}
+
+/// Multiset of the ignore masks currently posted, iterable in O(#masks).
+/// (A HashMap alone would iterate in O(capacity), which stays large after a
+/// burst of odd masks.)
+struct MaskSet {
+    masks: Vec<(u64, usize)>,
+    pos: HashMap<u64, usize>,
+}
+
+impl MaskSet {
+    fn new() -> Self {
+        MaskSet {
+            masks: Vec::new(),
+            pos: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, mask: u64) {
+        match self.pos.get(&mask) {
+            Some(&i) => self.masks[i].1 += 1,
+            None => {
+                self.pos.insert(mask, self.masks.len());
+                self.masks.push((mask, 1));
+            }
+        }
+    }
+
+    fn remove(&mut self, mask: u64) {
+        let i = self.pos[&mask];
+        self.masks[i].1 -= 1;
+        if self.masks[i].1 == 0 {
+            self.masks.swap_remove(i);
+            self.pos.remove(&mask);
+            if let Some(&(moved, _)) = self.masks.get(i) {
+                self.pos.insert(moved, i);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.masks.clear();
+        self.pos.clear();
+    }
+}
+
+struct PostedQ<R> {
+    slab: Slab<PEntry<R>>,
+    order: Ends,
+    buckets: HashMap<BucketKey, Ends>,
+    masks: MaskSet,
+    next_seq: u64,
+}
+
+impl<R> PostedQ<R> {
+    fn new() -> Self {
+        PostedQ {
+            slab: Slab::new(),
+            order: Ends::EMPTY,
+            buckets: HashMap::new(),
+            masks: MaskSet::new(),
+            next_seq: 0,
+        }
+    }
+
+    fn append(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (idx, gen) = self.slab.insert(PEntry {
+            links: [Link::DETACHED; 2],
+            seq,
+            spec,
+            recv,
+        });
+        self.slab.push_back(&mut self.order, idx, P_ORDER);
+        self.slab
+            .push_to(&mut self.buckets, bucket_key(&spec), idx, P_BUCKET);
+        self.masks.add(spec.ignore);
+        RecvKey { idx, gen }
+    }
+
+    fn find(&self, src: SrcAddr, tag: u64) -> Option<u32> {
+        let mut best: Option<(u64, u32)> = None;
+        for &(mask, _) in &self.masks.masks {
+            for filter in [Some(src), None] {
+                if let Some(ends) = self.buckets.get(&(mask, tag & !mask, filter)) {
+                    let seq = self.slab.get(ends.head).seq;
+                    if best.is_none_or(|(s, _)| seq < s) {
+                        best = Some((seq, ends.head));
+                    }
+                }
+            }
+        }
+        best.map(|(_, idx)| idx)
+    }
+
+    fn remove(&mut self, idx: u32) -> PEntry<R> {
+        let spec = self.slab.get(idx).spec;
+        self.slab.unlink(&mut self.order, idx, P_ORDER);
+        self.slab
+            .unlink_from(&mut self.buckets, &bucket_key(&spec), idx, P_BUCKET);
+        self.masks.remove(spec.ignore);
+        self.slab.remove(idx)
+    }
+
+    fn drain(&mut self) -> Vec<R> {
+        let order: Vec<u32> = self.slab.walk(self.order.head, P_ORDER).collect();
+        // Slots are freed one by one (not dropped wholesale) so generations
+        // advance and keys from before the drain stay dead.
+        let out = order
+            .into_iter()
+            .map(|i| self.slab.remove(i).recv)
+            .collect();
+        self.order = Ends::EMPTY;
+        self.buckets = HashMap::new();
+        self.masks.clear();
+        out
+    }
+}
+
+/// A posted receive that an incoming message matched, borrowed in place.
+///
+/// Dropping it leaves the receive posted at its position (a multi-receive
+/// buffer with room left); [`consume`](Self::consume) removes it.
+pub struct PostedMatch<'a, R> {
+    q: &'a mut PostedQ<R>,
+    idx: u32,
+}
+
+impl<'a, R> PostedMatch<'a, R> {
+    pub fn key(&self) -> RecvKey {
+        RecvKey {
+            idx: self.idx,
+            gen: self.q.slab.gen(self.idx),
+        }
+    }
+
+    pub fn spec(&self) -> &MatchSpec {
+        &self.q.slab.get(self.idx).spec
+    }
+
+    pub fn get(&self) -> &R {
+        &self.q.slab.get(self.idx).recv
+    }
+
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.q.slab.get_mut(self.idx).recv
+    }
+
+    /// Keeps the receive posted and returns it for the rest of the borrow.
+    pub fn into_mut(self) -> &'a mut R {
+        &mut self.q.slab.get_mut(self.idx).recv
+    }
+
+    /// Removes the receive from the posted queue.
+    pub fn consume(self) -> R {
+        self.q.remove(self.idx).recv
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Unexpected messages.
+
+/// Link numbers of an unexpected entry.
+const U_ALL: usize = 0; // every message, claimed or not, in arrival order
+const U_OPEN: usize = 1; // unclaimed messages in arrival order
+const U_TAG: usize = 2; // by tag; once claimed, reused for the claim-key list
+const U_SRC: usize = 3; // by source
+const U_SRC_TAG: usize = 4; // by (source, tag)
+
+struct UEntry<U> {
+    links: [Link; 5],
+    claim: Option<u64>,
+    arrived: Arrived<U>,
+}
+
+impl<U> Linked for UEntry<U> {
+    fn link(&self, l: usize) -> Link {
+        self.links[l]
+    }
+    fn link_mut(&mut self, l: usize) -> &mut Link {
+        &mut self.links[l]
+    }
+}
+
+struct UnexpQ<U> {
+    slab: Slab<UEntry<U>>,
+    all: Ends,
+    open: Ends,
+    by_tag: HashMap<u64, Ends>,
+    by_src: HashMap<SrcAddr, Ends>,
+    by_src_tag: HashMap<(SrcAddr, u64), Ends>,
+    /// Claimed messages per claim key, in claim order (a context reused for
+    /// two peeks is retrieved first-claimed first).
+    claims: HashMap<u64, Ends>,
+    claimed: usize,
+}
+
+impl<U> UnexpQ<U> {
+    fn new() -> Self {
+        UnexpQ {
+            slab: Slab::new(),
+            all: Ends::EMPTY,
+            open: Ends::EMPTY,
+            by_tag: HashMap::new(),
+            by_src: HashMap::new(),
+            by_src_tag: HashMap::new(),
+            claims: HashMap::new(),
+            claimed: 0,
+        }
+    }
+
+    fn push(&mut self, src: SrcAddr, tag: u64, msg: U) -> MsgKey {
+        let arrived = Arrived { src, tag, msg };
+        let (idx, gen) = self.slab.insert(UEntry {
+            links: [Link::DETACHED; 5],
+            claim: None,
+            arrived,
+        });
+        self.slab.push_back(&mut self.all, idx, U_ALL);
+        self.slab.push_back(&mut self.open, idx, U_OPEN);
+        self.slab.push_to(&mut self.by_tag, tag, idx, U_TAG);
+        self.slab.push_to(&mut self.by_src, src, idx, U_SRC);
+        self.slab
+            .push_to(&mut self.by_src_tag, (src, tag), idx, U_SRC_TAG);
+        MsgKey { idx, gen }
+    }
+
+    /// Oldest unclaimed message matching `spec`.
+    fn find(&self, spec: &MatchSpec) -> Option<u32> {
+        if spec.ignore == 0 {
+            let ends = match spec.src {
+                Some(src) => self.by_src_tag.get(&(src, spec.tag)),
+                None => self.by_tag.get(&spec.tag),
+            };
+            return ends.map(|e| e.head);
+        }
+        let (head, l) = match spec.src {
+            Some(src) => (self.by_src.get(&src).map_or(NIL, |e| e.head), U_SRC),
+            None => (self.open.head, U_OPEN),
+        };
+        self.slab.walk(head, l).find(|&i| {
+            let a = &self.slab.get(i).arrived;
+            spec.matches(a.src, a.tag)
+        })
+    }
+
+    /// Takes the message out of the matching indexes (it stays on `U_ALL`).
+    fn unlink_open(&mut self, idx: u32) {
+        let (src, tag) = {
+            let a = &self.slab.get(idx).arrived;
+            (a.src, a.tag)
+        };
+        self.slab.unlink(&mut self.open, idx, U_OPEN);
+        self.slab.unlink_from(&mut self.by_tag, &tag, idx, U_TAG);
+        self.slab.unlink_from(&mut self.by_src, &src, idx, U_SRC);
+        self.slab
+            .unlink_from(&mut self.by_src_tag, &(src, tag), idx, U_SRC_TAG);
+    }
+
+    fn claim(&mut self, idx: u32, claim: u64) {
+        self.unlink_open(idx);
+        self.slab.get_mut(idx).claim = Some(claim);
+        self.slab.push_to(&mut self.claims, claim, idx, U_TAG);
+        self.claimed += 1;
+    }
+
+    fn remove(&mut self, idx: u32) -> Arrived<U> {
+        match self.slab.get(idx).claim {
+            Some(claim) => {
+                self.slab.unlink_from(&mut self.claims, &claim, idx, U_TAG);
+                self.claimed -= 1;
+            }
+            None => self.unlink_open(idx),
+        }
+        self.slab.unlink(&mut self.all, idx, U_ALL);
+        self.slab.remove(idx).arrived
+    }
+
+    fn drain(&mut self) -> Vec<Arrived<U>> {
+        let order: Vec<u32> = self.slab.walk(self.all.head, U_ALL).collect();
+        let out = order
+            .into_iter()
+            .map(|i| self.slab.remove(i).arrived)
+            .collect();
+        self.all = Ends::EMPTY;
+        self.open = Ends::EMPTY;
+        self.by_tag = HashMap::new();
+        self.by_src = HashMap::new();
+        self.by_src_tag = HashMap::new();
+        self.claims = HashMap::new();
+        self.claimed = 0;
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The engine.
+
+/// Tag-matching engine: posted receives `R` and unexpected messages `U`.
+///
+/// Complexity (expected, hashing aside): exact-tag operations are O(1);
+/// matching an incoming message is O(number of distinct ignore masks
+/// posted); a receive or peek with ignore bits scans the unexpected messages
+/// (of its source, if directed) up to the first match.
+pub struct Tme<R, U> {
+    posted: PostedQ<R>,
+    unexp: UnexpQ<U>,
+}
+
+impl<R, U> Default for Tme<R, U> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R, U> Tme<R, U> {
+    pub fn new() -> Self {
+        Tme {
+            posted: PostedQ::new(),
+            unexp: UnexpQ::new(),
+        }
+    }
+
+    // --- receives -----------------------------------------------------------
+
+    /// Posts a receive: takes the oldest matching unclaimed unexpected
+    /// message if there is one, otherwise queues the receive.
+    ///
+    /// A multi-receive buffer may absorb several unexpected messages: loop on
+    /// [`take_unexpected`](Self::take_unexpected) and then
+    /// [`append_posted`](Self::append_posted) the remainder.
+    pub fn post(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
+        match self.take_unexpected(&spec) {
+            Some(msg) => PostOutcome::Matched { recv, msg },
+            None => PostOutcome::Posted(self.posted.append(spec, recv)),
+        }
+    }
+
+    /// Queues a receive without looking at the unexpected queue. Only for
+    /// callers that just searched it themselves; otherwise an arrived message
+    /// could be overtaken.
+    pub fn append_posted(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
+        self.posted.append(spec, recv)
+    }
+
+    /// Matches an incoming message against the posted receives: the earliest
+    /// posted one that matches, borrowed in place. `None` means the caller
+    /// should store the message with [`push_unexpected`](Self::push_unexpected).
+    pub fn match_incoming(&mut self, src: SrcAddr, tag: u64) -> Option<PostedMatch<'_, R>> {
+        let idx = self.posted.find(src, tag)?;
+        Some(PostedMatch {
+            q: &mut self.posted,
+            idx,
+        })
+    }
+
+    pub fn posted(&self, key: RecvKey) -> Option<&R> {
+        self.posted
+            .slab
+            .live(key.idx, key.gen)
+            .then(|| &self.posted.slab.get(key.idx).recv)
+    }
+
+    pub fn posted_mut(&mut self, key: RecvKey) -> Option<&mut R> {
+        if !self.posted.slab.live(key.idx, key.gen) {
+            return None;
+        }
+        Some(&mut self.posted.slab.get_mut(key.idx).recv)
+    }
+
+    /// Cancels a posted receive (`fi_cancel`, or the caller consuming a
+    /// multi-receive buffer it holds a key to). `None` if the key is stale.
+    pub fn cancel(&mut self, key: RecvKey) -> Option<R> {
+        if !self.posted.slab.live(key.idx, key.gen) {
+            return None;
+        }
+        Some(self.posted.remove(key.idx).recv)
+    }
+
+    /// Cancels the earliest posted receive for which `pred` holds (e.g. the
+    /// one carrying a given op context). O(posted).
+    pub fn cancel_where(&mut self, mut pred: impl FnMut(&R) -> bool) -> Option<R> {
+        let q = &self.posted;
+        let idx = q
+            .slab
+            .walk(q.order.head, P_ORDER)
+            .find(|&i| pred(&q.slab.get(i).recv))?;
+        Some(self.posted.remove(idx).recv)
+    }
+
+    /// Posted receives in post order.
+    pub fn iter_posted(&self) -> impl Iterator<Item = (RecvKey, &MatchSpec, &R)> + '_ {
+        let slab = &self.posted.slab;
+        slab.walk(self.posted.order.head, P_ORDER).map(move |i| {
+            let e = slab.get(i);
+            (
+                RecvKey {
+                    idx: i,
+                    gen: slab.gen(i),
+                },
+                &e.spec,
+                &e.recv,
+            )
+        })
+    }
+
+    /// Removes every posted receive, in post order. Outstanding keys die.
+    pub fn drain_posted(&mut self) -> Vec<R> {
+        self.posted.drain()
+    }
+
+    // --- unexpected messages ------------------------------------------------
+
+    /// Stores a message no posted receive matched, after those already
+    /// stored. The key lets the caller update it while it waits (e.g. an
+    /// eager message whose later fragments are still arriving).
+    pub fn push_unexpected(&mut self, src: SrcAddr, tag: u64, msg: U) -> MsgKey {
+        self.unexp.push(src, tag, msg)
+    }
+
+    /// Oldest unclaimed unexpected message matching `spec`.
+    pub fn find_unexpected(&self, spec: &MatchSpec) -> Option<MsgKey> {
+        let idx = self.unexp.find(spec)?;
+        Some(MsgKey {
+            idx,
+            gen: self.unexp.slab.gen(idx),
+        })
+    }
+
+    /// `FI_PEEK`: the oldest matching unclaimed message, left in place.
+    pub fn peek(&self, spec: &MatchSpec) -> Option<&Arrived<U>> {
+        let idx = self.unexp.find(spec)?;
+        Some(&self.unexp.slab.get(idx).arrived)
+    }
+
+    /// `FI_PEEK | FI_CLAIM`: as [`peek`](Self::peek), and reserves the message
+    /// for [`take_claimed`](Self::take_claimed) with `claim` (the op context):
+    /// normal receives and peeks no longer see it.
+    pub fn peek_claim(&mut self, spec: &MatchSpec, claim: u64) -> Option<&Arrived<U>> {
+        let idx = self.unexp.find(spec)?;
+        self.unexp.claim(idx, claim);
+        Some(&self.unexp.slab.get(idx).arrived)
+    }
+
+    /// Removes the oldest matching unclaimed message: the receive path, and
+    /// `FI_PEEK | FI_DISCARD` (the caller drops what it gets).
+    pub fn take_unexpected(&mut self, spec: &MatchSpec) -> Option<Arrived<U>> {
+        let idx = self.unexp.find(spec)?;
+        Some(self.unexp.remove(idx))
+    }
+
+    /// `FI_CLAIM` (and `FI_CLAIM | FI_DISCARD`): removes the message claimed
+    /// with `claim`; with several, the first claimed.
+    pub fn take_claimed(&mut self, claim: u64) -> Option<Arrived<U>> {
+        let idx = self.unexp.claims.get(&claim)?.head;
+        Some(self.unexp.remove(idx))
+    }
+
+    /// Claims a specific message (see [`peek_claim`](Self::peek_claim)).
+    /// False if the key is stale or the message is already claimed.
+    pub fn claim_unexpected(&mut self, key: MsgKey, claim: u64) -> bool {
+        if !self.unexp.slab.live(key.idx, key.gen) || self.unexp.slab.get(key.idx).claim.is_some() {
+            return false;
+        }
+        self.unexp.claim(key.idx, claim);
+        true
+    }
+
+    pub fn unexpected(&self, key: MsgKey) -> Option<&Arrived<U>> {
+        self.unexp
+            .slab
+            .live(key.idx, key.gen)
+            .then(|| &self.unexp.slab.get(key.idx).arrived)
+    }
+
+    /// The stored message for update in place; its `src` and `tag` are
+    /// indexed, so only `msg` is mutable.
+    pub fn unexpected_mut(&mut self, key: MsgKey) -> Option<&mut U> {
+        if !self.unexp.slab.live(key.idx, key.gen) {
+            return None;
+        }
+        Some(&mut self.unexp.slab.get_mut(key.idx).arrived.msg)
+    }
+
+    /// Removes a message by key, claimed or not.
+    pub fn remove_unexpected(&mut self, key: MsgKey) -> Option<Arrived<U>> {
+        if !self.unexp.slab.live(key.idx, key.gen) {
+            return None;
+        }
+        Some(self.unexp.remove(key.idx))
+    }
+
+    /// Every unexpected message in arrival order, with its claim key if
+    /// claimed.
+    pub fn iter_unexpected(&self) -> impl Iterator<Item = (MsgKey, &Arrived<U>, Option<u64>)> + '_ {
+        let slab = &self.unexp.slab;
+        slab.walk(self.unexp.all.head, U_ALL).map(move |i| {
+            let e = slab.get(i);
+            (
+                MsgKey {
+                    idx: i,
+                    gen: slab.gen(i),
+                },
+                &e.arrived,
+                e.claim,
+            )
+        })
+    }
+
+    /// Removes every unexpected message (claimed ones too), in arrival order.
+    pub fn drain_unexpected(&mut self) -> Vec<Arrived<U>> {
+        self.unexp.drain()
+    }
+
+    // --- counts -------------------------------------------------------------
+
+    pub fn posted_len(&self) -> usize {
+        self.posted.slab.len
+    }
+
+    /// Unexpected messages, claimed ones included.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexp.slab.len
+    }
+
+    pub fn claimed_len(&self) -> usize {
+        self.unexp.claimed
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.posted_len() == 0 && self.unexpected_len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type T = Tme<u32, u32>;
+
+    fn posted_key(o: PostOutcome<u32, u32>) -> RecvKey {
+        match o {
+            PostOutcome::Posted(k) => k,
+            PostOutcome::Matched { .. } => panic!("expected Posted"),
+        }
+    }
+
+    /// Matches and consumes; returns the receive's id.
+    fn arrive(t: &mut T, src: SrcAddr, tag: u64) -> Option<u32> {
+        t.match_incoming(src, tag).map(|m| m.consume())
+    }
+
+    #[test]
+    fn matches_semantics() {
+        let s = MatchSpec::new(0b1010, 0b0011, Some(4));
+        assert!(s.matches(4, 0b1010));
+        assert!(s.matches(4, 0b1001));
+        assert!(!s.matches(4, 0b1110));
+        assert!(!s.matches(5, 0b1010));
+        assert!(MatchSpec::new(0, !0, None).matches(ADDR_UNSPEC, 123));
+        assert_eq!(src_filter(7, true), Some(7));
+        assert_eq!(src_filter(7, false), None);
+        assert_eq!(src_filter(ADDR_UNSPEC, true), None);
+        let k = RecvKey { idx: 3, gen: 9 };
+        assert_eq!(RecvKey::from_bits(k.to_bits()), k);
+    }
+
+    #[test]
+    fn exact_and_wildcard_interleaved_earliest_wins() {
+        let mut t = T::new();
+        posted_key(t.post(MatchSpec::exact(5, None), 1));
+        posted_key(t.post(MatchSpec::new(0, !0, None), 2)); // any tag
+        posted_key(t.post(MatchSpec::exact(5, None), 3));
+        posted_key(t.post(MatchSpec::new(4, 1, None), 4)); // tag 4 or 5
+        posted_key(t.post(MatchSpec::exact(6, None), 5));
+        assert_eq!(arrive(&mut t, 0, 5), Some(1));
+        assert_eq!(arrive(&mut t, 0, 5), Some(2));
+        assert_eq!(arrive(&mut t, 0, 4), Some(4)); // exact 5 doesn't match 4
+        assert_eq!(arrive(&mut t, 0, 5), Some(3));
+        assert_eq!(arrive(&mut t, 0, 5), None);
+        assert_eq!(arrive(&mut t, 0, 6), Some(5));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn ignore_bits() {
+        let mut t = T::new();
+        // High 32 bits are a communicator id, low 32 the MPI tag (ANY_TAG).
+        posted_key(t.post(MatchSpec::new(7 << 32, 0xffff_ffff, None), 1));
+        assert_eq!(arrive(&mut t, 0, 8 << 32 | 3), None);
+        assert_eq!(arrive(&mut t, 0, 7 << 32 | 3), Some(1));
+        // Ignore bits in the spec's tag are irrelevant.
+        posted_key(t.post(MatchSpec::new(0xff, 0x0f, None), 2));
+        assert_eq!(arrive(&mut t, 0, 0xf0), Some(2));
+    }
+
+    #[test]
+    fn directed_vs_any_source() {
+        let mut t = T::new();
+        posted_key(t.post(MatchSpec::exact(1, Some(10)), 1));
+        posted_key(t.post(MatchSpec::exact(1, ANY_SRC), 2));
+        posted_key(t.post(MatchSpec::exact(1, Some(11)), 3));
+        assert_eq!(arrive(&mut t, 11, 1), Some(2)); // any-src posted earlier than src 11
+        assert_eq!(arrive(&mut t, 11, 1), Some(3));
+        assert_eq!(arrive(&mut t, 12, 1), None);
+        assert_eq!(arrive(&mut t, ADDR_UNSPEC, 1), None);
+        assert_eq!(arrive(&mut t, 10, 1), Some(1));
+    }
+
+    #[test]
+    fn unexpected_arrival_order_and_post_finds_it() {
+        let mut t = T::new();
+        t.push_unexpected(1, 9, 100);
+        t.push_unexpected(2, 9, 101);
+        t.push_unexpected(1, 9, 102);
+        t.push_unexpected(2, 8, 103);
+        let take = |t: &mut T, spec| match t.post(spec, 0) {
+            PostOutcome::Matched { recv: 0, msg } => Some(msg.msg),
+            PostOutcome::Posted(k) => {
+                t.cancel(k);
+                None
+            }
+            PostOutcome::Matched { .. } => unreachable!(),
+        };
+        assert_eq!(take(&mut t, MatchSpec::exact(9, Some(2))), Some(101));
+        assert_eq!(take(&mut t, MatchSpec::new(0, !0, Some(2))), Some(103));
+        assert_eq!(take(&mut t, MatchSpec::new(0, !0, Some(2))), None);
+        assert_eq!(take(&mut t, MatchSpec::exact(9, None)), Some(100));
+        assert_eq!(
+            t.post(MatchSpec::exact(9, None), 5),
+            PostOutcome::Matched {
+                recv: 5,
+                msg: Arrived {
+                    src: 1,
+                    tag: 9,
+                    msg: 102
+                }
+            }
+        );
+        assert_eq!(t.unexpected_len(), 0);
+        assert_eq!(t.posted_len(), 0);
+    }
+
+    #[test]
+    fn multi_recv_stays_posted_then_consumed() {
+        let mut t = T::new();
+        let k = posted_key(t.post(MatchSpec::untagged(None), 3)); // room for 3 messages
+        posted_key(t.post(MatchSpec::untagged(None), 99));
+        for _ in 0..3 {
+            let mut m = t.match_incoming(7, 0).unwrap();
+            assert_eq!(m.key(), k);
+            *m.get_mut() -= 1;
+            if *m.get() == 0 {
+                assert_eq!(m.consume(), 0);
+            }
+        }
+        assert_eq!(t.posted(k), None);
+        assert_eq!(arrive(&mut t, 7, 0), Some(99));
+    }
+
+    #[test]
+    fn match_or_store_borrow_pattern() {
+        let mut t = T::new();
+        for tag in 0..2 {
+            match t.match_incoming(0, tag) {
+                Some(m) => drop(m.consume()),
+                None => drop(t.push_unexpected(0, tag, 1)),
+            }
+        }
+        assert_eq!(t.unexpected_len(), 2);
+    }
+
+    #[test]
+    fn peek_claim_discard() {
+        let mut t = T::new();
+        let any = MatchSpec::new(0, !0, None);
+        t.push_unexpected(1, 5, 100);
+        t.push_unexpected(1, 5, 101);
+        t.push_unexpected(1, 6, 102);
+        assert_eq!(t.peek(&any).map(|a| a.msg), Some(100));
+        assert_eq!(t.peek(&any).map(|a| a.msg), Some(100)); // peek doesn't remove
+        assert_eq!(
+            t.peek_claim(&MatchSpec::exact(5, Some(1)), 0xc0)
+                .map(|a| a.msg),
+            Some(100)
+        );
+        assert_eq!(t.claimed_len(), 1);
+        // A claimed message is invisible to peeks and receives.
+        assert_eq!(t.peek(&any).map(|a| a.msg), Some(101));
+        assert_eq!(t.peek(&MatchSpec::exact(5, None)).map(|a| a.msg), Some(101));
+        assert_eq!(t.take_claimed(0xc1), None);
+        // Peek + discard.
+        assert_eq!(
+            t.take_unexpected(&MatchSpec::exact(5, None)).map(|a| a.msg),
+            Some(101)
+        );
+        // Claim + discard of a second claim.
+        assert_eq!(t.peek_claim(&any, 0xc1).map(|a| a.msg), Some(102));
+        assert_eq!(t.peek(&any), None);
+        let order: Vec<_> = t.iter_unexpected().map(|(_, a, c)| (a.msg, c)).collect();
+        assert_eq!(order, vec![(100, Some(0xc0)), (102, Some(0xc1))]);
+        assert_eq!(t.take_claimed(0xc1).map(|a| a.msg), Some(102));
+        // Claimed messages are not matched by posts either.
+        assert!(matches!(t.post(any, 0), PostOutcome::Posted(_)));
+        assert_eq!(
+            t.take_claimed(0xc0),
+            Some(Arrived {
+                src: 1,
+                tag: 5,
+                msg: 100
+            })
+        );
+        assert_eq!(t.take_claimed(0xc0), None);
+        assert_eq!((t.unexpected_len(), t.claimed_len()), (0, 0));
+    }
+
+    #[test]
+    fn unexpected_keys() {
+        let mut t = T::new();
+        let k = t.push_unexpected(1, 2, 10);
+        *t.unexpected_mut(k).unwrap() += 1;
+        assert_eq!(t.find_unexpected(&MatchSpec::exact(2, None)), Some(k));
+        assert!(t.claim_unexpected(k, 4));
+        assert!(!t.claim_unexpected(k, 5));
+        assert_eq!(t.remove_unexpected(k).map(|a| a.msg), Some(11));
+        assert_eq!(t.unexpected(k), None);
+        assert_eq!(t.take_claimed(4), None);
+        let k2 = t.push_unexpected(1, 2, 20); // reuses the slot
+        assert_ne!(k, k2);
+        assert_eq!(t.remove_unexpected(k), None);
+    }
+
+    #[test]
+    fn cancel_leaves_no_stale_match() {
+        let mut t = T::new();
+        let a = posted_key(t.post(MatchSpec::exact(1, Some(3)), 1));
+        let b = posted_key(t.post(MatchSpec::new(0, !0, None), 2));
+        let c = posted_key(t.post(MatchSpec::exact(1, Some(3)), 3));
+        assert_eq!(t.cancel(a), Some(1));
+        assert_eq!(t.cancel(a), None);
+        assert_eq!(t.cancel(b), Some(2));
+        // A freed slot gets reused; the old keys must not reach it.
+        let d = posted_key(t.post(MatchSpec::exact(1, Some(3)), 4));
+        assert!(d.idx == a.idx || d.idx == b.idx);
+        assert_eq!(t.cancel(a), None);
+        assert_eq!(t.cancel(b), None);
+        assert_eq!(t.posted(d), Some(&4));
+        assert_eq!(arrive(&mut t, 3, 1), Some(3));
+        assert_eq!(arrive(&mut t, 3, 2), None);
+        assert_eq!(t.cancel(c), None);
+        assert_eq!(t.cancel_where(|&r| r == 4), Some(4));
+        assert_eq!(arrive(&mut t, 3, 1), None);
+        assert!(t.is_empty());
+        // A wildcard mask disappears with its last entry.
+        assert!(t.posted.masks.masks.is_empty());
+        assert!(t.posted.buckets.is_empty());
+    }
+
+    #[test]
+    fn drain_everything() {
+        let mut t = T::new();
+        let k = posted_key(t.post(MatchSpec::exact(1, None), 1));
+        posted_key(t.post(MatchSpec::new(0, 3, Some(2)), 2));
+        posted_key(t.post(MatchSpec::exact(2, None), 3));
+        t.push_unexpected(5, 9, 10);
+        t.push_unexpected(5, 8, 11);
+        t.peek_claim(&MatchSpec::exact(9, None), 1);
+        t.push_unexpected(6, 9, 12);
+        assert_eq!(
+            t.iter_posted().map(|(_, _, r)| *r).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(t.drain_posted(), vec![1, 2, 3]);
+        assert_eq!(
+            t.drain_unexpected()
+                .into_iter()
+                .map(|a| a.msg)
+                .collect::<Vec<_>>(),
+            vec![10, 11, 12]
+        );
+        assert!(t.is_empty());
+        assert_eq!(t.claimed_len(), 0);
+        assert_eq!(t.cancel(k), None);
+        assert_eq!(t.take_claimed(1), None);
+        assert_eq!(arrive(&mut t, 0, 1), None);
+        // Still usable afterwards.
+        posted_key(t.post(MatchSpec::exact(1, None), 7));
+        assert_eq!(arrive(&mut t, 0, 1), Some(7));
+    }
+
+    #[test]
+    fn scalability_exact_tags() {
+        const N: u64 = 10_000;
+        let start = std::time::Instant::now();
+        let mut t = T::new();
+        for i in 0..N {
+            let src = if i % 2 == 0 { Some(i % 64) } else { ANY_SRC };
+            posted_key(t.post(MatchSpec::exact(i, src), i as u32));
+        }
+        // An ANY_TAG-style receive for another communicator must not slow this.
+        posted_key(t.post(MatchSpec::new(1 << 40, 0xffff_ffff, None), u32::MAX));
+        for i in (0..N).rev() {
+            assert_eq!(arrive(&mut t, i % 64, i), Some(i as u32));
+        }
+        // Same tag from many sources, directed receives posted in reverse.
+        for s in 0..N {
+            t.push_unexpected(s, 7, s as u32);
+        }
+        for s in (0..N).rev() {
+            match t.post(MatchSpec::exact(7, Some(s)), 0) {
+                PostOutcome::Matched { msg, .. } => assert_eq!(msg.msg, s as u32),
+                PostOutcome::Posted(_) => panic!("no match for source {s}"),
+            }
+        }
+        assert_eq!(t.posted_len(), 1);
+        let el = start.elapsed();
+        assert!(el.as_millis() < 500, "took {el:?}");
+    }
+
+    // --- randomized model test ------------------------------------------------
+
+    /// splitmix64: tiny, seedable, good enough for test generation.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn pick<X: Copy>(&mut self, xs: &[X]) -> X {
+            xs[self.below(xs.len() as u64) as usize]
+        }
+    }
+
+    /// Posted receive in the model: (id, remaining uses). Uses > 1 plays a
+    /// multi-receive buffer.
+    type MR = (u32, u32);
+
+    /// (claim key, claim sequence): the model retrieves first-claimed first.
+    type Claim = (u64, u64);
+
+    /// Naive linear reference.
+    #[derive(Default)]
+    struct Model {
+        posted: Vec<(MatchSpec, MR)>,
+        unexp: Vec<(Arrived<u32>, Option<Claim>)>,
+        claim_seq: u64,
+    }
+
+    impl Model {
+        fn take_open(&mut self, spec: &MatchSpec) -> Option<Arrived<u32>> {
+            let i = self.find_open(spec)?;
+            Some(self.unexp.remove(i).0)
+        }
+        fn find_open(&self, spec: &MatchSpec) -> Option<usize> {
+            self.unexp
+                .iter()
+                .position(|(a, c)| c.is_none() && spec.matches(a.src, a.tag))
+        }
+        fn take_claimed(&mut self, key: u64) -> Option<Arrived<u32>> {
+            let i = self
+                .unexp
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, c))| c.is_some_and(|(k, _)| k == key))
+                .min_by_key(|(_, (_, c))| c.unwrap().1)?
+                .0;
+            Some(self.unexp.remove(i).0)
+        }
+    }
+
+    fn random_spec(rng: &mut Rng) -> MatchSpec {
+        const MASKS: [u64; 8] = [0, 0, 0, 0, 1, 0b110, !0, 0xffff_0000_0000_0000];
+        let tag = rng.below(6) | if rng.below(4) == 0 { 1 << 60 } else { 0 };
+        let src = if rng.below(2) == 0 {
+            None
+        } else {
+            Some(rng.below(4))
+        };
+        MatchSpec::new(tag, rng.pick(&MASKS), src)
+    }
+
+    fn random_arrival(rng: &mut Rng) -> (SrcAddr, u64) {
+        let src = if rng.below(16) == 0 {
+            ADDR_UNSPEC
+        } else {
+            rng.below(4)
+        };
+        let tag = rng.below(6) | if rng.below(4) == 0 { 1 << 60 } else { 0 };
+        (src, tag)
+    }
+
+    fn run_model(seed: u64, ops: usize) {
+        let mut rng = Rng(seed);
+        let mut t: Tme<MR, u32> = Tme::new();
+        let mut m = Model::default();
+        let mut keys: Vec<(RecvKey, u32)> = Vec::new(); // live and dead
+                                                        // Outcomes seen: post matched, multi-recv kept, claim taken, cancel hit.
+        let mut seen = [0usize; 4];
+        for step in 0..ops {
+            let id = step as u32;
+            match rng.below(100) {
+                0..=29 => {
+                    let spec = random_spec(&mut rng);
+                    let uses = if rng.below(5) == 0 {
+                        1 + rng.below(3) as u32
+                    } else {
+                        1
+                    };
+                    let got = t.post(spec, (id, uses));
+                    match (m.take_open(&spec), got) {
+                        (Some(msg), PostOutcome::Matched { recv, msg: got }) => {
+                            assert_eq!(recv, (id, uses));
+                            assert_eq!(msg, got, "step {step}");
+                            seen[0] += 1;
+                        }
+                        (None, PostOutcome::Posted(k)) => {
+                            m.posted.push((spec, (id, uses)));
+                            keys.push((k, id));
+                        }
+                        (want, got) => {
+                            panic!("step {step}: post {spec:?}: want {want:?}, got {got:?}")
+                        }
+                    }
+                }
+                30..=64 => {
+                    let (src, tag) = random_arrival(&mut rng);
+                    let want = m.posted.iter().position(|(s, _)| s.matches(src, tag));
+                    match (want, t.match_incoming(src, tag)) {
+                        (Some(i), Some(mut pm)) => {
+                            assert_eq!(pm.get(), &m.posted[i].1, "step {step}");
+                            assert_eq!(pm.spec(), &m.posted[i].0);
+                            pm.get_mut().1 -= 1;
+                            m.posted[i].1 .1 -= 1;
+                            if pm.get().1 == 0 {
+                                pm.consume();
+                                m.posted.remove(i);
+                            } else {
+                                seen[1] += 1;
+                            }
+                        }
+                        (None, None) => {
+                            t.push_unexpected(src, tag, id);
+                            m.unexp.push((Arrived { src, tag, msg: id }, None));
+                        }
+                        (w, g) => panic!(
+                            "step {step}: arrival ({src},{tag}): want {w:?}, got {:?}",
+                            g.map(|p| *p.get())
+                        ),
+                    }
+                }
+                65..=71 => {
+                    let spec = random_spec(&mut rng);
+                    let want = m.find_open(&spec).map(|i| &m.unexp[i].0);
+                    assert_eq!(t.peek(&spec), want, "step {step}: peek {spec:?}");
+                }
+                72..=78 => {
+                    let spec = random_spec(&mut rng);
+                    let key = rng.below(4);
+                    let want = m.find_open(&spec);
+                    if let Some(i) = want {
+                        m.claim_seq += 1;
+                        m.unexp[i].1 = Some((key, m.claim_seq));
+                    }
+                    let want = want.map(|i| m.unexp[i].0.clone());
+                    assert_eq!(t.peek_claim(&spec, key).cloned(), want, "step {step}");
+                }
+                79..=84 => {
+                    let key = rng.below(5);
+                    let want = m.take_claimed(key);
+                    seen[2] += want.is_some() as usize;
+                    assert_eq!(t.take_claimed(key), want, "step {step}");
+                }
+                85..=88 => {
+                    let spec = random_spec(&mut rng);
+                    assert_eq!(t.take_unexpected(&spec), m.take_open(&spec), "step {step}");
+                }
+                89..=95 => {
+                    if keys.is_empty() {
+                        continue;
+                    }
+                    let (k, kid) = keys.swap_remove(rng.below(keys.len() as u64) as usize);
+                    let want = m
+                        .posted
+                        .iter()
+                        .position(|(_, r)| r.0 == kid)
+                        .map(|i| m.posted.remove(i).1);
+                    assert_eq!(t.cancel(k), want, "step {step}");
+                    seen[3] += want.is_some() as usize;
+                    if want.is_some() && rng.below(2) == 0 {
+                        keys.push((k, kid)); // keep a dead key around
+                    }
+                }
+                96..=98 => {
+                    let r = rng.below(7) as u32;
+                    let want = m
+                        .posted
+                        .iter()
+                        .position(|(_, x)| x.0 % 7 == r)
+                        .map(|i| m.posted.remove(i).1);
+                    assert_eq!(t.cancel_where(|x| x.0 % 7 == r), want, "step {step}");
+                }
+                _ => {
+                    if rng.below(20) == 0 {
+                        let want: Vec<MR> = m.posted.drain(..).map(|p| p.1).collect();
+                        assert_eq!(t.drain_posted(), want);
+                        let want: Vec<_> = m.unexp.drain(..).map(|u| u.0).collect();
+                        assert_eq!(t.drain_unexpected(), want);
+                    }
+                }
+            }
+            assert_eq!(t.posted_len(), m.posted.len(), "step {step}");
+            assert_eq!(t.unexpected_len(), m.unexp.len(), "step {step}");
+            assert_eq!(
+                t.claimed_len(),
+                m.unexp.iter().filter(|u| u.1.is_some()).count()
+            );
+            if step % 97 == 0 {
+                let got: Vec<_> = t
+                    .iter_posted()
+                    .map(|(k, s, r)| (*s, *r, t.posted(k).copied()))
+                    .collect();
+                let want: Vec<_> = m.posted.iter().map(|(s, r)| (*s, *r, Some(*r))).collect();
+                assert_eq!(got, want, "step {step}");
+                let got: Vec<_> = t
+                    .iter_unexpected()
+                    .map(|(_, a, c)| (a.clone(), c))
+                    .collect();
+                let want: Vec<_> = m
+                    .unexp
+                    .iter()
+                    .map(|(a, c)| (a.clone(), c.map(|c| c.0)))
+                    .collect();
+                assert_eq!(got, want, "step {step}");
+            }
+        }
+        assert!(
+            seen.iter().all(|&n| n >= 20),
+            "seed {seed}: outcomes {seen:?}"
+        );
+    }
+
+    #[test]
+    fn model_random_ops() {
+        for seed in 1..=4 {
+            run_model(seed, 15_000);
+        }
+    }
+}
