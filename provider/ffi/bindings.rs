@@ -102,7 +102,7 @@ pub const FI_TRIGGER: u64 = 1048576;
 pub const FI_FENCE: u64 = 2097152;
 pub const FI_PRIORITY: u64 = 4194304;
 pub const FI_COMPLETION: u64 = 16777216;
-pub const FI_EVENT: i32 = 16777216;
+pub const FI_EVENT: u64 = 16777216;
 pub const FI_INJECT: u64 = 33554432;
 pub const FI_INJECT_COMPLETE: u64 = 67108864;
 pub const FI_TRANSMIT_COMPLETE: u64 = 134217728;
@@ -357,32 +357,26 @@ const _: () = {
     ["Offset of field: iovec::iov_base"][::core::mem::offset_of!(iovec, iov_base) - 0usize];
     ["Offset of field: iovec::iov_len"][::core::mem::offset_of!(iovec, iov_len) - 8usize];
 };
-pub const FI_EOTHER: _bindgen_ty_1 = 256;
-pub const FI_ETOOSMALL: _bindgen_ty_1 = 257;
-pub const FI_EOPBADSTATE: _bindgen_ty_1 = 258;
-pub const FI_EAVAIL: _bindgen_ty_1 = 259;
-pub const FI_EBADFLAGS: _bindgen_ty_1 = 260;
-pub const FI_ENOEQ: _bindgen_ty_1 = 261;
-pub const FI_EDOMAIN: _bindgen_ty_1 = 262;
-pub const FI_ENOCQ: _bindgen_ty_1 = 263;
-pub const FI_ECRC: _bindgen_ty_1 = 264;
-pub const FI_ETRUNC: _bindgen_ty_1 = 265;
-pub const FI_ENOKEY: _bindgen_ty_1 = 266;
-pub const FI_ENOAV: _bindgen_ty_1 = 267;
-pub const FI_EOVERRUN: _bindgen_ty_1 = 268;
-pub const FI_ENORX: _bindgen_ty_1 = 269;
-pub const FI_ERRNO_MAX: _bindgen_ty_1 = 270;
+pub const FI_EOTHER: i32 = 256;
+pub const FI_ETOOSMALL: i32 = 257;
+pub const FI_EOPBADSTATE: i32 = 258;
+pub const FI_EAVAIL: i32 = 259;
+pub const FI_EBADFLAGS: i32 = 260;
+pub const FI_ENOEQ: i32 = 261;
+pub const FI_EDOMAIN: i32 = 262;
+pub const FI_ENOCQ: i32 = 263;
+pub const FI_ECRC: i32 = 264;
+pub const FI_ETRUNC: i32 = 265;
+pub const FI_ENOKEY: i32 = 266;
+pub const FI_ENOAV: i32 = 267;
+pub const FI_EOVERRUN: i32 = 268;
+pub const FI_ENORX: i32 = 269;
+pub const FI_ERRNO_MAX: i32 = 270;
 pub type _bindgen_ty_1 = ::core::ffi::c_uint;
-unsafe extern "C" {
-    pub fn fi_strerror(errnum: ::core::ffi::c_int) -> *const ::core::ffi::c_char;
-}
 pub const FI_PATH_MAX: _bindgen_ty_2 = 256;
 pub const FI_NAME_MAX: _bindgen_ty_2 = 64;
 pub const FI_VERSION_MAX: _bindgen_ty_2 = 64;
 pub type _bindgen_ty_2 = ::core::ffi::c_uint;
-unsafe extern "C" {
-    pub fn fi_version() -> u32;
-}
 pub type fid_t = *mut fid;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -956,22 +950,6 @@ const _: () = {
     ["Offset of field: fid::context"][::core::mem::offset_of!(fid, context) - 8usize];
     ["Offset of field: fid::ops"][::core::mem::offset_of!(fid, ops) - 16usize];
 };
-unsafe extern "C" {
-    pub fn fi_getinfo(
-        version: u32,
-        node: *const ::core::ffi::c_char,
-        service: *const ::core::ffi::c_char,
-        flags: u64,
-        hints: *const fi_info,
-        info: *mut *mut fi_info,
-    ) -> ::core::ffi::c_int;
-}
-unsafe extern "C" {
-    pub fn fi_freeinfo(info: *mut fi_info);
-}
-unsafe extern "C" {
-    pub fn fi_dupinfo(info: *const fi_info) -> *mut fi_info;
-}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct fi_ops_fabric {
@@ -1199,12 +1177,6 @@ pub const FI_TYPE_CQ_FORMAT: fi_type = 26;
 pub const FI_TYPE_LOG_LEVEL: fi_type = 27;
 pub const FI_TYPE_LOG_SUBSYS: fi_type = 28;
 pub type fi_type = ::core::ffi::c_uint;
-unsafe extern "C" {
-    pub fn fi_tostr(
-        data: *const ::core::ffi::c_void,
-        datatype: fi_type,
-    ) -> *mut ::core::ffi::c_char;
-}
 pub const FI_PARAM_STRING: fi_param_type = 0;
 pub const FI_PARAM_INT: fi_param_type = 1;
 pub const FI_PARAM_BOOL: fi_param_type = 2;
@@ -3410,22 +3382,6 @@ const _: () = {
     ["Offset of field: fi_provider::cleanup"]
         [::core::mem::offset_of!(fi_provider, cleanup) - 64usize];
 };
-unsafe extern "C" {
-    pub fn fi_param_define(
-        provider: *const fi_provider,
-        param_name: *const ::core::ffi::c_char,
-        type_: fi_param_type,
-        help_string_fmt: *const ::core::ffi::c_char,
-        ...
-    ) -> ::core::ffi::c_int;
-}
-unsafe extern "C" {
-    pub fn fi_param_get(
-        provider: *mut fi_provider,
-        param_name: *const ::core::ffi::c_char,
-        value: *mut ::core::ffi::c_void,
-    ) -> ::core::ffi::c_int;
-}
 pub const FI_LOG_CORE: fi_log_subsys = 0;
 pub const FI_LOG_FABRIC: fi_log_subsys = 1;
 pub const FI_LOG_DOMAIN: fi_log_subsys = 2;
@@ -3444,24 +3400,6 @@ pub const FI_LOG_INFO: fi_log_level = 2;
 pub const FI_LOG_DEBUG: fi_log_level = 3;
 pub const FI_LOG_MAX: fi_log_level = 4;
 pub type fi_log_level = ::core::ffi::c_uint;
-unsafe extern "C" {
-    pub fn fi_log_enabled(
-        prov: *const fi_provider,
-        level: fi_log_level,
-        subsys: fi_log_subsys,
-    ) -> ::core::ffi::c_int;
-}
-unsafe extern "C" {
-    pub fn fi_log(
-        prov: *const fi_provider,
-        level: fi_log_level,
-        subsys: fi_log_subsys,
-        func: *const ::core::ffi::c_char,
-        line: ::core::ffi::c_int,
-        fmt: *const ::core::ffi::c_char,
-        ...
-    );
-}
 pub const FI_OPT_EFA_RNR_RETRY: _bindgen_ty_22 = -251265024;
 pub type _bindgen_ty_22 = ::core::ffi::c_int;
 #[repr(C)]

@@ -1,1 +1,241 @@
 //! Sans-IO protocol machines (DESIGN.md §7).
+//!
+//! `Engine` is the UDP wire of one endpoint: virtual connections (one per
+//! peer address), the reliability layer and the eager/rendezvous message
+//! layer, as a deterministic state machine. Datagrams and time go in,
+//! datagrams and events come out; nothing here touches a socket, a clock or
+//! a thread, so the tests can drive loss, reordering and peer death in
+//! virtual time.
+
+mod conn;
+mod engine;
+mod rel;
+pub mod wire;
+
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+
+pub use engine::Engine;
+
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Tunables of one engine. Both ends are assumed to use similar values;
+/// only the receive window is exchanged in the handshake.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Largest datagram we emit, headers included. A VC sizes its segments
+    /// with the value in force when it is created, and `poll_transmit`
+    /// needs a buffer at least that large.
+    pub max_datagram: usize,
+    /// Send window in segments (capped by the peer's advertised receive window).
+    pub window_segments: u32,
+    /// Cap on bytes in flight (sent, neither acknowledged nor selectively
+    /// acknowledged), so a burst cannot overrun the receiver's socket buffer.
+    pub window_bytes: usize,
+    /// Messages longer than this go rendezvous.
+    pub rndv_threshold: usize,
+    /// Delay of an ACK that has no outgoing data to ride on.
+    pub ack_delay_ns: u64,
+    pub rto_init_ns: u64,
+    pub rto_min_ns: u64,
+    pub rto_max_ns: u64,
+    /// A segment retransmitted this many times without being acknowledged
+    /// means the peer failed.
+    pub max_retrans: u32,
+    /// Silence this long while we wait for the peer means the peer failed.
+    pub peer_timeout_ns: u64,
+    /// Rendezvous receive: most bytes requested (GET) but not yet received.
+    pub rndv_pull_window: u64,
+    /// Rendezvous receive: bytes asked for by one GET.
+    pub rndv_get_chunk: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_datagram: 1472,
+            window_segments: 4096,
+            window_bytes: 4 << 20,
+            rndv_threshold: 64 << 10,
+            ack_delay_ns: 50_000,
+            rto_init_ns: 5_000_000,
+            rto_min_ns: 500_000,
+            rto_max_ns: 2_000_000_000,
+            max_retrans: 25,
+            peer_timeout_ns: 20_000_000_000,
+            rndv_pull_window: 8 << 20,
+            rndv_get_chunk: 1 << 20,
+        }
+    }
+}
+
+/// Where a send's payload comes from. Rendezvous sends read from it only
+/// when the receiver pulls, possibly several times for the same range
+/// (retransmission), until the send completes.
+pub trait SendSource: Send {
+    fn len(&self) -> usize;
+    fn read_at(&self, offset: usize, dst: &mut [u8]);
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl SendSource for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+}
+
+/// Where a rendezvous receive's data goes. Each byte below
+/// `min(message length, capacity())` is written exactly once, in no
+/// particular order.
+pub trait RecvSink: Send {
+    fn capacity(&self) -> usize;
+    fn write_at(&mut self, offset: usize, src: &[u8]);
+}
+
+impl RecvSink for Vec<u8> {
+    fn capacity(&self) -> usize {
+        self.len()
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        self[offset..offset + src.len()].copy_from_slice(src);
+    }
+}
+
+/// Application-level header carried end to end. `len` is set by the engine
+/// on receive (the sender's payload length); `flags` is opaque to the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MsgHdr {
+    pub tag: u64,
+    pub data: u64,
+    pub len: u64,
+    pub flags: u32,
+}
+
+impl MsgHdr {
+    pub const TAGGED: u32 = 1 << 0;
+    pub const HAS_DATA: u32 = 1 << 1;
+}
+
+pub type MsgId = u64;
+pub type RndvId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    /// A hint: a message longer than `rndv_threshold` still goes rendezvous.
+    Eager,
+    Rendezvous,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineError {
+    /// Retransmission limit or silence timeout.
+    PeerUnreachable,
+    /// The peer came back with a new incarnation at the same address.
+    PeerRestarted,
+    /// `forget_peer` dropped the VC.
+    PeerForgotten,
+    /// `accept` of a rendezvous id the engine does not know (already
+    /// accepted, discarded, or its peer failed).
+    UnknownRndv,
+    /// Address the engine cannot send to (unspecified ip or port 0).
+    InvalidAddress,
+    /// `max_datagram` too small to carry any frame.
+    DatagramTooSmall,
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+pub enum MsgBody {
+    Eager(Vec<u8>),
+    Rndv(RndvId),
+}
+
+impl fmt::Debug for MsgBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MsgBody::Eager(v) => write!(f, "Eager({} bytes)", v.len()),
+            MsgBody::Rndv(r) => write!(f, "Rndv({r})"),
+        }
+    }
+}
+
+pub enum Event {
+    /// A message arrived; per peer in send order. Eager: payload complete.
+    Msg { peer: SocketAddr, hdr: MsgHdr, body: MsgBody },
+    /// All wanted data of an accepted rendezvous receive is in its sink and
+    /// the FIN is queued.
+    RecvDone { rid: RndvId, sink: Box<dyn RecvSink>, written: usize },
+    /// Eager: every segment acknowledged. Rendezvous: FIN received.
+    SendDone { id: MsgId },
+    SendFailed { id: MsgId, err: EngineError },
+    RecvFailed { rid: RndvId, sink: Box<dyn RecvSink>, err: EngineError },
+    /// A VC failed; emitted once, after the failures of its operations.
+    PeerFailed { peer: SocketAddr },
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Msg { peer, hdr, body } => write!(f, "Msg({peer}, {hdr:?}, {body:?})"),
+            Event::RecvDone { rid, written, .. } => write!(f, "RecvDone({rid}, {written})"),
+            Event::SendDone { id } => write!(f, "SendDone({id})"),
+            Event::SendFailed { id, err } => write!(f, "SendFailed({id}, {err})"),
+            Event::RecvFailed { rid, err, .. } => write!(f, "RecvFailed({rid}, {err})"),
+            Event::PeerFailed { peer } => write!(f, "PeerFailed({peer})"),
+        }
+    }
+}
+
+/// Counters; monotonic over the engine's life.
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Failed to decode (truncated, bad magic/version/kind, impossible
+    /// length) or violated the message protocol.
+    pub dropped_malformed: u64,
+    /// Wrong connection id (old incarnation or forged), or a handshake
+    /// answer that does not match our request.
+    pub dropped_stale: u64,
+    /// Non-handshake datagram from an address we have no VC with.
+    pub dropped_unknown_peer: u64,
+    /// Sequence number beyond the receive window, or older than it by more
+    /// than a window.
+    pub dropped_out_of_window: u64,
+    /// Data that arrived before our handshake with its sender completed.
+    pub dropped_early: u64,
+    /// Rendezvous data for no accepted receive, or outside it.
+    pub dropped_rndv: u64,
+    /// Out-of-order segments dropped (unsacked) because too many bytes were
+    /// already parked waiting for a hole to fill.
+    pub dropped_ooo_budget: u64,
+    pub segments_sent: u64,
+    pub retransmits: u64,
+    pub fast_retransmits: u64,
+    pub rto_expirations: u64,
+    pub dup_segments: u64,
+    pub ooo_segments: u64,
+    /// Standalone ACK datagrams.
+    pub acks_sent: u64,
+    pub conn_reqs_sent: u64,
+    pub conn_resps_sent: u64,
+    pub peers_failed: u64,
+    pub peers_restarted: u64,
+    pub keepalives_sent: u64,
+}

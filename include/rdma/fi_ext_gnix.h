@@ -1,0 +1,42 @@
+/*
+ * gnix provider extensions, reached through fi_open_ops() in the tradition
+ * of the Cray GNI provider's fi_ext_gni.h.
+ *
+ *   struct fi_gnix_ops_domain *ops;
+ *   fi_open_ops(&domain->fid, FI_GNIX_DOMAIN_OPS_1, 0, (void **) &ops, NULL);
+ *   size_t thr = 16384;
+ *   ops->set_val(&domain->fid, GNIX_RNDV_THRESHOLD, &thr);
+ *
+ * Values set on a domain apply to endpoints opened on it afterwards.
+ */
+#ifndef FI_EXT_GNIX_H
+#define FI_EXT_GNIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <rdma/fabric.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FI_GNIX_DOMAIN_OPS_1 "domain ops 1"
+
+typedef enum gnix_dom_ops_val {
+	GNIX_RNDV_THRESHOLD = 0,   /* size_t: messages longer than this use rendezvous */
+	GNIX_PEER_TIMEOUT_MS,      /* uint64_t: silence before a peer is declared dead */
+	GNIX_MAX_RETRANS,          /* uint32_t: retransmissions before a peer is declared dead */
+	GNIX_NUM_DOM_OPS
+} gnix_dom_ops_val_t;
+
+struct fi_gnix_ops_domain {
+	/* Return 0, -FI_EINVAL for an unknown value or a NULL pointer. */
+	int (*set_val)(struct fid *fid, gnix_dom_ops_val_t t, void *val);
+	int (*get_val)(struct fid *fid, gnix_dom_ops_val_t t, void *val);
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FI_EXT_GNIX_H */

@@ -1,0 +1,1150 @@
+//! Completion queues (fi_cq(3)).
+//!
+//! One ordered queue per CQ holds successes and errors together, so an
+//! error is reported exactly where it happened among the successes:
+//! `fi_cq_read` returns the successes before it, then -FI_EAVAIL until
+//! `fi_cq_readerr` takes it. The queue never drops an entry: the attribute
+//! size is only the preallocation, beyond it the queue grows (libfabric lets
+//! a provider either grow or report overrun; losing a completion would hang
+//! the application, so we grow).
+//!
+//! Manual progress: a read that finds the queue empty drives the bound
+//! endpoints (`Progress`) once and looks again; blocking reads sleep on the
+//! CQ's wait object (see wait.rs) between rounds. `progress()` is never
+//! called with the queue lock held, because it pushes into this queue.
+
+use crate::domain::Domain;
+use crate::ffi::*;
+use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
+use crate::progress::Progress;
+use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wait, WaitSet, Waitable};
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_void, CStr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Default queue preallocation when the application asks for size 0.
+pub const DEFAULT_CQ_SIZE: usize = 1024;
+/// Cap on the preallocation, whatever size is asked for: the queue grows on
+/// demand anyway.
+const MAX_PREALLOC: usize = 1 << 16;
+
+/// One completion, in the widest (tagged) format plus the source address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqEntry {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
+    pub tag: u64,
+    /// fi_addr_t of the sender, FI_ADDR_NOTAVAIL when unknown.
+    pub src: u64,
+}
+// SAFETY: the pointers are the application's opaque tokens (its context and
+// its receive buffer), carried back to it and never dereferenced by gnix.
+unsafe impl Send for CqEntry {}
+
+impl Default for CqEntry {
+    fn default() -> Self {
+        CqEntry {
+            op_context: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: std::ptr::null_mut(),
+            data: 0,
+            tag: 0,
+            src: FI_ADDR_NOTAVAIL,
+        }
+    }
+}
+
+/// An operation that completed in error.
+#[derive(Clone, Debug, Default)]
+pub struct CqError {
+    pub entry: CqEntry,
+    /// Positive FI_E* code.
+    pub err: i32,
+    /// gnix detail code, shown by fi_cq_strerror.
+    pub prov_errno: i32,
+    /// Bytes of a truncated receive that did not fit.
+    pub olen: usize,
+    /// E.g. the raw source address for FI_EADDRNOTAVAIL (FI_SOURCE_ERR).
+    pub err_data: Vec<u8>,
+}
+
+enum Slot {
+    Ok(CqEntry),
+    Err(Box<CqError>),
+}
+
+struct Queue {
+    q: VecDeque<Slot>,
+    nerr: usize,
+    /// Backs the err_data pointer handed out when the application gave no
+    /// buffer; valid until the next readerr replaces it (fi_cq(3)).
+    err_buf: Vec<u8>,
+    size: usize,
+    grew: bool,
+}
+
+/// Validated fi_cq_attr.
+#[derive(Clone, Copy, Debug)]
+pub struct CqConfig {
+    pub size: usize,
+    pub format: fi_cq_format,
+    pub wait_obj: fi_wait_obj,
+    pub wait_cond: fi_cq_wait_cond,
+}
+
+impl Default for CqConfig {
+    fn default() -> Self {
+        CqConfig { size: DEFAULT_CQ_SIZE, format: FI_CQ_FORMAT_CONTEXT, wait_obj: FI_WAIT_NONE, wait_cond: FI_CQ_COND_NONE }
+    }
+}
+
+pub struct Cq {
+    /// Bound endpoints (and anything else that pushes here) hold a count:
+    /// fi_close is -FI_EBUSY until they let go. Take it with
+    /// `ParentRef::new(&cq)`.
+    pub refs: Refs,
+    q: Mutex<Queue>,
+    cfg: CqConfig,
+    /// Bytes per entry of `cfg.format`.
+    entry_size: usize,
+    context: usize,
+    sources: Sources,
+    wait: Wait,
+    /// fi_cq_signal count, so a blocked sread can tell it was signaled.
+    signals: AtomicU64,
+    _domain: Option<ParentRef<Domain>>,
+}
+
+// The entry formats are prefixes of one another, eight bytes per field.
+const _: () = assert!(std::mem::size_of::<fi_cq_entry>() == 8);
+const _: () = assert!(std::mem::size_of::<fi_cq_msg_entry>() == 24);
+const _: () = assert!(std::mem::size_of::<fi_cq_data_entry>() == 40);
+const _: () = assert!(std::mem::size_of::<fi_cq_tagged_entry>() == 48);
+
+pub fn entry_size(format: fi_cq_format) -> usize {
+    match format {
+        FI_CQ_FORMAT_MSG => 24,
+        FI_CQ_FORMAT_DATA => 40,
+        FI_CQ_FORMAT_TAGGED => 48,
+        _ => 8,
+    }
+}
+
+fn encode(e: &CqEntry, out: &mut [u8]) {
+    let words = [e.op_context as u64, e.flags, e.len as u64, e.buf as u64, e.data, e.tag];
+    for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+}
+
+impl Cq {
+    pub fn new(
+        cfg: CqConfig,
+        context: *mut c_void,
+        waitset: Option<Arc<WaitSet>>,
+        domain: Option<ParentRef<Domain>>,
+    ) -> Result<Arc<Cq>, i32> {
+        let size = if cfg.size == 0 { DEFAULT_CQ_SIZE } else { cfg.size };
+        let format = if cfg.format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { cfg.format };
+        let cfg = CqConfig { size, format, ..cfg };
+        let in_set = waitset.is_some();
+        let cq = Arc::new(Cq {
+            refs: Refs::default(),
+            q: Mutex::new(Queue {
+                q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
+                nerr: 0,
+                err_buf: Vec::new(),
+                size,
+                grew: false,
+            }),
+            entry_size: entry_size(format),
+            cfg,
+            context: context as usize,
+            sources: Sources::new(),
+            wait: Wait::new(waitset, cfg.wait_obj)?,
+            signals: AtomicU64::new(0),
+            _domain: domain,
+        });
+        if in_set {
+            if let Some(ws) = cq.wait.set() {
+                ws.add_member(Arc::downgrade(&cq) as Weak<dyn Waitable>);
+            }
+        }
+        Ok(cq)
+    }
+
+    pub fn format(&self) -> fi_cq_format {
+        self.cfg.format
+    }
+    pub fn wait_obj(&self) -> fi_wait_obj {
+        self.cfg.wait_obj
+    }
+    /// The context given to fi_cq_open (what fi_poll reports).
+    pub fn context(&self) -> *mut c_void {
+        self.context as *mut c_void
+    }
+
+    fn enqueue(&self, s: Slot) {
+        {
+            let mut q = lock(&self.q);
+            if let Slot::Err(_) = s {
+                q.nerr += 1;
+            }
+            q.q.push_back(s);
+            if !q.grew && q.q.len() > q.size {
+                q.grew = true;
+                crate::info!(FI_LOG_CQ, "CQ holds more than its size ({}) entries; growing rather than dropping", q.size);
+            }
+        }
+        // After the unlock: the queue lock orders this against a sleeper's
+        // arm + check (see WaitObj::arm).
+        self.wait.notify();
+    }
+
+    /// Queues a successful completion. Never fails, never drops.
+    pub fn push(&self, e: CqEntry) {
+        self.enqueue(Slot::Ok(e));
+    }
+
+    /// Queues an error completion, in order with the successes.
+    pub fn push_err(&self, e: CqError) {
+        self.enqueue(Slot::Err(Box::new(e)));
+    }
+
+    /// An endpoint bound to this CQ: reads and blocking reads drive its
+    /// progress and sleep on its `wait_fds`/`next_deadline`.
+    pub fn add_source(&self, p: Weak<dyn Progress>) {
+        self.sources.add(p);
+    }
+    pub fn remove_source(&self, p: &Weak<dyn Progress>) {
+        self.sources.remove(p);
+    }
+    pub fn progress_sources(&self) {
+        self.sources.progress();
+    }
+
+    /// Anything to read, success or error.
+    pub fn has_entries(&self) -> bool {
+        !lock(&self.q).q.is_empty()
+    }
+
+    /// Moves up to `count` successes into `out`, stopping before an error.
+    /// Takes nothing unless `min` successes are ready or an error follows
+    /// the ready ones (a threshold cannot be reached past an error).
+    fn take(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>, min: usize) -> isize {
+        let sz = self.entry_size;
+        let mut q = lock(&self.q);
+        if min > 1 {
+            let ready = q.q.iter().take(min).take_while(|s| matches!(s, Slot::Ok(_))).count();
+            if ready < min && ready == q.q.len() {
+                return -FI_EAGAIN as isize;
+            }
+        }
+        let mut n = 0;
+        while n < count {
+            match q.q.front() {
+                Some(Slot::Ok(e)) => {
+                    encode(e, &mut out[n * sz..(n + 1) * sz]);
+                    if let Some(s) = src.as_deref_mut() {
+                        s[n] = e.src;
+                    }
+                    q.q.pop_front();
+                    n += 1;
+                }
+                Some(Slot::Err(_)) if n == 0 => return -FI_EAVAIL as isize,
+                _ => break,
+            }
+        }
+        if n == 0 {
+            -FI_EAGAIN as isize
+        } else {
+            n as isize
+        }
+    }
+
+    /// 0 (something to read), -FI_EAVAIL (an error is next) or -FI_EAGAIN.
+    fn status(&self) -> isize {
+        match lock(&self.q).q.front() {
+            None => -FI_EAGAIN as isize,
+            Some(Slot::Err(_)) => -FI_EAVAIL as isize,
+            Some(Slot::Ok(_)) => 0,
+        }
+    }
+
+    /// fi_cq_read / fi_cq_readfrom. `out` holds at least `count` entries of
+    /// this CQ's format; `src`, if given, at least `count` addresses.
+    /// Returns the number read, -FI_EAGAIN or -FI_EAVAIL.
+    pub fn read(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>) -> isize {
+        if count == 0 {
+            // A zero count is the documented way to just drive progress.
+            self.sources.progress();
+            return self.status();
+        }
+        let r = self.take(out, count, src.as_deref_mut(), 1);
+        if r != -FI_EAGAIN as isize {
+            return r;
+        }
+        self.sources.progress();
+        self.take(out, count, src, 1)
+    }
+
+    /// fi_cq_sread / fi_cq_sreadfrom. `threshold` is the FI_CQ_COND_THRESHOLD
+    /// value (ignored unless the CQ was opened with that wait_cond);
+    /// `timeout` in ms, negative for none. -FI_EAGAIN on timeout or
+    /// fi_cq_signal with nothing to read.
+    pub fn sread(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>, threshold: usize, timeout: i32) -> isize {
+        let w = match &self.wait {
+            Wait::Own(w) => w.clone(),
+            Wait::None => {
+                crate::warn!(FI_LOG_CQ, "fi_cq_sread: the CQ was opened with FI_WAIT_NONE");
+                return -FI_ENOSYS as isize;
+            }
+            Wait::Set(..) => {
+                crate::warn!(FI_LOG_CQ, "fi_cq_sread: the CQ belongs to a wait set; use fi_wait");
+                return -FI_EINVAL as isize;
+            }
+        };
+        if count == 0 {
+            return self.read(out, 0, src);
+        }
+        let min = if self.cfg.wait_cond == FI_CQ_COND_THRESHOLD { threshold.clamp(1, count) } else { 1 };
+        let sig0 = self.signals.load(SeqCst);
+        let r = w.block(
+            || self.sources.progress(),
+            |fds: &mut Vec<RawFd>, next: &mut Option<u64>| self.sources.collect(fds, next),
+            || {
+                let r = self.take(out, count, src.as_deref_mut(), min);
+                (r != -FI_EAGAIN as isize).then_some(r)
+            },
+            deadline_ms(timeout),
+            || self.signals.load(SeqCst) != sig0,
+        );
+        // Timed out or signaled: a threshold not reached still returns what
+        // is there rather than sitting on it.
+        r.unwrap_or_else(|| self.take(out, count, src, 1))
+    }
+
+    /// fi_cq_signal: wakes every thread blocked in sread.
+    pub fn signal(&self) -> i32 {
+        match self.wait.obj() {
+            Some(w) => {
+                self.signals.fetch_add(1, SeqCst);
+                w.kick();
+                0
+            }
+            None => {
+                crate::warn!(FI_LOG_CQ, "fi_cq_signal: the CQ has no wait object");
+                -FI_ENOSYS
+            }
+        }
+    }
+
+    /// fi_cq_readerr: takes the oldest error entry. `user` is the
+    /// application's err_data buffer when it gave one (err_data_size > 0):
+    /// the data is copied there and err_data_size says how much. Otherwise
+    /// err_data points at a CQ-owned copy valid until the next readerr.
+    pub fn readerr(&self, user: Option<&mut [u8]>) -> Result<fi_cq_err_entry, i32> {
+        let mut q = lock(&self.q);
+        if q.nerr == 0 {
+            return Err(-FI_EAGAIN);
+        }
+        let Some(i) = q.q.iter().position(|s| matches!(s, Slot::Err(_))) else { return Err(-FI_EAGAIN) };
+        let Some(Slot::Err(e)) = q.q.remove(i) else { return Err(-FI_EAGAIN) };
+        q.nerr -= 1;
+        let e = *e;
+        let (err_data, err_data_size) = match user {
+            Some(b) if !b.is_empty() => {
+                let n = b.len().min(e.err_data.len());
+                b[..n].copy_from_slice(&e.err_data[..n]);
+                (b.as_mut_ptr() as *mut c_void, n)
+            }
+            _ => {
+                q.err_buf = e.err_data;
+                let p = if q.err_buf.is_empty() { std::ptr::null_mut() } else { q.err_buf.as_mut_ptr() as *mut c_void };
+                (p, q.err_buf.len())
+            }
+        };
+        Ok(fi_cq_err_entry {
+            op_context: e.entry.op_context,
+            flags: e.entry.flags,
+            len: e.entry.len,
+            buf: e.entry.buf,
+            data: e.entry.data,
+            tag: e.entry.tag,
+            olen: e.olen,
+            err: e.err,
+            prov_errno: e.prov_errno,
+            err_data,
+            err_data_size,
+        })
+    }
+
+    /// fi_trywait on this CQ.
+    pub(crate) fn trywait(&self) -> i32 {
+        self.sources.progress();
+        match &self.wait {
+            Wait::None => {
+                crate::warn!(FI_LOG_CQ, "fi_trywait: the CQ was opened with FI_WAIT_NONE");
+                return -FI_EINVAL;
+            }
+            Wait::Own(w) => w.prepare_native_wait(|fds, next| self.sources.collect(fds, next)),
+            Wait::Set(w, _) => w.arm(),
+        }
+        if self.has_entries() {
+            -FI_EAGAIN
+        } else {
+            0
+        }
+    }
+}
+
+impl Waitable for Cq {
+    fn progress_sources(&self) {
+        self.sources.progress();
+    }
+    fn has_event(&self) -> bool {
+        self.has_entries()
+    }
+    fn collect(&self, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
+        self.sources.collect(fds, next)
+    }
+}
+
+impl AsRef<Refs> for Cq {
+    fn as_ref(&self) -> &Refs {
+        &self.refs
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Error strings (shared with eq.rs)
+
+/// Text for a positive FI_E* code (gnix's prov_errno values are those too).
+pub fn describe(code: i32) -> &'static CStr {
+    match code.unsigned_abs() as i32 {
+        0 => c"success",
+        FI_EPERM => c"operation not permitted",
+        FI_ENOENT => c"no such entry",
+        FI_EINTR => c"interrupted",
+        FI_EIO => c"I/O error",
+        FI_E2BIG => c"argument list too long",
+        FI_EBADF => c"bad file descriptor",
+        FI_EAGAIN => c"resource temporarily unavailable",
+        FI_ENOMEM => c"out of memory",
+        FI_EACCES => c"permission denied (memory key, bounds or access rights)",
+        FI_EFAULT => c"bad address",
+        FI_EBUSY => c"resource busy",
+        FI_ENODEV => c"no such device",
+        FI_EINVAL => c"invalid argument",
+        FI_EMFILE => c"too many open files",
+        FI_ENOSPC => c"no space left",
+        FI_ENOSYS => c"not implemented",
+        FI_ENOMSG => c"no message",
+        FI_ENODATA => c"no data available",
+        FI_EOVERFLOW => c"value too large",
+        FI_EMSGSIZE => c"message too long",
+        FI_ENOPROTOOPT => c"protocol not available",
+        FI_EOPNOTSUPP => c"operation not supported",
+        FI_EADDRINUSE => c"address already in use",
+        FI_EADDRNOTAVAIL => c"source address not in the address vector",
+        FI_ENETDOWN => c"network is down",
+        FI_ENETUNREACH => c"network unreachable",
+        FI_ECONNABORTED => c"connection aborted",
+        FI_ECONNRESET => c"connection reset by peer",
+        FI_ENOBUFS => c"no buffer space",
+        FI_EISCONN => c"already connected",
+        FI_ENOTCONN => c"not connected",
+        FI_ESHUTDOWN => c"peer shut down",
+        FI_ETIMEDOUT => c"peer did not answer (retransmission limit or timeout)",
+        FI_ECONNREFUSED => c"connection refused",
+        FI_EHOSTDOWN => c"host is down",
+        FI_EHOSTUNREACH => c"host unreachable",
+        FI_EALREADY => c"operation already in progress",
+        FI_EINPROGRESS => c"operation in progress",
+        FI_EREMOTEIO => c"remote I/O error",
+        FI_ECANCELED => c"operation canceled",
+        FI_EKEYREJECTED => c"memory key rejected by the target",
+        FI_EOTHER => c"unspecified error",
+        FI_ETOOSMALL => c"provided buffer too small",
+        FI_EOPBADSTATE => c"operation not permitted in the current state",
+        FI_EAVAIL => c"error available",
+        FI_EBADFLAGS => c"flags not supported",
+        FI_ENOEQ => c"missing or unavailable event queue",
+        FI_EDOMAIN => c"invalid resource domain",
+        FI_ENOCQ => c"missing or unavailable completion queue",
+        FI_ECRC => c"CRC error",
+        FI_ETRUNC => c"message truncated (receive buffer too small)",
+        FI_ENOKEY => c"required key not available",
+        FI_ENOAV => c"missing or unavailable address vector",
+        FI_EOVERRUN => c"queue overrun",
+        FI_ENORX => c"receiver not ready, no receive buffers",
+        _ => c"unknown gnix error",
+    }
+}
+
+/// fi_cq_strerror / fi_eq_strerror: a static string, also copied into
+/// `buf` when the application supplies one.
+///
+/// # Safety
+/// `buf` must be NULL or writable for `len` bytes.
+pub(crate) unsafe fn strerror(prov_errno: i32, buf: *mut c_char, len: usize) -> *const c_char {
+    let s = describe(prov_errno);
+    if buf.is_null() || len == 0 {
+        return s.as_ptr();
+    }
+    let text = format!("gnix: {} (prov_errno {})", s.to_string_lossy(), prov_errno);
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller guarantees `len` writable bytes; we write n + 1 <= len.
+    std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+    *buf.add(n) = 0;
+    buf
+}
+
+// ---------------------------------------------------------------------------
+// The C face
+
+type Obj = FidObj<fid_cq, Cq>;
+
+/// Reads and checks an application's fi_cq_attr (NULL means defaults).
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable fi_cq_attr.
+unsafe fn parse_attr(attr: *const fi_cq_attr) -> Result<(CqConfig, Option<Arc<WaitSet>>), i32> {
+    if attr.is_null() {
+        return Ok((CqConfig::default(), None));
+    }
+    let a = &*attr;
+    if a.flags & FI_PEER != 0 {
+        crate::warn!(FI_LOG_CQ, "fi_cq_open: peer CQs (FI_PEER) are not supported");
+        return Err(-FI_ENOSYS);
+    }
+    if a.flags & !FI_AFFINITY != 0 {
+        crate::warn!(FI_LOG_CQ, "fi_cq_open: unknown flags {:#x}", a.flags & !FI_AFFINITY);
+        return Err(-FI_EINVAL);
+    }
+    if a.format > FI_CQ_FORMAT_TAGGED {
+        crate::warn!(FI_LOG_CQ, "fi_cq_open: format {} is not supported", a.format);
+        return Err(-FI_ENOSYS);
+    }
+    let ws = check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_CQ, "fi_cq_open")?;
+    let wait_cond = if a.wait_obj == FI_WAIT_NONE { FI_CQ_COND_NONE } else { a.wait_cond };
+    if wait_cond != FI_CQ_COND_NONE && wait_cond != FI_CQ_COND_THRESHOLD {
+        crate::warn!(FI_LOG_CQ, "fi_cq_open: unknown wait_cond {}", wait_cond);
+        return Err(-FI_EINVAL);
+    }
+    Ok((CqConfig { size: a.size, format: a.format, wait_obj: a.wait_obj, wait_cond }, ws))
+}
+
+/// fi_cq_open, called by the domain's shim.
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable fi_cq_attr.
+pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cq_attr, context: *mut c_void) -> Result<*mut fid_cq, i32> {
+    let (cfg, ws) = parse_attr(attr)?;
+    let cq = Cq::new(cfg, context, ws, Some(ParentRef::new(domain)))?;
+    Ok(into_fid(cq))
+}
+
+/// Wraps CQ state in the fid_cq the application holds.
+pub(crate) fn into_fid(cq: Arc<Cq>) -> *mut fid_cq {
+    let c = fid_cq { fid: fid_header(FI_CLASS_CQ, cq.context(), CQ_FI_OPS.ptr()), ops: CQ_OPS.ptr() };
+    Obj::create(c, cq)
+}
+
+/// The CQ behind an application-supplied fid (endpoint bind, poll sets):
+/// checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
+pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cq>> {
+    Obj::get(p, FI_CLASS_CQ).cloned()
+}
+
+unsafe extern "C" fn close(f: *mut fid) -> i32 {
+    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
+    if cq.refs.busy() {
+        crate::warn!(FI_LOG_CQ, "fi_close(cq): endpoints or counters are still bound to it");
+        return -FI_EBUSY;
+    }
+    Obj::destroy(f as *mut c_void);
+    0
+}
+
+unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
+    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
+    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+    control_wait(
+        cq.cfg.wait_obj,
+        cq.wait.own(),
+        |w| {
+            let mut fds = Vec::new();
+            let gen = cq.sources.collect(&mut fds, &mut None);
+            w.refresh(&mut fds, gen);
+        },
+        cmd,
+        arg,
+        FI_LOG_CQ,
+    )
+}
+
+/// Borrows the application's entry array and source-address array.
+///
+/// # Safety
+/// `buf` must be writable for `count` entries of `cq`'s format and `src`
+/// NULL or writable for `count` addresses.
+unsafe fn out_bufs<'a>(cq: &Cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> Result<(&'a mut [u8], Option<&'a mut [u64]>), isize> {
+    if count == 0 {
+        return Ok((&mut [], None));
+    }
+    if buf.is_null() {
+        crate::warn!(FI_LOG_CQ, "fi_cq_read: NULL buffer with count {}", count);
+        return Err(-FI_EINVAL as isize);
+    }
+    let Some(bytes) = count.checked_mul(cq.entry_size) else { return Err(-FI_EINVAL as isize) };
+    let out = std::slice::from_raw_parts_mut(buf as *mut u8, bytes);
+    let src = (!src.is_null()).then(|| std::slice::from_raw_parts_mut(src, count));
+    Ok((out, src))
+}
+
+unsafe extern "C" fn cq_readfrom(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
+    match out_bufs(cq, buf, count, src) {
+        Ok((out, src)) => cq.read(out, count, src),
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn cq_read(c: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
+    cq_readfrom(c, buf, count, std::ptr::null_mut())
+}
+
+unsafe extern "C" fn cq_sreadfrom(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+    cond: *const c_void,
+    timeout: i32,
+) -> isize {
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
+        // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
+        *(cond as *const usize)
+    } else {
+        1
+    };
+    // SAFETY: as in cq_readfrom.
+    match out_bufs(cq, buf, count, src) {
+        Ok((out, src)) => cq.sread(out, count, src, threshold, timeout),
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn cq_sread(c: *mut fid_cq, buf: *mut c_void, count: usize, cond: *const c_void, timeout: i32) -> isize {
+    cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout)
+}
+
+unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags: u64) -> isize {
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    if buf.is_null() {
+        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
+        return -FI_EINVAL as isize;
+    }
+    if flags != 0 {
+        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: unknown flags {:#x}", flags);
+        return -FI_EINVAL as isize;
+    }
+    // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
+    // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
+    let e = &mut *buf;
+    let user = (e.err_data_size > 0 && !e.err_data.is_null())
+        .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
+    match cq.readerr(user) {
+        Ok(entry) => {
+            // Writes the 1.17 fields only: a newer core's larger struct
+            // keeps its tail.
+            *buf = entry;
+            1
+        }
+        Err(r) => r as isize,
+    }
+}
+
+unsafe extern "C" fn cq_signal(c: *mut fid_cq) -> i32 {
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
+    cq.signal()
+}
+
+unsafe extern "C" fn cq_strerror(_c: *mut fid_cq, prov_errno: i32, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+    // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
+    strerror(prov_errno, buf, len)
+}
+
+static CQ_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));
+static CQ_OPS: Table<fi_ops_cq> = Table(fi_ops_cq {
+    size: std::mem::size_of::<fi_ops_cq>(),
+    read: Some(cq_read),
+    readfrom: Some(cq_readfrom),
+    readerr: Some(cq_readerr),
+    sread: Some(cq_sread),
+    sreadfrom: Some(cq_sreadfrom),
+    signal: Some(cq_signal),
+    strerror: Some(cq_strerror),
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wait::testutil::*;
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    fn cq(format: fi_cq_format, wait_obj: fi_wait_obj, size: usize) -> Arc<Cq> {
+        let cfg = CqConfig { size, format, wait_obj, wait_cond: FI_CQ_COND_NONE };
+        Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap()
+    }
+    fn ok(ctx: usize) -> CqEntry {
+        CqEntry { op_context: ctx as *mut c_void, flags: FI_RECV, len: ctx * 10, data: ctx as u64 + 1, tag: ctx as u64 + 2, src: ctx as u64 + 3, ..Default::default() }
+    }
+    fn err(ctx: usize, data: &[u8]) -> CqError {
+        CqError { entry: ok(ctx), err: FI_ETRUNC, prov_errno: FI_ETRUNC, olen: 7, err_data: data.to_vec() }
+    }
+    /// Reads up to `n` CONTEXT-format entries; returns the contexts or the error.
+    fn read_ctx(cq: &Cq, n: usize) -> Result<Vec<usize>, isize> {
+        let mut out = vec![0u8; n * 8];
+        let r = cq.read(&mut out, n, None);
+        if r < 0 {
+            return Err(r);
+        }
+        Ok(out.chunks(8).take(r as usize).map(|c| u64::from_ne_bytes(c.try_into().unwrap()) as usize).collect())
+    }
+    const EAGAIN: isize = -FI_EAGAIN as isize;
+    const EAVAIL: isize = -FI_EAVAIL as isize;
+
+    #[test]
+    fn errors_are_delivered_in_order_among_successes() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
+        cq.push(ok(1));
+        cq.push(ok(2));
+        cq.push_err(err(3, b""));
+        cq.push(ok(4));
+        cq.push_err(err(5, b""));
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![1, 2]));
+        assert_eq!(read_ctx(&cq, 10), Err(EAVAIL));
+        assert_eq!(read_ctx(&cq, 10), Err(EAVAIL), "stays EAVAIL until readerr");
+        assert_eq!(cq.readerr(None).unwrap().op_context as usize, 3);
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![4]));
+        assert_eq!(read_ctx(&cq, 10), Err(EAVAIL));
+        assert_eq!(cq.readerr(None).unwrap().op_context as usize, 5);
+        assert_eq!(read_ctx(&cq, 10), Err(EAGAIN));
+        assert_eq!(cq.readerr(None).unwrap_err(), -FI_EAGAIN);
+    }
+
+    #[test]
+    fn readerr_takes_the_oldest_error_even_behind_successes() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
+        cq.push(ok(1));
+        cq.push_err(err(2, b""));
+        assert_eq!(cq.readerr(None).unwrap().op_context as usize, 2);
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![1]));
+    }
+
+    #[test]
+    fn overflow_past_size_loses_nothing() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 4);
+        for i in 1..=1000 {
+            cq.push(ok(i));
+        }
+        let mut got = Vec::new();
+        while let Ok(v) = read_ctx(&cq, 7) {
+            got.extend(v);
+        }
+        assert_eq!(got, (1..=1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn formats_write_their_prefix_only() {
+        for (fmt, sz) in [(FI_CQ_FORMAT_UNSPEC, 8), (FI_CQ_FORMAT_CONTEXT, 8), (FI_CQ_FORMAT_MSG, 24), (FI_CQ_FORMAT_DATA, 40), (FI_CQ_FORMAT_TAGGED, 48)] {
+            let cq = cq(fmt, FI_WAIT_NONE, 0);
+            assert_eq!(cq.entry_size, sz);
+            cq.push(ok(5));
+            cq.push(ok(6));
+            let mut out = vec![0xAAu8; 2 * 48];
+            let mut src = [0u64; 2];
+            assert_eq!(cq.read(&mut out, 2, Some(&mut src)), 2);
+            assert_eq!(src, [8, 9]);
+            let words: Vec<u64> = out.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+            let want5 = [5u64, FI_RECV, 50, 0, 6, 7];
+            let want6 = [6u64, FI_RECV, 60, 0, 7, 8];
+            let n = sz / 8;
+            assert_eq!(&words[..n], &want5[..n], "format {fmt}");
+            assert_eq!(&words[n..2 * n], &want6[..n], "format {fmt}");
+            assert!(out[2 * sz..].iter().all(|&b| b == 0xAA), "format {fmt} wrote past its entries");
+        }
+    }
+
+    #[test]
+    fn readerr_err_data_rules() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 0);
+        cq.push_err(err(1, b"0123456789"));
+        cq.push_err(err(2, b"abcdef"));
+        cq.push_err(err(3, b""));
+        // Application buffer smaller than the data: truncated copy.
+        let mut mine = [0u8; 4];
+        let e = cq.readerr(Some(&mut mine)).unwrap();
+        assert_eq!((e.err, e.prov_errno, e.olen, e.len), (FI_ETRUNC, FI_ETRUNC, 7, 10));
+        assert_eq!(e.err_data_size, 4);
+        assert_eq!(e.err_data as *const u8, mine.as_ptr());
+        assert_eq!(&mine, b"0123");
+        // No application buffer: a provider buffer with all of it.
+        let e = cq.readerr(None).unwrap();
+        assert_eq!(e.err_data_size, 6);
+        // SAFETY: valid until the next readerr, which comes after this read.
+        let got = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 6) };
+        assert_eq!(got, b"abcdef");
+        // Nothing to give.
+        let e = cq.readerr(None).unwrap();
+        assert_eq!((e.err_data_size, e.err_data), (0, std::ptr::null_mut()));
+    }
+
+    #[test]
+    fn empty_read_progresses_sources_once_and_rechecks() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 0);
+        let weak_cq = Arc::downgrade(&cq);
+        let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(move |s| {
+            if s.calls.load(SeqCst) == 2 {
+                weak_cq.upgrade().unwrap().push(ok(42));
+            }
+        }));
+        cq.add_source(Arc::downgrade(&src));
+        assert_eq!(read_ctx(&cq, 1), Err(EAGAIN)); // progress call 1
+        assert_eq!(read_ctx(&cq, 1), Ok(vec![42])); // call 2 pushes, re-check finds it
+        cq.push(ok(1));
+        assert_eq!(read_ctx(&cq, 1), Ok(vec![1])); // fast path: no progress
+        assert_eq!(cq.sources.snapshot().len(), 1);
+        cq.remove_source(&Arc::downgrade(&src));
+        assert_eq!(read_ctx(&cq, 1), Err(EAGAIN));
+        assert_eq!(cq.read(&mut [], 0, None), EAGAIN);
+    }
+
+    #[test]
+    fn sread_times_out_without_spinning() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
+        let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(|_| {}));
+        cq.add_source(Arc::downgrade(&src));
+        let mut out = [0u8; 8];
+        let cpu0 = thread_cpu_ms();
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut out, 1, None, 1, 200), EAGAIN);
+        let el = t0.elapsed();
+        let cpu = thread_cpu_ms() - cpu0;
+        assert!(el >= Duration::from_millis(195) && el < Duration::from_millis(400), "{el:?}");
+        assert!(cpu < 20.0, "sread burned {cpu} ms of CPU in 200 ms");
+    }
+
+    #[test]
+    fn sread_on_wait_none_is_enosys() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 0);
+        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 0), -FI_ENOSYS as isize);
+        assert_eq!(cq.trywait(), -FI_EINVAL);
+    }
+
+    #[test]
+    fn sread_wakes_on_push_from_another_thread() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD, 0);
+        let c2 = cq.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c2.push(ok(9));
+        });
+        let mut out = [0u8; 8];
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut out, 1, None, 1, 5000), 1);
+        assert!(t0.elapsed() < Duration::from_millis(1000));
+        assert_eq!(u64::from_ne_bytes(out), 9);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn sread_sleeps_until_the_source_deadline() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
+        let wcq = Arc::downgrade(&cq);
+        let fake = Arc::new(FakeSrc::new(move |s| {
+            let d = *s.deadline.lock().unwrap();
+            if d.is_some_and(|d| crate::progress::now_ns() >= d) {
+                *s.deadline.lock().unwrap() = None;
+                wcq.upgrade().unwrap().push(ok(77));
+            }
+        }));
+        *fake.deadline.lock().unwrap() = Some(crate::progress::now_ns() + 30_000_000);
+        let src: Arc<dyn Progress> = fake.clone();
+        cq.add_source(Arc::downgrade(&src));
+        let mut out = [0u8; 8];
+        let cpu0 = thread_cpu_ms();
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut out, 1, None, 1, -1), 1);
+        let el = t0.elapsed();
+        assert!(el >= Duration::from_millis(29) && el < Duration::from_millis(500), "{el:?}");
+        assert!(fake.calls.load(SeqCst) < 10, "{} progress calls: spinning", fake.calls.load(SeqCst));
+        assert!(thread_cpu_ms() - cpu0 < 15.0);
+        assert_eq!(u64::from_ne_bytes(out), 77);
+    }
+
+    #[test]
+    fn sread_wakes_on_source_fd() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
+        let (r, w) = pipe();
+        let rfd = r.as_raw_fd();
+        let wcq = Arc::downgrade(&cq);
+        let mut fake = FakeSrc::new(move |_| {
+            if read_all(rfd) {
+                wcq.upgrade().unwrap().push(ok(5));
+            }
+        });
+        fake.fds.push(rfd);
+        let src: Arc<dyn Progress> = Arc::new(fake);
+        cq.add_source(Arc::downgrade(&src));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            write_byte(&w);
+            w
+        });
+        let mut out = [0u8; 8];
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut out, 1, None, 1, 5000), 1);
+        assert!(t0.elapsed() < Duration::from_millis(1000));
+        let _w = t.join().unwrap();
+        drop(r);
+    }
+
+    #[test]
+    fn signal_unblocks_sread_with_eagain() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
+        let c2 = cq.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(c2.signal(), 0);
+        });
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, -1), EAGAIN);
+        assert!(t0.elapsed() < Duration::from_millis(1000));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn sread_threshold_waits_for_enough_entries() {
+        let cfg = CqConfig { size: 0, format: FI_CQ_FORMAT_CONTEXT, wait_obj: FI_WAIT_UNSPEC, wait_cond: FI_CQ_COND_THRESHOLD };
+        let cq = Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap();
+        let c2 = cq.clone();
+        let t = std::thread::spawn(move || {
+            for i in 0..3 {
+                std::thread::sleep(Duration::from_millis(20));
+                c2.push(ok(i));
+            }
+        });
+        let mut out = [0u8; 8 * 8];
+        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), 3);
+        t.join().unwrap();
+        // Threshold not reachable before the timeout: returns what is there.
+        cq.push(ok(1));
+        assert_eq!(cq.sread(&mut out, 8, None, 3, 30), 1);
+        // An error behind the ready entries ends the wait at once.
+        cq.push(ok(1));
+        cq.push_err(err(2, b""));
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), 1);
+        assert!(t0.elapsed() < Duration::from_millis(1000));
+        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), EAVAIL);
+    }
+
+    #[test]
+    fn many_readers_many_pushers_lose_nothing() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 8);
+        const N: usize = 20_000;
+        let total = Arc::new(AtomicU64::new(0));
+        let sum = Arc::new(AtomicU64::new(0));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (cq, total, sum) = (cq.clone(), total.clone(), sum.clone());
+                std::thread::spawn(move || {
+                    let mut out = [0u8; 8 * 4];
+                    while total.load(SeqCst) < N as u64 {
+                        let r = cq.sread(&mut out, 4, None, 1, 50);
+                        if r > 0 {
+                            for c in out.chunks(8).take(r as usize) {
+                                sum.fetch_add(u64::from_ne_bytes(c.try_into().unwrap()), SeqCst);
+                            }
+                            total.fetch_add(r as u64, SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let pushers: Vec<_> = (0..2)
+            .map(|p| {
+                let cq = cq.clone();
+                std::thread::spawn(move || {
+                    for i in 0..N / 2 {
+                        cq.push(ok(p * N / 2 + i + 1));
+                        if i % 1000 == 0 {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in pushers.into_iter().chain(readers) {
+            t.join().unwrap();
+        }
+        assert_eq!(total.load(SeqCst), N as u64);
+        assert_eq!(sum.load(SeqCst), (N * (N + 1) / 2) as u64);
+    }
+
+    /// Infinite-timeout readers: a lost wake-up leaves entries unread while
+    /// every reader sleeps, which the deadline below catches.
+    #[test]
+    fn no_lost_wakeups_with_blocking_readers() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 8);
+        const N: u64 = 20_000;
+        let total = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (cq, total, done) = (cq.clone(), total.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut out = [0u8; 8 * 3];
+                    while !done.load(SeqCst) {
+                        let r = cq.sread(&mut out, 3, None, 1, -1);
+                        if r > 0 {
+                            total.fetch_add(r as u64, SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for i in 0..N {
+            cq.push(ok(i as usize));
+            if i % 64 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        let t0 = Instant::now();
+        while total.load(SeqCst) < N && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let got = total.load(SeqCst);
+        done.store(true, SeqCst);
+        for t in readers {
+            while !t.is_finished() {
+                cq.signal();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            t.join().unwrap();
+        }
+        assert_eq!(got, N, "entries left unread while readers slept");
+    }
+
+    #[test]
+    fn getwait_fd_and_trywait() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD, 0);
+        let p = into_fid(cq.clone());
+        let mut fd: i32 = -1;
+        // SAFETY: p is a live fid_cq we created; fd is an int slot.
+        unsafe {
+            let ops = &*(*p).fid.ops;
+            assert_eq!(ops.control.unwrap()(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            let mut wo: fi_wait_obj = 0;
+            assert_eq!(ops.control.unwrap()(p as *mut fid, FI_GETWAITOBJ as i32, &mut wo as *mut _ as *mut c_void), 0);
+            assert_eq!(wo, FI_WAIT_FD);
+        }
+        assert!(fd >= 0);
+        let mut fids = [p as *mut fid];
+        // SAFETY: one valid fid pointer.
+        assert_eq!(unsafe { crate::wait::trywait(fids.as_mut_ptr(), 1) }, 0);
+        assert!(!fd_readable(fd));
+        cq.push(ok(1));
+        assert!(fd_readable(fd), "a push after trywait must make the fd readable");
+        assert_eq!(unsafe { crate::wait::trywait(fids.as_mut_ptr(), 1) }, -FI_EAGAIN);
+        assert_eq!(read_ctx(&cq, 1), Ok(vec![1]));
+        assert_eq!(unsafe { crate::wait::trywait(fids.as_mut_ptr(), 1) }, 0);
+        assert!(!fd_readable(fd));
+        // SAFETY: closing our own fid once.
+        unsafe {
+            cq.refs.get();
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), -FI_EBUSY);
+            cq.refs.put();
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+        }
+    }
+
+    #[test]
+    fn trywait_arms_the_timer_at_the_source_deadline() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD, 0);
+        let fake = Arc::new(FakeSrc::new(|_| {}));
+        *fake.deadline.lock().unwrap() = Some(crate::progress::now_ns() + 20_000_000);
+        let src: Arc<dyn Progress> = fake.clone();
+        cq.add_source(Arc::downgrade(&src));
+        assert_eq!(cq.trywait(), 0);
+        let fd = cq.wait.own().unwrap().fd();
+        assert!(!fd_readable(fd));
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(fd_readable(fd), "the fd must fire when the source needs progress");
+    }
+
+    #[test]
+    fn c_shims_read_readerr_and_bad_input() {
+        let cq = cq(FI_CQ_FORMAT_TAGGED, FI_WAIT_NONE, 0);
+        let p = into_fid(cq.clone());
+        // SAFETY: p is a live fid_cq; buffers are sized per the API.
+        unsafe {
+            let ops = &*(*p).ops;
+            let mut e: [fi_cq_tagged_entry; 2] = std::mem::zeroed();
+            assert_eq!(ops.read.unwrap()(p, std::ptr::null_mut(), 1), -FI_EINVAL as isize);
+            assert_eq!(ops.read.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2), EAGAIN);
+            cq.push(ok(3));
+            cq.push_err(err(4, b"xyz"));
+            let mut src = [0u64; 2];
+            assert_eq!(ops.readfrom.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2, src.as_mut_ptr()), 1);
+            assert_eq!((e[0].op_context as usize, e[0].len, e[0].data, e[0].tag, src[0]), (3, 30, 4, 5, 6));
+            assert_eq!(ops.read.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2), EAVAIL);
+            let mut ee: fi_cq_err_entry = std::mem::zeroed();
+            assert_eq!(ops.readerr.unwrap()(p, &mut ee, 1), -FI_EINVAL as isize);
+            assert_eq!(ops.readerr.unwrap()(p, &mut ee, 0), 1);
+            assert_eq!((ee.op_context as usize, ee.err, ee.err_data_size), (4, FI_ETRUNC, 3));
+            assert_eq!(ops.readerr.unwrap()(p, &mut ee, 0), EAGAIN);
+            let mut buf = [0 as c_char; 64];
+            let s = ops.strerror.unwrap()(p, FI_ETRUNC, std::ptr::null(), buf.as_mut_ptr(), buf.len());
+            assert!(CStr::from_ptr(s).to_str().unwrap().contains("truncated"));
+            let s = ops.strerror.unwrap()(p, 12345, std::ptr::null(), std::ptr::null_mut(), 0);
+            assert!(!CStr::from_ptr(s).to_bytes().is_empty());
+            assert_eq!(ops.sread.unwrap()(p, e.as_mut_ptr() as *mut c_void, 1, std::ptr::null(), 0), -FI_ENOSYS as isize);
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+        }
+    }
+
+    #[test]
+    fn bad_attrs_are_rejected() {
+        let mk = |f: &dyn Fn(&mut fi_cq_attr)| {
+            // SAFETY: a zeroed fi_cq_attr is a valid default attr.
+            let mut a: fi_cq_attr = unsafe { std::mem::zeroed() };
+            f(&mut a);
+            // SAFETY: `a` is a readable attr.
+            unsafe { parse_attr(&a) }.map(|(c, _)| c)
+        };
+        assert_eq!(mk(&|_| {}).unwrap().format, FI_CQ_FORMAT_UNSPEC);
+        assert!(mk(&|a| a.flags = FI_AFFINITY).is_ok());
+        assert_eq!(mk(&|a| a.flags = FI_SEND).unwrap_err(), -FI_EINVAL);
+        assert_eq!(mk(&|a| a.format = 99).unwrap_err(), -FI_ENOSYS);
+        assert_eq!(mk(&|a| a.wait_obj = FI_WAIT_MUTEX_COND).unwrap_err(), -FI_ENOSYS);
+        assert_eq!(mk(&|a| a.wait_obj = FI_WAIT_SET).unwrap_err(), -FI_EINVAL);
+        assert_eq!(mk(&|a| { a.wait_obj = FI_WAIT_FD; a.wait_cond = 9 }).unwrap_err(), -FI_EINVAL);
+        assert!(mk(&|a| a.wait_cond = 9).is_ok(), "wait_cond is ignored with FI_WAIT_NONE");
+    }
+}

@@ -1,0 +1,227 @@
+//! Domain class: one network interface. Opens endpoints, CQs, counters,
+//! AVs and memory registrations, and owns the NIC (progress engine).
+
+use crate::ffi::*;
+use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
+use crate::getinfo::Offer;
+use crate::nic::Nic;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, Mutex};
+
+/// Protocol knobs a domain hands to the endpoints it opens; the
+/// `fi_ext_gnix.h` domain ops read and write them.
+#[derive(Clone, Copy, Debug)]
+pub struct Tunables {
+    pub rndv_threshold: usize,
+    pub peer_timeout_ms: u64,
+    pub max_retrans: u32,
+}
+
+pub struct Domain {
+    pub refs: Refs,
+    pub fabric: ParentRef<crate::fabric::Fabric>,
+    pub attr: Offer,
+    pub tunables: Mutex<Tunables>,
+    pub mrs: crate::mr::MrTable,
+    pub nic: Nic,
+}
+impl AsRef<Refs> for Domain {
+    fn as_ref(&self) -> &Refs {
+        &self.refs
+    }
+}
+
+type Obj = FidObj<fid_domain, Domain>;
+
+pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Domain>> {
+    Obj::get(p, FI_CLASS_DOMAIN)
+}
+
+pub unsafe fn open(fabric: ParentRef<crate::fabric::Fabric>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_domain, i32> {
+    let attr = crate::getinfo::offer_from_info(info)?;
+    let p = crate::params::params();
+    let dom = Arc::new(Domain {
+        refs: Refs::default(),
+        fabric,
+        tunables: Mutex::new(Tunables {
+            rndv_threshold: p.rndv_threshold,
+            peer_timeout_ms: p.peer_timeout_ms,
+            max_retrans: p.max_retrans,
+        }),
+        mrs: crate::mr::MrTable::new(attr.mr_mode),
+        nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),
+        attr,
+    });
+    let c = fid_domain {
+        fid: fid_header(FI_CLASS_DOMAIN, ctx, DOMAIN_FI_OPS.ptr()),
+        ops: DOMAIN_OPS.ptr(),
+        mr: crate::mr::MR_OPS.ptr(),
+    };
+    Ok(Obj::create(c, dom))
+}
+
+unsafe extern "C" fn close(f: *mut fid) -> i32 {
+    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if d.refs.busy() {
+        crate::warn!(FI_LOG_DOMAIN, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
+        return -FI_EBUSY;
+    }
+    d.nic.stop();
+    Obj::destroy(f as *mut c_void);
+    0
+}
+
+/// Writes `out` through `p` and returns 0, or -FI_EINVAL on NULL.
+macro_rules! shim_open {
+    ($name:ident, $attr:ty, $out:ty, $call:path) => {
+        unsafe extern "C" fn $name(d: *mut fid_domain, attr: *mut $attr, out: *mut *mut $out, ctx: *mut c_void) -> i32 {
+            let Some(dom) = from_fid(d as *const c_void) else { return -FI_EINVAL };
+            if out.is_null() {
+                return -FI_EINVAL;
+            }
+            match $call(dom, attr, ctx) {
+                Ok(p) => {
+                    *out = p;
+                    0
+                }
+                Err(e) => e,
+            }
+        }
+    };
+}
+shim_open!(av_open, fi_av_attr, fid_av, crate::av::open);
+shim_open!(cq_open, fi_cq_attr, fid_cq, crate::cq::open);
+shim_open!(cntr_open, fi_cntr_attr, fid_cntr, crate::cntr::open);
+shim_open!(endpoint, fi_info, fid_ep, crate::ep::open);
+
+unsafe extern "C" fn endpoint2(d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, flags: u64, ctx: *mut c_void) -> i32 {
+    if flags != 0 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_endpoint2: flags {:#x} not supported", flags);
+        return -FI_EINVAL;
+    }
+    endpoint(d, info, ep, ctx)
+}
+
+unsafe extern "C" fn poll_open(d: *mut fid_domain, attr: *mut fi_poll_attr, ps: *mut *mut fid_poll) -> i32 {
+    let Some(dom) = from_fid(d as *const c_void) else { return -FI_EINVAL };
+    if ps.is_null() || attr.is_null() {
+        return -FI_EINVAL;
+    }
+    match crate::wait::poll_open(attr, Box::new(ParentRef::new(dom))) {
+        Ok(p) => {
+            *ps = p;
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn scalable_ep(_: *mut fid_domain, _: *mut fi_info, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
+    crate::warn!(FI_LOG_DOMAIN, "scalable endpoints are not supported yet");
+    -FI_ENOSYS
+}
+unsafe extern "C" fn stx_ctx(_: *mut fid_domain, _: *mut fi_tx_attr, _: *mut *mut fid_stx, _: *mut c_void) -> i32 {
+    crate::warn!(FI_LOG_DOMAIN, "shared transmit contexts are not supported");
+    -FI_ENOSYS
+}
+unsafe extern "C" fn srx_ctx(_: *mut fid_domain, _: *mut fi_rx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
+    crate::warn!(FI_LOG_DOMAIN, "shared receive contexts are not supported");
+    -FI_ENOSYS
+}
+unsafe extern "C" fn query_atomic(_: *mut fid_domain, _: fi_datatype, _: fi_op, _: *mut fi_atomic_attr, _: u64) -> i32 {
+    -FI_EOPNOTSUPP
+}
+unsafe extern "C" fn query_collective(_: *mut fid_domain, _: fi_collective_op, _: *mut fi_collective_attr, _: u64) -> i32 {
+    -FI_EOPNOTSUPP
+}
+
+// ---- fi_ext_gnix.h domain ops ----
+
+const FI_GNIX_DOMAIN_OPS_1: &CStr = c"domain ops 1";
+const GNIX_RNDV_THRESHOLD: u32 = 0;
+const GNIX_PEER_TIMEOUT_MS: u32 = 1;
+const GNIX_MAX_RETRANS: u32 = 2;
+
+#[repr(C)]
+pub struct GnixOpsDomain {
+    set_val: unsafe extern "C" fn(*mut fid, u32, *mut c_void) -> i32,
+    get_val: unsafe extern "C" fn(*mut fid, u32, *mut c_void) -> i32,
+}
+
+unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
+    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if val.is_null() {
+        return -FI_EINVAL;
+    }
+    let mut tun = d.tunables.lock().unwrap();
+    match t {
+        GNIX_RNDV_THRESHOLD => tun.rndv_threshold = *(val as *const usize),
+        GNIX_PEER_TIMEOUT_MS => {
+            let v = *(val as *const u64);
+            if v == 0 {
+                return -FI_EINVAL;
+            }
+            tun.peer_timeout_ms = v;
+        }
+        GNIX_MAX_RETRANS => {
+            let v = *(val as *const u32);
+            if v == 0 {
+                return -FI_EINVAL;
+            }
+            tun.max_retrans = v;
+        }
+        _ => {
+            crate::warn!(FI_LOG_DOMAIN, "set_val: unknown value {}", t);
+            return -FI_EINVAL;
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn ext_get_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
+    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if val.is_null() {
+        return -FI_EINVAL;
+    }
+    let tun = *d.tunables.lock().unwrap();
+    match t {
+        GNIX_RNDV_THRESHOLD => *(val as *mut usize) = tun.rndv_threshold,
+        GNIX_PEER_TIMEOUT_MS => *(val as *mut u64) = tun.peer_timeout_ms,
+        GNIX_MAX_RETRANS => *(val as *mut u32) = tun.max_retrans,
+        _ => {
+            crate::warn!(FI_LOG_DOMAIN, "get_val: unknown value {}", t);
+            return -FI_EINVAL;
+        }
+    }
+    0
+}
+
+static GNIX_DOMAIN_OPS: Table<GnixOpsDomain> = Table(GnixOpsDomain { set_val: ext_set_val, get_val: ext_get_val });
+
+unsafe extern "C" fn ops_open(f: *mut fid, name: *const c_char, _flags: u64, ops: *mut *mut c_void, _ctx: *mut c_void) -> i32 {
+    if from_fid(f as *const c_void).is_none() || name.is_null() || ops.is_null() {
+        return -FI_EINVAL;
+    }
+    if CStr::from_ptr(name) != FI_GNIX_DOMAIN_OPS_1 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", CStr::from_ptr(name));
+        return -FI_EINVAL;
+    }
+    *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void;
+    0
+}
+
+static DOMAIN_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, None, Some(ops_open)));
+static DOMAIN_OPS: Table<fi_ops_domain> = Table(fi_ops_domain {
+    size: std::mem::size_of::<fi_ops_domain>(),
+    av_open: Some(av_open),
+    cq_open: Some(cq_open),
+    endpoint: Some(endpoint),
+    scalable_ep: Some(scalable_ep),
+    cntr_open: Some(cntr_open),
+    poll_open: Some(poll_open),
+    stx_ctx: Some(stx_ctx),
+    srx_ctx: Some(srx_ctx),
+    query_atomic: Some(query_atomic),
+    query_collective: Some(query_collective),
+    endpoint2: Some(endpoint2),
+});

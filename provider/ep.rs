@@ -1,0 +1,1425 @@
+//! RDM endpoint class: the libfabric face of one UDP wire.
+//!
+//! An endpoint owns its socket, the sans-IO `Engine` (VCs, reliability,
+//! eager/rendezvous), and two tag-matching engines (untagged and tagged
+//! receives). Every data call and every progress pass runs under the
+//! endpoint's one lock, so threads using different endpoints never contend
+//! (DESIGN.md §4); completions go to the bound CQs and counters, which have
+//! locks of their own (taken after this one, never before).
+
+use crate::av::Av;
+use crate::cntr::Cntr;
+use crate::cq::{Cq, CqEntry, CqError};
+use crate::domain::Domain;
+use crate::ffi::*;
+use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
+use crate::getinfo::std_to_sockaddr;
+use crate::nic::udp::UdpWire;
+use crate::nic::AutoProgress;
+use crate::progress::{now_ns, Progress};
+use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource};
+use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+/// A list of application buffers, as (address, length).
+type Iov = Vec<(usize, usize)>;
+
+fn iov_len(iov: &[(usize, usize)]) -> usize {
+    iov.iter().map(|v| v.1).sum()
+}
+
+/// Reads a send's payload straight from the application's buffers.
+/// Rendezvous sends keep it until the send completes, which is exactly as
+/// long as libfabric lets us rely on the buffers.
+struct IovSource {
+    iov: Iov,
+    len: usize,
+}
+
+impl SendSource for IovSource {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
+        for &(base, len) in &self.iov {
+            if dst.is_empty() {
+                break;
+            }
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(dst.len());
+            // SAFETY: (base, len) is an application buffer it promised to
+            // keep valid and unmodified until the send completes; offset+n <= len.
+            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
+            dst = &mut dst[n..];
+            offset = 0;
+        }
+    }
+}
+
+/// Writes a receive's payload straight into the application's buffers.
+struct IovSink {
+    iov: Iov,
+    cap: usize,
+}
+
+impl IovSink {
+    fn new(iov: Iov) -> Self {
+        let cap = iov_len(&iov);
+        IovSink { iov, cap }
+    }
+}
+
+impl RecvSink for IovSink {
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+    fn write_at(&mut self, mut offset: usize, mut src: &[u8]) {
+        for &(base, len) in &self.iov {
+            if src.is_empty() {
+                break;
+            }
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(src.len());
+            // SAFETY: (base, len) is a posted receive buffer the application
+            // keeps valid until the receive completes; offset+n <= len.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (base + offset) as *mut u8, n) };
+            src = &src[n..];
+            offset = 0;
+        }
+    }
+}
+
+/// A posted receive (the receive half of a FabReq).
+struct Posted {
+    ctx: usize,
+    iov: Iov,
+    flags: u64,
+    /// FI_MULTI_RECV buffer this receive stands for.
+    multi: Option<u64>,
+}
+
+/// A message that arrived before its receive.
+struct Unexpected {
+    peer: SocketAddr,
+    hdr: MsgHdr,
+    body: MsgBody,
+}
+
+/// An FI_MULTI_RECV buffer: messages are packed into it until less than
+/// the endpoint's minimum is left; it is released (FI_MULTI_RECV on a
+/// completion) once no rendezvous into it is still running.
+struct MultiBuf {
+    ctx: usize,
+    base: usize,
+    len: usize,
+    used: usize,
+    pending: usize,
+    consumed: bool,
+    flags: u64,
+}
+
+/// What a completing receive reports.
+struct RecvDone {
+    ctx: usize,
+    flags: u64,
+    buf: usize,
+    len: usize,
+    olen: usize,
+    hdr: MsgHdr,
+    src: u64,
+    peer: SocketAddr,
+    multi: Option<u64>,
+}
+
+/// A send in flight (the send half of a FabReq).
+struct SendReq {
+    ctx: usize,
+    flags: u64,
+    len: usize,
+    /// Completion already reported (inject, FI_INJECT_COMPLETE).
+    reported: bool,
+}
+
+#[derive(Clone, Default)]
+struct Bindings {
+    av: Option<Arc<Av>>,
+    tx_cq: Option<Arc<Cq>>,
+    rx_cq: Option<Arc<Cq>>,
+    tx_selective: bool,
+    rx_selective: bool,
+    send_cntr: Option<Arc<Cntr>>,
+    recv_cntr: Option<Arc<Cntr>>,
+    eq: bool,
+}
+
+struct EpState {
+    wire: UdpWire,
+    engine: Engine,
+    tme_msg: Tme<Posted, Unexpected>,
+    tme_tag: Tme<Posted, Unexpected>,
+    sends: HashMap<MsgId, SendReq>,
+    rndv: HashMap<RndvId, RecvDone>,
+    multi: HashMap<u64, MultiBuf>,
+    next_multi: u64,
+    min_multi_recv: usize,
+    txbuf: Vec<u8>,
+    rxbuf: Vec<u8>,
+    /// A datagram the socket had no room for, sent before anything newer.
+    stalled: Option<(usize, SocketAddr)>,
+    stalled_buf: Vec<u8>,
+}
+
+pub struct Ep {
+    pub domain: ParentRef<Domain>,
+    me: Weak<Ep>,
+    caps: u64,
+    tx_op_flags: AtomicU64,
+    rx_op_flags: AtomicU64,
+    inject_size: usize,
+    tx_size: usize,
+    rx_size: usize,
+    tx_iov_limit: usize,
+    rx_iov_limit: usize,
+    max_msg_size: usize,
+    pending_binds: Mutex<Bindings>,
+    binds: OnceLock<Bindings>,
+    enabled: AtomicBool,
+    fd: AtomicI32,
+    last_app: AtomicU64,
+    state: Mutex<EpState>,
+}
+
+type Obj = FidObj<fid_ep, Ep>;
+
+pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
+    Obj::get(p, FI_CLASS_EP)
+}
+
+fn engine_config(dom: &Domain, max_datagram: usize) -> EngineConfig {
+    let t = *dom.tunables.lock().unwrap();
+    EngineConfig {
+        max_datagram,
+        rndv_threshold: t.rndv_threshold,
+        max_retrans: t.max_retrans,
+        peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
+        ..EngineConfig::default()
+    }
+}
+
+fn seed() -> u64 {
+    let mut s: u64 = 0;
+    // SAFETY: getrandom writes at most 8 bytes into s.
+    unsafe { libc::getrandom(&mut s as *mut u64 as *mut c_void, 8, 0) };
+    s ^ now_ns() ^ (std::process::id() as u64) << 32
+}
+
+fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
+    let p = crate::params::params();
+    let wire = UdpWire::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu).map_err(|e| {
+        crate::warn!(FI_LOG_EP_CTRL, "cannot bind a UDP socket to {}: {}", addr, e);
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            -FI_EADDRINUSE
+        } else {
+            -FI_EINVAL
+        }
+    })?;
+    let engine = Engine::new(engine_config(dom, wire.max_datagram), wire.local_addr(), seed());
+    Ok(EpState {
+        engine,
+        txbuf: vec![0; 65536],
+        rxbuf: vec![0; 65536],
+        stalled_buf: vec![0; 65536],
+        wire,
+        tme_msg: Tme::new(),
+        tme_tag: Tme::new(),
+        sends: HashMap::new(),
+        rndv: HashMap::new(),
+        multi: HashMap::new(),
+        next_multi: 1,
+        min_multi_recv: 64,
+        stalled: None,
+    })
+}
+
+pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_ep, i32> {
+    let o = crate::getinfo::offer_from_info(info)?;
+    if o.iface.name != dom.attr.iface.name {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_endpoint: info is for domain {}, not {}", o.iface.name, dom.attr.iface.name);
+        return Err(-FI_EINVAL);
+    }
+    let st = new_state(dom, o.src)?;
+    let fd = st.wire.fd();
+    let ep = Arc::new_cyclic(|me| Ep {
+        domain: ParentRef::new(dom),
+        me: me.clone(),
+        caps: o.caps,
+        tx_op_flags: AtomicU64::new(o.tx_op_flags),
+        rx_op_flags: AtomicU64::new(o.rx_op_flags),
+        inject_size: o.inject_size,
+        tx_size: o.tx_size,
+        rx_size: o.rx_size,
+        tx_iov_limit: o.tx_iov_limit,
+        rx_iov_limit: o.rx_iov_limit,
+        max_msg_size: o.max_msg_size,
+        pending_binds: Mutex::new(Bindings::default()),
+        binds: OnceLock::new(),
+        enabled: AtomicBool::new(false),
+        fd: AtomicI32::new(fd),
+        last_app: AtomicU64::new(0),
+        state: Mutex::new(st),
+    });
+    let c = fid_ep {
+        fid: fid_header(FI_CLASS_EP, ctx, EP_FI_OPS.ptr()),
+        ops: EP_OPS.ptr(),
+        cm: CM_OPS.ptr(),
+        msg: MSG_OPS.ptr(),
+        rma: std::ptr::null_mut(),
+        tagged: TAGGED_OPS.ptr(),
+        atomic: std::ptr::null_mut(),
+        collective: std::ptr::null_mut(),
+    };
+    Ok(Obj::create(c, ep))
+}
+
+// ------------------------------------------------------------------------
+// Completions
+
+impl Ep {
+    fn binds(&self) -> &Bindings {
+        // Only reached after enable (data calls check it).
+        self.binds.get().expect("endpoint enabled")
+    }
+
+    fn complete_send(&self, b: &Bindings, r: &SendReq, err: Option<i32>) {
+        let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
+        match err {
+            None => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc();
+                }
+                if want {
+                    if let Some(cq) = &b.tx_cq {
+                        cq.push(CqEntry {
+                            op_context: r.ctx as *mut c_void,
+                            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
+                            len: 0,
+                            buf: std::ptr::null_mut(),
+                            data: 0,
+                            tag: 0,
+                            src: FI_ADDR_NOTAVAIL,
+                        });
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc_err();
+                }
+                // Errors are always reported, selective or not (fi_cq(3)).
+                if let Some(cq) = &b.tx_cq {
+                    cq.push_err(CqError {
+                        entry: CqEntry {
+                            op_context: r.ctx as *mut c_void,
+                            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
+                            len: r.len,
+                            buf: std::ptr::null_mut(),
+                            data: 0,
+                            tag: 0,
+                            src: FI_ADDR_NOTAVAIL,
+                        },
+                        err: e,
+                        prov_errno: e,
+                        olen: 0,
+                        err_data: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn complete_recv(&self, st: &mut EpState, d: RecvDone, err: Option<i32>) {
+        let b = self.binds();
+        let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
+        if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        if let Some(m) = d.multi {
+            if let Some(mb) = st.multi.get_mut(&m) {
+                mb.pending -= 1;
+                if mb.consumed && mb.pending == 0 {
+                    flags |= FI_MULTI_RECV;
+                    st.multi.remove(&m);
+                }
+            }
+        }
+        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.caps & FI_SOURCE_ERR != 0;
+        let err = err.or(if d.olen > 0 { Some(FI_ETRUNC) } else { None }).or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
+        let entry = CqEntry {
+            op_context: d.ctx as *mut c_void,
+            flags,
+            len: d.len,
+            buf: d.buf as *mut c_void,
+            data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 { d.hdr.data } else { 0 },
+            tag: if d.flags & FI_TAGGED != 0 { d.hdr.tag } else { 0 },
+            src: d.src,
+        };
+        match err {
+            None => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc();
+                }
+                if !b.rx_selective || d.flags & FI_COMPLETION != 0 {
+                    if let Some(cq) = &b.rx_cq {
+                        cq.push(entry);
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc_err();
+                }
+                let err_data = if e == FI_EADDRNOTAVAIL { std_to_sockaddr(&d.peer) } else { Vec::new() };
+                if let Some(cq) = &b.rx_cq {
+                    cq.push_err(CqError { entry, err: e, prov_errno: e, olen: d.olen, err_data });
+                }
+            }
+        }
+    }
+
+    /// The fi_addr a peer was inserted as, when the application asked to
+    /// know (FI_SOURCE) or to filter on it (FI_DIRECTED_RECV).
+    fn source_of(&self, peer: &SocketAddr) -> u64 {
+        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+            return FI_ADDR_NOTAVAIL;
+        }
+        self.binds().av.as_ref().and_then(|av| av.reverse(peer)).unwrap_or(FI_ADDR_NOTAVAIL)
+    }
+
+    /// Places a matched message into a posted receive: eager data is copied
+    /// now; rendezvous data is pulled by the engine into the buffers.
+    fn deliver(&self, st: &mut EpState, p: Posted, msg: Arrived<Unexpected>) {
+        let Arrived { src, msg: u, .. } = msg;
+        let cap = iov_len(&p.iov);
+        let mlen = u.hdr.len as usize;
+        let done = RecvDone {
+            ctx: p.ctx,
+            flags: p.flags,
+            buf: p.iov.first().map_or(0, |v| v.0),
+            len: mlen.min(cap),
+            olen: mlen.saturating_sub(cap),
+            hdr: u.hdr,
+            src: if self.caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL },
+            peer: u.peer,
+            multi: p.multi,
+        };
+        match u.body {
+            MsgBody::Eager(data) => {
+                let mut sink = IovSink::new(p.iov);
+                let n = data.len().min(cap);
+                sink.write_at(0, &data[..n]);
+                self.complete_recv(st, done, None);
+            }
+            MsgBody::Rndv(rid) => {
+                if cap == 0 {
+                    st.engine.discard(rid, now_ns());
+                    self.complete_recv(st, done, None);
+                } else {
+                    st.rndv.insert(rid, done);
+                    st.engine.accept(rid, Box::new(IovSink::new(p.iov)), now_ns());
+                }
+            }
+        }
+    }
+
+    /// Handles one message the engine surfaced: match or queue unexpected.
+    fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: MsgBody) {
+        let tagged = hdr.flags & MsgHdr::TAGGED != 0;
+        let src = self.source_of(&peer);
+        let tag = if tagged { hdr.tag } else { 0 };
+        let tme = if tagged { &mut st.tme_tag } else { &mut st.tme_msg };
+        let Some(m) = tme.match_incoming(src, tag) else {
+            tme.push_unexpected(src, tag, Unexpected { peer, hdr, body });
+            return;
+        };
+        let arrived = Arrived { src, tag, msg: Unexpected { peer, hdr, body } };
+        let Some(mid) = m.get().multi else {
+            let p = m.consume();
+            self.deliver(st, p, arrived);
+            return;
+        };
+        // FI_MULTI_RECV: carve this message's slice out of the buffer.
+        let min = st.min_multi_recv;
+        let mb = st.multi.get_mut(&mid).expect("multi-recv buffer of a posted receive");
+        let off = mb.used;
+        let n = (hdr.len as usize).min(mb.len - off);
+        mb.used += n;
+        mb.pending += 1;
+        let slice = Posted { ctx: mb.ctx, iov: vec![(mb.base + off, n)], flags: mb.flags, multi: Some(mid) };
+        if mb.len - mb.used < min {
+            mb.consumed = true;
+            m.consume();
+        } else {
+            drop(m);
+        }
+        self.deliver(st, slice, arrived);
+    }
+
+    fn handle_events(&self, st: &mut EpState) {
+        while let Some(ev) = st.engine.poll_event() {
+            match ev {
+                Event::Msg { peer, hdr, body } => self.on_msg(st, peer, hdr, body),
+                Event::RecvDone { rid, written, .. } => {
+                    if let Some(mut d) = st.rndv.remove(&rid) {
+                        d.len = written;
+                        self.complete_recv(st, d, None);
+                    }
+                }
+                Event::RecvFailed { rid, err, .. } => {
+                    if let Some(d) = st.rndv.remove(&rid) {
+                        crate::warn!(FI_LOG_EP_DATA, "receive from {} failed: {}", d.peer, err);
+                        self.complete_recv(st, d, Some(engine_errno(err)));
+                    }
+                }
+                Event::SendDone { id } => {
+                    if let Some(r) = st.sends.remove(&id) {
+                        if !r.reported {
+                            self.complete_send(self.binds(), &r, None);
+                        }
+                    }
+                }
+                Event::SendFailed { id, err } => {
+                    if let Some(r) = st.sends.remove(&id) {
+                        crate::warn!(FI_LOG_EP_DATA, "send failed: {}", err);
+                        if !r.reported {
+                            self.complete_send(self.binds(), &r, Some(engine_errno(err)));
+                        }
+                    }
+                }
+                Event::PeerFailed { peer } => {
+                    crate::warn!(FI_LOG_EP_DATA, "peer {} is unreachable; its operations completed in error", peer);
+                }
+            }
+        }
+    }
+
+    /// Sends what the engine has queued, as long as the socket takes it.
+    fn flush(&self, st: &mut EpState) {
+        let now = now_ns();
+        if let Some((n, to)) = st.stalled {
+            match st.wire.send(&st.stalled_buf[..n], to) {
+                Ok(false) => return,
+                Ok(true) => st.stalled = None,
+                Err(e) => {
+                    crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e);
+                    st.stalled = None;
+                }
+            }
+        }
+        let EpState { engine, wire, txbuf, stalled, stalled_buf, .. } = st;
+        while let Some((to, n)) = engine.poll_transmit(now, txbuf) {
+            match wire.send(&txbuf[..n], to) {
+                Ok(true) => {}
+                Ok(false) => {
+                    stalled_buf[..n].copy_from_slice(&txbuf[..n]);
+                    *stalled = Some((n, to));
+                    return;
+                }
+                // Unreachable networks and the like: the reliability layer
+                // retransmits and eventually declares the peer dead.
+                Err(e) => crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e),
+            }
+        }
+    }
+
+    fn progress_locked(&self, st: &mut EpState) {
+        let mut budget = 256;
+        loop {
+            let EpState { engine, wire, rxbuf, .. } = &mut *st;
+            match wire.recv(rxbuf) {
+                Ok(Some((n, from))) => {
+                    engine.handle_datagram(from, &rxbuf[..n], now_ns());
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    crate::debug!(FI_LOG_EP_DATA, "recvfrom: {}", e);
+                    break;
+                }
+            }
+            budget -= 1;
+            if budget == 0 {
+                break;
+            }
+            // Keep completions flowing during a long burst.
+            if budget % 32 == 0 {
+                self.handle_events(st);
+                self.flush(st);
+            }
+        }
+        let now = now_ns();
+        if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+            st.engine.handle_timeout(now);
+        }
+        self.handle_events(st);
+        self.flush(st);
+    }
+
+    fn touch(&self) {
+        self.last_app.store(now_ns(), Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, EpState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn engine_errno(e: EngineError) -> i32 {
+    match e {
+        EngineError::PeerUnreachable => FI_EHOSTUNREACH,
+        EngineError::PeerRestarted => FI_ECONNRESET,
+        EngineError::PeerForgotten => FI_ECANCELED,
+        EngineError::UnknownRndv => FI_EIO,
+        EngineError::InvalidAddress => FI_EINVAL,
+        EngineError::DatagramTooSmall => FI_EMSGSIZE,
+    }
+}
+
+impl Progress for Ep {
+    fn progress(&self) {
+        self.touch();
+        if let Ok(mut st) = self.state.try_lock() {
+            self.progress_locked(&mut st);
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        out.push(self.fd.load(Ordering::Relaxed));
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        let st = self.state.try_lock().ok()?;
+        let t = st.engine.poll_timeout();
+        // A stalled datagram needs another try soon even without input.
+        if st.stalled.is_some() {
+            return Some(now_ns() + 50_000);
+        }
+        t
+    }
+}
+
+impl AutoProgress for Ep {
+    fn last_app_activity(&self) -> u64 {
+        self.last_app.load(Ordering::Relaxed)
+    }
+    fn auto_progress(&self) {
+        if let Ok(mut st) = self.state.try_lock() {
+            self.progress_locked(&mut st);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------
+// Data operations (safe core; the shims below convert arguments)
+
+/// One data-path request after argument conversion.
+struct SendArgs {
+    iov: Iov,
+    dest: u64,
+    tag: u64,
+    data: Option<u64>,
+    ctx: usize,
+    flags: u64,
+    tagged: bool,
+}
+
+struct RecvArgs {
+    iov: Iov,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: usize,
+    flags: u64,
+    tagged: bool,
+}
+
+const SEND_FLAGS: u64 = FI_COMPLETION
+    | FI_INJECT
+    | FI_INJECT_COMPLETE
+    | FI_TRANSMIT_COMPLETE
+    | FI_DELIVERY_COMPLETE
+    | FI_REMOTE_CQ_DATA
+    | FI_MORE
+    | FI_FENCE;
+const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE;
+
+impl Ep {
+    fn check_enabled(&self) -> Result<&Bindings, isize> {
+        match self.binds.get() {
+            Some(b) if self.enabled.load(Ordering::Acquire) => Ok(b),
+            _ => {
+                crate::warn!(FI_LOG_EP_DATA, "data transfer on an endpoint that is not enabled");
+                Err(-FI_EOPBADSTATE as isize)
+            }
+        }
+    }
+
+    fn send(&self, a: SendArgs) -> isize {
+        self.touch();
+        let b = match self.check_enabled() {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        if a.flags & !SEND_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
+            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", if a.tagged { "FI_TAGGED" } else { "FI_MSG" });
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if a.iov.len() > self.tx_iov_limit {
+            crate::warn!(FI_LOG_EP_DATA, "send: {} iovs > iov_limit {}", a.iov.len(), self.tx_iov_limit);
+            return -FI_EINVAL as isize;
+        }
+        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+            crate::warn!(FI_LOG_EP_DATA, "send: NULL buffer with non-zero length");
+            return -FI_EINVAL as isize;
+        }
+        let len = iov_len(&a.iov);
+        if len > self.max_msg_size {
+            crate::warn!(FI_LOG_EP_DATA, "send: {} bytes > max_msg_size", len);
+            return -FI_EMSGSIZE as isize;
+        }
+        let inject = a.flags & FI_INJECT != 0;
+        if inject && len > self.inject_size {
+            crate::warn!(FI_LOG_EP_DATA, "inject: {} bytes > inject_size {}", len, self.inject_size);
+            return -FI_EMSGSIZE as isize;
+        }
+        let Some(peer) = b.av.as_ref().and_then(|av| av.lookup(a.dest)) else {
+            crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
+            return -FI_EINVAL as isize;
+        };
+        let mut st = self.lock();
+        if st.sends.len() >= self.tx_size {
+            self.progress_locked(&mut st);
+            if st.sends.len() >= self.tx_size {
+                return -FI_EAGAIN as isize;
+            }
+        }
+        let mut hflags = if a.tagged { MsgHdr::TAGGED } else { 0 };
+        if a.data.is_some() {
+            hflags |= MsgHdr::HAS_DATA;
+        }
+        let hdr = MsgHdr { tag: if a.tagged { a.tag } else { 0 }, data: a.data.unwrap_or(0), len: len as u64, flags: hflags };
+        let mode = if a.flags & FI_DELIVERY_COMPLETE != 0 { SendMode::Rendezvous } else { SendMode::Eager };
+        let eager = mode == SendMode::Eager && len <= st.engine.config().rndv_threshold;
+        let src = Box::new(IovSource { iov: a.iov, len });
+        let id = match st.engine.send(peer, hdr, src, mode, now_ns()) {
+            Ok(id) => id,
+            Err(e) => {
+                crate::warn!(FI_LOG_EP_DATA, "send to {}: {}", peer, e);
+                return -(engine_errno(e) as isize);
+            }
+        };
+        let op = if a.tagged { FI_TAGGED } else { FI_MSG };
+        let req = SendReq { ctx: a.ctx, flags: FI_SEND | op | (a.flags & FI_COMPLETION), len, reported: false };
+        if inject || (eager && a.flags & FI_INJECT_COMPLETE != 0) {
+            // The payload is copied into the engine: inject-complete now.
+            // fi_inject never writes a CQ entry; it still counts.
+            if inject {
+                if let Some(c) = &b.send_cntr {
+                    c.inc();
+                }
+            } else {
+                self.complete_send(b, &req, None);
+            }
+            st.sends.insert(id, SendReq { reported: true, ..req });
+        } else {
+            st.sends.insert(id, req);
+        }
+        if a.flags & FI_MORE == 0 {
+            self.flush(&mut st);
+        }
+        0
+    }
+
+    fn recv(&self, a: RecvArgs) -> isize {
+        self.touch();
+        if let Err(e) = self.check_enabled() {
+            return e;
+        }
+        if a.flags & !RECV_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "recv: unsupported flags {:#x}", a.flags & !RECV_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if a.iov.len() > self.rx_iov_limit {
+            crate::warn!(FI_LOG_EP_DATA, "recv: {} iovs > iov_limit {}", a.iov.len(), self.rx_iov_limit);
+            return -FI_EINVAL as isize;
+        }
+        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+            crate::warn!(FI_LOG_EP_DATA, "recv: NULL buffer with non-zero length");
+            return -FI_EINVAL as isize;
+        }
+        let multi = a.flags & FI_MULTI_RECV != 0;
+        if multi && (a.tagged || a.iov.len() != 1 || self.caps & FI_MULTI_RECV == 0) {
+            crate::warn!(FI_LOG_EP_DATA, "FI_MULTI_RECV needs an untagged receive of one buffer on an FI_MULTI_RECV endpoint");
+            return -FI_EINVAL as isize;
+        }
+        if !a.tagged && a.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
+            return -FI_EBADFLAGS as isize;
+        }
+        let directed = self.caps & FI_DIRECTED_RECV != 0;
+        let spec = if a.tagged {
+            MatchSpec { tag: a.tag, ignore: a.ignore, src: src_filter(a.src, directed) }
+        } else {
+            MatchSpec { tag: 0, ignore: 0, src: src_filter(a.src, directed) }
+        };
+        let op = if a.tagged { FI_TAGGED } else { FI_MSG };
+        let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
+        let mut st = self.lock();
+        if a.flags & (FI_PEEK | FI_CLAIM) != 0 {
+            return self.peek_claim(&mut st, spec, a, flags);
+        }
+        if multi {
+            let (base, len) = a.iov[0];
+            let id = st.next_multi;
+            st.next_multi += 1;
+            st.multi.insert(id, MultiBuf { ctx: a.ctx, base, len, used: 0, pending: 0, consumed: false, flags });
+            // Unexpected messages first, in arrival order, then post the rest.
+            let min = st.min_multi_recv;
+            loop {
+                let Some(m) = st.tme_msg.take_unexpected(&spec) else { break };
+                let mb = st.multi.get_mut(&id).unwrap();
+                let off = mb.used;
+                let n = (m.msg.hdr.len as usize).min(mb.len - off);
+                mb.used += n;
+                mb.pending += 1;
+                let done = mb.len - mb.used < min;
+                if done {
+                    mb.consumed = true;
+                }
+                let slice = Posted { ctx: a.ctx, iov: vec![(base + off, n)], flags, multi: Some(id) };
+                self.deliver(&mut st, slice, m);
+                if done {
+                    return 0;
+                }
+            }
+            st.tme_msg.append_posted(spec, Posted { ctx: a.ctx, iov: a.iov, flags, multi: Some(id) });
+            return 0;
+        }
+        let posted = Posted { ctx: a.ctx, iov: a.iov, flags, multi: None };
+        let tme = if a.tagged { &mut st.tme_tag } else { &mut st.tme_msg };
+        if let PostOutcome::Matched { recv, msg } = tme.post(spec, posted) {
+            self.deliver(&mut st, recv, msg);
+        }
+        0
+    }
+
+    /// FI_PEEK, FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, FI_CLAIM, FI_CLAIM|FI_DISCARD.
+    fn peek_claim(&self, st: &mut EpState, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
+        // A peek should see what is already on the wire.
+        self.progress_locked(st);
+        let b = self.binds();
+        let peeked = |src: u64, peer: SocketAddr, hdr: MsgHdr| RecvDone {
+            ctx: a.ctx,
+            flags,
+            buf: 0,
+            len: hdr.len as usize,
+            olen: 0,
+            hdr,
+            src: if self.caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL },
+            peer,
+            multi: None,
+        };
+        if a.flags & FI_PEEK != 0 {
+            let found = if a.flags & FI_CLAIM != 0 {
+                st.tme_tag.peek_claim(&spec, a.ctx as u64).map(|m| (m.src, m.msg.peer, m.msg.hdr))
+            } else {
+                st.tme_tag.peek(&spec).map(|m| (m.src, m.msg.peer, m.msg.hdr))
+            };
+            let Some((src, peer, hdr)) = found else {
+                if let Some(cq) = &b.rx_cq {
+                    cq.push_err(CqError {
+                        entry: CqEntry {
+                            op_context: a.ctx as *mut c_void,
+                            flags,
+                            len: 0,
+                            buf: std::ptr::null_mut(),
+                            data: 0,
+                            tag: a.tag,
+                            src: FI_ADDR_NOTAVAIL,
+                        },
+                        err: FI_ENOMSG,
+                        prov_errno: FI_ENOMSG,
+                        olen: 0,
+                        err_data: Vec::new(),
+                    });
+                }
+                return 0;
+            };
+            if a.flags & FI_DISCARD != 0 {
+                if let Some(m) = st.tme_tag.take_unexpected(&spec) {
+                    if let MsgBody::Rndv(rid) = m.msg.body {
+                        st.engine.discard(rid, now_ns());
+                    }
+                }
+            }
+            self.complete_peek(peeked(src, peer, hdr));
+            return 0;
+        }
+        // FI_CLAIM: the message a previous FI_PEEK|FI_CLAIM set aside.
+        let Some(m) = st.tme_tag.take_claimed(a.ctx as u64) else {
+            crate::warn!(FI_LOG_EP_DATA, "FI_CLAIM: no message was claimed with this context");
+            return -FI_EINVAL as isize;
+        };
+        if a.flags & FI_DISCARD != 0 {
+            if let MsgBody::Rndv(rid) = m.msg.body {
+                st.engine.discard(rid, now_ns());
+            }
+            let mut d = peeked(m.src, m.msg.peer, m.msg.hdr);
+            d.len = 0;
+            self.complete_peek(d);
+            return 0;
+        }
+        self.deliver(st, Posted { ctx: a.ctx, iov: a.iov, flags, multi: None }, m);
+        self.flush(st);
+        0
+    }
+
+    /// A peek's answer: the message's size, tag and data, nothing copied.
+    fn complete_peek(&self, d: RecvDone) {
+        let b = self.binds();
+        let mut flags = d.flags & (FI_RECV | FI_TAGGED);
+        if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        if let Some(cq) = &b.rx_cq {
+            cq.push(CqEntry {
+                op_context: d.ctx as *mut c_void,
+                flags,
+                len: d.len,
+                buf: std::ptr::null_mut(),
+                data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 { d.hdr.data } else { 0 },
+                tag: d.hdr.tag,
+                src: d.src,
+            });
+        }
+    }
+
+    fn cancel(&self, ctx: usize) -> isize {
+        let mut st = self.lock();
+        let found = st
+            .tme_msg
+            .cancel_where(|p| p.ctx == ctx)
+            .or_else(|| st.tme_tag.cancel_where(|p| p.ctx == ctx));
+        let Some(p) = found else { return -FI_ENOENT as isize };
+        if let Some(m) = p.multi {
+            st.multi.remove(&m);
+        }
+        let b = self.binds();
+        if let Some(cq) = &b.rx_cq {
+            cq.push_err(CqError {
+                entry: CqEntry {
+                    op_context: ctx as *mut c_void,
+                    flags: p.flags & (FI_RECV | FI_MSG | FI_TAGGED),
+                    len: 0,
+                    buf: std::ptr::null_mut(),
+                    data: 0,
+                    tag: 0,
+                    src: FI_ADDR_NOTAVAIL,
+                },
+                err: FI_ECANCELED,
+                prov_errno: FI_ECANCELED,
+                olen: 0,
+                err_data: Vec::new(),
+            });
+        }
+        if let Some(c) = &b.recv_cntr {
+            c.inc_err();
+        }
+        0
+    }
+}
+
+// ------------------------------------------------------------------------
+// fi_ops: close, bind, control
+
+unsafe extern "C" fn close(f: *mut fid) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let me: Weak<Ep> = ep.me.clone();
+    let prog: Weak<dyn Progress> = me.clone();
+    let auto: Weak<dyn AutoProgress> = me;
+    ep.domain.nic.remove(&auto);
+    if let Some(b) = ep.binds.get().cloned().or_else(|| Some(ep.pending_binds.lock().unwrap().clone())) {
+        for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+            cq.remove_source(&prog);
+            cq.refs.put();
+        }
+        for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
+            c.remove_source(&prog);
+            c.refs.put();
+        }
+        if let Some(av) = &b.av {
+            av.refs.put();
+        }
+    }
+    Obj::destroy(f as *mut c_void);
+    0
+}
+
+unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if bf.is_null() {
+        return -FI_EINVAL;
+    }
+    if ep.enabled.load(Ordering::Acquire) {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind after fi_enable");
+        return -FI_EOPBADSTATE;
+    }
+    let mut b = ep.pending_binds.lock().unwrap();
+    match (*bf).fclass as u32 {
+        FI_CLASS_AV => {
+            let Some(av) = crate::av::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            if b.av.is_some() {
+                crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an AV");
+                return -FI_EINVAL;
+            }
+            if !Arc::ptr_eq(&av.domain.0, &ep.domain.0) {
+                return -FI_EINVAL;
+            }
+            av.refs.get();
+            b.av = Some(av.clone());
+        }
+        FI_CLASS_CQ => {
+            let Some(cq) = crate::cq::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0 || flags & (FI_TRANSMIT | FI_RECV) == 0 {
+                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags {:#x}", flags);
+                return -FI_EBADFLAGS;
+            }
+            if (flags & FI_TRANSMIT != 0 && b.tx_cq.is_some()) || (flags & FI_RECV != 0 && b.rx_cq.is_some()) {
+                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): already bound");
+                return -FI_EINVAL;
+            }
+            let sel = flags & FI_SELECTIVE_COMPLETION != 0;
+            if flags & FI_TRANSMIT != 0 {
+                cq.refs.get();
+                b.tx_cq = Some(cq.clone());
+                b.tx_selective = sel;
+            }
+            if flags & FI_RECV != 0 {
+                cq.refs.get();
+                b.rx_cq = Some(cq.clone());
+                b.rx_selective = sel;
+            }
+        }
+        FI_CLASS_CNTR => {
+            let Some(c) = crate::cntr::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            let known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+            if flags & !known != 0 || flags & known == 0 {
+                return -FI_EBADFLAGS;
+            }
+            if flags & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
+                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): RMA counters need FI_RMA, which gnix does not offer yet");
+                return -FI_EOPNOTSUPP;
+            }
+            if flags & FI_SEND != 0 {
+                if b.send_cntr.is_some() {
+                    return -FI_EINVAL;
+                }
+                c.refs.get();
+                b.send_cntr = Some(c.clone());
+            }
+            if flags & FI_RECV != 0 {
+                if b.recv_cntr.is_some() {
+                    return -FI_EINVAL;
+                }
+                c.refs.get();
+                b.recv_cntr = Some(c.clone());
+            }
+        }
+        FI_CLASS_EQ => {
+            // RDM endpoints report nothing asynchronous yet; accept the binding.
+            b.eq = true;
+        }
+        c => {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind class {}", c);
+            return -FI_EINVAL;
+        }
+    }
+    0
+}
+
+fn enable(ep: &Arc<Ep>) -> i32 {
+    if ep.enabled.load(Ordering::Acquire) {
+        return 0;
+    }
+    let b = ep.pending_binds.lock().unwrap().clone();
+    if b.av.is_none() {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_enable: an RDM endpoint needs an AV");
+        return -FI_ENOAV;
+    }
+    if b.tx_cq.is_none() && b.send_cntr.is_none() || b.rx_cq.is_none() && b.recv_cntr.is_none() {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_enable: bind a CQ (or counter) for both transmit and receive");
+        return -FI_ENOCQ;
+    }
+    let me: Weak<Ep> = ep.me.clone();
+    let prog: Weak<dyn Progress> = me.clone();
+    for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+        cq.add_source(prog.clone());
+    }
+    for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
+        c.add_source(prog.clone());
+    }
+    let _ = ep.binds.set(b);
+    ep.enabled.store(true, Ordering::Release);
+    let auto: Weak<dyn AutoProgress> = me;
+    ep.domain.nic.add(auto);
+    0
+}
+
+unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    match cmd as u32 {
+        FI_ENABLE => enable(ep),
+        FI_GETOPSFLAG | FI_SETOPSFLAG => {
+            let Some(flags) = (arg as *mut u64).as_mut() else { return -FI_EINVAL };
+            let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
+                (&ep.tx_op_flags, crate::getinfo::TX_OP_FLAGS)
+            } else if *flags & FI_RECV != 0 {
+                (&ep.rx_op_flags, crate::getinfo::RX_OP_FLAGS)
+            } else {
+                return -FI_EINVAL;
+            };
+            if cmd as u32 == FI_GETOPSFLAG {
+                *flags = slot.load(Ordering::Relaxed);
+            } else {
+                let v = *flags & !(FI_TRANSMIT | FI_RECV);
+                if v & !allowed != 0 {
+                    return -FI_EINVAL;
+                }
+                slot.store(v, Ordering::Relaxed);
+            }
+            0
+        }
+        _ => -FI_ENOSYS,
+    }
+}
+
+// ------------------------------------------------------------------------
+// fi_ops_ep, fi_ops_cm
+
+unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL as isize };
+    if ep.binds.get().is_none() {
+        return -FI_EOPBADSTATE as isize;
+    }
+    ep.cancel(ctx as usize)
+}
+
+unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, len: *mut usize) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if level != FI_OPT_ENDPOINT as i32 {
+        return -FI_ENOPROTOOPT;
+    }
+    if val.is_null() || len.is_null() {
+        return -FI_EINVAL;
+    }
+    match name as u32 {
+        FI_OPT_MIN_MULTI_RECV => {
+            if *len < std::mem::size_of::<usize>() {
+                *len = std::mem::size_of::<usize>();
+                return -FI_ETOOSMALL;
+            }
+            *(val as *mut usize) = ep.lock().min_multi_recv;
+            *len = std::mem::size_of::<usize>();
+            0
+        }
+        _ => -FI_ENOPROTOOPT,
+    }
+}
+
+unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void, len: usize) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if level != FI_OPT_ENDPOINT as i32 {
+        return -FI_ENOPROTOOPT;
+    }
+    match name as u32 {
+        FI_OPT_MIN_MULTI_RECV => {
+            if val.is_null() || len != std::mem::size_of::<usize>() {
+                return -FI_EINVAL;
+            }
+            ep.lock().min_multi_recv = *(val as *const usize);
+            0
+        }
+        _ => -FI_ENOPROTOOPT,
+    }
+}
+
+unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
+    let Some(ep) = from_fid(e as *const c_void) else { return -FI_EINVAL as isize };
+    let st = ep.lock();
+    ep.rx_size.saturating_sub(st.tme_msg.posted_len() + st.tme_tag.posted_len()) as isize
+}
+
+unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
+    let Some(ep) = from_fid(e as *const c_void) else { return -FI_EINVAL as isize };
+    ep.tx_size.saturating_sub(ep.lock().sends.len()) as isize
+}
+
+unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if len.is_null() {
+        return -FI_EINVAL;
+    }
+    let bytes = std_to_sockaddr(&ep.lock().wire.local_addr());
+    let room = *len;
+    *len = bytes.len();
+    if room < bytes.len() || addr.is_null() {
+        return -FI_ETOOSMALL;
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
+    0
+}
+
+unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
+    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    if ep.enabled.load(Ordering::Acquire) {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_setname after fi_enable");
+        return -FI_EOPBADSTATE;
+    }
+    let Some(a) = crate::getinfo::sockaddr_to_std(addr as *const u8, len) else {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6");
+        return -FI_EINVAL;
+    };
+    if a.ip() != ep.domain.attr.iface.ip {
+        crate::warn!(FI_LOG_EP_CTRL, "fi_setname: {} is not on interface {}", a, ep.domain.attr.iface.name);
+        return -FI_EINVAL;
+    }
+    let mut st = ep.lock();
+    if a == st.wire.local_addr() {
+        return 0;
+    }
+    match new_state(&ep.domain, a) {
+        Ok(ns) => {
+            ep.fd.store(ns.wire.fd(), Ordering::Relaxed);
+            *st = ns;
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn getpeer(_: *mut fid_ep, _: *mut c_void, _: *mut usize) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn connect(_: *mut fid_ep, _: *const c_void, _: *const c_void, _: usize) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn listen(_: *mut fid_pep) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn accept(_: *mut fid_ep, _: *const c_void, _: usize) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn reject(_: *mut fid_pep, _: fid_t, _: *const c_void, _: usize) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn shutdown(_: *mut fid_ep, _: u64) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn join(_: *mut fid_ep, _: *const c_void, _: u64, _: *mut *mut fid_mc, _: *mut c_void) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn tx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_tx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn rx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_rx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
+    -FI_ENOSYS
+}
+
+// ------------------------------------------------------------------------
+// Argument conversion shims
+
+unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
+    if count == 0 {
+        return Some(Vec::new());
+    }
+    if iov.is_null() {
+        return None;
+    }
+    Some(std::slice::from_raw_parts(iov, count).iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
+}
+
+fn one(buf: *const c_void, len: usize) -> Iov {
+    if len == 0 {
+        Vec::new()
+    } else {
+        vec![(buf as usize, len)]
+    }
+}
+
+macro_rules! ep_or_inval {
+    ($e:expr) => {
+        match from_fid($e as *const c_void) {
+            Some(ep) => ep,
+            None => return -FI_EINVAL as isize,
+        }
+    };
+}
+
+impl Ep {
+    fn tx_flags(&self) -> u64 {
+        self.tx_op_flags.load(Ordering::Relaxed)
+    }
+    fn rx_flags(&self) -> u64 {
+        self.rx_op_flags.load(Ordering::Relaxed)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn do_send(e: *mut fid_ep, iov: Option<Iov>, dest: u64, tag: u64, data: Option<u64>, ctx: *mut c_void, flags: Option<u64>, tagged: bool) -> isize {
+    let ep = ep_or_inval!(e);
+    let Some(iov) = iov else {
+        crate::warn!(FI_LOG_EP_DATA, "send: NULL iov with a non-zero count");
+        return -FI_EINVAL as isize;
+    };
+    let flags = flags.unwrap_or_else(|| ep.tx_flags());
+    ep.send(SendArgs { iov, dest, tag, data, ctx: ctx as usize, flags, tagged })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn do_recv(e: *mut fid_ep, iov: Option<Iov>, src: u64, tag: u64, ignore: u64, ctx: *mut c_void, flags: Option<u64>, tagged: bool) -> isize {
+    let ep = ep_or_inval!(e);
+    let Some(iov) = iov else {
+        crate::warn!(FI_LOG_EP_DATA, "recv: NULL iov with a non-zero count");
+        return -FI_EINVAL as isize;
+    };
+    let flags = flags.unwrap_or_else(|| ep.rx_flags());
+    ep.recv(RecvArgs { iov, src, tag, ignore, ctx: ctx as usize, flags, tagged })
+}
+
+unsafe extern "C" fn msg_send(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, dest: u64, ctx: *mut c_void) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false)
+}
+unsafe extern "C" fn msg_sendv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, dest: u64, ctx: *mut c_void) -> isize {
+    do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false)
+}
+unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_send(e, iov_of(m.msg_iov, m.iov_count), m.addr, 0, data, m.context, Some(flags), false)
+}
+unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, None, std::ptr::null_mut(), Some(FI_INJECT), false)
+}
+unsafe extern "C" fn msg_senddata(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, data: u64, dest: u64, ctx: *mut c_void) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
+}
+unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, Some(data), std::ptr::null_mut(), Some(FI_INJECT | FI_REMOTE_CQ_DATA), false)
+}
+unsafe extern "C" fn msg_recv(e: *mut fid_ep, buf: *mut c_void, len: usize, _d: *mut c_void, src: u64, ctx: *mut c_void) -> isize {
+    do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false)
+}
+unsafe extern "C" fn msg_recvv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, src: u64, ctx: *mut c_void) -> isize {
+    do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false)
+}
+unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    do_recv(e, iov_of(m.msg_iov, m.iov_count), m.addr, 0, 0, m.context, Some(flags), false)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_send(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_sendv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+    do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true)
+}
+unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_send(e, iov_of(m.msg_iov, m.iov_count), m.addr, m.tag, data, m.context, Some(flags), true)
+}
+unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, None, std::ptr::null_mut(), Some(FI_INJECT), true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_senddata(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, data: u64, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true)
+}
+unsafe extern "C" fn tag_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64, tag: u64) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, Some(data), std::ptr::null_mut(), Some(FI_INJECT | FI_REMOTE_CQ_DATA), true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_recv(e: *mut fid_ep, buf: *mut c_void, len: usize, _d: *mut c_void, src: u64, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+    do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_recvv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, src: u64, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+    do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true)
+}
+unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    do_recv(e, iov_of(m.msg_iov, m.iov_count), m.addr, m.tag, m.ignore, m.context, Some(flags), true)
+}
+
+static EP_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), Some(control), None));
+static EP_OPS: Table<fi_ops_ep> = Table(fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: Some(cancel),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: Some(tx_ctx),
+    rx_ctx: Some(rx_ctx),
+    rx_size_left: Some(rx_size_left),
+    tx_size_left: Some(tx_size_left),
+});
+static CM_OPS: Table<fi_ops_cm> = Table(fi_ops_cm {
+    size: std::mem::size_of::<fi_ops_cm>(),
+    setname: Some(setname),
+    getname: Some(getname),
+    getpeer: Some(getpeer),
+    connect: Some(connect),
+    listen: Some(listen),
+    accept: Some(accept),
+    reject: Some(reject),
+    shutdown: Some(shutdown),
+    join: Some(join),
+});
+static MSG_OPS: Table<fi_ops_msg> = Table(fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+});
+static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
+    size: std::mem::size_of::<fi_ops_tagged>(),
+    recv: Some(tag_recv),
+    recvv: Some(tag_recvv),
+    recvmsg: Some(tag_recvmsg),
+    send: Some(tag_send),
+    sendv: Some(tag_sendv),
+    sendmsg: Some(tag_sendmsg),
+    inject: Some(tag_inject),
+    senddata: Some(tag_senddata),
+    injectdata: Some(tag_injectdata),
+});

@@ -1,0 +1,198 @@
+//! Memory registration. gnix needs no registration to move messages (the
+//! wires copy or use cross-memory attach), so an MR is the record RMA and
+//! atomics will check a remote access against: its iovs, access rights and
+//! key.
+
+use crate::domain::Domain;
+use crate::ffi::*;
+use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+pub struct Mr {
+    pub domain: ParentRef<Domain>,
+    pub iov: Vec<(usize, usize)>,
+    pub access: u64,
+    pub offset: u64,
+    pub key: u64,
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // A later MR may have reused the key once this one was unreachable.
+        let mut keys = self.domain.mrs.keys.lock().unwrap();
+        if keys.get(&self.key).is_some_and(|w| std::ptr::eq(w.as_ptr(), self)) {
+            keys.remove(&self.key);
+        }
+    }
+}
+
+/// The domain's keys. Keys are unique per domain (fi_mr(3): -FI_ENOKEY for a
+/// requested key already in use).
+pub struct MrTable {
+    keys: Mutex<HashMap<u64, Weak<Mr>>>,
+    next: AtomicU64,
+    prov_key: bool,
+}
+
+impl MrTable {
+    pub fn new(mr_mode: i32) -> Self {
+        let prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC as i32;
+        MrTable { keys: Mutex::new(HashMap::new()), next: AtomicU64::new(1), prov_key }
+    }
+    pub fn lookup(&self, key: u64) -> Option<Arc<Mr>> {
+        self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade)
+    }
+}
+
+type Obj = FidObj<fid_mr, Mr>;
+
+const ACCESS: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+unsafe fn register(
+    dom_fid: *mut fid,
+    iov: &[(usize, usize)],
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    ctx: *mut c_void,
+) -> Result<*mut fid_mr, i32> {
+    let Some(dom) = crate::domain::from_fid(dom_fid as *const c_void) else {
+        return Err(-FI_EINVAL);
+    };
+    if access & !ACCESS != 0 {
+        crate::warn!(FI_LOG_MR, "fi_mr_reg: unknown access bits {:#x}", access & !ACCESS);
+        return Err(-FI_EINVAL);
+    }
+    if flags != 0 {
+        crate::warn!(FI_LOG_MR, "fi_mr_reg: flags {:#x} not supported", flags);
+        return Err(-FI_EBADFLAGS);
+    }
+    if iov.len() > crate::getinfo::MR_IOV_LIMIT {
+        crate::warn!(FI_LOG_MR, "fi_mr_regv: {} iovs > mr_iov_limit {}", iov.len(), crate::getinfo::MR_IOV_LIMIT);
+        return Err(-FI_EINVAL);
+    }
+    if iov.iter().any(|&(b, l)| b == 0 && l != 0) {
+        crate::warn!(FI_LOG_MR, "fi_mr_reg: NULL buffer with non-zero length");
+        return Err(-FI_EINVAL);
+    }
+    let mut keys = dom.mrs.keys.lock().unwrap();
+    let key = if dom.mrs.prov_key {
+        loop {
+            let k = dom.mrs.next.fetch_add(1, Ordering::Relaxed);
+            if !keys.contains_key(&k) {
+                break k;
+            }
+        }
+    } else {
+        if keys.get(&requested_key).is_some_and(|w| w.strong_count() > 0) {
+            crate::warn!(FI_LOG_MR, "fi_mr_reg: key {:#x} already in use", requested_key);
+            return Err(-FI_ENOKEY);
+        }
+        requested_key
+    };
+    let mr = Arc::new(Mr { domain: ParentRef::new(dom), iov: iov.to_vec(), access, offset, key });
+    keys.insert(key, Arc::downgrade(&mr));
+    drop(keys);
+    let c = fid_mr { fid: fid_header(FI_CLASS_MR, ctx, MR_FI_OPS.ptr()), mem_desc: std::ptr::null_mut(), key };
+    let p = Obj::create(c, mr);
+    // The descriptor is the MR itself: fi_mr_desc() hands it to data calls.
+    (*p).mem_desc = p as *mut c_void;
+    Ok(p)
+}
+
+unsafe fn finish(r: Result<*mut fid_mr, i32>, out: *mut *mut fid_mr) -> i32 {
+    match r {
+        Ok(p) => {
+            *out = p;
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn reg(
+    f: *mut fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    offset: u64,
+    key: u64,
+    flags: u64,
+    mr: *mut *mut fid_mr,
+    ctx: *mut c_void,
+) -> i32 {
+    if mr.is_null() {
+        return -FI_EINVAL;
+    }
+    finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr)
+}
+
+unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
+    if count == 0 {
+        return Some(vec![]);
+    }
+    if iov.is_null() {
+        return None;
+    }
+    Some(std::slice::from_raw_parts(iov, count).iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
+}
+
+unsafe extern "C" fn regv(
+    f: *mut fid,
+    iov: *const iovec,
+    count: usize,
+    access: u64,
+    offset: u64,
+    key: u64,
+    flags: u64,
+    mr: *mut *mut fid_mr,
+    ctx: *mut c_void,
+) -> i32 {
+    if mr.is_null() {
+        return -FI_EINVAL;
+    }
+    let Some(v) = iovs(iov, count) else { return -FI_EINVAL };
+    finish(register(f, &v, access, offset, key, flags, ctx), mr)
+}
+
+unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, mr: *mut *mut fid_mr) -> i32 {
+    let Some(a) = attr.as_ref() else { return -FI_EINVAL };
+    if mr.is_null() {
+        return -FI_EINVAL;
+    }
+    if a.iface != FI_HMEM_SYSTEM {
+        crate::warn!(FI_LOG_MR, "fi_mr_regattr: device memory (iface {}) not supported", a.iface);
+        return -FI_ENOSYS;
+    }
+    if a.auth_key_size != 0 {
+        crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
+        return -FI_EINVAL;
+    }
+    let Some(v) = iovs(a.mr_iov, a.iov_count) else { return -FI_EINVAL };
+    finish(register(f, &v, a.access, a.offset, a.requested_key, flags, a.context), mr)
+}
+
+unsafe extern "C" fn close(f: *mut fid) -> i32 {
+    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() {
+        return -FI_EINVAL;
+    }
+    Obj::destroy(f as *mut c_void);
+    0
+}
+
+unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
+    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() || b.is_null() {
+        return -FI_EINVAL;
+    }
+    // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
+    crate::warn!(FI_LOG_MR, "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)");
+    -FI_ENOSYS
+}
+
+static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));
+pub static MR_OPS: Table<fi_ops_mr> =
+    Table(fi_ops_mr { size: std::mem::size_of::<fi_ops_mr>(), reg: Some(reg), regv: Some(regv), regattr: Some(regattr) });

@@ -1,0 +1,140 @@
+//! `FI_GNIX_*` tunables, declared with `fi_param_define` so that
+//! `fi_info -e` lists them with their help text.
+
+use crate::ffi::*;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Int,
+    Size,
+    Str,
+}
+
+struct Def {
+    name: &'static CStr,
+    kind: Kind,
+    help: &'static CStr,
+}
+
+const DEFS: &[Def] = &[
+    Def { name: c"rndv_threshold", kind: Kind::Size, help: c"Messages longer than this many bytes use rendezvous (receiver pulls) instead of eager sends (default: 65536). Also settable per domain through fi_open_ops(FI_GNIX_DOMAIN_OPS_1)." },
+    Def { name: c"peer_timeout_ms", kind: Kind::Int, help: c"A peer that acknowledges nothing for this many milliseconds while data is outstanding is declared dead: its operations complete in error (default: 10000)." },
+    Def { name: c"max_retrans", kind: Kind::Int, help: c"Retransmissions of one segment before its peer is declared dead (default: 25)." },
+    Def { name: c"udp_mtu", kind: Kind::Size, help: c"Largest UDP datagram the udp wire sends; 0 = the interface MTU minus IP/UDP headers (default: 0)." },
+    Def { name: c"sockbuf", kind: Kind::Size, help: c"Socket send/receive buffer size of each endpoint's UDP socket, in bytes (default: 8388608)." },
+    Def { name: c"iface", kind: Kind::Str, help: c"Only offer the domain of this network interface (e.g. lo, eth0); default: all interfaces that are up." },
+    Def { name: c"tx_size", kind: Kind::Size, help: c"Default transmit queue depth: outstanding sends per endpoint before -FI_EAGAIN (default: 1024)." },
+    Def { name: c"rx_size", kind: Kind::Size, help: c"Default receive queue depth (default: 1024)." },
+];
+
+/// Values after environment overrides.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub rndv_threshold: usize,
+    pub peer_timeout_ms: u64,
+    pub max_retrans: u32,
+    pub udp_mtu: usize,
+    pub sockbuf: usize,
+    pub iface: Option<String>,
+    pub tx_size: usize,
+    pub rx_size: usize,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            rndv_threshold: 65536,
+            peer_timeout_ms: 10_000,
+            max_retrans: 25,
+            udp_mtu: 0,
+            sockbuf: 8 << 20,
+            iface: None,
+            tx_size: 1024,
+            rx_size: 1024,
+        }
+    }
+}
+
+static PARAMS: OnceLock<Params> = OnceLock::new();
+
+pub fn define_all() {
+    let Some(define) = crate::core::core().and_then(|c| c.param_define) else { return };
+    for d in DEFS {
+        let ty = match d.kind {
+            Kind::Int => FI_PARAM_INT,
+            Kind::Size => FI_PARAM_SIZE_T,
+            Kind::Str => FI_PARAM_STRING,
+        };
+        // SAFETY: names and help are static NUL-terminated strings; the help
+        // passes through a literal "%s" so a '%' in it is not a directive.
+        unsafe { define(crate::provider_ptr(), d.name.as_ptr(), ty, c"%s".as_ptr(), d.help.as_ptr()) };
+    }
+}
+
+enum Val {
+    Int(i64),
+    Str(String),
+}
+
+fn get(name: &CStr, kind: Kind) -> Option<Val> {
+    let get = crate::core::core().and_then(|c| c.param_get)?;
+    let p = crate::provider_ptr() as *mut fi_provider;
+    // SAFETY: fi_param_get writes an int / size_t / char* matching the type
+    // the parameter was defined with, into storage of that type.
+    unsafe {
+        match kind {
+            Kind::Int => {
+                let mut v: c_int = 0;
+                (get(p, name.as_ptr(), &mut v as *mut c_int as *mut c_void) == 0).then_some(Val::Int(v as i64))
+            }
+            Kind::Size => {
+                let mut v: usize = 0;
+                (get(p, name.as_ptr(), &mut v as *mut usize as *mut c_void) == 0).then_some(Val::Int(v as i64))
+            }
+            Kind::Str => {
+                let mut v: *mut c_char = std::ptr::null_mut();
+                if get(p, name.as_ptr(), &mut v as *mut *mut c_char as *mut c_void) != 0 || v.is_null() {
+                    return None;
+                }
+                // The core returns a pointer into the environment: do not free.
+                Some(Val::Str(CStr::from_ptr(v).to_string_lossy().into_owned()))
+            }
+        }
+    }
+}
+
+fn load() -> Params {
+    let mut p = Params::default();
+    for d in DEFS {
+        let Some(v) = get(d.name, d.kind) else { continue };
+        let n = match &v {
+            Val::Int(n) => *n,
+            Val::Str(_) => 0,
+        };
+        let bad = |what: &str| crate::warn!(FI_LOG_CORE, "FI_GNIX_{}: {}, keeping the default", d.name.to_string_lossy().to_uppercase(), what);
+        match (d.name.to_bytes(), v) {
+            (b"rndv_threshold", _) => p.rndv_threshold = n.max(0) as usize,
+            (b"peer_timeout_ms", _) if n > 0 => p.peer_timeout_ms = n as u64,
+            (b"max_retrans", _) if n > 0 => p.max_retrans = n as u32,
+            (b"udp_mtu", _) if n == 0 || (576..=65507).contains(&n) => p.udp_mtu = n as usize,
+            (b"sockbuf", _) if n >= 65536 => p.sockbuf = n as usize,
+            (b"iface", Val::Str(s)) => p.iface = Some(s),
+            (b"tx_size", _) if n > 0 => p.tx_size = n as usize,
+            (b"rx_size", _) if n > 0 => p.rx_size = n as usize,
+            _ => bad("value out of range"),
+        }
+    }
+    p
+}
+
+/// The tunables, read once from the environment.
+pub fn params() -> &'static Params {
+    PARAMS.get_or_init(load)
+}
+
+/// For log lines and tests: the CString form of a parameter name.
+pub fn env_name(short: &str) -> CString {
+    CString::new(format!("FI_GNIX_{}", short.to_uppercase())).unwrap()
+}

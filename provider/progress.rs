@@ -1,0 +1,26 @@
+//! What completion objects need from the things that produce completions.
+//!
+//! A CQ or counter bound to an endpoint drives that endpoint's progress when
+//! the application reads or waits on it (FI_PROGRESS_MANUAL), and sleeps on
+//! the endpoint's file descriptors and timer deadline instead of spinning.
+
+use std::os::fd::RawFd;
+
+pub trait Progress: Send + Sync {
+    /// Drive the wires once: receive, run protocol timers, transmit. New
+    /// completions are pushed into the bound CQs and counters.
+    fn progress(&self);
+    /// Descriptors that become readable when `progress` has work (sockets).
+    fn wait_fds(&self, out: &mut Vec<RawFd>);
+    /// Earliest monotonic time (`now_ns` clock) at which `progress` must run
+    /// even without descriptor activity (retransmission, delayed ACK), if any.
+    fn next_deadline(&self) -> Option<u64>;
+}
+
+/// Monotonic nanoseconds; the one clock all protocol timers use.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into valid storage.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,1223 @@
+//! The per-endpoint engine: VCs, reliability windows and the message layer.
+//!
+//! Every datagram after the handshake is either a standalone ACK or one
+//! *segment*: one sequence number carrying one frame (see `wire.rs`). The
+//! reliable stream of a VC carries eager messages (MSG + MSG_CONT), RTS,
+//! and the rendezvous traffic (GET, RDATA, FIN), so loss recovery is the
+//! same for all of it.
+//!
+//! Sender queues per VC, in transmit priority order: retransmissions, then
+//! control frames (GET/FIN/keepalive), then messages in send order, then
+//! rendezvous data. Messages go before bulk data so a small send is not
+//! stuck behind a large pull.
+
+use super::conn::{classify_req, req_interval, Handshake, ReqVerdict};
+use super::rel::{seq_delta, Rtt, SEQ_BASE};
+use super::wire::{self, Frame, FrameHead, Packet};
+use super::{Event, EngineConfig, EngineError, EngineStats, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+
+/// Reassembly of an eager message never reserves more than this up front,
+/// whatever total length the first segment claims.
+const REASM_RESERVE_MAX: u64 = 1 << 20;
+/// Largest eager message we agree to reassemble.
+const MAX_EAGER_LEN: u64 = 1 << 30;
+/// Acknowledge at once after this many in-order segments, so a sender with
+/// a small window does not stall for the ACK delay.
+const ACK_EVERY_SEGS: u32 = 16;
+/// Serial arithmetic on 32-bit sequence numbers needs windows well below 2^31.
+const MAX_WINDOW: u32 = 1 << 30;
+/// Sacked segments sent after a hole that make it count as lost.
+const DUP_THRESH: usize = 3;
+/// Segments one RTO expiry resends. A timeout says little about which
+/// segments are lost (a long queue looks the same as a dead link), so resend
+/// the oldest few, enough to repair a lost tail, and let the SACKs that
+/// come back point at the other holes. Resending the whole window instead
+/// floods exactly the queue that made the timer fire.
+const RTO_BURST: usize = 8;
+
+/// Keyed multiply-rotate hashing for the engine's maps. SipHash dominated
+/// the per-message cost (a third of it, several lookups per message); keys
+/// are addresses and counters, and the per-engine random key keeps a sender
+/// of spoofed addresses from predicting collisions.
+#[derive(Clone, Copy)]
+struct KeyedState(u64);
+
+struct KeyedHasher(u64);
+
+impl BuildHasher for KeyedState {
+    type Hasher = KeyedHasher;
+    fn build_hasher(&self) -> KeyedHasher {
+        KeyedHasher(self.0)
+    }
+}
+
+impl KeyedHasher {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(26) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+impl Hasher for KeyedHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.add(v as u64);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.add(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.add(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        // The table indexes with low bits; fold the well-mixed high ones in.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+type Map<K, V> = HashMap<K, V, KeyedState>;
+
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Engine state the VCs share; split from the VC map so a VC method can
+/// borrow both.
+struct Shared {
+    cfg: EngineConfig,
+    local: SocketAddr,
+    stats: EngineStats,
+    events: VecDeque<Event>,
+    rx: Map<RndvId, RxRndv>,
+    hasher: KeyedState,
+    next_rid: RndvId,
+    next_msg_id: MsgId,
+    rng: SplitMix,
+    forced_isn: Option<u32>,
+}
+
+/// An announced rendezvous receive.
+struct RxRndv {
+    peer: SocketAddr,
+    /// The sender's message id.
+    key: MsgId,
+    total: u64,
+    accepted: Option<Accepted>,
+}
+
+struct Accepted {
+    sink: Box<dyn RecvSink>,
+    want: u64,
+    /// Bytes below this have been asked for with GET.
+    requested: u64,
+    received: u64,
+}
+
+enum TxBody {
+    Eager { payload: Vec<u8>, next_off: usize, started: bool, segmented: bool, unacked: u32 },
+    Rndv { src: Box<dyn SendSource>, len: u64 },
+}
+
+struct TxMsg {
+    hdr: MsgHdr,
+    body: TxBody,
+}
+
+/// What a sequence number carries, by reference to the data it came from,
+/// so a retransmission re-reads the source instead of keeping a copy.
+#[derive(Clone, Copy, Debug)]
+enum SegFrame {
+    Msg { id: MsgId, off: u64, len: u32, first: bool },
+    Rts { id: MsgId },
+    Get { key: MsgId, rid: RndvId, offset: u64, len: u64 },
+    RData { key: MsgId, rid: RndvId, offset: u64, len: u32 },
+    Fin { key: MsgId },
+    Nop,
+}
+
+struct SentSeg {
+    frame: SegFrame,
+    bytes: u32,
+    sent_at: u64,
+    /// Transmission order; a hole counts as lost once DUP_THRESH segments
+    /// transmitted after it are known to have arrived.
+    txn: u64,
+    xmits: u32,
+    sacked: bool,
+    /// Queued for retransmission.
+    lost: bool,
+}
+
+enum Ooo {
+    /// Rendezvous data is placed into its sink on arrival even out of order
+    /// (it carries its offset); only the sequence number is remembered.
+    Consumed,
+    Stored { kind: u8, body: Vec<u8> },
+}
+
+struct RDataJob {
+    key: MsgId,
+    rid: RndvId,
+    next: u64,
+    end: u64,
+}
+
+struct Reasm {
+    hdr: MsgHdr,
+    buf: Vec<u8>,
+}
+
+struct Vc {
+    peer: SocketAddr,
+    local_nonce: u64,
+    /// Known once the handshake completed (from the peer's REQ or RESP).
+    peer_nonce: Option<u64>,
+    hs: Handshake,
+    resp_pending: bool,
+    /// Fixed at creation, so segments already built always fit a retransmission.
+    seg_limit: usize,
+    rcv_window: u32,
+    snd_window: u32,
+    snd_isn: u32,
+
+    snd_una: u64,
+    snd_nxt: u64,
+    unacked: VecDeque<SentSeg>,
+    bytes_in_flight: usize,
+    rtx: VecDeque<u64>,
+    rtt: Rtt,
+    rto_deadline: Option<u64>,
+    txn: u64,
+    ctrl: VecDeque<SegFrame>,
+    msgs: VecDeque<MsgId>,
+    rdata: VecDeque<RDataJob>,
+    tx: Map<MsgId, TxMsg>,
+
+    rcv_nxt: u64,
+    ooo: BTreeMap<u64, Ooo>,
+    /// Payload bytes parked in `ooo`.
+    ooo_bytes: usize,
+    ack_pending: bool,
+    ack_now: bool,
+    ack_deadline: Option<u64>,
+    segs_since_ack: u32,
+    bytes_since_ack: usize,
+    reasm: Option<Reasm>,
+
+    last_heard: u64,
+    /// When `unacked` last became non-empty.
+    waiting_since: u64,
+    /// Accepted rendezvous receives still pulling from this peer.
+    rx_active: u32,
+    keepalive_queued: bool,
+    in_ready: bool,
+}
+
+enum Tick {
+    Idle,
+    Ready,
+    Fail,
+}
+
+impl Vc {
+    fn new(sh: &mut Shared, peer: SocketAddr, now: u64) -> Vc {
+        let local_nonce = loop {
+            let n = sh.rng.next();
+            if n != 0 {
+                break n;
+            }
+        };
+        let snd_isn = sh.forced_isn.unwrap_or(sh.rng.next() as u32);
+        let first_seq = SEQ_BASE + snd_isn as u64;
+        Vc {
+            peer,
+            local_nonce,
+            peer_nonce: None,
+            hs: Handshake::Connecting { since: now, next_req_at: u64::MAX, attempts: 0, req_due: true },
+            resp_pending: false,
+            seg_limit: sh.cfg.max_datagram,
+            rcv_window: sh.cfg.window_segments.clamp(1, MAX_WINDOW),
+            snd_window: 1,
+            snd_isn,
+            snd_una: first_seq,
+            snd_nxt: first_seq,
+            unacked: VecDeque::new(),
+            bytes_in_flight: 0,
+            rtx: VecDeque::new(),
+            rtt: Rtt::new(&sh.cfg),
+            rto_deadline: None,
+            txn: 0,
+            ctrl: VecDeque::new(),
+            msgs: VecDeque::new(),
+            rdata: VecDeque::new(),
+            tx: Map::with_hasher(sh.hasher),
+            rcv_nxt: 0,
+            ooo: BTreeMap::new(),
+            ooo_bytes: 0,
+            ack_pending: false,
+            ack_now: false,
+            ack_deadline: None,
+            segs_since_ack: 0,
+            bytes_since_ack: 0,
+            reasm: None,
+            last_heard: now,
+            waiting_since: now,
+            rx_active: 0,
+            keepalive_queued: false,
+            in_ready: false,
+        }
+    }
+
+    fn establish(&mut self, cfg: &EngineConfig, nonce: u64, isn: u32, window: u32, now: u64) {
+        self.peer_nonce = Some(nonce);
+        self.rcv_nxt = SEQ_BASE + isn as u64;
+        self.snd_window = cfg.window_segments.min(window).clamp(1, MAX_WINDOW);
+        self.hs = Handshake::Established;
+        self.last_heard = now;
+    }
+
+    fn established(&self) -> bool {
+        self.hs == Handshake::Established
+    }
+
+    fn has_pending_work(&self) -> bool {
+        !self.established()
+            || self.resp_pending
+            || !self.unacked.is_empty()
+            || !self.ctrl.is_empty()
+            || !self.msgs.is_empty()
+            || !self.rdata.is_empty()
+            || !self.tx.is_empty()
+            || self.ack_pending
+            || self.rx_active > 0
+    }
+
+    fn awaiting_peer(&self) -> bool {
+        !self.tx.is_empty() || self.rx_active > 0
+    }
+
+    fn keepalive_interval(cfg: &EngineConfig) -> u64 {
+        (cfg.peer_timeout_ns / 4).max(1)
+    }
+
+    fn next_deadline(&self, cfg: &EngineConfig) -> Option<u64> {
+        if let Handshake::Connecting { since, next_req_at, .. } = self.hs {
+            return Some(next_req_at.min(since.saturating_add(cfg.peer_timeout_ns)));
+        }
+        let mut t: Option<u64> = None;
+        let mut take = |d: u64| t = Some(t.map_or(d, |x| x.min(d)));
+        if self.ack_pending && !self.ack_now {
+            if let Some(d) = self.ack_deadline {
+                take(d);
+            }
+        }
+        if let Some(d) = self.rto_deadline {
+            take(d);
+        }
+        if !self.unacked.is_empty() {
+            take(self.last_heard.max(self.waiting_since).saturating_add(cfg.peer_timeout_ns));
+        } else if self.awaiting_peer() && !self.keepalive_queued {
+            take(self.last_heard.saturating_add(Self::keepalive_interval(cfg)));
+        }
+        t
+    }
+
+    fn on_timeout(&mut self, sh: &mut Shared, now: u64) -> Tick {
+        let cfg = &sh.cfg;
+        if let Handshake::Connecting { since, next_req_at, attempts, req_due } = &mut self.hs {
+            if now.saturating_sub(*since) >= cfg.peer_timeout_ns {
+                return Tick::Fail;
+            }
+            if now < *next_req_at {
+                return Tick::Idle;
+            }
+            if *attempts >= cfg.max_retrans {
+                return Tick::Fail;
+            }
+            *attempts += 1;
+            *req_due = true;
+            *next_req_at = u64::MAX;
+            return Tick::Ready;
+        }
+        let mut tick = Tick::Idle;
+        if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
+            self.ack_now = true;
+            tick = Tick::Ready;
+        }
+        if !self.unacked.is_empty() && now >= self.last_heard.max(self.waiting_since).saturating_add(cfg.peer_timeout_ns) {
+            return Tick::Fail;
+        }
+        if let Some(deadline) = self.rto_deadline {
+            if self.unacked.is_empty() {
+                self.rto_deadline = None;
+            } else if now >= deadline {
+                sh.stats.rto_expirations += 1;
+                let rto = self.rtt.rto(cfg);
+                let mut marked = 0;
+                let mut oldest = u64::MAX;
+                for (i, s) in self.unacked.iter_mut().enumerate() {
+                    if s.sacked || s.lost {
+                        continue;
+                    }
+                    if now.saturating_sub(s.sent_at) < rto {
+                        oldest = oldest.min(s.sent_at);
+                    } else if marked < RTO_BURST {
+                        if s.xmits > cfg.max_retrans {
+                            return Tick::Fail;
+                        }
+                        s.lost = true;
+                        self.rtx.push_back(self.snd_una + i as u64);
+                        marked += 1;
+                    } else {
+                        break;
+                    }
+                }
+                if marked > 0 {
+                    self.rtt.back_off();
+                    self.rto_deadline = Some(now + self.rtt.rto(cfg));
+                    tick = Tick::Ready;
+                } else if oldest != u64::MAX {
+                    self.rto_deadline = Some(oldest + rto);
+                } else {
+                    // Everything unsacked already waits in the retransmit
+                    // queue; its transmission re-arms the timer.
+                    self.rto_deadline = Some(now + rto);
+                    tick = Tick::Ready;
+                }
+            }
+        }
+        if self.unacked.is_empty()
+            && self.awaiting_peer()
+            && !self.keepalive_queued
+            && now >= self.last_heard.saturating_add(Self::keepalive_interval(cfg))
+        {
+            // A reliable no-op: a live peer acknowledges it; a dead one
+            // leaves it unacknowledged and the peer timeout fires.
+            self.keepalive_queued = true;
+            self.ctrl.push_back(SegFrame::Nop);
+            tick = Tick::Ready;
+        }
+        tick
+    }
+
+    fn ack_fields(&self) -> (u32, u64) {
+        let mut sack = 0u64;
+        if !self.ooo.is_empty() {
+            for (&seq, _) in self.ooo.range(self.rcv_nxt + 1..=self.rcv_nxt + 64) {
+                sack |= 1 << (seq - self.rcv_nxt - 1);
+            }
+        }
+        (self.rcv_nxt as u32, sack)
+    }
+
+    fn clear_ack(&mut self) {
+        self.ack_pending = false;
+        self.ack_now = false;
+        self.ack_deadline = None;
+        self.segs_since_ack = 0;
+        self.bytes_since_ack = 0;
+    }
+
+    fn transmit(&mut self, sh: &mut Shared, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if let Handshake::Connecting { req_due, next_req_at, attempts, .. } = &mut self.hs {
+            if !*req_due {
+                return None;
+            }
+            *req_due = false;
+            *next_req_at = now + req_interval(sh.cfg.rto_init_ns, sh.cfg.rto_max_ns, *attempts);
+            sh.stats.conn_reqs_sent += 1;
+            return Some(wire::encode_conn_req(buf, self.local_nonce, self.snd_isn, self.rcv_window));
+        }
+        let peer_nonce = self.peer_nonce?;
+        if self.resp_pending {
+            self.resp_pending = false;
+            sh.stats.conn_resps_sent += 1;
+            return Some(wire::encode_conn_resp(buf, self.local_nonce, peer_nonce, self.snd_isn, self.rcv_window));
+        }
+        if buf.len() < self.seg_limit {
+            return None;
+        }
+        while let Some(seq) = self.rtx.pop_front() {
+            if seq < self.snd_una {
+                continue;
+            }
+            let idx = (seq - self.snd_una) as usize;
+            let Some(s) = self.unacked.get_mut(idx) else { continue };
+            if s.sacked || !s.lost {
+                continue;
+            }
+            s.lost = false;
+            s.xmits += 1;
+            s.sent_at = now;
+            self.txn += 1;
+            s.txn = self.txn;
+            let frame = s.frame;
+            sh.stats.retransmits += 1;
+            if self.rto_deadline.is_none() {
+                self.rto_deadline = Some(now + self.rtt.rto(&sh.cfg));
+            }
+            return Some(self.write_seg(peer_nonce, seq, &frame, buf));
+        }
+        if self.unacked.len() < self.snd_window as usize && self.bytes_in_flight < sh.cfg.window_bytes {
+            if let Some(frame) = self.next_frame(sh) {
+                let seq = self.snd_nxt;
+                self.snd_nxt += 1;
+                let n = self.write_seg(peer_nonce, seq, &frame, buf);
+                if self.unacked.is_empty() {
+                    self.waiting_since = now;
+                }
+                self.txn += 1;
+                self.unacked.push_back(SentSeg { frame, bytes: n as u32, sent_at: now, txn: self.txn, xmits: 1, sacked: false, lost: false });
+                self.bytes_in_flight += n;
+                if self.rto_deadline.is_none() {
+                    self.rto_deadline = Some(now + self.rtt.rto(&sh.cfg));
+                }
+                sh.stats.segments_sent += 1;
+                return Some(n);
+            }
+        }
+        if self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)) {
+            let (ack, sack) = self.ack_fields();
+            self.clear_ack();
+            sh.stats.acks_sent += 1;
+            return Some(wire::encode_ack(buf, peer_nonce, ack, sack));
+        }
+        None
+    }
+
+    /// Next new frame, or None when every queue is empty.
+    fn next_frame(&mut self, sh: &mut Shared) -> Option<SegFrame> {
+        if let Some(f) = self.ctrl.pop_front() {
+            if let SegFrame::Nop = f {
+                self.keepalive_queued = false;
+                sh.stats.keepalives_sent += 1;
+            }
+            return Some(f);
+        }
+        let lim = self.seg_limit;
+        while let Some(&id) = self.msgs.front() {
+            let Some(m) = self.tx.get_mut(&id) else {
+                self.msgs.pop_front();
+                continue;
+            };
+            match &mut m.body {
+                TxBody::Eager { payload, next_off, started, segmented, unacked } => {
+                    let first = !*started;
+                    let room = lim - wire::SEG_HDR_LEN - if first { wire::MSG_BODY_LEN } else { wire::MSG_CONT_BODY_LEN };
+                    let len = (payload.len() - *next_off).min(room);
+                    let f = SegFrame::Msg { id, off: *next_off as u64, len: len as u32, first };
+                    *started = true;
+                    *next_off += len;
+                    *unacked += 1;
+                    if *next_off == payload.len() {
+                        *segmented = true;
+                        self.msgs.pop_front();
+                    }
+                    return Some(f);
+                }
+                TxBody::Rndv { .. } => {
+                    self.msgs.pop_front();
+                    return Some(SegFrame::Rts { id });
+                }
+            }
+        }
+        if let Some(job) = self.rdata.front_mut() {
+            let room = (lim - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN) as u64;
+            let len = (job.end - job.next).min(room);
+            let f = SegFrame::RData { key: job.key, rid: job.rid, offset: job.next, len: len as u32 };
+            job.next += len;
+            if job.next == job.end {
+                self.rdata.pop_front();
+            }
+            return Some(f);
+        }
+        None
+    }
+
+    /// Encodes one segment, piggybacking our current ACK state on it. A
+    /// frame whose source is gone (a rendezvous already completed by FIN,
+    /// which proves the receiver holds its data) goes out as NOP so the
+    /// sequence number is still filled.
+    fn write_seg(&mut self, conn: u64, seq: u64, frame: &SegFrame, buf: &mut [u8]) -> usize {
+        let (ack, sack) = self.ack_fields();
+        self.clear_ack();
+        let seq = seq as u32;
+        let nop = |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
+        match *frame {
+            SegFrame::Msg { id, off, len, first } => {
+                let Some(TxMsg { hdr, body: TxBody::Eager { payload, .. } }) = self.tx.get(&id) else { return nop(buf) };
+                let head = if first {
+                    FrameHead::Msg { tag: hdr.tag, data: hdr.data, flags: hdr.flags, total: payload.len() as u64 }
+                } else {
+                    FrameHead::MsgCont { offset: off }
+                };
+                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
+                let (o, l) = (off as usize, len as usize);
+                buf[at..at + l].copy_from_slice(&payload[o..o + l]);
+                at + l
+            }
+            SegFrame::Rts { id } => {
+                let Some(TxMsg { hdr, body: TxBody::Rndv { len, .. } }) = self.tx.get(&id) else { return nop(buf) };
+                let head = FrameHead::Rts { tag: hdr.tag, data: hdr.data, flags: hdr.flags, total: *len, key: id };
+                wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
+            }
+            SegFrame::RData { key, rid, offset, len } => {
+                let Some(TxMsg { body: TxBody::Rndv { src, .. }, .. }) = self.tx.get(&key) else { return nop(buf) };
+                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
+                let l = len as usize;
+                src.read_at(offset as usize, &mut buf[at..at + l]);
+                at + l
+            }
+            SegFrame::Get { key, rid, offset, len } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Get { key, rid, offset, len }),
+            SegFrame::Fin { key } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key }),
+            SegFrame::Nop => nop(buf),
+        }
+    }
+
+    fn seg_delivered(&mut self, sh: &mut Shared, frame: SegFrame) {
+        if let SegFrame::Msg { id, .. } = frame {
+            if let Some(TxMsg { body: TxBody::Eager { unacked, segmented, .. }, .. }) = self.tx.get_mut(&id) {
+                *unacked -= 1;
+                if *unacked == 0 && *segmented {
+                    self.tx.remove(&id);
+                    sh.events.push_back(Event::SendDone { id });
+                }
+            }
+        }
+    }
+
+    /// Applies the cumulative ACK and SACK bitmap a datagram carries.
+    ///
+    /// RTT: only the most recently transmitted of the newly delivered
+    /// segments gives a sample, and only if it was sent once. That is the
+    /// segment whose arrival made the peer send this ACK; the others may
+    /// have waited at the receiver behind a hole, which says nothing about
+    /// the path.
+    fn on_ack(&mut self, sh: &mut Shared, ack: u32, sack: u64, now: u64) {
+        let d = seq_delta(ack, self.snd_una);
+        if d < 0 || d as u64 > self.snd_nxt - self.snd_una {
+            // An older ACK overtaken by a newer one, or nonsense.
+            return;
+        }
+        let mut newest: Option<(u64, u32, u64)> = None; // (txn, xmits, sent_at)
+        let mut note = |s: &SentSeg| {
+            if newest.is_none_or(|n| s.txn > n.0) {
+                newest = Some((s.txn, s.xmits, s.sent_at));
+            }
+        };
+        if d > 0 {
+            for _ in 0..d {
+                let s = self.unacked.pop_front().expect("acked segment is in flight");
+                if !s.sacked {
+                    self.bytes_in_flight -= s.bytes as usize;
+                    note(&s);
+                    self.seg_delivered(sh, s.frame);
+                }
+            }
+            self.snd_una += d as u64;
+            self.rtt.reset_backoff();
+            self.waiting_since = now;
+        }
+        if sack != 0 {
+            let mut bits = sack;
+            while bits != 0 {
+                let idx = bits.trailing_zeros() as usize + 1;
+                bits &= bits - 1;
+                let Some(s) = self.unacked.get_mut(idx) else { break };
+                if !s.sacked {
+                    // Sacked data has left the network (the receiver never
+                    // drops what it sacked), so it no longer counts
+                    // against the in-flight cap.
+                    s.sacked = true;
+                    self.bytes_in_flight -= s.bytes as usize;
+                    note(s);
+                    let f = s.frame;
+                    self.seg_delivered(sh, f);
+                }
+            }
+            self.detect_losses(sh);
+        }
+        if let Some((_, 1, sent_at)) = newest {
+            self.rtt.sample(now.saturating_sub(sent_at), &sh.cfg);
+        }
+        if d > 0 {
+            self.rto_deadline = if self.unacked.is_empty() { None } else { Some(now + self.rtt.rto(&sh.cfg)) };
+        }
+    }
+
+    /// SACK-based fast retransmit: an unsacked segment is lost once
+    /// DUP_THRESH segments transmitted after it have arrived. Comparing
+    /// transmission order rather than sequence numbers keeps a segment that
+    /// was just retransmitted from being declared lost again by old news.
+    fn detect_losses(&mut self, sh: &mut Shared) {
+        let n = self.unacked.len().min(65);
+        let mut top = [0u64; DUP_THRESH];
+        for idx in (0..n).rev() {
+            let s = &mut self.unacked[idx];
+            if s.sacked {
+                if s.txn > top[DUP_THRESH - 1] {
+                    top[DUP_THRESH - 1] = s.txn;
+                    top.sort_unstable_by(|a, b| b.cmp(a));
+                }
+            } else if !s.lost && top[DUP_THRESH - 1] > s.txn {
+                s.lost = true;
+                self.rtx.push_back(self.snd_una + idx as u64);
+                sh.stats.fast_retransmits += 1;
+            }
+        }
+    }
+
+    /// A segment with a valid connection id arrived.
+    fn on_seg(&mut self, sh: &mut Shared, seq: u32, frame: Frame<'_>, kind: u8, body: &[u8], now: u64) {
+        let d = seq_delta(seq, self.rcv_nxt);
+        let window = self.rcv_window as i64;
+        if d < 0 {
+            if -d > window {
+                sh.stats.dropped_out_of_window += 1;
+                return;
+            }
+            // Our ACK got lost: say again what we have.
+            sh.stats.dup_segments += 1;
+            self.ack_pending = true;
+            self.ack_now = true;
+            return;
+        }
+        if d >= window {
+            sh.stats.dropped_out_of_window += 1;
+            return;
+        }
+        let abs = self.rcv_nxt + d as u64;
+        if d > 0 {
+            if self.ooo.contains_key(&abs) {
+                sh.stats.dup_segments += 1;
+            } else if let Frame::RData { rid, offset, payload } = frame {
+                sh.stats.ooo_segments += 1;
+                self.on_rdata(sh, rid, offset, payload);
+                self.ooo.insert(abs, Ooo::Consumed);
+            } else if self.ooo_bytes + body.len() > ooo_budget(&sh.cfg) {
+                // Neither stored nor sacked: the sender will resend it.
+                sh.stats.dropped_ooo_budget += 1;
+                return;
+            } else {
+                sh.stats.ooo_segments += 1;
+                self.ooo_bytes += body.len();
+                self.ooo.insert(abs, Ooo::Stored { kind, body: body.to_vec() });
+            }
+            // Tell the sender about the hole now rather than after the ACK
+            // delay, when the SACK bitmap can show this segment.
+            self.ack_pending = true;
+            if d <= 64 {
+                self.ack_now = true;
+            } else if self.ack_deadline.is_none() {
+                self.ack_deadline = Some(now + sh.cfg.ack_delay_ns);
+            }
+            return;
+        }
+        let filled_hole = !self.ooo.is_empty();
+        self.deliver(sh, frame, now);
+        self.rcv_nxt += 1;
+        self.segs_since_ack += 1;
+        self.bytes_since_ack += body.len() + wire::SEG_HDR_LEN;
+        while let Some(entry) = self.ooo.remove(&self.rcv_nxt) {
+            if let Ooo::Stored { kind, body } = entry {
+                self.ooo_bytes -= body.len();
+                match wire::decode_frame(kind, &body) {
+                    Ok(f) => self.deliver(sh, f, now),
+                    Err(_) => sh.stats.dropped_malformed += 1,
+                }
+            }
+            self.rcv_nxt += 1;
+            self.segs_since_ack += 1;
+        }
+        self.ack_pending = true;
+        if filled_hole || self.segs_since_ack >= ACK_EVERY_SEGS || self.bytes_since_ack >= sh.cfg.window_bytes / 4 {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + sh.cfg.ack_delay_ns);
+        }
+    }
+
+    /// In-order delivery of one frame to the message layer.
+    fn deliver(&mut self, sh: &mut Shared, frame: Frame<'_>, _now: u64) {
+        match frame {
+            Frame::Msg { tag, data, flags, total, payload } => {
+                if self.reasm.take().is_some() {
+                    // The sender never interleaves eager messages.
+                    sh.stats.dropped_malformed += 1;
+                }
+                let hdr = MsgHdr { tag, data, len: total, flags };
+                if payload.len() as u64 == total {
+                    sh.events.push_back(Event::Msg { peer: self.peer, hdr, body: MsgBody::Eager(payload.to_vec()) });
+                } else if total > MAX_EAGER_LEN {
+                    sh.stats.dropped_malformed += 1;
+                } else {
+                    let mut buf = Vec::with_capacity(total.min(REASM_RESERVE_MAX) as usize);
+                    buf.extend_from_slice(payload);
+                    self.reasm = Some(Reasm { hdr, buf });
+                }
+            }
+            Frame::MsgCont { offset, payload } => match &mut self.reasm {
+                Some(r) if offset == r.buf.len() as u64 && offset + payload.len() as u64 <= r.hdr.len => {
+                    r.buf.extend_from_slice(payload);
+                    if r.buf.len() as u64 == r.hdr.len {
+                        let r = self.reasm.take().expect("reassembly in progress");
+                        sh.events.push_back(Event::Msg { peer: self.peer, hdr: r.hdr, body: MsgBody::Eager(r.buf) });
+                    }
+                }
+                _ => sh.stats.dropped_malformed += 1,
+            },
+            Frame::Rts { tag, data, flags, total, key } => {
+                let rid = sh.next_rid;
+                sh.next_rid += 1;
+                sh.rx.insert(rid, RxRndv { peer: self.peer, key, total, accepted: None });
+                let hdr = MsgHdr { tag, data, len: total, flags };
+                sh.events.push_back(Event::Msg { peer: self.peer, hdr, body: MsgBody::Rndv(rid) });
+            }
+            Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
+                Some(TxMsg { body: TxBody::Rndv { len: total, .. }, .. }) if offset + len <= *total => {
+                    self.rdata.push_back(RDataJob { key, rid, next: offset, end: offset + len });
+                }
+                _ => sh.stats.dropped_malformed += 1,
+            },
+            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
+            Frame::Fin { key } => match self.tx.get(&key) {
+                Some(TxMsg { body: TxBody::Rndv { .. }, .. }) => {
+                    self.tx.remove(&key);
+                    // A receiver that discarded mid-pull leaves GETs we
+                    // need not answer any more.
+                    self.rdata.retain(|j| j.key != key);
+                    sh.events.push_back(Event::SendDone { id: key });
+                }
+                _ => sh.stats.dropped_malformed += 1,
+            },
+            Frame::Nop => {}
+        }
+    }
+
+    fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) {
+        let len = payload.len() as u64;
+        let Some(rx) = sh.rx.get_mut(&rid) else {
+            sh.stats.dropped_rndv += 1;
+            return;
+        };
+        let Some(acc) = rx.accepted.as_mut().filter(|_| rx.peer == self.peer) else {
+            sh.stats.dropped_rndv += 1;
+            return;
+        };
+        let end = offset + len;
+        if end > acc.requested || acc.received + len > acc.want {
+            sh.stats.dropped_rndv += 1;
+            return;
+        }
+        acc.sink.write_at(offset as usize, payload);
+        acc.received += len;
+        if acc.received == acc.want {
+            let rx = sh.rx.remove(&rid).expect("receive just looked up");
+            let acc = rx.accepted.expect("receive is accepted");
+            self.ctrl.push_back(SegFrame::Fin { key: rx.key });
+            self.rx_active -= 1;
+            sh.events.push_back(Event::RecvDone { rid, sink: acc.sink, written: acc.want as usize });
+        } else {
+            let key = rx.key;
+            pump_gets(&mut self.ctrl, &sh.cfg, rid, key, acc);
+        }
+    }
+}
+
+/// Most bytes of out-of-order segments a VC parks. The sender's byte cap
+/// counts only unsacked data, so without this bound a window of sacked
+/// eager segments could pile up window_segments × max_datagram here.
+fn ooo_budget(cfg: &EngineConfig) -> usize {
+    cfg.window_bytes.saturating_mul(2)
+}
+
+/// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
+fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
+    let chunk = cfg.rndv_get_chunk.max(1);
+    let window = cfg.rndv_pull_window.max(chunk);
+    while acc.requested < acc.want && acc.requested - acc.received < window {
+        let len = chunk.min(acc.want - acc.requested);
+        ctrl.push_back(SegFrame::Get { key, rid, offset: acc.requested, len });
+        acc.requested += len;
+    }
+}
+
+fn mark_ready(ready: &mut VecDeque<SocketAddr>, vc: &mut Vc) {
+    if !vc.in_ready {
+        vc.in_ready = true;
+        ready.push_back(vc.peer);
+    }
+}
+
+pub struct Engine {
+    sh: Shared,
+    vcs: Map<SocketAddr, Vc>,
+    /// VCs that may have something to transmit, served round robin.
+    ready: VecDeque<SocketAddr>,
+    failing: Vec<SocketAddr>,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
+        let mut rng = SplitMix(seed ^ 0x6E69_7867_5F70_726F);
+        let hasher = KeyedState(rng.next() | 1);
+        Engine {
+            sh: Shared {
+                cfg,
+                local,
+                stats: EngineStats::default(),
+                events: VecDeque::new(),
+                rx: Map::with_hasher(hasher),
+                hasher,
+                next_rid: 1,
+                next_msg_id: 1,
+                rng,
+                forced_isn: None,
+            },
+            vcs: Map::with_hasher(hasher),
+            ready: VecDeque::new(),
+            failing: Vec::new(),
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.sh.local
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.sh.cfg
+    }
+
+    /// Changes apply to later decisions; `max_datagram` applies to VCs
+    /// created afterwards (segments already built keep their size).
+    pub fn config_mut(&mut self) -> &mut EngineConfig {
+        &mut self.sh.cfg
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.sh.stats
+    }
+
+    /// Every VC created from now on starts its sequence numbers at `isn`
+    /// (tests use it to exercise wrap-around).
+    #[doc(hidden)]
+    pub fn force_isn(&mut self, isn: Option<u32>) {
+        self.sh.forced_isn = isn;
+    }
+
+    /// One line per VC and per rendezvous receive, for debugging.
+    pub fn debug_state(&self) -> String {
+        let mut out = String::new();
+        for v in self.vcs.values() {
+            out += &format!(
+                "vc {} {:?} una={} nxt={} unacked={} sacked={} lost_q={} inflight={} ctrl={} msgs={} rdata={} tx={} rcv_nxt={} ooo={} ack_pending={} rto={:?} rx_active={} ready={}\n",
+                v.peer,
+                v.hs,
+                v.snd_una,
+                v.snd_nxt,
+                v.unacked.len(),
+                v.unacked.iter().filter(|s| s.sacked).count(),
+                v.rtx.len(),
+                v.bytes_in_flight,
+                v.ctrl.len(),
+                v.msgs.len(),
+                v.rdata.len(),
+                v.tx.len(),
+                v.rcv_nxt,
+                v.ooo.len(),
+                v.ack_pending,
+                v.rto_deadline,
+                v.rx_active,
+                v.in_ready
+            );
+        }
+        for (rid, r) in &self.sh.rx {
+            let acc = r.accepted.as_ref().map(|a| (a.want, a.requested, a.received));
+            out += &format!("rx {rid} from {} key={} total={} accepted={:?}\n", r.peer, r.key, r.total, acc);
+        }
+        out
+    }
+
+    /// Number of VCs (connecting or established).
+    pub fn peer_count(&self) -> usize {
+        self.vcs.len()
+    }
+
+    pub fn is_connected(&self, peer: SocketAddr) -> bool {
+        self.vcs.get(&peer).is_some_and(|v| v.established())
+    }
+
+    /// Smoothed RTT to `peer`, once measured.
+    pub fn srtt(&self, peer: SocketAddr) -> Option<u64> {
+        self.vcs.get(&peer).and_then(|v| v.rtt.srtt())
+    }
+
+    fn vc_for_send(&mut self, peer: SocketAddr, now: u64) -> &mut Vc {
+        let sh = &mut self.sh;
+        self.vcs.entry(peer).or_insert_with(|| {
+            let mut vc = Vc::new(sh, peer, now);
+            if peer == sh.local {
+                // Talking to ourselves: one VC is both ends, no handshake.
+                let (nonce, isn) = (vc.local_nonce, vc.snd_isn);
+                vc.establish(&sh.cfg, nonce, isn, vc.rcv_window, now);
+            }
+            vc
+        })
+    }
+
+    pub fn send(&mut self, peer: SocketAddr, hdr: MsgHdr, src: Box<dyn SendSource>, mode: SendMode, now: u64) -> Result<MsgId, EngineError> {
+        if peer.ip().is_unspecified() || peer.port() == 0 {
+            return Err(EngineError::InvalidAddress);
+        }
+        if self.sh.cfg.max_datagram < wire::MIN_DATAGRAM {
+            return Err(EngineError::DatagramTooSmall);
+        }
+        let id = self.sh.next_msg_id;
+        self.sh.next_msg_id += 1;
+        let len = src.len();
+        let body = if mode == SendMode::Eager && len <= self.sh.cfg.rndv_threshold {
+            let mut payload = vec![0u8; len];
+            if len > 0 {
+                src.read_at(0, &mut payload);
+            }
+            TxBody::Eager { payload, next_off: 0, started: false, segmented: false, unacked: 0 }
+        } else {
+            TxBody::Rndv { src, len: len as u64 }
+        };
+        let hdr = MsgHdr { len: len as u64, ..hdr };
+        let vc = self.vc_for_send(peer, now);
+        vc.tx.insert(id, TxMsg { hdr, body });
+        vc.msgs.push_back(id);
+        if !vc.in_ready {
+            vc.in_ready = true;
+            self.ready.push_back(peer);
+        }
+        Ok(id)
+    }
+
+    pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
+        let sh = &mut self.sh;
+        let Some(rx) = sh.rx.get_mut(&rid).filter(|rx| rx.accepted.is_none()) else {
+            sh.events.push_back(Event::RecvFailed { rid, sink, err: EngineError::UnknownRndv });
+            return;
+        };
+        let Some(vc) = self.vcs.get_mut(&rx.peer) else {
+            sh.rx.remove(&rid);
+            sh.events.push_back(Event::RecvFailed { rid, sink, err: EngineError::PeerUnreachable });
+            return;
+        };
+        let want = rx.total.min(sink.capacity() as u64);
+        if want == 0 {
+            let key = rx.key;
+            sh.rx.remove(&rid);
+            vc.ctrl.push_back(SegFrame::Fin { key });
+            sh.events.push_back(Event::RecvDone { rid, sink, written: 0 });
+        } else {
+            let key = rx.key;
+            let acc = rx.accepted.insert(Accepted { sink, want, requested: 0, received: 0 });
+            vc.rx_active += 1;
+            pump_gets(&mut vc.ctrl, &sh.cfg, rid, key, acc);
+        }
+        mark_ready(&mut self.ready, vc);
+    }
+
+    /// Completes the sender (FIN) without moving any more data. Discarding
+    /// an already accepted receive (cancel) returns its sink through
+    /// `RecvDone` with the bytes written so far; data still in flight for
+    /// it is dropped on arrival.
+    pub fn discard(&mut self, rid: RndvId, _now: u64) {
+        let sh = &mut self.sh;
+        let Some(rx) = sh.rx.remove(&rid) else { return };
+        let Some(vc) = self.vcs.get_mut(&rx.peer) else { return };
+        vc.ctrl.push_back(SegFrame::Fin { key: rx.key });
+        if let Some(acc) = rx.accepted {
+            vc.rx_active -= 1;
+            sh.events.push_back(Event::RecvDone { rid, sink: acc.sink, written: acc.received as usize });
+        }
+        mark_ready(&mut self.ready, vc);
+    }
+
+    pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
+        self.sh.stats.datagrams_in += 1;
+        self.sh.stats.bytes_in += bytes.len() as u64;
+        let pkt = match wire::decode(bytes) {
+            Ok(p) => p,
+            Err(_) => {
+                self.sh.stats.dropped_malformed += 1;
+                return;
+            }
+        };
+        match pkt {
+            Packet::ConnReq { nonce, isn, window } => self.on_conn_req(from, nonce, isn, window, now),
+            Packet::ConnResp { nonce, echo, isn, window } => {
+                let sh = &mut self.sh;
+                let Some(vc) = self.vcs.get_mut(&from) else {
+                    sh.stats.dropped_unknown_peer += 1;
+                    return;
+                };
+                if echo != vc.local_nonce || vc.peer_nonce.is_some_and(|n| n != nonce) {
+                    sh.stats.dropped_stale += 1;
+                    return;
+                }
+                if vc.peer_nonce.is_none() {
+                    vc.establish(&sh.cfg, nonce, isn, window, now);
+                    mark_ready(&mut self.ready, vc);
+                }
+            }
+            Packet::Ack { conn, ack, sack } => {
+                let sh = &mut self.sh;
+                let Some(vc) = self.vcs.get_mut(&from) else {
+                    sh.stats.dropped_unknown_peer += 1;
+                    return;
+                };
+                if conn != vc.local_nonce {
+                    sh.stats.dropped_stale += 1;
+                    return;
+                }
+                if !vc.established() {
+                    sh.stats.dropped_early += 1;
+                    return;
+                }
+                vc.last_heard = now;
+                vc.on_ack(sh, ack, sack, now);
+                mark_ready(&mut self.ready, vc);
+            }
+            Packet::Seg { conn, ack, sack, seq, frame } => {
+                let sh = &mut self.sh;
+                let Some(vc) = self.vcs.get_mut(&from) else {
+                    sh.stats.dropped_unknown_peer += 1;
+                    return;
+                };
+                if conn != vc.local_nonce {
+                    sh.stats.dropped_stale += 1;
+                    return;
+                }
+                if !vc.established() {
+                    sh.stats.dropped_early += 1;
+                    return;
+                }
+                vc.last_heard = now;
+                vc.on_ack(sh, ack, sack, now);
+                vc.on_seg(sh, seq, frame, bytes[3], &bytes[wire::SEG_HDR_LEN..], now);
+                mark_ready(&mut self.ready, vc);
+            }
+        }
+    }
+
+    fn on_conn_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
+        if from == self.sh.local {
+            // Our own VC to ourselves never handshakes: this is forged or looped.
+            self.sh.stats.dropped_stale += 1;
+            return;
+        }
+        let existing = self.vcs.get(&from).map(|v| v.peer_nonce);
+        let verdict = classify_req(existing, nonce);
+        if verdict == ReqVerdict::Restarted {
+            self.sh.stats.peers_restarted += 1;
+            self.fail_vc(from, EngineError::PeerRestarted, true);
+        }
+        let sh = &mut self.sh;
+        let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
+        match verdict {
+            ReqVerdict::Duplicate => vc.last_heard = now,
+            _ => vc.establish(&sh.cfg, nonce, isn, window, now),
+        }
+        vc.resp_pending = true;
+        mark_ready(&mut self.ready, vc);
+    }
+
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        while let Some(addr) = self.ready.pop_front() {
+            let Some(vc) = self.vcs.get_mut(&addr) else { continue };
+            vc.in_ready = false;
+            if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
+                vc.in_ready = true;
+                self.ready.push_back(addr);
+                self.sh.stats.datagrams_out += 1;
+                self.sh.stats.bytes_out += n as u64;
+                return Some((addr, n));
+            }
+        }
+        None
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.sh.events.pop_front()
+    }
+
+    /// O(number of VCs).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        let mut failing = std::mem::take(&mut self.failing);
+        for vc in self.vcs.values_mut() {
+            match vc.on_timeout(&mut self.sh, now) {
+                Tick::Idle => {}
+                Tick::Ready => mark_ready(&mut self.ready, vc),
+                Tick::Fail => failing.push(vc.peer),
+            }
+        }
+        for addr in failing.drain(..) {
+            self.fail_vc(addr, EngineError::PeerUnreachable, true);
+        }
+        self.failing = failing;
+    }
+
+    pub fn has_pending_work(&self) -> bool {
+        !self.ready.is_empty() || !self.sh.events.is_empty() || self.vcs.values().any(Vc::has_pending_work)
+    }
+
+    /// Drops the VC; its operations fail with `PeerForgotten` (no
+    /// `PeerFailed`: the caller asked for it).
+    pub fn forget_peer(&mut self, peer: SocketAddr) {
+        self.fail_vc(peer, EngineError::PeerForgotten, false);
+    }
+
+    fn fail_vc(&mut self, peer: SocketAddr, err: EngineError, announce: bool) {
+        let Some(vc) = self.vcs.remove(&peer) else { return };
+        self.ready.retain(|a| *a != peer);
+        let sh = &mut self.sh;
+        let mut ids: Vec<MsgId> = vc.tx.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            sh.events.push_back(Event::SendFailed { id, err });
+        }
+        let mut rids: Vec<RndvId> = sh.rx.iter().filter(|(_, r)| r.peer == peer).map(|(&k, _)| k).collect();
+        rids.sort_unstable();
+        for rid in rids {
+            let rx = sh.rx.remove(&rid).expect("rid just listed");
+            if let Some(acc) = rx.accepted {
+                sh.events.push_back(Event::RecvFailed { rid, sink: acc.sink, err });
+            }
+        }
+        if announce {
+            sh.stats.peers_failed += 1;
+            sh.events.push_back(Event::PeerFailed { peer });
+        }
+    }
+}

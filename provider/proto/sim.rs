@@ -1,0 +1,284 @@
+//! Test support: a seeded PRNG and a simulated network of engines in
+//! virtual time, with a link that drops, duplicates, delays and reorders.
+
+use super::{Engine, EngineConfig, Event, RecvSink, SendSource};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+
+/// splitmix64: tiny, seeded, good enough for test schedules.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, n) (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// True with probability `pct` percent.
+    pub fn chance(&mut self, pct: f64) -> bool {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < pct
+    }
+    pub fn fill(&mut self, b: &mut [u8]) {
+        for chunk in b.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub loss_pct: f64,
+    pub dup_pct: f64,
+    /// Base one-way latency.
+    pub latency_ns: u64,
+    /// Extra uniform random delay; anything larger than the spacing of
+    /// datagrams reorders them.
+    pub jitter_ns: u64,
+    /// Time a datagram occupies the link per byte (0: infinite bandwidth).
+    pub ns_per_kib: u64,
+}
+
+impl Link {
+    pub fn clean() -> Link {
+        Link { loss_pct: 0.0, dup_pct: 0.0, latency_ns: 10_000, jitter_ns: 0, ns_per_kib: 0 }
+    }
+    pub fn lossy(loss_pct: f64) -> Link {
+        Link { loss_pct, dup_pct: 2.0, latency_ns: 10_000, jitter_ns: 20_000, ns_per_kib: 0 }
+    }
+}
+
+pub struct Node {
+    pub engine: Engine,
+    pub addr: SocketAddr,
+    /// Unplugged: everything to and from this node is lost.
+    pub down: bool,
+}
+
+pub struct Sim {
+    pub now: u64,
+    pub nodes: Vec<Node>,
+    pub link: Link,
+    pub rng: Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    counter: u64,
+    buf: Vec<u8>,
+    /// Every datagram emitted, as (source node, destination, bytes), when recording.
+    pub record: Option<Vec<(usize, SocketAddr, Vec<u8>)>>,
+    /// Bytes of datagrams injected by `inject`, delivered like real ones.
+    pub wire_free_at: Vec<u64>,
+}
+
+/// (arrival time, tie-break, destination node, source address, bytes)
+type InFlight = (u64, u64, usize, SocketAddr, Vec<u8>);
+
+pub fn addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, (i + 1) as u8], 7000 + i as u16))
+}
+
+pub fn test_config() -> EngineConfig {
+    EngineConfig {
+        max_datagram: 1472,
+        rto_init_ns: 1_000_000,
+        rto_min_ns: 200_000,
+        rto_max_ns: 50_000_000,
+        max_retrans: 30,
+        peer_timeout_ns: 5_000_000_000,
+        ..EngineConfig::default()
+    }
+}
+
+impl Sim {
+    pub fn new(n: usize, cfg: EngineConfig, link: Link, seed: u64) -> Sim {
+        let nodes = (0..n)
+            .map(|i| Node { engine: Engine::new(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)), addr: addr(i), down: false })
+            .collect();
+        Sim {
+            now: 0,
+            nodes,
+            link,
+            rng: Rng::new(seed ^ 0xD1CE),
+            queue: BinaryHeap::new(),
+            counter: 0,
+            buf: vec![0u8; 70_000],
+            record: None,
+            wire_free_at: vec![0; n],
+        }
+    }
+
+    pub fn index_of(&self, a: SocketAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.addr == a)
+    }
+
+    /// Replaces node `i`'s engine with a fresh one at the same address.
+    pub fn restart(&mut self, i: usize, cfg: EngineConfig, seed: u64) {
+        self.nodes[i].engine = Engine::new(cfg, self.nodes[i].addr, seed);
+    }
+
+    pub fn eng(&mut self, i: usize) -> &mut Engine {
+        &mut self.nodes[i].engine
+    }
+
+    /// Puts `bytes` on the wire from `from` to node `to`, subject to the link.
+    pub fn inject(&mut self, from: SocketAddr, to: usize, bytes: Vec<u8>, delay: u64) {
+        self.counter += 1;
+        self.queue.push(Reverse((self.now + delay, self.counter, to, from, bytes)));
+    }
+
+    fn emit(&mut self, src: usize, to: SocketAddr, n: usize) {
+        if let Some(r) = &mut self.record {
+            r.push((src, to, self.buf[..n].to_vec()));
+        }
+        let Some(dst) = self.index_of(to) else { return };
+        if self.nodes[src].down || self.nodes[dst].down {
+            return;
+        }
+        if self.rng.chance(self.link.loss_pct) {
+            return;
+        }
+        let copies = if self.rng.chance(self.link.dup_pct) { 2 } else { 1 };
+        // Serialisation delay models a finite link so bulk tests see queues.
+        let start = self.wire_free_at[src].max(self.now);
+        let ser = self.link.ns_per_kib * n as u64 / 1024;
+        self.wire_free_at[src] = start + ser;
+        for _ in 0..copies {
+            let jitter = if self.link.jitter_ns > 0 { self.rng.below(self.link.jitter_ns) } else { 0 };
+            let at = start + ser + self.link.latency_ns + jitter;
+            self.counter += 1;
+            let from = self.nodes[src].addr;
+            self.queue.push(Reverse((at, self.counter, dst, from, self.buf[..n].to_vec())));
+        }
+    }
+
+    /// Drains every node's transmit queue onto the link.
+    pub fn flush(&mut self) {
+        for i in 0..self.nodes.len() {
+            let mut guard = 0u32;
+            while let Some((to, n)) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) {
+                self.emit(i, to, n);
+                guard += 1;
+                assert!(guard < 1_000_000, "node {i} transmits without end");
+            }
+        }
+    }
+
+    /// Flushes, then advances virtual time to the next arrival or timer and
+    /// processes it. Returns false when nothing at all is left to happen.
+    pub fn step(&mut self) -> bool {
+        self.flush();
+        let arrival = self.queue.peek().map(|Reverse(e)| e.0);
+        let timer = self.nodes.iter().filter_map(|n| n.engine.poll_timeout()).min();
+        let next = match (arrival, timer) {
+            (None, None) => return false,
+            (Some(a), None) => a,
+            (None, Some(t)) => t,
+            (Some(a), Some(t)) => a.min(t),
+        };
+        self.now = self.now.max(next);
+        while let Some(Reverse(e)) = self.queue.peek() {
+            if e.0 > self.now {
+                break;
+            }
+            let Reverse((_, _, dst, from, bytes)) = self.queue.pop().expect("peeked");
+            if !self.nodes[dst].down {
+                let now = self.now;
+                self.nodes[dst].engine.handle_datagram(from, &bytes, now);
+            }
+        }
+        for n in &mut self.nodes {
+            if n.engine.poll_timeout().is_some_and(|t| t <= self.now) {
+                n.engine.handle_timeout(self.now);
+            }
+        }
+        true
+    }
+
+    /// Steps for `dur` ns of virtual time (or until idle).
+    pub fn run_for<F: FnMut(&mut Sim, usize, Event)>(&mut self, dur: u64, on_event: F) {
+        let end = self.now + dur;
+        self.run(dur + 1, on_event, |s| s.now >= end);
+    }
+
+    /// Steps until `done` holds or the network is idle (nothing in flight,
+    /// no timer armed), handing each node's events to `on_event` after
+    /// every step; panics past `limit_ns` of virtual time.
+    pub fn run<F, D>(&mut self, limit_ns: u64, mut on_event: F, mut done: D)
+    where
+        F: FnMut(&mut Sim, usize, Event),
+        D: FnMut(&Sim) -> bool,
+    {
+        let deadline = self.now + limit_ns;
+        loop {
+            for i in 0..self.nodes.len() {
+                while let Some(ev) = self.nodes[i].engine.poll_event() {
+                    on_event(self, i, ev);
+                }
+            }
+            if done(self) {
+                return;
+            }
+            assert!(self.now <= deadline, "simulation did not finish within {limit_ns} ns of virtual time");
+            if !self.step() {
+                for i in 0..self.nodes.len() {
+                    while let Some(ev) = self.nodes[i].engine.poll_event() {
+                        on_event(self, i, ev);
+                    }
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// A rendezvous source that computes its bytes instead of storing them.
+pub struct PatternSource {
+    pub len: usize,
+    pub salt: u8,
+}
+
+pub fn pattern_byte(off: usize, salt: u8) -> u8 {
+    (off as u8) ^ ((off >> 8) as u8).wrapping_mul(31) ^ ((off >> 20) as u8) ^ salt
+}
+
+impl SendSource for PatternSource {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        assert!(offset + dst.len() <= self.len, "read beyond source");
+        for (i, b) in dst.iter_mut().enumerate() {
+            *b = pattern_byte(offset + i, self.salt);
+        }
+    }
+}
+
+/// A sink that checks each write against the pattern and counts coverage.
+pub struct PatternSink {
+    pub cap: usize,
+    pub salt: u8,
+    pub written: usize,
+}
+
+impl RecvSink for PatternSink {
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        assert!(offset + src.len() <= self.cap, "write beyond sink capacity");
+        for (i, &b) in src.iter().enumerate() {
+            assert_eq!(b, pattern_byte(offset + i, self.salt), "corrupt byte at {}", offset + i);
+        }
+        self.written += src.len();
+    }
+}

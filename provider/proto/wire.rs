@@ -1,0 +1,392 @@
+//! Datagram codec of the UDP wire. All integers little-endian.
+//!
+//! ```text
+//! every datagram:  0 magic u16 = 0x4E47 ("GN")  2 version u8 = 1  3 kind u8
+//! CONN_REQ/RESP:   4 nonce u64 (sender's connection id)  12 echo u64 (RESP:
+//!                  the requester's nonce; REQ: 0)  20 isn u32  24 rcv_window u32   = 28
+//! ACK:             4 conn u64 (receiver's connection id)  12 ack u32
+//!                  16 sack u64                                               = 24
+//! segment kinds:   ACK fields, then 24 seq u32                               = 28 + body
+//!   MSG       tag u64, data u64, flags u32, reserved u32, total u64 | payload   (first segment of an eager message)
+//!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
+//!   RTS       tag u64, data u64, flags u32, reserved u32, total u64, key u64
+//!   GET       key u64, rid u64, offset u64, len u64
+//!   RDATA     rid u64, offset u64 | payload
+//!   FIN       key u64
+//!   NOP       (nothing: keepalive, or a retransmission whose content is moot)
+//! ```
+//! `ack` is the next sequence number the sender of the datagram expects;
+//! bit i of `sack` says it holds `ack + 1 + i`. `key` is the sender's
+//! message id, `rid` the receiver's rendezvous id.
+
+pub const MAGIC: u16 = 0x4E47;
+pub const VERSION: u8 = 1;
+
+pub mod kind {
+    pub const CONN_REQ: u8 = 1;
+    pub const CONN_RESP: u8 = 2;
+    pub const ACK: u8 = 3;
+    pub const MSG: u8 = 0x10;
+    pub const MSG_CONT: u8 = 0x11;
+    pub const RTS: u8 = 0x12;
+    pub const GET: u8 = 0x13;
+    pub const RDATA: u8 = 0x14;
+    pub const FIN: u8 = 0x15;
+    pub const NOP: u8 = 0x16;
+}
+
+pub const CONN_LEN: usize = 28;
+pub const ACK_LEN: usize = 24;
+pub const SEG_HDR_LEN: usize = 28;
+pub const MSG_BODY_LEN: usize = 32;
+pub const MSG_CONT_BODY_LEN: usize = 8;
+pub const RTS_BODY_LEN: usize = 40;
+pub const GET_BODY_LEN: usize = 32;
+pub const RDATA_BODY_LEN: usize = 16;
+pub const FIN_BODY_LEN: usize = 8;
+
+/// Smallest `max_datagram` that can carry every frame with at least one
+/// payload byte.
+pub const MIN_DATAGRAM: usize = SEG_HDR_LEN + RTS_BODY_LEN + 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    Truncated,
+    BadMagic,
+    BadVersion,
+    BadKind,
+    /// A length or offset field that cannot be right.
+    BadField,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packet<'a> {
+    ConnReq { nonce: u64, isn: u32, window: u32 },
+    ConnResp { nonce: u64, echo: u64, isn: u32, window: u32 },
+    Ack { conn: u64, ack: u32, sack: u64 },
+    Seg { conn: u64, ack: u32, sack: u64, seq: u32, frame: Frame<'a> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    Msg { tag: u64, data: u64, flags: u32, total: u64, payload: &'a [u8] },
+    MsgCont { offset: u64, payload: &'a [u8] },
+    Rts { tag: u64, data: u64, flags: u32, total: u64, key: u64 },
+    Get { key: u64, rid: u64, offset: u64, len: u64 },
+    RData { rid: u64, offset: u64, payload: &'a [u8] },
+    Fin { key: u64 },
+    Nop,
+}
+
+/// A frame without its payload: what the sender encodes before copying the
+/// payload straight from its source into the datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameHead {
+    Msg { tag: u64, data: u64, flags: u32, total: u64 },
+    MsgCont { offset: u64 },
+    Rts { tag: u64, data: u64, flags: u32, total: u64, key: u64 },
+    Get { key: u64, rid: u64, offset: u64, len: u64 },
+    RData { rid: u64, offset: u64 },
+    Fin { key: u64 },
+    Nop,
+}
+
+impl FrameHead {
+    pub fn kind(&self) -> u8 {
+        match self {
+            FrameHead::Msg { .. } => kind::MSG,
+            FrameHead::MsgCont { .. } => kind::MSG_CONT,
+            FrameHead::Rts { .. } => kind::RTS,
+            FrameHead::Get { .. } => kind::GET,
+            FrameHead::RData { .. } => kind::RDATA,
+            FrameHead::Fin { .. } => kind::FIN,
+            FrameHead::Nop => kind::NOP,
+        }
+    }
+
+    pub fn body_len(&self) -> usize {
+        match self {
+            FrameHead::Msg { .. } => MSG_BODY_LEN,
+            FrameHead::MsgCont { .. } => MSG_CONT_BODY_LEN,
+            FrameHead::Rts { .. } => RTS_BODY_LEN,
+            FrameHead::Get { .. } => GET_BODY_LEN,
+            FrameHead::RData { .. } => RDATA_BODY_LEN,
+            FrameHead::Fin { .. } => FIN_BODY_LEN,
+            FrameHead::Nop => 0,
+        }
+    }
+
+    /// Writes the body fields at the start of `b` (which must hold
+    /// `body_len()` bytes).
+    fn write_body(&self, b: &mut [u8]) {
+        match *self {
+            FrameHead::Msg { tag, data, flags, total } => {
+                put_u64(b, 0, tag);
+                put_u64(b, 8, data);
+                put_u32(b, 16, flags);
+                put_u32(b, 20, 0);
+                put_u64(b, 24, total);
+            }
+            FrameHead::MsgCont { offset } => put_u64(b, 0, offset),
+            FrameHead::Rts { tag, data, flags, total, key } => {
+                put_u64(b, 0, tag);
+                put_u64(b, 8, data);
+                put_u32(b, 16, flags);
+                put_u32(b, 20, 0);
+                put_u64(b, 24, total);
+                put_u64(b, 32, key);
+            }
+            FrameHead::Get { key, rid, offset, len } => {
+                put_u64(b, 0, key);
+                put_u64(b, 8, rid);
+                put_u64(b, 16, offset);
+                put_u64(b, 24, len);
+            }
+            FrameHead::RData { rid, offset } => {
+                put_u64(b, 0, rid);
+                put_u64(b, 8, offset);
+            }
+            FrameHead::Fin { key } => put_u64(b, 0, key),
+            FrameHead::Nop => {}
+        }
+    }
+}
+
+#[inline]
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+#[inline]
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn put_preamble(b: &mut [u8], kind: u8) {
+    b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+    b[2] = VERSION;
+    b[3] = kind;
+}
+
+pub fn encode_conn_req(b: &mut [u8], nonce: u64, isn: u32, window: u32) -> usize {
+    put_preamble(b, kind::CONN_REQ);
+    put_u64(b, 4, nonce);
+    put_u64(b, 12, 0);
+    put_u32(b, 20, isn);
+    put_u32(b, 24, window);
+    CONN_LEN
+}
+
+pub fn encode_conn_resp(b: &mut [u8], nonce: u64, echo: u64, isn: u32, window: u32) -> usize {
+    put_preamble(b, kind::CONN_RESP);
+    put_u64(b, 4, nonce);
+    put_u64(b, 12, echo);
+    put_u32(b, 20, isn);
+    put_u32(b, 24, window);
+    CONN_LEN
+}
+
+pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
+    put_preamble(b, kind::ACK);
+    put_u64(b, 4, conn);
+    put_u32(b, 12, ack);
+    put_u64(b, 16, sack);
+    ACK_LEN
+}
+
+/// Writes segment header and frame body; returns where the payload starts.
+/// The caller copies the payload there and sends `start + payload len` bytes.
+pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
+    put_preamble(b, head.kind());
+    put_u64(b, 4, conn);
+    put_u32(b, 12, ack);
+    put_u64(b, 16, sack);
+    put_u32(b, 24, seq);
+    head.write_body(&mut b[SEG_HDR_LEN..]);
+    SEG_HDR_LEN + head.body_len()
+}
+
+pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
+    if b.len() < 4 {
+        return Err(DecodeError::Truncated);
+    }
+    if b[0..2] != MAGIC.to_le_bytes() {
+        return Err(DecodeError::BadMagic);
+    }
+    if b[2] != VERSION {
+        return Err(DecodeError::BadVersion);
+    }
+    let k = b[3];
+    match k {
+        kind::CONN_REQ | kind::CONN_RESP => {
+            if b.len() != CONN_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            let nonce = get_u64(b, 4);
+            let echo = get_u64(b, 12);
+            let isn = get_u32(b, 20);
+            let window = get_u32(b, 24);
+            if nonce == 0 || window == 0 {
+                return Err(DecodeError::BadField);
+            }
+            if k == kind::CONN_REQ {
+                if echo != 0 {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Packet::ConnReq { nonce, isn, window })
+            } else {
+                if echo == 0 {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Packet::ConnResp { nonce, echo, isn, window })
+            }
+        }
+        kind::ACK => {
+            if b.len() != ACK_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            Ok(Packet::Ack { conn: get_u64(b, 4), ack: get_u32(b, 12), sack: get_u64(b, 16) })
+        }
+        kind::MSG..=kind::NOP => {
+            if b.len() < SEG_HDR_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            let frame = decode_frame(k, &b[SEG_HDR_LEN..])?;
+            Ok(Packet::Seg { conn: get_u64(b, 4), ack: get_u32(b, 12), sack: get_u64(b, 16), seq: get_u32(b, 24), frame })
+        }
+        _ => Err(DecodeError::BadKind),
+    }
+}
+
+/// Decodes a segment's frame from its kind and the bytes after the segment
+/// header (also used for segments parked out of order).
+pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
+    let need = |n: usize| if b.len() < n { Err(DecodeError::Truncated) } else { Ok(()) };
+    let exact = |n: usize| if b.len() != n { Err(DecodeError::Truncated) } else { Ok(()) };
+    match k {
+        kind::MSG => {
+            need(MSG_BODY_LEN)?;
+            let total = get_u64(b, 24);
+            let payload = &b[MSG_BODY_LEN..];
+            if (payload.len() as u64) > total {
+                return Err(DecodeError::BadField);
+            }
+            Ok(Frame::Msg { tag: get_u64(b, 0), data: get_u64(b, 8), flags: get_u32(b, 16), total, payload })
+        }
+        kind::MSG_CONT => {
+            need(MSG_CONT_BODY_LEN)?;
+            let offset = get_u64(b, 0);
+            let payload = &b[MSG_CONT_BODY_LEN..];
+            if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
+                return Err(DecodeError::BadField);
+            }
+            Ok(Frame::MsgCont { offset, payload })
+        }
+        kind::RTS => {
+            exact(RTS_BODY_LEN)?;
+            Ok(Frame::Rts { tag: get_u64(b, 0), data: get_u64(b, 8), flags: get_u32(b, 16), total: get_u64(b, 24), key: get_u64(b, 32) })
+        }
+        kind::GET => {
+            exact(GET_BODY_LEN)?;
+            let (offset, len) = (get_u64(b, 16), get_u64(b, 24));
+            if len == 0 || offset.checked_add(len).is_none() {
+                return Err(DecodeError::BadField);
+            }
+            Ok(Frame::Get { key: get_u64(b, 0), rid: get_u64(b, 8), offset, len })
+        }
+        kind::RDATA => {
+            need(RDATA_BODY_LEN)?;
+            let offset = get_u64(b, 8);
+            let payload = &b[RDATA_BODY_LEN..];
+            if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
+                return Err(DecodeError::BadField);
+            }
+            Ok(Frame::RData { rid: get_u64(b, 0), offset, payload })
+        }
+        kind::FIN => {
+            exact(FIN_BODY_LEN)?;
+            Ok(Frame::Fin { key: get_u64(b, 0) })
+        }
+        kind::NOP => {
+            exact(0)?;
+            Ok(Frame::Nop)
+        }
+        _ => Err(DecodeError::BadKind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(head: FrameHead, payload: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 256];
+        let at = encode_seg_head(&mut b, 0xabcdef, 7, 0b101, u32::MAX, &head);
+        b[at..at + payload.len()].copy_from_slice(payload);
+        b.truncate(at + payload.len());
+        b
+    }
+
+    #[test]
+    fn round_trips() {
+        let mut b = [0u8; 64];
+        let n = encode_conn_req(&mut b, 9, 77, 4096);
+        assert_eq!(decode(&b[..n]), Ok(Packet::ConnReq { nonce: 9, isn: 77, window: 4096 }));
+        let n = encode_conn_resp(&mut b, 9, 10, 77, 8);
+        assert_eq!(decode(&b[..n]), Ok(Packet::ConnResp { nonce: 9, echo: 10, isn: 77, window: 8 }));
+        let n = encode_ack(&mut b, 5, 6, 7);
+        assert_eq!(decode(&b[..n]), Ok(Packet::Ack { conn: 5, ack: 6, sack: 7 }));
+
+        let big = 5u64 << 32; // offsets beyond 4 GiB survive the codec
+        let cases: Vec<(FrameHead, &[u8], Frame)> = vec![
+            (FrameHead::Msg { tag: 1, data: 2, flags: 3, total: 10 }, b"abc", Frame::Msg { tag: 1, data: 2, flags: 3, total: 10, payload: b"abc" }),
+            (FrameHead::MsgCont { offset: 3 }, b"de", Frame::MsgCont { offset: 3, payload: b"de" }),
+            (FrameHead::Rts { tag: 1, data: 2, flags: 3, total: big, key: 4 }, b"", Frame::Rts { tag: 1, data: 2, flags: 3, total: big, key: 4 }),
+            (FrameHead::Get { key: 1, rid: 2, offset: big, len: 4 }, b"", Frame::Get { key: 1, rid: 2, offset: big, len: 4 }),
+            (FrameHead::RData { rid: 2, offset: big }, b"xyz", Frame::RData { rid: 2, offset: big, payload: b"xyz" }),
+            (FrameHead::Fin { key: 8 }, b"", Frame::Fin { key: 8 }),
+            (FrameHead::Nop, b"", Frame::Nop),
+        ];
+        for (head, payload, frame) in cases {
+            let b = seg(head, payload);
+            assert_eq!(decode(&b), Ok(Packet::Seg { conn: 0xabcdef, ack: 7, sack: 0b101, seq: u32::MAX, frame }));
+            // Every strict prefix is rejected (or, for frames with a
+            // payload, decodes to a shorter payload—never panics).
+            for cut in 0..b.len() {
+                let _ = decode(&b[..cut]);
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let mut b = seg(FrameHead::Fin { key: 1 }, b"");
+        assert_eq!(decode(&b[..3]), Err(DecodeError::Truncated));
+        assert_eq!(decode(&b[..b.len() - 1]), Err(DecodeError::Truncated));
+        b[0] ^= 1;
+        assert_eq!(decode(&b), Err(DecodeError::BadMagic));
+        b[0] ^= 1;
+        b[2] = 2;
+        assert_eq!(decode(&b), Err(DecodeError::BadVersion));
+        b[2] = VERSION;
+        b[3] = 0x7f;
+        assert_eq!(decode(&b), Err(DecodeError::BadKind));
+        let m = seg(FrameHead::Msg { tag: 0, data: 0, flags: 0, total: 2 }, b"abc");
+        assert_eq!(decode(&m), Err(DecodeError::BadField));
+        let g = seg(FrameHead::Get { key: 0, rid: 0, offset: u64::MAX, len: 2 }, b"");
+        assert_eq!(decode(&g), Err(DecodeError::BadField));
+        let r = seg(FrameHead::RData { rid: 0, offset: u64::MAX }, b"ab");
+        assert_eq!(decode(&r), Err(DecodeError::BadField));
+        let mut c = [0u8; CONN_LEN];
+        encode_conn_req(&mut c, 1, 1, 1);
+        c[4..12].fill(0);
+        assert_eq!(decode(&c), Err(DecodeError::BadField));
+    }
+}

@@ -1,0 +1,942 @@
+//! Wait objects, wait sets (`fi_wait_open`), poll sets (`fi_poll_open`) and
+//! `fi_trywait`.
+//!
+//! Every CQ, counter and EQ that may block owns (or, with FI_WAIT_SET, shares)
+//! a `WaitObj`: an epoll descriptor holding an eventfd, a timerfd and the
+//! descriptors of the endpoints that feed the queue. A blocked reader sleeps
+//! in `ppoll` on that single epoll descriptor, which is also the descriptor
+//! `FI_GETWAIT` hands to the application (the libfabric util way), so the
+//! application's own `poll`/`epoll` sees the same readiness we do.
+//!
+//! Pushers only pay for a wake-up (an eventfd write) when somebody declared
+//! it is about to sleep (`arm`): a reader that progresses the endpoint itself
+//! never needs one, which keeps the ping-pong path free of syscalls.
+
+use crate::ffi::*;
+use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
+use crate::progress::{now_ns, Progress};
+use std::any::Any;
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// A poisoned lock only means another thread panicked while holding it; the
+/// queues stay structurally valid, and panicking in turn would cross FFI.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Absolute `now_ns` deadline of a libfabric millisecond timeout (negative:
+/// none).
+pub(crate) fn deadline_ms(timeout: i32) -> Option<u64> {
+    (timeout >= 0).then(|| now_ns().saturating_add(timeout as u64 * 1_000_000))
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sources: the endpoints that feed a CQ, counter or EQ.
+
+/// Copy-on-write list, so a reader can walk it and call `progress()` without
+/// holding a lock an endpoint might need while it binds or closes.
+pub(crate) struct Sources {
+    list: Mutex<Arc<[Weak<dyn Progress>]>>,
+    /// Bumped on every change so the epoll set gets rebuilt even when a new
+    /// endpoint happens to reuse a closed one's descriptor number.
+    gen: AtomicU64,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sources {
+    pub fn new() -> Self {
+        Sources { list: Mutex::new(Arc::from(Vec::new())), gen: AtomicU64::new(0) }
+    }
+    pub fn add(&self, p: Weak<dyn Progress>) {
+        let mut l = lock(&self.list);
+        let mut v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
+        v.push(p);
+        *l = Arc::from(v);
+        self.gen.fetch_add(1, SeqCst);
+    }
+    pub fn remove(&self, p: &Weak<dyn Progress>) {
+        let mut l = lock(&self.list);
+        let v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p)).cloned().collect();
+        *l = Arc::from(v);
+        self.gen.fetch_add(1, SeqCst);
+    }
+    pub fn snapshot(&self) -> Arc<[Weak<dyn Progress>]> {
+        lock(&self.list).clone()
+    }
+    pub fn progress(&self) {
+        for w in self.snapshot().iter() {
+            if let Some(s) = w.upgrade() {
+                s.progress();
+            }
+        }
+    }
+    /// Appends the sources' descriptors, folds their deadlines into `next`,
+    /// and returns the generation the descriptor list belongs to.
+    pub fn collect(&self, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
+        let gen = self.gen.load(SeqCst);
+        for w in self.snapshot().iter() {
+            if let Some(s) = w.upgrade() {
+                s.wait_fds(fds);
+                *next = min_opt(*next, s.next_deadline());
+            }
+        }
+        gen
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Thin syscall wrappers; the only unsafe outside the extern "C" shims.
+
+fn cvt(r: i32) -> Result<i32, i32> {
+    if r < 0 {
+        Err(-std::io::Error::last_os_error().raw_os_error().unwrap_or(FI_EOTHER))
+    } else {
+        Ok(r)
+    }
+}
+
+fn epoll_ctl(epfd: RawFd, op: i32, fd: RawFd) -> Result<(), i32> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+    // SAFETY: plain syscall; `ev` is valid for the duration of the call.
+    cvt(unsafe { libc::epoll_ctl(epfd, op, fd, &mut ev) }).map(|_| ())
+}
+
+fn write_one(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local u64 to an eventfd we own.
+    unsafe { libc::write(fd, &one as *const u64 as *const c_void, 8) };
+}
+
+fn read_u64(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reads at most 8 bytes into a local u64; the fd is non-blocking.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
+}
+
+// ---------------------------------------------------------------------------
+// WaitObj
+
+thread_local! {
+    /// Each blocking thread's private wake-up eventfd. Sleepers are kicked
+    /// one by one through these rather than through one shared eventfd:
+    /// whoever drained a shared one could swallow the wake-up meant for a
+    /// thread still asleep.
+    static WAKE_FD: Option<OwnedFd> = {
+        // SAFETY: creates a new descriptor, owned by the OwnedFd at once.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+}
+
+fn my_wake_fd() -> Option<RawFd> {
+    WAKE_FD.try_with(|w| w.as_ref().map(|f| f.as_raw_fd())).ok().flatten()
+}
+
+pub(crate) struct WaitObj {
+    /// Written on wake-ups for the application's own poll on `epfd`
+    /// (FI_GETWAIT); fi_trywait drains it.
+    efd: OwnedFd,
+    tfd: OwnedFd,
+    epfd: OwnedFd,
+    armed: AtomicBool,
+    /// Private eventfds of the threads blocked in this object right now.
+    sleepers: Mutex<Vec<RawFd>>,
+    reg: Mutex<Reg>,
+}
+
+#[derive(Default)]
+struct Reg {
+    fds: Vec<RawFd>,
+    gen: Option<u64>,
+    timer: Option<u64>,
+}
+
+impl WaitObj {
+    pub fn new() -> Result<Arc<WaitObj>, i32> {
+        // SAFETY: each call creates a new descriptor owned by the OwnedFd
+        // built right after it succeeds.
+        let efd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        // SAFETY: as above.
+        let tfd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+        let tfd = unsafe { OwnedFd::from_raw_fd(tfd) };
+        // SAFETY: as above.
+        let epfd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+        epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd.as_raw_fd())?;
+        epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, tfd.as_raw_fd())?;
+        Ok(Arc::new(WaitObj {
+            efd,
+            tfd,
+            epfd,
+            armed: AtomicBool::new(false),
+            sleepers: Mutex::new(Vec::new()),
+            reg: Mutex::new(Reg::default()),
+        }))
+    }
+
+    /// The descriptor FI_GETWAIT returns: readable when the queue may have
+    /// something or an endpoint needs progress.
+    pub fn fd(&self) -> RawFd {
+        self.epfd.as_raw_fd()
+    }
+
+    /// Declares that a thread is about to check the queue and sleep: the
+    /// next `notify` will wake it. Must precede that check; a pusher orders
+    /// its insertion before its `notify` (the queue lock or a SeqCst RMW),
+    /// so either the check sees the entry or the pusher sees the flag.
+    pub fn arm(&self) {
+        self.armed.store(true, SeqCst);
+    }
+
+    /// Called after something became readable. Costs one atomic load unless
+    /// somebody armed.
+    #[inline]
+    pub fn notify(&self) {
+        if self.armed.load(SeqCst) && self.armed.swap(false, SeqCst) {
+            self.kick();
+        }
+    }
+
+    /// Unconditional wake-up of every sleeper and of native waiters
+    /// (fi_cq_signal uses it directly).
+    pub fn kick(&self) {
+        write_one(self.efd.as_raw_fd());
+        for &fd in lock(&self.sleepers).iter() {
+            write_one(fd);
+        }
+    }
+
+    /// Clears the shared eventfd and an expired timer so the epoll fd stops
+    /// being readable for reasons already handled.
+    pub fn drain(&self) {
+        read_u64(self.efd.as_raw_fd());
+        read_u64(self.tfd.as_raw_fd());
+    }
+
+    /// Makes the epoll set hold exactly `fds` (plus our own two).
+    pub fn refresh(&self, fds: &mut Vec<RawFd>, gen: u64) {
+        fds.sort_unstable();
+        fds.dedup();
+        let mut r = lock(&self.reg);
+        if r.gen == Some(gen) && r.fds == *fds {
+            return;
+        }
+        let ep = self.epfd.as_raw_fd();
+        for &fd in r.fds.iter().filter(|fd| fds.binary_search(fd).is_err()) {
+            // A closed descriptor already left the set on its own.
+            let _ = epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd);
+        }
+        for &fd in fds.iter() {
+            match epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd) {
+                Ok(()) | Err(libc::EEXIST) => {}
+                Err(e) => crate::warn!(FI_LOG_CQ, "wait object: cannot watch fd {}: errno {}", fd, e),
+            }
+        }
+        r.fds.clone_from(fds);
+        r.gen = Some(gen);
+    }
+
+    /// Arms the timerfd at an absolute `now_ns` deadline, so an application
+    /// sleeping on the FI_GETWAIT descriptor wakes up when an endpoint's
+    /// protocol timer (retransmission, delayed ACK) needs progress.
+    pub fn set_timer(&self, deadline: Option<u64>) {
+        let mut r = lock(&self.reg);
+        if r.timer == deadline {
+            return;
+        }
+        r.timer = deadline;
+        // An all-zero it_value disarms; a past deadline fires at once.
+        let ns = deadline.map_or(0, |d| d.max(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 },
+        };
+        // SAFETY: plain syscall on our own timerfd with a valid itimerspec.
+        unsafe { libc::timerfd_settime(self.tfd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+    }
+
+    /// Sleeps until the epoll set or `wake` is readable, or `until`
+    /// (absolute `now_ns`) passes.
+    fn sleep(&self, wake: Option<RawFd>, until: Option<u64>) {
+        // Without a private eventfd (descriptor limit reached) a kick cannot
+        // reach us: nap in short slices instead of hanging.
+        let until = match wake {
+            Some(_) => until,
+            None => min_opt(until, Some(now_ns() + 1_000_000)),
+        };
+        let ts = until.map(|u| {
+            let d = u.saturating_sub(now_ns());
+            libc::timespec { tv_sec: (d / 1_000_000_000) as i64, tv_nsec: (d % 1_000_000_000) as i64 }
+        });
+        let mut pfd = [
+            libc::pollfd { fd: self.epfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: wake.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+        ];
+        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: two valid pollfds (a negative fd is ignored), a valid or
+        // NULL timespec, no sigmask.
+        unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, tsp, std::ptr::null()) };
+    }
+
+    /// One arm/check/sleep loop shared by every blocking call.
+    ///
+    /// Each round drives the sources (`progress`), tests `check`, and only
+    /// then sleeps until a source descriptor fires, a pusher kicks, the
+    /// earliest source deadline or the caller's `deadline` passes. Returns
+    /// `None` on timeout or when `interrupted()` turns true.
+    pub fn block<R>(
+        &self,
+        progress: impl Fn(),
+        collect: impl Fn(&mut Vec<RawFd>, &mut Option<u64>) -> u64,
+        mut check: impl FnMut() -> Option<R>,
+        deadline: Option<u64>,
+        interrupted: impl Fn() -> bool,
+    ) -> Option<R> {
+        let mut fds = Vec::new();
+        let wake = my_wake_fd();
+        loop {
+            progress();
+            if let Some(r) = check() {
+                return Some(r);
+            }
+            if let Some(w) = wake {
+                read_u64(w);
+                lock(&self.sleepers).push(w);
+            }
+            self.arm();
+            self.drain();
+            let r = check();
+            let stop = r.is_some() || interrupted() || deadline.is_some_and(|d| now_ns() >= d);
+            if !stop {
+                fds.clear();
+                let mut next = None;
+                let gen = collect(&mut fds, &mut next);
+                self.refresh(&mut fds, gen);
+                self.sleep(wake, min_opt(deadline, next));
+            }
+            if let Some(w) = wake {
+                let mut s = lock(&self.sleepers);
+                if let Some(i) = s.iter().position(|&x| x == w) {
+                    s.swap_remove(i);
+                }
+            }
+            if stop {
+                return r;
+            }
+        }
+    }
+
+    /// The descriptor side of fi_trywait: watches the sources, arms the
+    /// timer at their next deadline and arms for pushes; the caller then
+    /// re-checks its queue.
+    pub fn prepare_native_wait(&self, collect: impl Fn(&mut Vec<RawFd>, &mut Option<u64>) -> u64) {
+        let mut fds = Vec::new();
+        let mut next = None;
+        let gen = collect(&mut fds, &mut next);
+        self.refresh(&mut fds, gen);
+        self.set_timer(next);
+        self.arm();
+        self.drain();
+    }
+}
+
+/// FI_GETWAIT / FI_GETWAITOBJ for an object whose wait object is `wobj`
+/// (`None` with FI_WAIT_NONE / FI_WAIT_SET members).
+///
+/// # Safety
+/// `arg` must be what fi_control(3) documents for `cmd`.
+pub(crate) unsafe fn control_wait(
+    wait_obj: fi_wait_obj,
+    wobj: Option<&WaitObj>,
+    refresh: impl FnOnce(&WaitObj),
+    cmd: i32,
+    arg: *mut c_void,
+    subsys: fi_log_subsys,
+) -> i32 {
+    if arg.is_null() {
+        return -FI_EINVAL;
+    }
+    match cmd as u32 {
+        FI_GETWAITOBJ => {
+            *(arg as *mut fi_wait_obj) = wait_obj;
+            0
+        }
+        FI_GETWAIT => {
+            let Some(w) = wobj else {
+                crate::warn!(subsys, "FI_GETWAIT: no wait object to return for wait_obj {}", wait_obj);
+                return -FI_EINVAL;
+            };
+            match wait_obj {
+                FI_WAIT_FD | FI_WAIT_UNSPEC => {
+                    refresh(w);
+                    *(arg as *mut i32) = w.fd();
+                    0
+                }
+                FI_WAIT_POLLFD => {
+                    let p = &mut *(arg as *mut fi_wait_pollfd);
+                    let n = p.nfds;
+                    p.nfds = 1;
+                    // The epoll descriptor never changes, so neither does
+                    // the list.
+                    p.change_index = 1;
+                    if n < 1 || p.fd.is_null() {
+                        return -FI_ETOOSMALL;
+                    }
+                    refresh(w);
+                    *p.fd = pollfd { fd: w.fd(), events: libc::POLLIN, revents: 0 };
+                    0
+                }
+                _ => {
+                    crate::warn!(subsys, "FI_GETWAIT: wait_obj {} has no native wait object", wait_obj);
+                    -FI_EINVAL
+                }
+            }
+        }
+        _ => -FI_ENOSYS,
+    }
+}
+
+/// Checks a CQ/counter/EQ `wait_obj` attribute: which of them we implement.
+/// FI_WAIT_SET resolves `wait_set` and returns it.
+pub(crate) fn check_wait_attr(
+    wait_obj: fi_wait_obj,
+    wait_set: *mut fid_wait,
+    subsys: fi_log_subsys,
+    what: &str,
+) -> Result<Option<Arc<WaitSet>>, i32> {
+    match wait_obj {
+        FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_FD | FI_WAIT_POLLFD | FI_WAIT_YIELD => Ok(None),
+        FI_WAIT_SET => {
+            // SAFETY: fid pointers from the application are at least a
+            // `struct fid` or NULL, which `get` checks before reading more.
+            match unsafe { WaitSetObj::get(wait_set as *const c_void, FI_CLASS_WAIT) } {
+                Some(ws) => Ok(Some(ws.clone())),
+                None => {
+                    crate::warn!(subsys, "{}: FI_WAIT_SET without a valid gnix wait_set", what);
+                    Err(-FI_EINVAL)
+                }
+            }
+        }
+        FI_WAIT_MUTEX_COND => {
+            crate::warn!(subsys, "{}: FI_WAIT_MUTEX_COND is not supported; use FI_WAIT_FD or FI_WAIT_UNSPEC", what);
+            Err(-FI_ENOSYS)
+        }
+        w => {
+            crate::warn!(subsys, "{}: unknown wait_obj {}", what, w);
+            Err(-FI_EINVAL)
+        }
+    }
+}
+
+/// How a CQ/counter/EQ sleeps.
+pub(crate) enum Wait {
+    /// FI_WAIT_NONE: blocking calls are invalid.
+    None,
+    Own(Arc<WaitObj>),
+    /// Shares the set's wait object; blocking happens in fi_wait.
+    Set(Arc<WaitObj>, ParentRef<WaitSet>),
+}
+
+impl Wait {
+    pub fn new(set: Option<Arc<WaitSet>>, wait_obj: fi_wait_obj) -> Result<Wait, i32> {
+        Ok(match set {
+            Some(ws) => Wait::Set(ws.wobj.clone(), ParentRef::new(&ws)),
+            None if wait_obj == FI_WAIT_NONE => Wait::None,
+            None => Wait::Own(WaitObj::new()?),
+        })
+    }
+    pub fn obj(&self) -> Option<&WaitObj> {
+        match self {
+            Wait::None => None,
+            Wait::Own(w) | Wait::Set(w, _) => Some(w),
+        }
+    }
+    pub fn own(&self) -> Option<&WaitObj> {
+        match self {
+            Wait::Own(w) => Some(w),
+            _ => None,
+        }
+    }
+    pub fn set(&self) -> Option<&Arc<WaitSet>> {
+        match self {
+            Wait::Set(_, p) => Some(&p.0),
+            _ => None,
+        }
+    }
+    #[inline]
+    pub fn notify(&self) {
+        if let Some(w) = self.obj() {
+            w.notify();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Wait sets
+
+/// What a wait set (and fi_trywait) needs from a CQ, counter or EQ.
+pub(crate) trait Waitable: Send + Sync {
+    fn progress_sources(&self);
+    /// Something to read: a CQ/EQ entry, or a counter change not yet
+    /// reported through this path.
+    fn has_event(&self) -> bool;
+    fn collect(&self, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64;
+}
+
+pub struct WaitSet {
+    pub refs: Refs,
+    wait_obj: fi_wait_obj,
+    pub(crate) wobj: Arc<WaitObj>,
+    members: Mutex<Vec<Weak<dyn Waitable>>>,
+    members_gen: AtomicU64,
+    _keepalive: Box<dyn Any + Send + Sync>,
+}
+impl AsRef<Refs> for WaitSet {
+    fn as_ref(&self) -> &Refs {
+        &self.refs
+    }
+}
+
+type WaitSetObj = FidObj<fid_wait, WaitSet>;
+
+impl WaitSet {
+    pub fn new(wait_obj: fi_wait_obj, keepalive: Box<dyn Any + Send + Sync>) -> Result<Arc<WaitSet>, i32> {
+        Ok(Arc::new(WaitSet {
+            refs: Refs::default(),
+            wait_obj,
+            wobj: WaitObj::new()?,
+            members: Mutex::new(Vec::new()),
+            members_gen: AtomicU64::new(0),
+            _keepalive: keepalive,
+        }))
+    }
+
+    pub(crate) fn add_member(&self, m: Weak<dyn Waitable>) {
+        let mut l = lock(&self.members);
+        l.retain(|w| w.strong_count() > 0);
+        l.push(m);
+        self.members_gen.fetch_add(1, SeqCst);
+    }
+
+    fn live(&self) -> Vec<Arc<dyn Waitable>> {
+        lock(&self.members).iter().filter_map(|w| w.upgrade()).collect()
+    }
+
+    fn collect(members: &[Arc<dyn Waitable>], gen0: u64, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
+        // Any member's source change must change the combined generation.
+        members.iter().fold(gen0.wrapping_mul(0x9e37_79b9_7f4a_7c15), |g, m| g.rotate_left(7) ^ m.collect(fds, next))
+    }
+
+    /// fi_wait: 0 once a member has something, -FI_ETIMEDOUT otherwise.
+    pub fn wait(&self, timeout: i32) -> i32 {
+        let deadline = deadline_ms(timeout);
+        let members = self.live();
+        let gen0 = self.members_gen.load(SeqCst);
+        let r = self.wobj.block(
+            || members.iter().for_each(|m| m.progress_sources()),
+            |fds, next| Self::collect(&members, gen0, fds, next),
+            || members.iter().any(|m| m.has_event()).then_some(()),
+            deadline,
+            || false,
+        );
+        match r {
+            Some(()) => 0,
+            None => -FI_ETIMEDOUT,
+        }
+    }
+
+    fn trywait(&self) -> i32 {
+        let members = self.live();
+        members.iter().for_each(|m| m.progress_sources());
+        let gen0 = self.members_gen.load(SeqCst);
+        self.wobj.prepare_native_wait(|fds, next| Self::collect(&members, gen0, fds, next));
+        if members.iter().any(|m| m.has_event()) {
+            -FI_EAGAIN
+        } else {
+            0
+        }
+    }
+}
+
+/// fi_wait_open (on the fabric). `keepalive` is the fabric shim's
+/// `ParentRef<Fabric>`, dropped with the wait set's state so the fabric
+/// stays busy while the set exists.
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable `fi_wait_attr`.
+pub unsafe fn open(attr: *mut fi_wait_attr, keepalive: Box<dyn Any + Send + Sync>) -> Result<*mut fid_wait, i32> {
+    let (wait_obj, flags) = if attr.is_null() { (FI_WAIT_UNSPEC, 0) } else { ((*attr).wait_obj, (*attr).flags) };
+    if flags != 0 {
+        crate::warn!(FI_LOG_FABRIC, "fi_wait_open: flags {:#x} must be 0", flags);
+        return Err(-FI_EINVAL);
+    }
+    match wait_obj {
+        FI_WAIT_UNSPEC | FI_WAIT_FD | FI_WAIT_POLLFD | FI_WAIT_YIELD => {}
+        FI_WAIT_MUTEX_COND => {
+            crate::warn!(FI_LOG_FABRIC, "fi_wait_open: FI_WAIT_MUTEX_COND is not supported");
+            return Err(-FI_ENOSYS);
+        }
+        w => {
+            crate::warn!(FI_LOG_FABRIC, "fi_wait_open: wait_obj {} is not valid for a wait set", w);
+            return Err(-FI_EINVAL);
+        }
+    }
+    Ok(waitset_into_fid(WaitSet::new(wait_obj, keepalive)?))
+}
+
+pub(crate) fn waitset_into_fid(ws: Arc<WaitSet>) -> *mut fid_wait {
+    let c = fid_wait { fid: fid_header(FI_CLASS_WAIT, std::ptr::null_mut(), WAIT_FI_OPS.ptr()), ops: WAIT_OPS.ptr() };
+    WaitSetObj::create(c, ws)
+}
+
+/// The wait set behind an application-supplied fid.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
+pub unsafe fn waitset_from_fid(p: *const c_void) -> Option<Arc<WaitSet>> {
+    WaitSetObj::get(p, FI_CLASS_WAIT).cloned()
+}
+
+unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
+    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    if ws.refs.busy() {
+        crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
+        return -FI_EBUSY;
+    }
+    WaitSetObj::destroy(f as *mut c_void);
+    0
+}
+
+unsafe extern "C" fn wait_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
+    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+    control_wait(
+        ws.wait_obj,
+        Some(&ws.wobj),
+        |w| {
+            let members = ws.live();
+            let gen0 = ws.members_gen.load(SeqCst);
+            let mut fds = Vec::new();
+            let gen = WaitSet::collect(&members, gen0, &mut fds, &mut None);
+            w.refresh(&mut fds, gen);
+        },
+        cmd,
+        arg,
+        FI_LOG_FABRIC,
+    )
+}
+
+unsafe extern "C" fn wait_wait(w: *mut fid_wait, timeout: i32) -> i32 {
+    let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    ws.wait(timeout)
+}
+
+static WAIT_FI_OPS: Table<fi_ops> = Table(base_ops(wait_close, None, Some(wait_control), None));
+static WAIT_OPS: Table<fi_ops_wait> = Table(fi_ops_wait { size: std::mem::size_of::<fi_ops_wait>(), wait: Some(wait_wait) });
+
+// ---------------------------------------------------------------------------
+// fi_trywait
+
+/// fi_trywait, called by the fabric shim: -FI_EAGAIN if any of `fids` (CQ,
+/// counter, EQ or wait set) already has something to read, else 0 and the
+/// application may block on their native wait objects.
+///
+/// # Safety
+/// `fids` must be NULL or point to `count` fid pointers.
+pub unsafe fn trywait(fids: *mut *mut fid, count: i32) -> i32 {
+    if count < 0 || (count > 0 && fids.is_null()) {
+        return -FI_EINVAL;
+    }
+    let mut busy = false;
+    for i in 0..count as usize {
+        let f = *fids.add(i);
+        if f.is_null() {
+            return -FI_EINVAL;
+        }
+        let r = match (*f).fclass as u32 {
+            FI_CLASS_CQ => match crate::cq::from_fid(f as *const c_void) {
+                Some(cq) => cq.trywait(),
+                None => -FI_EINVAL,
+            },
+            FI_CLASS_CNTR => match crate::cntr::from_fid(f as *const c_void) {
+                Some(c) => c.trywait(),
+                None => -FI_EINVAL,
+            },
+            FI_CLASS_EQ => match crate::eq::from_fid(f as *const c_void) {
+                Some(eq) => eq.trywait(),
+                None => -FI_EINVAL,
+            },
+            FI_CLASS_WAIT => match WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) {
+                Some(ws) => ws.trywait(),
+                None => -FI_EINVAL,
+            },
+            c => {
+                crate::warn!(FI_LOG_FABRIC, "fi_trywait: fid class {} has no wait object", c);
+                -FI_EINVAL
+            }
+        };
+        match r {
+            0 => {}
+            r if r == -FI_EAGAIN => busy = true,
+            r => return r,
+        }
+    }
+    if busy {
+        -FI_EAGAIN
+    } else {
+        0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Poll sets
+
+enum Member {
+    Cq(Arc<crate::cq::Cq>),
+    Cntr(Arc<crate::cntr::Cntr>),
+}
+
+pub struct PollSet {
+    members: Mutex<Vec<Member>>,
+    _keepalive: Box<dyn Any + Send + Sync>,
+}
+
+type PollObj = FidObj<fid_poll, PollSet>;
+
+impl PollSet {
+    pub fn new(keepalive: Box<dyn Any + Send + Sync>) -> Arc<PollSet> {
+        Arc::new(PollSet { members: Mutex::new(Vec::new()), _keepalive: keepalive })
+    }
+    pub fn add_cq(&self, cq: Arc<crate::cq::Cq>) -> i32 {
+        let mut m = lock(&self.members);
+        if m.iter().any(|x| matches!(x, Member::Cq(c) if Arc::ptr_eq(c, &cq))) {
+            return -FI_EALREADY;
+        }
+        m.push(Member::Cq(cq));
+        0
+    }
+    pub fn add_cntr(&self, c: Arc<crate::cntr::Cntr>) -> i32 {
+        let mut m = lock(&self.members);
+        if m.iter().any(|x| matches!(x, Member::Cntr(k) if Arc::ptr_eq(k, &c))) {
+            return -FI_EALREADY;
+        }
+        m.push(Member::Cntr(c));
+        0
+    }
+    fn del(&self, f: impl Fn(&Member) -> bool) -> i32 {
+        let mut m = lock(&self.members);
+        let n = m.len();
+        m.retain(|x| !f(x));
+        if m.len() == n {
+            -FI_ENOENT
+        } else {
+            0
+        }
+    }
+
+    /// fi_poll: progresses every member, then writes the contexts of
+    /// non-empty CQs and of counters that changed since they were last
+    /// reported (or set/added). Returns how many were written.
+    pub fn poll(&self, out: &mut [*mut c_void]) -> i32 {
+        // Clone the Arcs out so progress runs without our lock.
+        let members: Vec<Member> = lock(&self.members)
+            .iter()
+            .map(|m| match m {
+                Member::Cq(c) => Member::Cq(c.clone()),
+                Member::Cntr(c) => Member::Cntr(c.clone()),
+            })
+            .collect();
+        let mut n = 0;
+        for m in &members {
+            if n == out.len() {
+                break;
+            }
+            let hit = match m {
+                Member::Cq(c) => {
+                    c.progress_sources();
+                    c.has_entries().then(|| c.context())
+                }
+                Member::Cntr(c) => {
+                    c.progress_sources();
+                    c.poll_changed().then(|| c.context())
+                }
+            };
+            if let Some(ctx) = hit {
+                out[n] = ctx;
+                n += 1;
+            }
+        }
+        n as i32
+    }
+}
+
+/// fi_poll_open (on the domain). `keepalive` is the domain shim's
+/// `ParentRef<Domain>`.
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable `fi_poll_attr`.
+pub unsafe fn poll_open(attr: *mut fi_poll_attr, keepalive: Box<dyn Any + Send + Sync>) -> Result<*mut fid_poll, i32> {
+    if !attr.is_null() && (*attr).flags != 0 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_poll_open: flags {:#x} must be 0", (*attr).flags);
+        return Err(-FI_EINVAL);
+    }
+    Ok(pollset_into_fid(PollSet::new(keepalive)))
+}
+
+pub(crate) fn pollset_into_fid(ps: Arc<PollSet>) -> *mut fid_poll {
+    let c = fid_poll { fid: fid_header(FI_CLASS_POLL, std::ptr::null_mut(), POLL_FI_OPS.ptr()), ops: POLL_OPS.ptr() };
+    PollObj::create(c, ps)
+}
+
+unsafe extern "C" fn poll_close(f: *mut fid) -> i32 {
+    if PollObj::get(f as *const c_void, FI_CLASS_POLL).is_none() {
+        return -FI_EINVAL;
+    }
+    // Members are only referenced, not bound: closing with members left
+    // just forgets them, which is what applications closing in any order
+    // expect.
+    PollObj::destroy(f as *mut c_void);
+    0
+}
+
+unsafe extern "C" fn poll_poll(p: *mut fid_poll, ctx: *mut *mut c_void, count: i32) -> i32 {
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    if count < 0 || (count > 0 && ctx.is_null()) {
+        crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
+        return -FI_EINVAL;
+    }
+    let out: &mut [*mut c_void] = if count == 0 {
+        &mut []
+    } else {
+        // SAFETY: the application passes an array of `count` context slots.
+        std::slice::from_raw_parts_mut(ctx, count as usize)
+    };
+    ps.poll(out)
+}
+
+unsafe extern "C" fn poll_add(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    if flags != 0 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
+        return -FI_EINVAL;
+    }
+    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
+        return ps.add_cq(cq);
+    }
+    if let Some(c) = crate::cntr::from_fid(f as *const c_void) {
+        return ps.add_cntr(c);
+    }
+    crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: only gnix CQs and counters can join a poll set");
+    -FI_EINVAL
+}
+
+unsafe extern "C" fn poll_del(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    if flags != 0 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
+        return -FI_EINVAL;
+    }
+    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
+        return ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq)));
+    }
+    if let Some(cn) = crate::cntr::from_fid(f as *const c_void) {
+        return ps.del(|m| matches!(m, Member::Cntr(c) if Arc::ptr_eq(c, &cn)));
+    }
+    -FI_EINVAL
+}
+
+static POLL_FI_OPS: Table<fi_ops> = Table(base_ops(poll_close, None, None, None));
+static POLL_OPS: Table<fi_ops_poll> = Table(fi_ops_poll {
+    size: std::mem::size_of::<fi_ops_poll>(),
+    poll: Some(poll_poll),
+    poll_add: Some(poll_add),
+    poll_del: Some(poll_del),
+});
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! A fake endpoint for the completion classes' tests.
+    use crate::progress::Progress;
+    use std::os::fd::{FromRawFd, OwnedFd, RawFd, AsRawFd};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Mutex;
+
+    pub struct FakeSrc {
+        pub calls: AtomicUsize,
+        pub deadline: Mutex<Option<u64>>,
+        pub fds: Vec<RawFd>,
+        #[allow(clippy::type_complexity)]
+        pub on_progress: Box<dyn Fn(&FakeSrc) + Send + Sync>,
+    }
+    impl FakeSrc {
+        pub fn new(on_progress: impl Fn(&FakeSrc) + Send + Sync + 'static) -> Self {
+            FakeSrc { calls: AtomicUsize::new(0), deadline: Mutex::new(None), fds: Vec::new(), on_progress: Box::new(on_progress) }
+        }
+    }
+    impl Progress for FakeSrc {
+        fn progress(&self) {
+            self.calls.fetch_add(1, SeqCst);
+            (self.on_progress)(self);
+        }
+        fn wait_fds(&self, out: &mut Vec<RawFd>) {
+            out.extend_from_slice(&self.fds);
+        }
+        fn next_deadline(&self) -> Option<u64> {
+            *self.deadline.lock().unwrap()
+        }
+    }
+
+    /// A non-blocking pipe: (read end, write end).
+    pub fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: test helper; pipe2 fills two descriptors we then own.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        }
+    }
+    pub fn write_byte(fd: &OwnedFd) {
+        // SAFETY: test helper writing one byte from a local.
+        unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr() as *const _, 1) };
+    }
+    /// Drains the pipe; true if anything was there.
+    pub fn read_all(fd: RawFd) -> bool {
+        let mut b = [0u8; 64];
+        let mut any = false;
+        // SAFETY: test helper reading into a local buffer.
+        while unsafe { libc::read(fd, b.as_mut_ptr() as *mut _, b.len()) } > 0 {
+            any = true;
+        }
+        any
+    }
+    /// CPU time this thread has used, in ms.
+    pub fn thread_cpu_ms() -> f64 {
+        // SAFETY: getrusage fills a local struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        let t = |tv: libc::timeval| tv.tv_sec as f64 * 1e3 + tv.tv_usec as f64 / 1e3;
+        t(ru.ru_utime) + t(ru.ru_stime)
+    }
+    pub fn fd_readable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+}
