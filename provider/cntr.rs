@@ -46,7 +46,6 @@ impl Cntr {
         waitset: Option<Arc<WaitSet>>,
         domain: Option<ParentRef<Domain>>,
     ) -> Result<Arc<Cntr>, i32> {
-        let in_set = waitset.is_some();
         let c = Arc::new(Cntr {
             refs: Refs::default(),
             value: AtomicU64::new(0),
@@ -60,10 +59,8 @@ impl Cntr {
             wait_seen: Mutex::new((0, 0)),
             _domain: domain,
         });
-        if in_set {
-            if let Some(ws) = c.wait.set() {
-                ws.add_member(Arc::downgrade(&c) as Weak<dyn Waitable>);
-            }
+        if let Some(ws) = c.wait.set() {
+            ws.add_member(Arc::downgrade(&c) as Weak<dyn Waitable>);
         }
         Ok(c)
     }
@@ -341,3 +338,118 @@ static CNTR_OPS: Table<fi_ops_cntr> = Table(fi_ops_cntr {
     adderr: Some(cntr_adderr),
     seterr: Some(cntr_seterr),
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wait::testutil::*;
+    use std::time::{Duration, Instant};
+
+    fn cntr(wait_obj: fi_wait_obj) -> Arc<Cntr> {
+        Cntr::new(wait_obj, 7 as *mut c_void, None, None).unwrap()
+    }
+
+    #[test]
+    fn wait_reaches_threshold_through_source_progress() {
+        let c = cntr(FI_WAIT_UNSPEC);
+        let wc = Arc::downgrade(&c);
+        // Each progress call completes one operation, but only every 5 ms
+        // (the source's timer), so waiting must sleep, not spin.
+        let fake = Arc::new(FakeSrc::new(move |s| {
+            let now = crate::progress::now_ns();
+            let mut d = s.deadline.lock().unwrap();
+            if d.is_none_or(|d| now >= d) {
+                *d = Some(now + 5_000_000);
+                wc.upgrade().unwrap().inc();
+            }
+        }));
+        let src: Arc<dyn Progress> = fake.clone();
+        c.add_source(Arc::downgrade(&src));
+        let cpu0 = thread_cpu_ms();
+        let t0 = Instant::now();
+        assert_eq!(c.wait(5, 2000), 0);
+        let el = t0.elapsed();
+        assert!(el >= Duration::from_millis(19) && el < Duration::from_millis(1000), "{el:?}");
+        assert!(fake.calls.load(SeqCst) < 40, "{} progress calls", fake.calls.load(SeqCst));
+        assert!(thread_cpu_ms() - cpu0 < 15.0);
+        assert!(c.peek().0 >= 5);
+    }
+
+    #[test]
+    fn wait_times_out_and_reports_errors() {
+        let c = cntr(FI_WAIT_FD);
+        let t0 = Instant::now();
+        let cpu0 = thread_cpu_ms();
+        assert_eq!(c.wait(1, 100), -FI_ETIMEDOUT);
+        assert!(t0.elapsed() >= Duration::from_millis(95));
+        assert!(thread_cpu_ms() - cpu0 < 15.0);
+        let c2 = c.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            c2.inc_err();
+        });
+        assert_eq!(c.wait(1, 5000), -FI_EAVAIL);
+        t.join().unwrap();
+        let c2 = c.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(10));
+                c2.inc();
+            }
+        });
+        assert_eq!(c.wait(3, 5000), 0);
+        t.join().unwrap();
+        assert_eq!((c.read(), c.read_err()), (3, 1));
+        assert_eq!(cntr(FI_WAIT_NONE).wait(0, 0), -FI_ENOSYS);
+    }
+
+    #[test]
+    fn app_ops_and_poll_checkpoint() {
+        let c = cntr(FI_WAIT_NONE);
+        assert!(!c.poll_changed());
+        c.inc();
+        assert!(c.poll_changed());
+        assert!(!c.poll_changed());
+        c.add(10);
+        assert_eq!(c.read(), 11);
+        assert!(!c.poll_changed(), "fi_cntr_add resets the poll checkpoint");
+        c.set_err(4);
+        c.add_err(1);
+        assert_eq!(c.read_err(), 5);
+        c.set(2);
+        assert_eq!(c.peek(), (2, 5));
+    }
+
+    #[test]
+    fn c_shims() {
+        let c = cntr(FI_WAIT_UNSPEC);
+        let p = into_fid(c.clone());
+        // SAFETY: p is a live fid_cntr.
+        unsafe {
+            let ops = &*(*p).ops;
+            assert_eq!(ops.add.unwrap()(p, 5), 0);
+            assert_eq!(ops.read.unwrap()(p), 5);
+            assert_eq!(ops.seterr.unwrap()(p, 2), 0);
+            assert_eq!(ops.readerr.unwrap()(p), 2);
+            assert_eq!(ops.wait.unwrap()(p, 5, 0), 0);
+            assert_eq!(ops.wait.unwrap()(p, 6, 10), -FI_ETIMEDOUT);
+            let ctl = (*(*p).fid.ops).control.unwrap();
+            let mut fl = 0x40u64;
+            assert_eq!(ctl(p as *mut fid, FI_SETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void), 0);
+            fl = 0;
+            assert_eq!(ctl(p as *mut fid, FI_GETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void), 0);
+            assert_eq!(fl, 0x40);
+            let mut fd = -1i32;
+            assert_eq!(ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            assert!(fd >= 0);
+            let mut fids = [p as *mut fid];
+            assert_eq!(crate::wait::trywait(fids.as_mut_ptr(), 1), -FI_EAGAIN, "moved since last looked");
+            assert_eq!(crate::wait::trywait(fids.as_mut_ptr(), 1), 0);
+            assert!(!fd_readable(fd));
+            c.inc();
+            assert!(fd_readable(fd));
+            assert_eq!(crate::wait::trywait(fids.as_mut_ptr(), 1), -FI_EAGAIN);
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+        }
+    }
+}

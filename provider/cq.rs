@@ -48,15 +48,7 @@ unsafe impl Send for CqEntry {}
 
 impl Default for CqEntry {
     fn default() -> Self {
-        CqEntry {
-            op_context: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            buf: std::ptr::null_mut(),
-            data: 0,
-            tag: 0,
-            src: FI_ADDR_NOTAVAIL,
-        }
+        CqEntry { op_context: std::ptr::null_mut(), flags: 0, len: 0, buf: std::ptr::null_mut(), data: 0, tag: 0, src: FI_ADDR_NOTAVAIL }
     }
 }
 
@@ -153,16 +145,9 @@ impl Cq {
         let size = if cfg.size == 0 { DEFAULT_CQ_SIZE } else { cfg.size };
         let format = if cfg.format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { cfg.format };
         let cfg = CqConfig { size, format, ..cfg };
-        let in_set = waitset.is_some();
         let cq = Arc::new(Cq {
             refs: Refs::default(),
-            q: Mutex::new(Queue {
-                q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
-                nerr: 0,
-                err_buf: Vec::new(),
-                size,
-                grew: false,
-            }),
+            q: Mutex::new(Queue { q: VecDeque::with_capacity(size.min(MAX_PREALLOC)), nerr: 0, err_buf: Vec::new(), size, grew: false }),
             entry_size: entry_size(format),
             cfg,
             context: context as usize,
@@ -171,10 +156,8 @@ impl Cq {
             signals: AtomicU64::new(0),
             _domain: domain,
         });
-        if in_set {
-            if let Some(ws) = cq.wait.set() {
-                ws.add_member(Arc::downgrade(&cq) as Weak<dyn Waitable>);
-            }
+        if let Some(ws) = cq.wait.set() {
+            ws.add_member(Arc::downgrade(&cq) as Weak<dyn Waitable>);
         }
         Ok(cq)
     }
@@ -598,7 +581,12 @@ unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
 /// # Safety
 /// `buf` must be writable for `count` entries of `cq`'s format and `src`
 /// NULL or writable for `count` addresses.
-unsafe fn out_bufs<'a>(cq: &Cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> Result<(&'a mut [u8], Option<&'a mut [u64]>), isize> {
+unsafe fn out_bufs<'a>(
+    cq: &Cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> Result<(&'a mut [u8], Option<&'a mut [u64]>), isize> {
     if count == 0 {
         return Ok((&mut [], None));
     }
@@ -664,8 +652,8 @@ unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags
     // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
     // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
     let e = &mut *buf;
-    let user = (e.err_data_size > 0 && !e.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
+    let user =
+        (e.err_data_size > 0 && !e.err_data.is_null()).then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
     match cq.readerr(user) {
         Ok(entry) => {
             // Writes the 1.17 fields only: a newer core's larger struct
@@ -682,7 +670,13 @@ unsafe extern "C" fn cq_signal(c: *mut fid_cq) -> i32 {
     cq.signal()
 }
 
-unsafe extern "C" fn cq_strerror(_c: *mut fid_cq, prov_errno: i32, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+unsafe extern "C" fn cq_strerror(
+    _c: *mut fid_cq,
+    prov_errno: i32,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
     // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
     strerror(prov_errno, buf, len)
 }
@@ -711,7 +705,15 @@ mod tests {
         Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap()
     }
     fn ok(ctx: usize) -> CqEntry {
-        CqEntry { op_context: ctx as *mut c_void, flags: FI_RECV, len: ctx * 10, data: ctx as u64 + 1, tag: ctx as u64 + 2, src: ctx as u64 + 3, ..Default::default() }
+        CqEntry {
+            op_context: ctx as *mut c_void,
+            flags: FI_RECV,
+            len: ctx * 10,
+            data: ctx as u64 + 1,
+            tag: ctx as u64 + 2,
+            src: ctx as u64 + 3,
+            ..Default::default()
+        }
     }
     fn err(ctx: usize, data: &[u8]) -> CqError {
         CqError { entry: ok(ctx), err: FI_ETRUNC, prov_errno: FI_ETRUNC, olen: 7, err_data: data.to_vec() }
@@ -771,7 +773,13 @@ mod tests {
 
     #[test]
     fn formats_write_their_prefix_only() {
-        for (fmt, sz) in [(FI_CQ_FORMAT_UNSPEC, 8), (FI_CQ_FORMAT_CONTEXT, 8), (FI_CQ_FORMAT_MSG, 24), (FI_CQ_FORMAT_DATA, 40), (FI_CQ_FORMAT_TAGGED, 48)] {
+        for (fmt, sz) in [
+            (FI_CQ_FORMAT_UNSPEC, 8),
+            (FI_CQ_FORMAT_CONTEXT, 8),
+            (FI_CQ_FORMAT_MSG, 24),
+            (FI_CQ_FORMAT_DATA, 40),
+            (FI_CQ_FORMAT_TAGGED, 48),
+        ] {
             let cq = cq(fmt, FI_WAIT_NONE, 0);
             assert_eq!(cq.entry_size, sz);
             cq.push(ok(5));
@@ -1144,7 +1152,14 @@ mod tests {
         assert_eq!(mk(&|a| a.format = 99).unwrap_err(), -FI_ENOSYS);
         assert_eq!(mk(&|a| a.wait_obj = FI_WAIT_MUTEX_COND).unwrap_err(), -FI_ENOSYS);
         assert_eq!(mk(&|a| a.wait_obj = FI_WAIT_SET).unwrap_err(), -FI_EINVAL);
-        assert_eq!(mk(&|a| { a.wait_obj = FI_WAIT_FD; a.wait_cond = 9 }).unwrap_err(), -FI_EINVAL);
+        assert_eq!(
+            mk(&|a| {
+                a.wait_obj = FI_WAIT_FD;
+                a.wait_cond = 9
+            })
+            .unwrap_err(),
+            -FI_EINVAL
+        );
         assert!(mk(&|a| a.wait_cond = 9).is_ok(), "wait_cond is ignored with FI_WAIT_NONE");
     }
 }

@@ -206,10 +206,12 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
     Obj::get(p, FI_CLASS_EP)
 }
 
-fn engine_config(dom: &Domain, max_datagram: usize) -> EngineConfig {
+fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
     let t = *dom.tunables.lock().unwrap();
     EngineConfig {
-        max_datagram,
+        max_datagram: wire.max_datagram,
+        local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
+        local_max_datagram: wire.local_max_datagram,
         rndv_threshold: t.rndv_threshold,
         max_retrans: t.max_retrans,
         peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
@@ -234,7 +236,7 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
             -FI_EINVAL
         }
     })?;
-    let engine = Engine::new(engine_config(dom, wire.max_datagram), wire.local_addr(), seed());
+    let engine = Engine::new(engine_config(dom, &wire), wire.local_addr(), seed());
     Ok(EpState {
         engine,
         txbuf: vec![0; 65536],

@@ -70,7 +70,6 @@ impl Eq {
         waitset: Option<Arc<WaitSet>>,
         keepalive: Box<dyn Any + Send + Sync>,
     ) -> Result<Arc<Eq>, i32> {
-        let in_set = waitset.is_some();
         let eq = Arc::new(Eq {
             refs: Refs::default(),
             q: Mutex::new(Queue { q: VecDeque::new(), nerr: 0, err_buf: Vec::new() }),
@@ -80,10 +79,8 @@ impl Eq {
             wait: Wait::new(waitset, wait_obj)?,
             _keepalive: keepalive,
         });
-        if in_set {
-            if let Some(ws) = eq.wait.set() {
-                ws.add_member(Arc::downgrade(&eq) as Weak<dyn Waitable>);
-            }
+        if let Some(ws) = eq.wait.set() {
+            ws.add_member(Arc::downgrade(&eq) as Weak<dyn Waitable>);
         }
         Ok(eq)
     }
@@ -371,8 +368,8 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
     // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
     // err_data_size, err_data is its buffer of that size (fi_eq(3)).
     let b = &mut *buf;
-    let user = (b.err_data_size > 0 && !b.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
+    let user =
+        (b.err_data_size > 0 && !b.err_data.is_null()).then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
     match eq.readerr(user) {
         Ok(entry) => {
             *buf = entry;
@@ -402,7 +399,13 @@ unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, le
     len as isize
 }
 
-unsafe extern "C" fn eq_strerror(_e: *mut fid_eq, prov_errno: i32, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+unsafe extern "C" fn eq_strerror(
+    _e: *mut fid_eq,
+    prov_errno: i32,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
     // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
     crate::cq::strerror(prov_errno, buf, len)
 }
@@ -416,3 +419,79 @@ static EQ_OPS: Table<fi_ops_eq> = Table(fi_ops_eq {
     sread: Some(eq_sread),
     strerror: Some(eq_strerror),
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn eq(wait_obj: fi_wait_obj) -> Arc<Eq> {
+        Eq::new(wait_obj, std::ptr::null_mut(), None, Box::new(())).unwrap()
+    }
+
+    #[test]
+    fn read_peek_toosmall_and_error_order() {
+        let eq = eq(FI_WAIT_NONE);
+        let mut buf = [0u8; 64];
+        assert_eq!(eq.read(&mut buf, false), Err(-FI_EAGAIN));
+        eq.push(FI_CONNECTED, &[1u8; 24], 0);
+        eq.push_err(EqError { err: FI_ECONNREFUSED, prov_errno: 3, data: 9, err_data: b"why".to_vec(), ..Default::default() });
+        eq.push(FI_SHUTDOWN, &[2u8; 40], 0);
+        assert_eq!(eq.read(&mut buf[..10], false), Err(-FI_ETOOSMALL));
+        assert_eq!(eq.read(&mut buf, true), Ok((FI_CONNECTED, 24)));
+        assert_eq!(eq.read(&mut buf, false), Ok((FI_CONNECTED, 24)));
+        assert_eq!(&buf[..24], &[1u8; 24]);
+        assert_eq!(eq.read(&mut buf, false), Err(-FI_EAVAIL));
+        let e = eq.readerr(None).unwrap();
+        assert_eq!((e.err, e.prov_errno, e.data, e.err_data_size), (FI_ECONNREFUSED, 3, 9, 3));
+        assert_eq!(eq.readerr(None).unwrap_err(), -FI_EAGAIN);
+        assert_eq!(eq.read(&mut buf, false), Ok((FI_SHUTDOWN, 40)));
+    }
+
+    #[test]
+    fn sread_timeout_and_wakeup() {
+        let eq = eq(FI_WAIT_UNSPEC);
+        let mut buf = [0u8; 64];
+        let t0 = Instant::now();
+        assert_eq!(eq.sread(&mut buf, 100, false), Err(-FI_EAGAIN));
+        assert!(t0.elapsed() >= Duration::from_millis(95));
+        let e2 = eq.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            e2.push(FI_NOTIFY, &[0u8; 24], 0);
+        });
+        assert_eq!(eq.sread(&mut buf, 5000, false), Ok((FI_NOTIFY, 24)));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn c_shims_write_read_readerr() {
+        let e = eq(FI_WAIT_NONE);
+        let p = into_fid(e.clone());
+        // SAFETY: p is a live fid_eq; buffers are sized per the API.
+        unsafe {
+            let ops = &*(*p).ops;
+            let entry = fi_eq_entry { fid: p as *mut fid, context: 5 as *mut c_void, data: 6 };
+            let sz = std::mem::size_of::<fi_eq_entry>();
+            assert_eq!(ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 0), sz as isize);
+            assert_eq!(ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 1), -FI_EINVAL as isize);
+            let mut ev = 0u32;
+            let mut out: fi_eq_entry = std::mem::zeroed();
+            assert_eq!(ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, FI_SEND), -FI_EINVAL as isize);
+            assert_eq!(ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0), sz as isize);
+            assert_eq!((ev, out.context as usize, out.data), (FI_NOTIFY, 5, 6));
+            e.push_err(EqError { err: FI_EIO, err_data: vec![1, 2, 3, 4], ..Default::default() });
+            let mut small = [0u8; 2];
+            let mut ee: fi_eq_err_entry = std::mem::zeroed();
+            ee.err_data = small.as_mut_ptr() as *mut c_void;
+            ee.err_data_size = 2;
+            assert_eq!(ops.readerr.unwrap()(p, &mut ee, 0), std::mem::size_of::<fi_eq_err_entry>() as isize);
+            assert_eq!((ee.err, ee.err_data_size, small), (FI_EIO, 2, [1, 2]));
+            assert_eq!(ops.sread.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0, 0), -FI_ENOSYS as isize);
+            e.refs.get();
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), -FI_EBUSY);
+            e.refs.put();
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+        }
+    }
+}

@@ -66,7 +66,11 @@ impl Sources {
     pub fn add(&self, p: Weak<dyn Progress>) {
         let mut l = lock(&self.list);
         let mut v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
-        v.push(p);
+        // An endpoint bound for both transmit and receive registers twice;
+        // progressing it once per round is enough.
+        if !v.iter().any(|w| Weak::ptr_eq(w, &p)) {
+            v.push(p);
+        }
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }
@@ -232,6 +236,8 @@ impl WaitObj {
 
     /// Makes the epoll set hold exactly `fds` (plus our own two).
     pub fn refresh(&self, fds: &mut Vec<RawFd>, gen: u64) {
+        // An endpoint without a socket yet reports -1.
+        fds.retain(|&fd| fd >= 0);
         fds.sort_unstable();
         fds.dedup();
         let mut r = lock(&self.reg);
@@ -874,7 +880,7 @@ static POLL_OPS: Table<fi_ops_poll> = Table(fi_ops_poll {
 pub(crate) mod testutil {
     //! A fake endpoint for the completion classes' tests.
     use crate::progress::Progress;
-    use std::os::fd::{FromRawFd, OwnedFd, RawFd, AsRawFd};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Mutex;
 
@@ -938,5 +944,127 @@ pub(crate) mod testutil {
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, zero timeout.
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+    use crate::cntr::Cntr;
+    use crate::cq::{Cq, CqConfig, CqEntry};
+    use std::time::{Duration, Instant};
+
+    fn set_member_cq(ws: &Arc<WaitSet>, ctx: usize) -> Arc<Cq> {
+        let cfg = CqConfig { wait_obj: FI_WAIT_SET, ..Default::default() };
+        Cq::new(cfg, ctx as *mut c_void, Some(ws.clone()), None).unwrap()
+    }
+
+    #[test]
+    fn wait_set_wakes_on_any_member() {
+        let ws = WaitSet::new(FI_WAIT_FD, Box::new(())).unwrap();
+        let a = set_member_cq(&ws, 1);
+        let b = set_member_cq(&ws, 2);
+        let c = Cntr::new(FI_WAIT_SET, std::ptr::null_mut(), Some(ws.clone()), None).unwrap();
+        assert!(ws.refs.busy(), "members hold the set");
+        let t0 = Instant::now();
+        let cpu0 = thread_cpu_ms();
+        assert_eq!(ws.wait(80), -FI_ETIMEDOUT);
+        assert!(t0.elapsed() >= Duration::from_millis(75));
+        assert!(thread_cpu_ms() - cpu0 < 15.0);
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            b2.push(CqEntry::default());
+        });
+        assert_eq!(ws.wait(5000), 0);
+        t.join().unwrap();
+        assert!(b.has_entries() && !a.has_entries());
+        assert_eq!(b.sread(&mut [0u8; 8], 1, None, 1, 0), -FI_EINVAL as isize, "sread is invalid on set members");
+        assert_eq!(b.read(&mut [0u8; 8], 1, None), 1);
+        let c2 = c.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            c2.inc();
+        });
+        assert_eq!(ws.wait(5000), 0);
+        t.join().unwrap();
+        // trywait on the set, and the set's descriptor.
+        let p = waitset_into_fid(ws.clone());
+        let mut fd = -1;
+        // SAFETY: p is a live fid_wait.
+        unsafe {
+            let ctl = (*(*p).fid.ops).control.unwrap();
+            assert_eq!(ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            let mut fids = [p as *mut fid];
+            assert_eq!(trywait(fids.as_mut_ptr(), 1), 0);
+            assert!(!fd_readable(fd));
+            a.push(CqEntry::default());
+            assert!(fd_readable(fd));
+            assert_eq!(trywait(fids.as_mut_ptr(), 1), -FI_EAGAIN);
+            assert_eq!((*(*p).ops).wait.unwrap()(p, 0), 0);
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), -FI_EBUSY);
+            drop((a, b, c));
+            assert!(!ws.refs.busy());
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+        }
+    }
+
+    #[test]
+    fn poll_set_reports_nonempty_cqs_and_moved_counters() {
+        let ps = PollSet::new(Box::new(()));
+        let cq1 = Cq::new(CqConfig::default(), 11 as *mut c_void, None, None).unwrap();
+        let cq2 = Cq::new(CqConfig::default(), 22 as *mut c_void, None, None).unwrap();
+        let cn = Cntr::new(FI_WAIT_NONE, 33 as *mut c_void, None, None).unwrap();
+        assert_eq!(ps.add_cq(cq1.clone()), 0);
+        assert_eq!(ps.add_cq(cq1.clone()), -FI_EALREADY);
+        assert_eq!(ps.add_cq(cq2.clone()), 0);
+        assert_eq!(ps.add_cntr(cn.clone()), 0);
+        let mut out = [std::ptr::null_mut(); 4];
+        assert_eq!(ps.poll(&mut out), 0);
+        cq2.push(CqEntry::default());
+        cn.inc();
+        assert_eq!(ps.poll(&mut out), 2);
+        assert_eq!((out[0] as usize, out[1] as usize), (22, 33));
+        assert_eq!(ps.poll(&mut out), 1, "the counter was reported already; the CQ is still non-empty");
+        assert_eq!(ps.poll(&mut out[..0]), 0);
+        assert_eq!(ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq2))), 0);
+        assert_eq!(ps.poll(&mut out), 0);
+        // Through the C face.
+        let p = pollset_into_fid(ps);
+        let f1 = crate::cq::into_fid(cq1.clone());
+        // SAFETY: live fids we created.
+        unsafe {
+            let ops = &*(*p).ops;
+            assert_eq!(ops.poll_del.unwrap()(p, f1 as *mut fid, 0), 0);
+            assert_eq!(ops.poll_del.unwrap()(p, f1 as *mut fid, 0), -FI_ENOENT);
+            assert_eq!(ops.poll_add.unwrap()(p, f1 as *mut fid, 0), 0);
+            assert_eq!(ops.poll_add.unwrap()(p, p as *mut fid, 0), -FI_EINVAL);
+            cq1.push(CqEntry::default());
+            let mut ctx = [std::ptr::null_mut(); 2];
+            assert_eq!(ops.poll.unwrap()(p, ctx.as_mut_ptr(), 2), 1);
+            assert_eq!(ctx[0] as usize, 11);
+            assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
+            assert_eq!((*(*f1).fid.ops).close.unwrap()(f1 as *mut fid), 0);
+        }
+    }
+
+    #[test]
+    fn trywait_rejects_junk() {
+        // SAFETY: NULL and a fake fid of an unsupported class.
+        unsafe {
+            assert_eq!(trywait(std::ptr::null_mut(), 1), -FI_EINVAL);
+            assert_eq!(trywait(std::ptr::null_mut(), 0), 0);
+            // Padded so the magic check reads our zeroes, not the stack.
+            #[repr(C)]
+            struct Fake {
+                f: fid,
+                pad: [u64; 8],
+            }
+            let mut f =
+                Fake { f: fid { fclass: FI_CLASS_CQ as usize, context: std::ptr::null_mut(), ops: std::ptr::null_mut() }, pad: [0; 8] };
+            let mut fids = [&mut f.f as *mut fid];
+            assert_eq!(trywait(fids.as_mut_ptr(), 1), -FI_EINVAL, "a CQ fid that is not ours");
+        }
     }
 }

@@ -12,6 +12,9 @@ pub struct UdpWire {
     local: SocketAddr,
     /// Largest datagram the interface carries without IP fragmentation.
     pub max_datagram: usize,
+    /// The same towards peers on this host, which the kernel routes
+    /// through loopback whatever interface they are bound to.
+    pub local_max_datagram: usize,
 }
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, val: i32) -> bool {
@@ -54,13 +57,18 @@ impl UdpWire {
         }
         let local = sock.local_addr()?;
         let hdr = if local.is_ipv4() { 28 } else { 48 };
-        let max_datagram = if mtu_override != 0 {
-            mtu_override
-        } else {
-            iface_mtu(fd, iface).map(|m| m.saturating_sub(hdr)).unwrap_or(1472)
-        }
-        .clamp(512, 65507 - if local.is_ipv4() { 0 } else { 20 });
-        Ok(UdpWire { sock, local, max_datagram })
+        let limit = 65507 - if local.is_ipv4() { 0 } else { 20 };
+        let mtu = |name: &str, default: usize| iface_mtu(fd, name).map(|m| m.saturating_sub(hdr)).unwrap_or(default);
+        let (max_datagram, local_max_datagram) = match mtu_override {
+            0 => (mtu(iface, 1472), mtu("lo", 1472)),
+            m => (m, m),
+        };
+        Ok(UdpWire {
+            sock,
+            local,
+            max_datagram: max_datagram.clamp(512, limit),
+            local_max_datagram: local_max_datagram.clamp(512, limit),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -14,7 +14,10 @@
 use super::conn::{classify_req, req_interval, Handshake, ReqVerdict};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
-use super::{Event, EngineConfig, EngineError, EngineStats, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource};
+use super::{
+    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId,
+    SendMode, SendSource,
+};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
@@ -137,8 +140,17 @@ struct Accepted {
 }
 
 enum TxBody {
-    Eager { payload: Vec<u8>, next_off: usize, started: bool, segmented: bool, unacked: u32 },
-    Rndv { src: Box<dyn SendSource>, len: u64 },
+    Eager {
+        payload: Vec<u8>,
+        next_off: usize,
+        started: bool,
+        segmented: bool,
+        unacked: u32,
+    },
+    Rndv {
+        src: Box<dyn SendSource>,
+        len: u64,
+    },
 }
 
 struct TxMsg {
@@ -150,11 +162,30 @@ struct TxMsg {
 /// so a retransmission re-reads the source instead of keeping a copy.
 #[derive(Clone, Copy, Debug)]
 enum SegFrame {
-    Msg { id: MsgId, off: u64, len: u32, first: bool },
-    Rts { id: MsgId },
-    Get { key: MsgId, rid: RndvId, offset: u64, len: u64 },
-    RData { key: MsgId, rid: RndvId, offset: u64, len: u32 },
-    Fin { key: MsgId },
+    Msg {
+        id: MsgId,
+        off: u64,
+        len: u32,
+        first: bool,
+    },
+    Rts {
+        id: MsgId,
+    },
+    Get {
+        key: MsgId,
+        rid: RndvId,
+        offset: u64,
+        len: u64,
+    },
+    RData {
+        key: MsgId,
+        rid: RndvId,
+        offset: u64,
+        len: u32,
+    },
+    Fin {
+        key: MsgId,
+    },
     Nop,
 }
 
@@ -175,7 +206,10 @@ enum Ooo {
     /// Rendezvous data is placed into its sink on arrival even out of order
     /// (it carries its offset); only the sequence number is remembered.
     Consumed,
-    Stored { kind: u8, body: Vec<u8> },
+    Stored {
+        kind: u8,
+        body: Vec<u8>,
+    },
 }
 
 struct RDataJob {
@@ -256,9 +290,18 @@ impl Vc {
             peer,
             local_nonce,
             peer_nonce: None,
-            hs: Handshake::Connecting { since: now, next_req_at: u64::MAX, attempts: 0, req_due: true },
+            hs: Handshake::Connecting {
+                since: now,
+                next_req_at: u64::MAX,
+                attempts: 0,
+                req_due: true,
+            },
             resp_pending: false,
-            seg_limit: sh.cfg.max_datagram,
+            seg_limit: if sh.cfg.local_ips.contains(&peer.ip()) {
+                sh.cfg.local_max_datagram.max(sh.cfg.max_datagram)
+            } else {
+                sh.cfg.max_datagram
+            },
             rcv_window: sh.cfg.window_segments.clamp(1, MAX_WINDOW),
             snd_window: 1,
             snd_isn,
@@ -324,7 +367,10 @@ impl Vc {
     }
 
     fn next_deadline(&self, cfg: &EngineConfig) -> Option<u64> {
-        if let Handshake::Connecting { since, next_req_at, .. } = self.hs {
+        if let Handshake::Connecting {
+            since, next_req_at, ..
+        } = self.hs
+        {
             return Some(next_req_at.min(since.saturating_add(cfg.peer_timeout_ns)));
         }
         let mut t: Option<u64> = None;
@@ -338,16 +384,29 @@ impl Vc {
             take(d);
         }
         if !self.unacked.is_empty() {
-            take(self.last_heard.max(self.waiting_since).saturating_add(cfg.peer_timeout_ns));
+            take(
+                self.last_heard
+                    .max(self.waiting_since)
+                    .saturating_add(cfg.peer_timeout_ns),
+            );
         } else if self.awaiting_peer() && !self.keepalive_queued {
-            take(self.last_heard.saturating_add(Self::keepalive_interval(cfg)));
+            take(
+                self.last_heard
+                    .saturating_add(Self::keepalive_interval(cfg)),
+            );
         }
         t
     }
 
     fn on_timeout(&mut self, sh: &mut Shared, now: u64) -> Tick {
         let cfg = &sh.cfg;
-        if let Handshake::Connecting { since, next_req_at, attempts, req_due } = &mut self.hs {
+        if let Handshake::Connecting {
+            since,
+            next_req_at,
+            attempts,
+            req_due,
+        } = &mut self.hs
+        {
             if now.saturating_sub(*since) >= cfg.peer_timeout_ns {
                 return Tick::Fail;
             }
@@ -367,7 +426,13 @@ impl Vc {
             self.ack_now = true;
             tick = Tick::Ready;
         }
-        if !self.unacked.is_empty() && now >= self.last_heard.max(self.waiting_since).saturating_add(cfg.peer_timeout_ns) {
+        if !self.unacked.is_empty()
+            && now
+                >= self
+                    .last_heard
+                    .max(self.waiting_since)
+                    .saturating_add(cfg.peer_timeout_ns)
+        {
             return Tick::Fail;
         }
         if let Some(deadline) = self.rto_deadline {
@@ -412,7 +477,10 @@ impl Vc {
         if self.unacked.is_empty()
             && self.awaiting_peer()
             && !self.keepalive_queued
-            && now >= self.last_heard.saturating_add(Self::keepalive_interval(cfg))
+            && now
+                >= self
+                    .last_heard
+                    .saturating_add(Self::keepalive_interval(cfg))
         {
             // A reliable no-op: a live peer acknowledges it; a dead one
             // leaves it unacknowledged and the peer timeout fires.
@@ -442,20 +510,37 @@ impl Vc {
     }
 
     fn transmit(&mut self, sh: &mut Shared, now: u64, buf: &mut [u8]) -> Option<usize> {
-        if let Handshake::Connecting { req_due, next_req_at, attempts, .. } = &mut self.hs {
+        if let Handshake::Connecting {
+            req_due,
+            next_req_at,
+            attempts,
+            ..
+        } = &mut self.hs
+        {
             if !*req_due {
                 return None;
             }
             *req_due = false;
             *next_req_at = now + req_interval(sh.cfg.rto_init_ns, sh.cfg.rto_max_ns, *attempts);
             sh.stats.conn_reqs_sent += 1;
-            return Some(wire::encode_conn_req(buf, self.local_nonce, self.snd_isn, self.rcv_window));
+            return Some(wire::encode_conn_req(
+                buf,
+                self.local_nonce,
+                self.snd_isn,
+                self.rcv_window,
+            ));
         }
         let peer_nonce = self.peer_nonce?;
         if self.resp_pending {
             self.resp_pending = false;
             sh.stats.conn_resps_sent += 1;
-            return Some(wire::encode_conn_resp(buf, self.local_nonce, peer_nonce, self.snd_isn, self.rcv_window));
+            return Some(wire::encode_conn_resp(
+                buf,
+                self.local_nonce,
+                peer_nonce,
+                self.snd_isn,
+                self.rcv_window,
+            ));
         }
         if buf.len() < self.seg_limit {
             return None;
@@ -465,7 +550,9 @@ impl Vc {
                 continue;
             }
             let idx = (seq - self.snd_una) as usize;
-            let Some(s) = self.unacked.get_mut(idx) else { continue };
+            let Some(s) = self.unacked.get_mut(idx) else {
+                continue;
+            };
             if s.sacked || !s.lost {
                 continue;
             }
@@ -481,7 +568,9 @@ impl Vc {
             }
             return Some(self.write_seg(peer_nonce, seq, &frame, buf));
         }
-        if self.unacked.len() < self.snd_window as usize && self.bytes_in_flight < sh.cfg.window_bytes {
+        if self.unacked.len() < self.snd_window as usize
+            && self.bytes_in_flight < sh.cfg.window_bytes
+        {
             if let Some(frame) = self.next_frame(sh) {
                 let seq = self.snd_nxt;
                 self.snd_nxt += 1;
@@ -490,7 +579,15 @@ impl Vc {
                     self.waiting_since = now;
                 }
                 self.txn += 1;
-                self.unacked.push_back(SentSeg { frame, bytes: n as u32, sent_at: now, txn: self.txn, xmits: 1, sacked: false, lost: false });
+                self.unacked.push_back(SentSeg {
+                    frame,
+                    bytes: n as u32,
+                    sent_at: now,
+                    txn: self.txn,
+                    xmits: 1,
+                    sacked: false,
+                    lost: false,
+                });
                 self.bytes_in_flight += n;
                 if self.rto_deadline.is_none() {
                     self.rto_deadline = Some(now + self.rtt.rto(&sh.cfg));
@@ -524,11 +621,28 @@ impl Vc {
                 continue;
             };
             match &mut m.body {
-                TxBody::Eager { payload, next_off, started, segmented, unacked } => {
+                TxBody::Eager {
+                    payload,
+                    next_off,
+                    started,
+                    segmented,
+                    unacked,
+                } => {
                     let first = !*started;
-                    let room = lim - wire::SEG_HDR_LEN - if first { wire::MSG_BODY_LEN } else { wire::MSG_CONT_BODY_LEN };
+                    let room = lim
+                        - wire::SEG_HDR_LEN
+                        - if first {
+                            wire::MSG_BODY_LEN
+                        } else {
+                            wire::MSG_CONT_BODY_LEN
+                        };
                     let len = (payload.len() - *next_off).min(room);
-                    let f = SegFrame::Msg { id, off: *next_off as u64, len: len as u32, first };
+                    let f = SegFrame::Msg {
+                        id,
+                        off: *next_off as u64,
+                        len: len as u32,
+                        first,
+                    };
                     *started = true;
                     *next_off += len;
                     *unacked += 1;
@@ -547,7 +661,12 @@ impl Vc {
         if let Some(job) = self.rdata.front_mut() {
             let room = (lim - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN) as u64;
             let len = (job.end - job.next).min(room);
-            let f = SegFrame::RData { key: job.key, rid: job.rid, offset: job.next, len: len as u32 };
+            let f = SegFrame::RData {
+                key: job.key,
+                rid: job.rid,
+                offset: job.next,
+                len: len as u32,
+            };
             job.next += len;
             if job.next == job.end {
                 self.rdata.pop_front();
@@ -565,12 +684,29 @@ impl Vc {
         let (ack, sack) = self.ack_fields();
         self.clear_ack();
         let seq = seq as u32;
-        let nop = |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
+        let nop =
+            |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
         match *frame {
-            SegFrame::Msg { id, off, len, first } => {
-                let Some(TxMsg { hdr, body: TxBody::Eager { payload, .. } }) = self.tx.get(&id) else { return nop(buf) };
+            SegFrame::Msg {
+                id,
+                off,
+                len,
+                first,
+            } => {
+                let Some(TxMsg {
+                    hdr,
+                    body: TxBody::Eager { payload, .. },
+                }) = self.tx.get(&id)
+                else {
+                    return nop(buf);
+                };
                 let head = if first {
-                    FrameHead::Msg { tag: hdr.tag, data: hdr.data, flags: hdr.flags, total: payload.len() as u64 }
+                    FrameHead::Msg {
+                        tag: hdr.tag,
+                        data: hdr.data,
+                        flags: hdr.flags,
+                        total: payload.len() as u64,
+                    }
                 } else {
                     FrameHead::MsgCont { offset: off }
                 };
@@ -580,26 +716,81 @@ impl Vc {
                 at + l
             }
             SegFrame::Rts { id } => {
-                let Some(TxMsg { hdr, body: TxBody::Rndv { len, .. } }) = self.tx.get(&id) else { return nop(buf) };
-                let head = FrameHead::Rts { tag: hdr.tag, data: hdr.data, flags: hdr.flags, total: *len, key: id };
+                let Some(TxMsg {
+                    hdr,
+                    body: TxBody::Rndv { len, .. },
+                }) = self.tx.get(&id)
+                else {
+                    return nop(buf);
+                };
+                let head = FrameHead::Rts {
+                    tag: hdr.tag,
+                    data: hdr.data,
+                    flags: hdr.flags,
+                    total: *len,
+                    key: id,
+                };
                 wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
             }
-            SegFrame::RData { key, rid, offset, len } => {
-                let Some(TxMsg { body: TxBody::Rndv { src, .. }, .. }) = self.tx.get(&key) else { return nop(buf) };
-                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
+            SegFrame::RData {
+                key,
+                rid,
+                offset,
+                len,
+            } => {
+                let Some(TxMsg {
+                    body: TxBody::Rndv { src, .. },
+                    ..
+                }) = self.tx.get(&key)
+                else {
+                    return nop(buf);
+                };
+                let at = wire::encode_seg_head(
+                    buf,
+                    conn,
+                    ack,
+                    sack,
+                    seq,
+                    &FrameHead::RData { rid, offset },
+                );
                 let l = len as usize;
                 src.read_at(offset as usize, &mut buf[at..at + l]);
                 at + l
             }
-            SegFrame::Get { key, rid, offset, len } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Get { key, rid, offset, len }),
-            SegFrame::Fin { key } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key }),
+            SegFrame::Get {
+                key,
+                rid,
+                offset,
+                len,
+            } => wire::encode_seg_head(
+                buf,
+                conn,
+                ack,
+                sack,
+                seq,
+                &FrameHead::Get {
+                    key,
+                    rid,
+                    offset,
+                    len,
+                },
+            ),
+            SegFrame::Fin { key } => {
+                wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key })
+            }
             SegFrame::Nop => nop(buf),
         }
     }
 
     fn seg_delivered(&mut self, sh: &mut Shared, frame: SegFrame) {
         if let SegFrame::Msg { id, .. } = frame {
-            if let Some(TxMsg { body: TxBody::Eager { unacked, segmented, .. }, .. }) = self.tx.get_mut(&id) {
+            if let Some(TxMsg {
+                body: TxBody::Eager {
+                    unacked, segmented, ..
+                },
+                ..
+            }) = self.tx.get_mut(&id)
+            {
                 *unacked -= 1;
                 if *unacked == 0 && *segmented {
                     self.tx.remove(&id);
@@ -630,7 +821,10 @@ impl Vc {
         };
         if d > 0 {
             for _ in 0..d {
-                let s = self.unacked.pop_front().expect("acked segment is in flight");
+                let s = self
+                    .unacked
+                    .pop_front()
+                    .expect("acked segment is in flight");
                 if !s.sacked {
                     self.bytes_in_flight -= s.bytes as usize;
                     note(&s);
@@ -646,7 +840,9 @@ impl Vc {
             while bits != 0 {
                 let idx = bits.trailing_zeros() as usize + 1;
                 bits &= bits - 1;
-                let Some(s) = self.unacked.get_mut(idx) else { break };
+                let Some(s) = self.unacked.get_mut(idx) else {
+                    break;
+                };
                 if !s.sacked {
                     // Sacked data has left the network (the receiver never
                     // drops what it sacked), so it no longer counts
@@ -664,7 +860,11 @@ impl Vc {
             self.rtt.sample(now.saturating_sub(sent_at), &sh.cfg);
         }
         if d > 0 {
-            self.rto_deadline = if self.unacked.is_empty() { None } else { Some(now + self.rtt.rto(&sh.cfg)) };
+            self.rto_deadline = if self.unacked.is_empty() {
+                None
+            } else {
+                Some(now + self.rtt.rto(&sh.cfg))
+            };
         }
     }
 
@@ -691,7 +891,15 @@ impl Vc {
     }
 
     /// A segment with a valid connection id arrived.
-    fn on_seg(&mut self, sh: &mut Shared, seq: u32, frame: Frame<'_>, kind: u8, body: &[u8], now: u64) {
+    fn on_seg(
+        &mut self,
+        sh: &mut Shared,
+        seq: u32,
+        frame: Frame<'_>,
+        kind: u8,
+        body: &[u8],
+        now: u64,
+    ) {
         let d = seq_delta(seq, self.rcv_nxt);
         let window = self.rcv_window as i64;
         if d < 0 {
@@ -713,7 +921,12 @@ impl Vc {
         if d > 0 {
             if self.ooo.contains_key(&abs) {
                 sh.stats.dup_segments += 1;
-            } else if let Frame::RData { rid, offset, payload } = frame {
+            } else if let Frame::RData {
+                rid,
+                offset,
+                payload,
+            } = frame
+            {
                 sh.stats.ooo_segments += 1;
                 self.on_rdata(sh, rid, offset, payload);
                 self.ooo.insert(abs, Ooo::Consumed);
@@ -724,7 +937,13 @@ impl Vc {
             } else {
                 sh.stats.ooo_segments += 1;
                 self.ooo_bytes += body.len();
-                self.ooo.insert(abs, Ooo::Stored { kind, body: body.to_vec() });
+                self.ooo.insert(
+                    abs,
+                    Ooo::Stored {
+                        kind,
+                        body: body.to_vec(),
+                    },
+                );
             }
             // Tell the sender about the hole now rather than after the ACK
             // delay, when the SACK bitmap can show this segment.
@@ -737,7 +956,7 @@ impl Vc {
             return;
         }
         let filled_hole = !self.ooo.is_empty();
-        self.deliver(sh, frame, now);
+        self.deliver(sh, frame);
         self.rcv_nxt += 1;
         self.segs_since_ack += 1;
         self.bytes_since_ack += body.len() + wire::SEG_HDR_LEN;
@@ -745,7 +964,7 @@ impl Vc {
             if let Ooo::Stored { kind, body } = entry {
                 self.ooo_bytes -= body.len();
                 match wire::decode_frame(kind, &body) {
-                    Ok(f) => self.deliver(sh, f, now),
+                    Ok(f) => self.deliver(sh, f),
                     Err(_) => sh.stats.dropped_malformed += 1,
                 }
             }
@@ -753,7 +972,10 @@ impl Vc {
             self.segs_since_ack += 1;
         }
         self.ack_pending = true;
-        if filled_hole || self.segs_since_ack >= ACK_EVERY_SEGS || self.bytes_since_ack >= sh.cfg.window_bytes / 4 {
+        if filled_hole
+            || self.segs_since_ack >= ACK_EVERY_SEGS
+            || self.bytes_since_ack >= sh.cfg.window_bytes / 4
+        {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + sh.cfg.ack_delay_ns);
@@ -761,16 +983,31 @@ impl Vc {
     }
 
     /// In-order delivery of one frame to the message layer.
-    fn deliver(&mut self, sh: &mut Shared, frame: Frame<'_>, _now: u64) {
+    fn deliver(&mut self, sh: &mut Shared, frame: Frame<'_>) {
         match frame {
-            Frame::Msg { tag, data, flags, total, payload } => {
+            Frame::Msg {
+                tag,
+                data,
+                flags,
+                total,
+                payload,
+            } => {
                 if self.reasm.take().is_some() {
                     // The sender never interleaves eager messages.
                     sh.stats.dropped_malformed += 1;
                 }
-                let hdr = MsgHdr { tag, data, len: total, flags };
+                let hdr = MsgHdr {
+                    tag,
+                    data,
+                    len: total,
+                    flags,
+                };
                 if payload.len() as u64 == total {
-                    sh.events.push_back(Event::Msg { peer: self.peer, hdr, body: MsgBody::Eager(payload.to_vec()) });
+                    sh.events.push_back(Event::Msg {
+                        peer: self.peer,
+                        hdr,
+                        body: MsgBody::Eager(payload.to_vec()),
+                    });
                 } else if total > MAX_EAGER_LEN {
                     sh.stats.dropped_malformed += 1;
                 } else {
@@ -780,31 +1017,81 @@ impl Vc {
                 }
             }
             Frame::MsgCont { offset, payload } => match &mut self.reasm {
-                Some(r) if offset == r.buf.len() as u64 && offset + payload.len() as u64 <= r.hdr.len => {
+                Some(r)
+                    if offset == r.buf.len() as u64
+                        && offset + payload.len() as u64 <= r.hdr.len =>
+                {
                     r.buf.extend_from_slice(payload);
                     if r.buf.len() as u64 == r.hdr.len {
                         let r = self.reasm.take().expect("reassembly in progress");
-                        sh.events.push_back(Event::Msg { peer: self.peer, hdr: r.hdr, body: MsgBody::Eager(r.buf) });
+                        sh.events.push_back(Event::Msg {
+                            peer: self.peer,
+                            hdr: r.hdr,
+                            body: MsgBody::Eager(r.buf),
+                        });
                     }
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
-            Frame::Rts { tag, data, flags, total, key } => {
+            Frame::Rts {
+                tag,
+                data,
+                flags,
+                total,
+                key,
+            } => {
                 let rid = sh.next_rid;
                 sh.next_rid += 1;
-                sh.rx.insert(rid, RxRndv { peer: self.peer, key, total, accepted: None });
-                let hdr = MsgHdr { tag, data, len: total, flags };
-                sh.events.push_back(Event::Msg { peer: self.peer, hdr, body: MsgBody::Rndv(rid) });
+                sh.rx.insert(
+                    rid,
+                    RxRndv {
+                        peer: self.peer,
+                        key,
+                        total,
+                        accepted: None,
+                    },
+                );
+                let hdr = MsgHdr {
+                    tag,
+                    data,
+                    len: total,
+                    flags,
+                };
+                sh.events.push_back(Event::Msg {
+                    peer: self.peer,
+                    hdr,
+                    body: MsgBody::Rndv(rid),
+                });
             }
-            Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
-                Some(TxMsg { body: TxBody::Rndv { len: total, .. }, .. }) if offset + len <= *total => {
-                    self.rdata.push_back(RDataJob { key, rid, next: offset, end: offset + len });
+            Frame::Get {
+                key,
+                rid,
+                offset,
+                len,
+            } => match self.tx.get(&key) {
+                Some(TxMsg {
+                    body: TxBody::Rndv { len: total, .. },
+                    ..
+                }) if offset + len <= *total => {
+                    self.rdata.push_back(RDataJob {
+                        key,
+                        rid,
+                        next: offset,
+                        end: offset + len,
+                    });
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
-            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
+            Frame::RData {
+                rid,
+                offset,
+                payload,
+            } => self.on_rdata(sh, rid, offset, payload),
             Frame::Fin { key } => match self.tx.get(&key) {
-                Some(TxMsg { body: TxBody::Rndv { .. }, .. }) => {
+                Some(TxMsg {
+                    body: TxBody::Rndv { .. },
+                    ..
+                }) => {
                     self.tx.remove(&key);
                     // A receiver that discarded mid-pull leaves GETs we
                     // need not answer any more.
@@ -839,7 +1126,11 @@ impl Vc {
             let acc = rx.accepted.expect("receive is accepted");
             self.ctrl.push_back(SegFrame::Fin { key: rx.key });
             self.rx_active -= 1;
-            sh.events.push_back(Event::RecvDone { rid, sink: acc.sink, written: acc.want as usize });
+            sh.events.push_back(Event::RecvDone {
+                rid,
+                sink: acc.sink,
+                written: acc.want as usize,
+            });
         } else {
             let key = rx.key;
             pump_gets(&mut self.ctrl, &sh.cfg, rid, key, acc);
@@ -855,12 +1146,23 @@ fn ooo_budget(cfg: &EngineConfig) -> usize {
 }
 
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
-fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
+fn pump_gets(
+    ctrl: &mut VecDeque<SegFrame>,
+    cfg: &EngineConfig,
+    rid: RndvId,
+    key: MsgId,
+    acc: &mut Accepted,
+) {
     let chunk = cfg.rndv_get_chunk.max(1);
     let window = cfg.rndv_pull_window.max(chunk);
     while acc.requested < acc.want && acc.requested - acc.received < window {
         let len = chunk.min(acc.want - acc.requested);
-        ctrl.push_back(SegFrame::Get { key, rid, offset: acc.requested, len });
+        ctrl.push_back(SegFrame::Get {
+            key,
+            rid,
+            offset: acc.requested,
+            len,
+        });
         acc.requested += len;
     }
 }
@@ -955,8 +1257,14 @@ impl Engine {
             );
         }
         for (rid, r) in &self.sh.rx {
-            let acc = r.accepted.as_ref().map(|a| (a.want, a.requested, a.received));
-            out += &format!("rx {rid} from {} key={} total={} accepted={:?}\n", r.peer, r.key, r.total, acc);
+            let acc = r
+                .accepted
+                .as_ref()
+                .map(|a| (a.want, a.requested, a.received));
+            out += &format!(
+                "rx {rid} from {} key={} total={} accepted={:?}\n",
+                r.peer, r.key, r.total, acc
+            );
         }
         out
     }
@@ -988,7 +1296,14 @@ impl Engine {
         })
     }
 
-    pub fn send(&mut self, peer: SocketAddr, hdr: MsgHdr, src: Box<dyn SendSource>, mode: SendMode, now: u64) -> Result<MsgId, EngineError> {
+    pub fn send(
+        &mut self,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        src: Box<dyn SendSource>,
+        mode: SendMode,
+        now: u64,
+    ) -> Result<MsgId, EngineError> {
         if peer.ip().is_unspecified() || peer.port() == 0 {
             return Err(EngineError::InvalidAddress);
         }
@@ -1003,11 +1318,23 @@ impl Engine {
             if len > 0 {
                 src.read_at(0, &mut payload);
             }
-            TxBody::Eager { payload, next_off: 0, started: false, segmented: false, unacked: 0 }
+            TxBody::Eager {
+                payload,
+                next_off: 0,
+                started: false,
+                segmented: false,
+                unacked: 0,
+            }
         } else {
-            TxBody::Rndv { src, len: len as u64 }
+            TxBody::Rndv {
+                src,
+                len: len as u64,
+            }
         };
-        let hdr = MsgHdr { len: len as u64, ..hdr };
+        let hdr = MsgHdr {
+            len: len as u64,
+            ..hdr
+        };
         let vc = self.vc_for_send(peer, now);
         vc.tx.insert(id, TxMsg { hdr, body });
         vc.msgs.push_back(id);
@@ -1021,12 +1348,20 @@ impl Engine {
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
         let sh = &mut self.sh;
         let Some(rx) = sh.rx.get_mut(&rid).filter(|rx| rx.accepted.is_none()) else {
-            sh.events.push_back(Event::RecvFailed { rid, sink, err: EngineError::UnknownRndv });
+            sh.events.push_back(Event::RecvFailed {
+                rid,
+                sink,
+                err: EngineError::UnknownRndv,
+            });
             return;
         };
         let Some(vc) = self.vcs.get_mut(&rx.peer) else {
             sh.rx.remove(&rid);
-            sh.events.push_back(Event::RecvFailed { rid, sink, err: EngineError::PeerUnreachable });
+            sh.events.push_back(Event::RecvFailed {
+                rid,
+                sink,
+                err: EngineError::PeerUnreachable,
+            });
             return;
         };
         let want = rx.total.min(sink.capacity() as u64);
@@ -1034,10 +1369,19 @@ impl Engine {
             let key = rx.key;
             sh.rx.remove(&rid);
             vc.ctrl.push_back(SegFrame::Fin { key });
-            sh.events.push_back(Event::RecvDone { rid, sink, written: 0 });
+            sh.events.push_back(Event::RecvDone {
+                rid,
+                sink,
+                written: 0,
+            });
         } else {
             let key = rx.key;
-            let acc = rx.accepted.insert(Accepted { sink, want, requested: 0, received: 0 });
+            let acc = rx.accepted.insert(Accepted {
+                sink,
+                want,
+                requested: 0,
+                received: 0,
+            });
             vc.rx_active += 1;
             pump_gets(&mut vc.ctrl, &sh.cfg, rid, key, acc);
         }
@@ -1051,11 +1395,17 @@ impl Engine {
     pub fn discard(&mut self, rid: RndvId, _now: u64) {
         let sh = &mut self.sh;
         let Some(rx) = sh.rx.remove(&rid) else { return };
-        let Some(vc) = self.vcs.get_mut(&rx.peer) else { return };
+        let Some(vc) = self.vcs.get_mut(&rx.peer) else {
+            return;
+        };
         vc.ctrl.push_back(SegFrame::Fin { key: rx.key });
         if let Some(acc) = rx.accepted {
             vc.rx_active -= 1;
-            sh.events.push_back(Event::RecvDone { rid, sink: acc.sink, written: acc.received as usize });
+            sh.events.push_back(Event::RecvDone {
+                rid,
+                sink: acc.sink,
+                written: acc.received as usize,
+            });
         }
         mark_ready(&mut self.ready, vc);
     }
@@ -1071,8 +1421,15 @@ impl Engine {
             }
         };
         match pkt {
-            Packet::ConnReq { nonce, isn, window } => self.on_conn_req(from, nonce, isn, window, now),
-            Packet::ConnResp { nonce, echo, isn, window } => {
+            Packet::ConnReq { nonce, isn, window } => {
+                self.on_conn_req(from, nonce, isn, window, now)
+            }
+            Packet::ConnResp {
+                nonce,
+                echo,
+                isn,
+                window,
+            } => {
                 let sh = &mut self.sh;
                 let Some(vc) = self.vcs.get_mut(&from) else {
                     sh.stats.dropped_unknown_peer += 1;
@@ -1105,7 +1462,13 @@ impl Engine {
                 vc.on_ack(sh, ack, sack, now);
                 mark_ready(&mut self.ready, vc);
             }
-            Packet::Seg { conn, ack, sack, seq, frame } => {
+            Packet::Seg {
+                conn,
+                ack,
+                sack,
+                seq,
+                frame,
+            } => {
                 let sh = &mut self.sh;
                 let Some(vc) = self.vcs.get_mut(&from) else {
                     sh.stats.dropped_unknown_peer += 1;
@@ -1140,7 +1503,10 @@ impl Engine {
             self.fail_vc(from, EngineError::PeerRestarted, true);
         }
         let sh = &mut self.sh;
-        let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
+        let vc = self
+            .vcs
+            .entry(from)
+            .or_insert_with(|| Vc::new(sh, from, now));
         match verdict {
             ReqVerdict::Duplicate => vc.last_heard = now,
             _ => vc.establish(&sh.cfg, nonce, isn, window, now),
@@ -1151,7 +1517,9 @@ impl Engine {
 
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
         while let Some(addr) = self.ready.pop_front() {
-            let Some(vc) = self.vcs.get_mut(&addr) else { continue };
+            let Some(vc) = self.vcs.get_mut(&addr) else {
+                continue;
+            };
             vc.in_ready = false;
             if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
                 vc.in_ready = true;
@@ -1170,7 +1538,10 @@ impl Engine {
 
     /// O(number of VCs).
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
+        self.vcs
+            .values()
+            .filter_map(|v| v.next_deadline(&self.sh.cfg))
+            .min()
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
@@ -1189,7 +1560,9 @@ impl Engine {
     }
 
     pub fn has_pending_work(&self) -> bool {
-        !self.ready.is_empty() || !self.sh.events.is_empty() || self.vcs.values().any(Vc::has_pending_work)
+        !self.ready.is_empty()
+            || !self.sh.events.is_empty()
+            || self.vcs.values().any(Vc::has_pending_work)
     }
 
     /// Drops the VC; its operations fail with `PeerForgotten` (no
@@ -1199,7 +1572,9 @@ impl Engine {
     }
 
     fn fail_vc(&mut self, peer: SocketAddr, err: EngineError, announce: bool) {
-        let Some(vc) = self.vcs.remove(&peer) else { return };
+        let Some(vc) = self.vcs.remove(&peer) else {
+            return;
+        };
         self.ready.retain(|a| *a != peer);
         let sh = &mut self.sh;
         let mut ids: Vec<MsgId> = vc.tx.keys().copied().collect();
@@ -1207,12 +1582,21 @@ impl Engine {
         for id in ids {
             sh.events.push_back(Event::SendFailed { id, err });
         }
-        let mut rids: Vec<RndvId> = sh.rx.iter().filter(|(_, r)| r.peer == peer).map(|(&k, _)| k).collect();
+        let mut rids: Vec<RndvId> = sh
+            .rx
+            .iter()
+            .filter(|(_, r)| r.peer == peer)
+            .map(|(&k, _)| k)
+            .collect();
         rids.sort_unstable();
         for rid in rids {
             let rx = sh.rx.remove(&rid).expect("rid just listed");
             if let Some(acc) = rx.accepted {
-                sh.events.push_back(Event::RecvFailed { rid, sink: acc.sink, err });
+                sh.events.push_back(Event::RecvFailed {
+                    rid,
+                    sink: acc.sink,
+                    err,
+                });
             }
         }
         if announce {

@@ -30,6 +30,11 @@ pub struct EngineConfig {
     /// with the value in force when it is created, and `poll_transmit`
     /// needs a buffer at least that large.
     pub max_datagram: usize,
+    /// Addresses of this host: a peer at one of them is reached through
+    /// loopback, whose MTU is far larger than the interface's.
+    pub local_ips: Vec<std::net::IpAddr>,
+    /// `max_datagram` towards peers at `local_ips` (0: same as `max_datagram`).
+    pub local_max_datagram: usize,
     /// Send window in segments (capped by the peer's advertised receive window).
     pub window_segments: u32,
     /// Cap on bytes in flight (sent, neither acknowledged nor selectively
@@ -57,6 +62,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             max_datagram: 1472,
+            local_ips: Vec::new(),
+            local_max_datagram: 0,
             window_segments: 4096,
             window_bytes: 4 << 20,
             rndv_threshold: 64 << 10,
@@ -175,16 +182,35 @@ impl fmt::Debug for MsgBody {
 
 pub enum Event {
     /// A message arrived; per peer in send order. Eager: payload complete.
-    Msg { peer: SocketAddr, hdr: MsgHdr, body: MsgBody },
+    Msg {
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        body: MsgBody,
+    },
     /// All wanted data of an accepted rendezvous receive is in its sink and
     /// the FIN is queued.
-    RecvDone { rid: RndvId, sink: Box<dyn RecvSink>, written: usize },
+    RecvDone {
+        rid: RndvId,
+        sink: Box<dyn RecvSink>,
+        written: usize,
+    },
     /// Eager: every segment acknowledged. Rendezvous: FIN received.
-    SendDone { id: MsgId },
-    SendFailed { id: MsgId, err: EngineError },
-    RecvFailed { rid: RndvId, sink: Box<dyn RecvSink>, err: EngineError },
+    SendDone {
+        id: MsgId,
+    },
+    SendFailed {
+        id: MsgId,
+        err: EngineError,
+    },
+    RecvFailed {
+        rid: RndvId,
+        sink: Box<dyn RecvSink>,
+        err: EngineError,
+    },
     /// A VC failed; emitted once, after the failures of its operations.
-    PeerFailed { peer: SocketAddr },
+    PeerFailed {
+        peer: SocketAddr,
+    },
 }
 
 impl fmt::Debug for Event {

@@ -27,7 +27,13 @@ pub struct Rtt {
 
 impl Rtt {
     pub fn new(cfg: &EngineConfig) -> Rtt {
-        Rtt { srtt: 0, rttvar: 0, has_sample: false, base_rto: cfg.rto_init_ns.clamp(cfg.rto_min_ns, cfg.rto_max_ns), backoff: 0 }
+        Rtt {
+            srtt: 0,
+            rttvar: 0,
+            has_sample: false,
+            base_rto: cfg.rto_init_ns.clamp(cfg.rto_min_ns, cfg.rto_max_ns),
+            backoff: 0,
+        }
     }
 
     /// Only samples from segments sent once (Karn): the ACK of a
@@ -44,11 +50,14 @@ impl Rtt {
         }
         // The 1 µs granularity term keeps a perfectly steady link from
         // collapsing the variance term to zero.
-        self.base_rto = (self.srtt + (4 * self.rttvar).max(1_000)).clamp(cfg.rto_min_ns, cfg.rto_max_ns);
+        self.base_rto =
+            (self.srtt + (4 * self.rttvar).max(1_000)).clamp(cfg.rto_min_ns, cfg.rto_max_ns);
     }
 
     pub fn rto(&self, cfg: &EngineConfig) -> u64 {
-        self.base_rto.saturating_mul(1u64 << self.backoff.min(30)).min(cfg.rto_max_ns)
+        self.base_rto
+            .saturating_mul(1u64 << self.backoff.min(30))
+            .min(cfg.rto_max_ns)
     }
 
     pub fn back_off(&mut self) {
@@ -80,7 +89,12 @@ mod tests {
 
     #[test]
     fn rto_adapts_and_backs_off() {
-        let cfg = EngineConfig { rto_min_ns: 1_000, rto_max_ns: 1_000_000, rto_init_ns: 500_000, ..Default::default() };
+        let cfg = EngineConfig {
+            rto_min_ns: 1_000,
+            rto_max_ns: 1_000_000,
+            rto_init_ns: 500_000,
+            ..Default::default()
+        };
         let mut r = Rtt::new(&cfg);
         assert_eq!(r.rto(&cfg), 500_000);
         for _ in 0..50 {

@@ -52,10 +52,22 @@ pub struct Link {
 
 impl Link {
     pub fn clean() -> Link {
-        Link { loss_pct: 0.0, dup_pct: 0.0, latency_ns: 10_000, jitter_ns: 0, ns_per_kib: 0 }
+        Link {
+            loss_pct: 0.0,
+            dup_pct: 0.0,
+            latency_ns: 10_000,
+            jitter_ns: 0,
+            ns_per_kib: 0,
+        }
     }
     pub fn lossy(loss_pct: f64) -> Link {
-        Link { loss_pct, dup_pct: 2.0, latency_ns: 10_000, jitter_ns: 20_000, ns_per_kib: 0 }
+        Link {
+            loss_pct,
+            dup_pct: 2.0,
+            latency_ns: 10_000,
+            jitter_ns: 20_000,
+            ns_per_kib: 0,
+        }
     }
 }
 
@@ -102,7 +114,15 @@ pub fn test_config() -> EngineConfig {
 impl Sim {
     pub fn new(n: usize, cfg: EngineConfig, link: Link, seed: u64) -> Sim {
         let nodes = (0..n)
-            .map(|i| Node { engine: Engine::new(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)), addr: addr(i), down: false })
+            .map(|i| Node {
+                engine: Engine::new(
+                    cfg.clone(),
+                    addr(i),
+                    seed.wrapping_mul(31).wrapping_add(i as u64),
+                ),
+                addr: addr(i),
+                down: false,
+            })
             .collect();
         Sim {
             now: 0,
@@ -133,7 +153,8 @@ impl Sim {
     /// Puts `bytes` on the wire from `from` to node `to`, subject to the link.
     pub fn inject(&mut self, from: SocketAddr, to: usize, bytes: Vec<u8>, delay: u64) {
         self.counter += 1;
-        self.queue.push(Reverse((self.now + delay, self.counter, to, from, bytes)));
+        self.queue
+            .push(Reverse((self.now + delay, self.counter, to, from, bytes)));
     }
 
     fn emit(&mut self, src: usize, to: SocketAddr, n: usize) {
@@ -147,17 +168,31 @@ impl Sim {
         if self.rng.chance(self.link.loss_pct) {
             return;
         }
-        let copies = if self.rng.chance(self.link.dup_pct) { 2 } else { 1 };
+        let copies = if self.rng.chance(self.link.dup_pct) {
+            2
+        } else {
+            1
+        };
         // Serialisation delay models a finite link so bulk tests see queues.
         let start = self.wire_free_at[src].max(self.now);
         let ser = self.link.ns_per_kib * n as u64 / 1024;
         self.wire_free_at[src] = start + ser;
         for _ in 0..copies {
-            let jitter = if self.link.jitter_ns > 0 { self.rng.below(self.link.jitter_ns) } else { 0 };
+            let jitter = if self.link.jitter_ns > 0 {
+                self.rng.below(self.link.jitter_ns)
+            } else {
+                0
+            };
             let at = start + ser + self.link.latency_ns + jitter;
             self.counter += 1;
             let from = self.nodes[src].addr;
-            self.queue.push(Reverse((at, self.counter, dst, from, self.buf[..n].to_vec())));
+            self.queue.push(Reverse((
+                at,
+                self.counter,
+                dst,
+                from,
+                self.buf[..n].to_vec(),
+            )));
         }
     }
 
@@ -178,7 +213,11 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.flush();
         let arrival = self.queue.peek().map(|Reverse(e)| e.0);
-        let timer = self.nodes.iter().filter_map(|n| n.engine.poll_timeout()).min();
+        let timer = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.engine.poll_timeout())
+            .min();
         let next = match (arrival, timer) {
             (None, None) => return false,
             (Some(a), None) => a,
@@ -228,7 +267,10 @@ impl Sim {
             if done(self) {
                 return;
             }
-            assert!(self.now <= deadline, "simulation did not finish within {limit_ns} ns of virtual time");
+            assert!(
+                self.now <= deadline,
+                "simulation did not finish within {limit_ns} ns of virtual time"
+            );
             if !self.step() {
                 for i in 0..self.nodes.len() {
                     while let Some(ev) = self.nodes[i].engine.poll_event() {
@@ -277,7 +319,12 @@ impl RecvSink for PatternSink {
     fn write_at(&mut self, offset: usize, src: &[u8]) {
         assert!(offset + src.len() <= self.cap, "write beyond sink capacity");
         for (i, &b) in src.iter().enumerate() {
-            assert_eq!(b, pattern_byte(offset + i, self.salt), "corrupt byte at {}", offset + i);
+            assert_eq!(
+                b,
+                pattern_byte(offset + i, self.salt),
+                "corrupt byte at {}",
+                offset + i
+            );
         }
         self.written += src.len();
     }

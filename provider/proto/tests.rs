@@ -18,8 +18,16 @@ struct Log {
 impl Log {
     fn record(&mut self, ev: Event) {
         match ev {
-            Event::Msg { peer, hdr, body: MsgBody::Eager(v) } => self.msgs.push((peer, hdr, v)),
-            Event::Msg { peer, hdr, body: MsgBody::Rndv(rid) } => self.rndv.push((peer, hdr, rid)),
+            Event::Msg {
+                peer,
+                hdr,
+                body: MsgBody::Eager(v),
+            } => self.msgs.push((peer, hdr, v)),
+            Event::Msg {
+                peer,
+                hdr,
+                body: MsgBody::Rndv(rid),
+            } => self.rndv.push((peer, hdr, rid)),
             Event::SendDone { id } => self.send_done.push(id),
             Event::SendFailed { id, err } => self.send_failed.push((id, err)),
             Event::RecvDone { rid, written, .. } => self.recv_done.push((rid, written)),
@@ -40,7 +48,12 @@ fn payload(seed: u64, k: u64, len: usize) -> Vec<u8> {
 }
 
 fn hdr(tag: u64) -> MsgHdr {
-    MsgHdr { tag, data: tag.wrapping_mul(3), len: 0, flags: MsgHdr::TAGGED }
+    MsgHdr {
+        tag,
+        data: tag.wrapping_mul(3),
+        len: 0,
+        flags: MsgHdr::TAGGED,
+    }
 }
 
 fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
@@ -62,7 +75,10 @@ fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
                 _ => rng.below(6000) as usize,
             };
             let p = payload(seed + s as u64, k, len);
-            let id = sim.eng(s).send(addr(1 - s), hdr(k), Box::new(p), SendMode::Eager, 0).unwrap();
+            let id = sim
+                .eng(s)
+                .send(addr(1 - s), hdr(k), Box::new(p), SendMode::Eager, 0)
+                .unwrap();
             sizes[s].push(len);
             ids[s].push(id);
         }
@@ -73,15 +89,26 @@ fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
     for r in 0..2 {
         let s = 1 - r;
         let l = &log[r];
-        assert!(l.peer_failed.is_empty() && l.send_failed.is_empty(), "failures at loss {loss}");
-        assert_eq!(l.msgs.len() as u64, count, "node {r} got {} of {count} (loss {loss} seed {seed})", l.msgs.len());
+        assert!(
+            l.peer_failed.is_empty() && l.send_failed.is_empty(),
+            "failures at loss {loss}"
+        );
+        assert_eq!(
+            l.msgs.len() as u64,
+            count,
+            "node {r} got {} of {count} (loss {loss} seed {seed})",
+            l.msgs.len()
+        );
         for (k, (peer, h, v)) in l.msgs.iter().enumerate() {
             assert_eq!(*peer, addr(s));
             assert_eq!(h.tag, k as u64, "out of order");
             assert_eq!(h.data, (k as u64).wrapping_mul(3));
             assert_eq!(h.flags, MsgHdr::TAGGED);
             assert_eq!(h.len as usize, sizes[s][k]);
-            assert!(*v == payload(seed + s as u64, k as u64, sizes[s][k]), "payload {k} corrupt");
+            assert!(
+                *v == payload(seed + s as u64, k as u64, sizes[s][k]),
+                "payload {k} corrupt"
+            );
         }
         let mut done = log[s].send_done.clone();
         done.sort_unstable();
@@ -113,18 +140,33 @@ fn ping_pong_piggybacks_acks() {
     let mut sim = Sim::new(2, test_config(), Link::clean(), 5);
     let rounds = 200;
     let mut got = 0;
-    sim.eng(0).send(addr(1), hdr(0), Box::new(vec![1u8; 8]), SendMode::Eager, 0).unwrap();
+    sim.eng(0)
+        .send(addr(1), hdr(0), Box::new(vec![1u8; 8]), SendMode::Eager, 0)
+        .unwrap();
     sim.run(
         1_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Eager(v), hdr: h, .. } = ev {
+            if let Event::Msg {
+                body: MsgBody::Eager(v),
+                hdr: h,
+                ..
+            } = ev
+            {
                 assert_eq!(v.len(), 8);
                 got += 1;
                 if i == 0 && h.tag + 1 >= rounds {
                     return;
                 }
                 let now = sim.now;
-                sim.eng(i).send(addr(1 - i), hdr(h.tag + (i == 0) as u64), Box::new(vec![2u8; 8]), SendMode::Eager, now).unwrap();
+                sim.eng(i)
+                    .send(
+                        addr(1 - i),
+                        hdr(h.tag + (i == 0) as u64),
+                        Box::new(vec![2u8; 8]),
+                        SendMode::Eager,
+                        now,
+                    )
+                    .unwrap();
             }
         },
         |_| false,
@@ -144,19 +186,50 @@ fn ping_pong_piggybacks_acks() {
 
 /// Runs one rendezvous transfer of `len` bytes from node 0 to node 1 with a
 /// sink of capacity `cap`, returning (written, sender stats).
-fn rndv_transfer(len: usize, cap: usize, link: Link, max_dg: usize, seed: u64) -> (usize, EngineStats) {
-    let cfg = EngineConfig { max_datagram: max_dg, ..test_config() };
+fn rndv_transfer(
+    len: usize,
+    cap: usize,
+    link: Link,
+    max_dg: usize,
+    seed: u64,
+) -> (usize, EngineStats) {
+    let cfg = EngineConfig {
+        max_datagram: max_dg,
+        ..test_config()
+    };
     let mut sim = Sim::new(2, cfg, link, seed);
-    let id = sim.eng(0).send(addr(1), hdr(9), Box::new(PatternSource { len, salt: 7 }), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(9),
+            Box::new(PatternSource { len, salt: 7 }),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run(
         600_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(rid), hdr: h, .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                hdr: h,
+                ..
+            } = &ev
+            {
                 assert_eq!(h.len as usize, len);
                 assert_eq!(h.tag, 9);
                 let now = sim.now;
-                sim.eng(i).accept(*rid, Box::new(PatternSink { cap, salt: 7, written: 0 }), now);
+                sim.eng(i).accept(
+                    *rid,
+                    Box::new(PatternSink {
+                        cap,
+                        salt: 7,
+                        written: 0,
+                    }),
+                    now,
+                );
             }
             log[i].record(ev);
         },
@@ -174,7 +247,13 @@ fn rndv_transfer(len: usize, cap: usize, link: Link, max_dg: usize, seed: u64) -
 #[test]
 fn rendezvous_64mib_with_loss() {
     let len = 64 << 20;
-    let link = Link { loss_pct: 1.0, dup_pct: 1.0, latency_ns: 20_000, jitter_ns: 10_000, ns_per_kib: 100 };
+    let link = Link {
+        loss_pct: 1.0,
+        dup_pct: 1.0,
+        latency_ns: 20_000,
+        jitter_ns: 10_000,
+        ns_per_kib: 100,
+    };
     let (written, stats) = rndv_transfer(len, len, link, 65_000, 11);
     assert_eq!(written, len);
     assert!(stats.retransmits > 0);
@@ -189,10 +268,19 @@ fn rendezvous_small_mtu_heavy_loss() {
 
 /// About 1.5 s in release, too slow for a debug build.
 #[test]
-#[cfg_attr(debug_assertions, ignore = "1 GiB of pattern generation and checking: run with --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "1 GiB of pattern generation and checking: run with --release"
+)]
 fn rendezvous_1gib() {
     let len = 1 << 30;
-    let link = Link { loss_pct: 0.5, dup_pct: 0.0, latency_ns: 20_000, jitter_ns: 5_000, ns_per_kib: 100 };
+    let link = Link {
+        loss_pct: 0.5,
+        dup_pct: 0.0,
+        latency_ns: 20_000,
+        jitter_ns: 5_000,
+        ns_per_kib: 100,
+    };
     let (written, _) = rndv_transfer(len, len, link, 65_000, 13);
     assert_eq!(written, len);
 }
@@ -210,14 +298,43 @@ fn rendezvous_truncates_to_sink() {
 #[test]
 fn forced_rendezvous_and_discard() {
     let mut sim = Sim::new(2, test_config(), Link::lossy(5.0), 21);
-    let a = sim.eng(0).send(addr(1), hdr(1), Box::new(vec![5u8; 100]), SendMode::Rendezvous, 0).unwrap();
-    let b = sim.eng(0).send(addr(1), hdr(2), Box::new(PatternSource { len: 1 << 20, salt: 1 }), SendMode::Eager, 0).unwrap();
-    let c = sim.eng(0).send(addr(1), hdr(3), Box::new(vec![6u8; 10]), SendMode::Eager, 0).unwrap();
+    let a = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(vec![5u8; 100]),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
+    let b = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(2),
+            Box::new(PatternSource {
+                len: 1 << 20,
+                salt: 1,
+            }),
+            SendMode::Eager,
+            0,
+        )
+        .unwrap();
+    let c = sim
+        .eng(0)
+        .send(addr(1), hdr(3), Box::new(vec![6u8; 10]), SendMode::Eager, 0)
+        .unwrap();
     let mut log = logs(2);
     sim.run(
         10_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(rid), hdr: h, .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                hdr: h,
+                ..
+            } = &ev
+            {
                 let now = sim.now;
                 if h.tag == 1 {
                     sim.eng(i).accept(*rid, Box::new(vec![0u8; 100]), now);
@@ -232,7 +349,10 @@ fn forced_rendezvous_and_discard() {
     let mut done = log[0].send_done.clone();
     done.sort_unstable();
     assert_eq!(done, vec![a, b, c]);
-    assert_eq!(log[1].rndv.iter().map(|r| r.1.tag).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        log[1].rndv.iter().map(|r| r.1.tag).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
     assert_eq!(log[1].msgs.len(), 1);
     assert_eq!(log[1].recv_done.len(), 1);
     // The discarded MiB never crossed the wire.
@@ -244,7 +364,11 @@ fn accept_unknown_rid_returns_sink() {
     let mut e = Engine::new(test_config(), addr(0), 1);
     e.accept(42, Box::new(vec![0u8; 4]), 0);
     match e.poll_event() {
-        Some(Event::RecvFailed { rid: 42, err: EngineError::UnknownRndv, sink }) => assert_eq!(sink.capacity(), 4),
+        Some(Event::RecvFailed {
+            rid: 42,
+            err: EngineError::UnknownRndv,
+            sink,
+        }) => assert_eq!(sink.capacity(), 4),
         other => panic!("{other:?}"),
     }
 }
@@ -252,44 +376,123 @@ fn accept_unknown_rid_returns_sink() {
 #[test]
 fn simultaneous_connect() {
     for seed in 0..20 {
-        let link = if seed % 2 == 0 { Link::clean() } else { Link::lossy(20.0) };
+        let link = if seed % 2 == 0 {
+            Link::clean()
+        } else {
+            Link::lossy(20.0)
+        };
         let mut sim = Sim::new(2, test_config(), link, seed);
         for k in 0..5 {
-            sim.eng(0).send(addr(1), hdr(k), Box::new(vec![k as u8; 3000]), SendMode::Eager, 0).unwrap();
-            sim.eng(1).send(addr(0), hdr(k), Box::new(vec![k as u8; 10]), SendMode::Eager, 0).unwrap();
+            sim.eng(0)
+                .send(
+                    addr(1),
+                    hdr(k),
+                    Box::new(vec![k as u8; 3000]),
+                    SendMode::Eager,
+                    0,
+                )
+                .unwrap();
+            sim.eng(1)
+                .send(
+                    addr(0),
+                    hdr(k),
+                    Box::new(vec![k as u8; 10]),
+                    SendMode::Eager,
+                    0,
+                )
+                .unwrap();
         }
         let mut log = logs(2);
         sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
         for (i, l) in log.iter().enumerate() {
-            assert_eq!(l.msgs.iter().map(|m| m.1.tag).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4], "seed {seed} node {i}");
+            assert_eq!(
+                l.msgs.iter().map(|m| m.1.tag).collect::<Vec<_>>(),
+                vec![0, 1, 2, 3, 4],
+                "seed {seed} node {i}"
+            );
             assert_eq!(l.send_done.len(), 5);
             assert!(l.peer_failed.is_empty());
         }
-        assert!(sim.nodes[0].engine.is_connected(addr(1)) && sim.nodes[1].engine.is_connected(addr(0)));
+        assert!(
+            sim.nodes[0].engine.is_connected(addr(1)) && sim.nodes[1].engine.is_connected(addr(0))
+        );
         assert_eq!(sim.nodes[0].engine.stats().peers_restarted, 0);
     }
 }
 
 #[test]
 fn peer_death_fails_everything() {
-    let cfg = EngineConfig { peer_timeout_ns: 200_000_000, max_retrans: 8, ..test_config() };
+    let cfg = EngineConfig {
+        peer_timeout_ns: 200_000_000,
+        max_retrans: 8,
+        ..test_config()
+    };
     let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 31);
     let mut ids = Vec::new();
     for k in 0..20 {
-        ids.push(sim.eng(0).send(addr(1), hdr(k), Box::new(vec![1u8; 5000]), SendMode::Eager, 0).unwrap());
+        ids.push(
+            sim.eng(0)
+                .send(
+                    addr(1),
+                    hdr(k),
+                    Box::new(vec![1u8; 5000]),
+                    SendMode::Eager,
+                    0,
+                )
+                .unwrap(),
+        );
     }
     // A big pull the receiver accepts, and one it leaves pending.
-    ids.push(sim.eng(0).send(addr(1), hdr(100), Box::new(PatternSource { len: 50 << 20, salt: 3 }), SendMode::Eager, 0).unwrap());
-    ids.push(sim.eng(0).send(addr(1), hdr(101), Box::new(PatternSource { len: 1 << 20, salt: 3 }), SendMode::Eager, 0).unwrap());
+    ids.push(
+        sim.eng(0)
+            .send(
+                addr(1),
+                hdr(100),
+                Box::new(PatternSource {
+                    len: 50 << 20,
+                    salt: 3,
+                }),
+                SendMode::Eager,
+                0,
+            )
+            .unwrap(),
+    );
+    ids.push(
+        sim.eng(0)
+            .send(
+                addr(1),
+                hdr(101),
+                Box::new(PatternSource {
+                    len: 1 << 20,
+                    salt: 3,
+                }),
+                SendMode::Eager,
+                0,
+            )
+            .unwrap(),
+    );
     let mut log = logs(2);
     let mut cut_at = None;
     sim.run(
         5_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(rid), hdr: h, .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                hdr: h,
+                ..
+            } = &ev
+            {
                 if h.tag == 100 {
                     let now = sim.now;
-                    sim.eng(i).accept(*rid, Box::new(PatternSink { cap: 50 << 20, salt: 3, written: 0 }), now);
+                    sim.eng(i).accept(
+                        *rid,
+                        Box::new(PatternSink {
+                            cap: 50 << 20,
+                            salt: 3,
+                            written: 0,
+                        }),
+                        now,
+                    );
                 }
             }
             if let Event::RecvDone { .. } = ev {
@@ -308,7 +511,16 @@ fn peer_death_fails_everything() {
     sim.nodes[1].down = true;
     let t0 = sim.now;
     // Later sends also fail (they queue on the dying VC).
-    let ids_more = vec![sim.eng(0).send(addr(1), hdr(200), Box::new(vec![0u8; 8]), SendMode::Eager, t0).unwrap()];
+    let ids_more = vec![sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(200),
+            Box::new(vec![0u8; 8]),
+            SendMode::Eager,
+            t0,
+        )
+        .unwrap()];
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     let bound = cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 10_000_000;
     assert!(sim.now - t0 <= bound, "took {} ns", sim.now - t0);
@@ -322,7 +534,10 @@ fn peer_death_fails_everything() {
     ids.extend(ids_more);
     assert_eq!(all, ids);
     assert!(failed.contains(&ids[20]) && failed.contains(&ids[21]) && failed.contains(&ids[22]));
-    assert!(log[0].send_failed.iter().all(|f| f.1 == EngineError::PeerUnreachable));
+    assert!(log[0]
+        .send_failed
+        .iter()
+        .all(|f| f.1 == EngineError::PeerUnreachable));
     assert_eq!(log[1].recv_failed.len(), 1);
     for n in &sim.nodes {
         assert!(!n.engine.has_pending_work());
@@ -331,7 +546,16 @@ fn peer_death_fails_everything() {
     // The peer comes back: a new send handshakes afresh and works.
     sim.nodes[1].down = false;
     let now = sim.now;
-    let id = sim.eng(0).send(addr(1), hdr(300), Box::new(vec![9u8; 9]), SendMode::Eager, now).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(300),
+            Box::new(vec![9u8; 9]),
+            SendMode::Eager,
+            now,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[0].send_done, vec![id]);
@@ -340,10 +564,16 @@ fn peer_death_fails_everything() {
 
 #[test]
 fn handshake_to_nobody_fails() {
-    let cfg = EngineConfig { peer_timeout_ns: 100_000_000, ..test_config() };
+    let cfg = EngineConfig {
+        peer_timeout_ns: 100_000_000,
+        ..test_config()
+    };
     let mut sim = Sim::new(2, cfg, Link::clean(), 3);
     sim.nodes[1].down = true;
-    let id = sim.eng(0).send(addr(1), hdr(1), Box::new(vec![1u8]), SendMode::Eager, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(addr(1), hdr(1), Box::new(vec![1u8]), SendMode::Eager, 0)
+        .unwrap();
     let mut log = logs(2);
     sim.run(1_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[0].send_failed, vec![(id, EngineError::PeerUnreachable)]);
@@ -355,13 +585,24 @@ fn handshake_to_nobody_fails() {
 fn peer_restart_at_same_address() {
     let cfg = test_config();
     let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 41);
-    sim.eng(0).send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0).unwrap();
+    sim.eng(0)
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0)
+        .unwrap();
     let mut log = logs(2);
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
     assert_eq!(log[1].msgs.len(), 1);
     // Node 0 has a rendezvous send pending at node 1 (never accepted).
     let now = sim.now;
-    let pending = sim.eng(0).send(addr(1), hdr(2), Box::new(vec![0u8; 1 << 20]), SendMode::Rendezvous, now).unwrap();
+    let pending = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(2),
+            Box::new(vec![0u8; 1 << 20]),
+            SendMode::Rendezvous,
+            now,
+        )
+        .unwrap();
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
     assert_eq!(log[1].rndv.len(), 1);
     // Node 1 restarts; a datagram of its old incarnation still in flight.
@@ -371,10 +612,21 @@ fn peer_restart_at_same_address() {
     sim.restart(1, cfg, 999);
     sim.inject(addr(1), 0, stale, 0);
     let now = sim.now;
-    sim.eng(1).send(addr(0), hdr(3), Box::new(vec![3u8; 10]), SendMode::Eager, now).unwrap();
+    sim.eng(1)
+        .send(
+            addr(0),
+            hdr(3),
+            Box::new(vec![3u8; 10]),
+            SendMode::Eager,
+            now,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
-    assert_eq!(log[0].send_failed, vec![(pending, EngineError::PeerRestarted)]);
+    assert_eq!(
+        log[0].send_failed,
+        vec![(pending, EngineError::PeerRestarted)]
+    );
     assert_eq!(log[0].peer_failed, vec![addr(1)]);
     assert_eq!(log[0].msgs.len(), 1);
     assert_eq!(log[0].msgs[0].1.tag, 3);
@@ -382,7 +634,16 @@ fn peer_restart_at_same_address() {
     assert!(sim.nodes[0].engine.stats().dropped_stale >= 1);
     // And the new VC works the other way too.
     let now = sim.now;
-    let id = sim.eng(0).send(addr(1), hdr(4), Box::new(vec![4u8; 10]), SendMode::Eager, now).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(4),
+            Box::new(vec![4u8; 10]),
+            SendMode::Eager,
+            now,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
     assert_eq!(log[0].send_done, vec![id]);
@@ -394,13 +655,28 @@ fn restarted_receiver_drops_old_incarnation_data() {
     // Node 0 keeps sending to node 1's old incarnation; the new node 1
     // (no VC yet) drops that data as from an unknown peer until node 0
     // gives up; a fresh handshake then works.
-    let cfg = EngineConfig { peer_timeout_ns: 100_000_000, max_retrans: 5, ..test_config() };
+    let cfg = EngineConfig {
+        peer_timeout_ns: 100_000_000,
+        max_retrans: 5,
+        ..test_config()
+    };
     let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 43);
-    sim.eng(0).send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0).unwrap();
+    sim.eng(0)
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0)
+        .unwrap();
     sim.run(1_000_000_000, |_, _, _| {}, |_| false);
     sim.restart(1, cfg, 4242);
     let now = sim.now;
-    let id = sim.eng(0).send(addr(1), hdr(2), Box::new(vec![2u8; 10]), SendMode::Eager, now).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(2),
+            Box::new(vec![2u8; 10]),
+            SendMode::Eager,
+            now,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run(1_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[0].send_failed, vec![(id, EngineError::PeerUnreachable)]);
@@ -412,15 +688,42 @@ fn restarted_receiver_drops_old_incarnation_data() {
 fn send_to_self() {
     let mut sim = Sim::new(1, test_config(), Link::clean(), 51);
     let me = addr(0);
-    let a = sim.eng(0).send(me, hdr(1), Box::new(vec![1u8; 3000]), SendMode::Eager, 0).unwrap();
-    let b = sim.eng(0).send(me, hdr(2), Box::new(PatternSource { len: 300_000, salt: 2 }), SendMode::Eager, 0).unwrap();
+    let a = sim
+        .eng(0)
+        .send(me, hdr(1), Box::new(vec![1u8; 3000]), SendMode::Eager, 0)
+        .unwrap();
+    let b = sim
+        .eng(0)
+        .send(
+            me,
+            hdr(2),
+            Box::new(PatternSource {
+                len: 300_000,
+                salt: 2,
+            }),
+            SendMode::Eager,
+            0,
+        )
+        .unwrap();
     let mut log = logs(1);
     sim.run(
         1_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(rid), .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                ..
+            } = &ev
+            {
                 let now = sim.now;
-                sim.eng(i).accept(*rid, Box::new(PatternSink { cap: 300_000, salt: 2, written: 0 }), now);
+                sim.eng(i).accept(
+                    *rid,
+                    Box::new(PatternSink {
+                        cap: 300_000,
+                        salt: 2,
+                        written: 0,
+                    }),
+                    now,
+                );
             }
             log[i].record(ev);
         },
@@ -436,12 +739,37 @@ fn send_to_self() {
 #[test]
 fn forget_peer_fails_ops_without_peer_failed() {
     let mut sim = Sim::new(2, test_config(), Link::clean(), 61);
-    let id = sim.eng(0).send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(vec![1u8; 10]),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
     sim.eng(0).forget_peer(addr(1));
     let ev: Vec<_> = std::iter::from_fn(|| sim.eng(0).poll_event()).collect();
-    assert!(matches!(ev.as_slice(), [Event::SendFailed { id: x, err: EngineError::PeerForgotten }] if *x == id));
+    assert!(
+        matches!(ev.as_slice(), [Event::SendFailed { id: x, err: EngineError::PeerForgotten }] if *x == id)
+    );
     assert!(!sim.nodes[0].engine.has_pending_work());
-    assert_eq!(sim.eng(0).send(addr(1).ip().to_string().parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 0)).unwrap(), hdr(0), Box::new(Vec::new()), SendMode::Eager, 0), Err(EngineError::InvalidAddress));
+    assert_eq!(
+        sim.eng(0).send(
+            addr(1)
+                .ip()
+                .to_string()
+                .parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 0))
+                .unwrap(),
+            hdr(0),
+            Box::new(Vec::new()),
+            SendMode::Eager,
+            0
+        ),
+        Err(EngineError::InvalidAddress)
+    );
 }
 
 #[test]
@@ -472,16 +800,39 @@ fn unknown_and_stale_datagrams_are_counted() {
 #[test]
 fn fuzzed_datagrams_do_not_disturb_a_transfer() {
     for seed in 0..4u64 {
-        let cfg = EngineConfig { max_datagram: 4000, ..test_config() };
+        let cfg = EngineConfig {
+            max_datagram: 4000,
+            ..test_config()
+        };
         let mut sim = Sim::new(2, cfg, Link::lossy(5.0), 100 + seed);
         sim.record = Some(Vec::new());
         let mut rng = Rng::new(seed);
         let count = 60u64;
         for k in 0..count {
             let len = rng.below(9000) as usize;
-            sim.eng(0).send(addr(1), hdr(k), Box::new(payload(seed, k, len)), SendMode::Eager, 0).unwrap();
+            sim.eng(0)
+                .send(
+                    addr(1),
+                    hdr(k),
+                    Box::new(payload(seed, k, len)),
+                    SendMode::Eager,
+                    0,
+                )
+                .unwrap();
         }
-        let big = sim.eng(0).send(addr(1), hdr(1000), Box::new(PatternSource { len: 2 << 20, salt: 9 }), SendMode::Eager, 0).unwrap();
+        let big = sim
+            .eng(0)
+            .send(
+                addr(1),
+                hdr(1000),
+                Box::new(PatternSource {
+                    len: 2 << 20,
+                    salt: 9,
+                }),
+                SendMode::Eager,
+                0,
+            )
+            .unwrap();
         let mut log = logs(2);
         let mut injected = 0u32;
         let mut steps = 0u64;
@@ -489,9 +840,21 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
         loop {
             for (i, l) in log.iter_mut().enumerate() {
                 while let Some(ev) = sim.eng(i).poll_event() {
-                    if let Event::Msg { body: MsgBody::Rndv(rid), .. } = &ev {
+                    if let Event::Msg {
+                        body: MsgBody::Rndv(rid),
+                        ..
+                    } = &ev
+                    {
                         let now = sim.now;
-                        sim.eng(i).accept(*rid, Box::new(PatternSink { cap: 2 << 20, salt: 9, written: 0 }), now);
+                        sim.eng(i).accept(
+                            *rid,
+                            Box::new(PatternSink {
+                                cap: 2 << 20,
+                                salt: 9,
+                                written: 0,
+                            }),
+                            now,
+                        );
                     }
                     l.record(ev);
                 }
@@ -506,13 +869,21 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
                     injected += 1;
                 }
             }
-            let finished = log[1].msgs.len() as u64 == count && log[0].send_done.len() as u64 == count + 1 && log[1].recv_done.len() == 1;
+            let finished = log[1].msgs.len() as u64 == count
+                && log[0].send_done.len() as u64 == count + 1
+                && log[1].recv_done.len() == 1;
             if finished && injected >= 6000 {
                 break;
             }
             assert!(sim.now < 120_000_000_000, "transfer stuck (seed {seed})");
             if !sim.step() && !finished {
-                panic!("idle before done (seed {seed})\n{}\n{}\n{:?}\n{:?}", sim.nodes[0].engine.debug_state(), sim.nodes[1].engine.debug_state(), sim.nodes[0].engine.stats(), sim.nodes[1].engine.stats());
+                panic!(
+                    "idle before done (seed {seed})\n{}\n{}\n{:?}\n{:?}",
+                    sim.nodes[0].engine.debug_state(),
+                    sim.nodes[1].engine.debug_state(),
+                    sim.nodes[0].engine.stats(),
+                    sim.nodes[1].engine.stats()
+                );
             }
         }
         assert!(log[0].send_done.contains(&big));
@@ -537,7 +908,12 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
 /// a new nonce from the peer's address legitimately means "restarted"; so
 /// mutations reach the engine either from another address, with a corrupted
 /// connection id, or as exact replays.
-fn hostile(rng: &mut Rng, rec: &[(usize, SocketAddr, Vec<u8>)], to: usize, stranger: SocketAddr) -> (SocketAddr, Vec<u8>) {
+fn hostile(
+    rng: &mut Rng,
+    rec: &[(usize, SocketAddr, Vec<u8>)],
+    to: usize,
+    stranger: SocketAddr,
+) -> (SocketAddr, Vec<u8>) {
     let peer = addr(1 - to);
     // Genuine datagrams of the peer to this node: replaying those from the
     // peer's address is what a duplicating, delaying network does. (Replaying
@@ -545,7 +921,13 @@ fn hostile(rng: &mut Rng, rec: &[(usize, SocketAddr, Vec<u8>)], to: usize, stran
     // attacker who can both observe and spoof; the handshake does not
     // defend against that.)
     let recorded = |rng: &mut Rng| -> Option<Vec<u8>> {
-        let mine: Vec<&Vec<u8>> = rec.iter().rev().take(2000).filter(|r| r.0 == 1 - to && r.1 == addr(to)).map(|r| &r.2).collect();
+        let mine: Vec<&Vec<u8>> = rec
+            .iter()
+            .rev()
+            .take(2000)
+            .filter(|r| r.0 == 1 - to && r.1 == addr(to))
+            .map(|r| &r.2)
+            .collect();
         (!mine.is_empty()).then(|| mine[rng.below(mine.len() as u64) as usize].clone())
     };
     match rng.below(10) {
@@ -562,7 +944,14 @@ fn hostile(rng: &mut Rng, rec: &[(usize, SocketAddr, Vec<u8>)], to: usize, stran
         4..=6 => {
             let mut d = recorded(rng).unwrap_or_default();
             mutate(rng, &mut d);
-            (if rng.below(2) == 0 { stranger } else { addr(to) }, d)
+            (
+                if rng.below(2) == 0 {
+                    stranger
+                } else {
+                    addr(to)
+                },
+                d,
+            )
         }
         7 | 8 => {
             let mut d = recorded(rng).unwrap_or_default();
@@ -623,7 +1012,15 @@ fn many_peers_round_robin() {
     for s in 0..n {
         for d in (0..n).filter(|&d| d != s) {
             for k in 0..20 {
-                sim.eng(s).send(addr(d), hdr(k), Box::new(vec![s as u8; 700 * (k as usize % 4)]), SendMode::Eager, 0).unwrap();
+                sim.eng(s)
+                    .send(
+                        addr(d),
+                        hdr(k),
+                        Box::new(vec![s as u8; 700 * (k as usize % 4)]),
+                        SendMode::Eager,
+                        0,
+                    )
+                    .unwrap();
             }
         }
     }
@@ -632,7 +1029,12 @@ fn many_peers_round_robin() {
     for (d, l) in log.iter().enumerate() {
         assert_eq!(l.msgs.len(), 20 * (n - 1));
         for s in 0..n {
-            let tags: Vec<u64> = l.msgs.iter().filter(|m| m.0 == addr(s)).map(|m| m.1.tag).collect();
+            let tags: Vec<u64> = l
+                .msgs
+                .iter()
+                .filter(|m| m.0 == addr(s))
+                .map(|m| m.1.tag)
+                .collect();
             if s != d {
                 assert_eq!(tags, (0..20).collect::<Vec<_>>());
             }
@@ -643,20 +1045,47 @@ fn many_peers_round_robin() {
 /// Virtual time of one rendezvous transfer of `len` bytes over a 1472-byte
 /// MTU link of about 1 GB/s and 20 µs latency.
 fn timed_transfer(len: usize, loss: f64, seed: u64) -> (u64, EngineStats) {
-    let link = Link { loss_pct: loss, dup_pct: 0.0, latency_ns: 20_000, jitter_ns: 2_000, ns_per_kib: 1_000 };
+    let link = Link {
+        loss_pct: loss,
+        dup_pct: 0.0,
+        latency_ns: 20_000,
+        jitter_ns: 2_000,
+        ns_per_kib: 1_000,
+    };
     let mut sim = Sim::new(2, test_config(), link, seed);
     // Connect first so the handshake is not part of the measurement.
-    sim.eng(0).send(addr(1), hdr(0), Box::new(Vec::new()), SendMode::Eager, 0).unwrap();
+    sim.eng(0)
+        .send(addr(1), hdr(0), Box::new(Vec::new()), SendMode::Eager, 0)
+        .unwrap();
     sim.run(1_000_000_000, |_, _, _| {}, |_| false);
     let t0 = sim.now;
-    sim.eng(0).send(addr(1), hdr(1), Box::new(PatternSource { len, salt: 4 }), SendMode::Rendezvous, t0).unwrap();
+    sim.eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(PatternSource { len, salt: 4 }),
+            SendMode::Rendezvous,
+            t0,
+        )
+        .unwrap();
     let done = std::cell::Cell::new(false);
     sim.run(
         100_000_000_000,
         |sim, i, ev| match ev {
-            Event::Msg { body: MsgBody::Rndv(rid), .. } => {
+            Event::Msg {
+                body: MsgBody::Rndv(rid),
+                ..
+            } => {
                 let now = sim.now;
-                sim.eng(i).accept(rid, Box::new(PatternSink { cap: len, salt: 4, written: 0 }), now);
+                sim.eng(i).accept(
+                    rid,
+                    Box::new(PatternSink {
+                        cap: len,
+                        salt: 4,
+                        written: 0,
+                    }),
+                    now,
+                );
             }
             Event::SendDone { .. } => done.set(true),
             _ => {}
@@ -675,26 +1104,48 @@ fn recovery_under_loss_is_quick() {
     assert!(clean < 9_000_000, "lossless 6 MiB took {clean} ns");
     for seed in 1..=3 {
         let (lossy, st) = timed_transfer(len, 1.0, seed);
-        eprintln!("6 MiB: clean {clean} ns, 1% loss {lossy} ns, {} rtx ({} fast, {} rto)", st.retransmits, st.fast_retransmits, st.rto_expirations);
+        eprintln!(
+            "6 MiB: clean {clean} ns, 1% loss {lossy} ns, {} rtx ({} fast, {} rto)",
+            st.retransmits, st.fast_retransmits, st.rto_expirations
+        );
         assert!(lossy < 2 * clean, "1% loss: {lossy} ns vs {clean} ns clean");
     }
 }
 
 #[test]
 fn keepalive_tells_a_quiet_peer_from_a_dead_one() {
-    let cfg = EngineConfig { peer_timeout_ns: 100_000_000, ..test_config() };
+    let cfg = EngineConfig {
+        peer_timeout_ns: 100_000_000,
+        ..test_config()
+    };
     let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 81);
     // The receiver sits on the RTS without accepting: nothing is unacked,
     // yet the send is outstanding.
-    let id = sim.eng(0).send(addr(1), hdr(1), Box::new(vec![1u8; 100]), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(vec![1u8; 100]),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run_for(5 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
     assert_eq!(log[1].rndv.len(), 1);
-    assert!(log[0].send_failed.is_empty() && log[0].peer_failed.is_empty(), "a live peer is not declared dead");
+    assert!(
+        log[0].send_failed.is_empty() && log[0].peer_failed.is_empty(),
+        "a live peer is not declared dead"
+    );
     assert!(sim.nodes[0].engine.stats().keepalives_sent >= 10);
     sim.nodes[1].down = true;
     let t0 = sim.now;
-    sim.run(10 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev), |_| false);
+    sim.run(
+        10 * cfg.peer_timeout_ns,
+        |_, i, ev| log[i].record(ev),
+        |_| false,
+    );
     assert_eq!(log[0].send_failed, vec![(id, EngineError::PeerUnreachable)]);
     assert_eq!(log[0].peer_failed, vec![addr(1)]);
     assert!(sim.now - t0 <= cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 1_000_000);
@@ -708,17 +1159,48 @@ fn engine_is_send() {
 
 #[test]
 fn cancel_mid_pull() {
-    let mut sim = Sim::new(2, EngineConfig { max_datagram: 9000, rndv_get_chunk: 64 << 10, rndv_pull_window: 256 << 10, ..test_config() }, Link::lossy(2.0), 91);
+    let mut sim = Sim::new(
+        2,
+        EngineConfig {
+            max_datagram: 9000,
+            rndv_get_chunk: 64 << 10,
+            rndv_pull_window: 256 << 10,
+            ..test_config()
+        },
+        Link::lossy(2.0),
+        91,
+    );
     let len = 8 << 20;
-    let id = sim.eng(0).send(addr(1), hdr(1), Box::new(PatternSource { len, salt: 5 }), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(PatternSource { len, salt: 5 }),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
     let mut log = logs(2);
     let mut rid = None;
     sim.run(
         10_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(r), .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(r),
+                ..
+            } = &ev
+            {
                 let now = sim.now;
-                sim.eng(i).accept(*r, Box::new(PatternSink { cap: len, salt: 5, written: 0 }), now);
+                sim.eng(i).accept(
+                    *r,
+                    Box::new(PatternSink {
+                        cap: len,
+                        salt: 5,
+                        written: 0,
+                    }),
+                    now,
+                );
                 rid = Some(*r);
             }
             log[i].record(ev);
@@ -785,18 +1267,48 @@ impl RecvSink for OffsetSink {
 #[ignore = "moves 5 GiB through the simulator"]
 fn rendezvous_beyond_4gib() {
     let len = (5usize << 30) + 12345;
-    let cfg = EngineConfig { max_datagram: 65_000, ..test_config() };
-    let link = Link { loss_pct: 0.1, dup_pct: 0.0, latency_ns: 20_000, jitter_ns: 5_000, ns_per_kib: 100 };
+    let cfg = EngineConfig {
+        max_datagram: 65_000,
+        ..test_config()
+    };
+    let link = Link {
+        loss_pct: 0.1,
+        dup_pct: 0.0,
+        latency_ns: 20_000,
+        jitter_ns: 5_000,
+        ns_per_kib: 100,
+    };
     let mut sim = Sim::new(2, cfg, link, 19);
-    let id = sim.eng(0).send(addr(1), hdr(1), Box::new(OffsetSource(len)), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(OffsetSource(len)),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
     let mut log = logs(2);
     sim.run(
         600_000_000_000,
         |sim, i, ev| {
-            if let Event::Msg { body: MsgBody::Rndv(r), hdr: h, .. } = &ev {
+            if let Event::Msg {
+                body: MsgBody::Rndv(r),
+                hdr: h,
+                ..
+            } = &ev
+            {
                 assert_eq!(h.len as usize, len);
                 let now = sim.now;
-                sim.eng(i).accept(*r, Box::new(OffsetSink { cap: len, blocks: 0 }), now);
+                sim.eng(i).accept(
+                    *r,
+                    Box::new(OffsetSink {
+                        cap: len,
+                        blocks: 0,
+                    }),
+                    now,
+                );
             }
             log[i].record(ev);
         },
@@ -822,7 +1334,8 @@ fn hot_path_ping_pong() {
         for (s, d) in [(0usize, 1usize), (1, 0)] {
             let to = if d == 1 { b } else { a };
             let from = if s == 0 { a } else { b };
-            e[s].send(to, hdr(r), Box::new(vec![7u8; 8]), SendMode::Eager, now).unwrap();
+            e[s].send(to, hdr(r), Box::new(vec![7u8; 8]), SendMode::Eager, now)
+                .unwrap();
             let mut got = false;
             while !got {
                 while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
@@ -841,7 +1354,10 @@ fn hot_path_ping_pong() {
         }
     }
     let el = t.elapsed();
-    eprintln!("{} ns per one-way message (send + encode + decode + deliver)", el.as_nanos() as u64 / (2 * rounds));
+    eprintln!(
+        "{} ns per one-way message (send + encode + decode + deliver)",
+        el.as_nanos() as u64 / (2 * rounds)
+    );
     let acks: u64 = e.iter().map(|x| x.stats().acks_sent).sum();
     assert_eq!(acks, 0);
 }

@@ -61,20 +61,65 @@ pub enum DecodeError {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
-    ConnReq { nonce: u64, isn: u32, window: u32 },
-    ConnResp { nonce: u64, echo: u64, isn: u32, window: u32 },
-    Ack { conn: u64, ack: u32, sack: u64 },
-    Seg { conn: u64, ack: u32, sack: u64, seq: u32, frame: Frame<'a> },
+    ConnReq {
+        nonce: u64,
+        isn: u32,
+        window: u32,
+    },
+    ConnResp {
+        nonce: u64,
+        echo: u64,
+        isn: u32,
+        window: u32,
+    },
+    Ack {
+        conn: u64,
+        ack: u32,
+        sack: u64,
+    },
+    Seg {
+        conn: u64,
+        ack: u32,
+        sack: u64,
+        seq: u32,
+        frame: Frame<'a>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
-    Msg { tag: u64, data: u64, flags: u32, total: u64, payload: &'a [u8] },
-    MsgCont { offset: u64, payload: &'a [u8] },
-    Rts { tag: u64, data: u64, flags: u32, total: u64, key: u64 },
-    Get { key: u64, rid: u64, offset: u64, len: u64 },
-    RData { rid: u64, offset: u64, payload: &'a [u8] },
-    Fin { key: u64 },
+    Msg {
+        tag: u64,
+        data: u64,
+        flags: u32,
+        total: u64,
+        payload: &'a [u8],
+    },
+    MsgCont {
+        offset: u64,
+        payload: &'a [u8],
+    },
+    Rts {
+        tag: u64,
+        data: u64,
+        flags: u32,
+        total: u64,
+        key: u64,
+    },
+    Get {
+        key: u64,
+        rid: u64,
+        offset: u64,
+        len: u64,
+    },
+    RData {
+        rid: u64,
+        offset: u64,
+        payload: &'a [u8],
+    },
+    Fin {
+        key: u64,
+    },
     Nop,
 }
 
@@ -82,12 +127,35 @@ pub enum Frame<'a> {
 /// payload straight from its source into the datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameHead {
-    Msg { tag: u64, data: u64, flags: u32, total: u64 },
-    MsgCont { offset: u64 },
-    Rts { tag: u64, data: u64, flags: u32, total: u64, key: u64 },
-    Get { key: u64, rid: u64, offset: u64, len: u64 },
-    RData { rid: u64, offset: u64 },
-    Fin { key: u64 },
+    Msg {
+        tag: u64,
+        data: u64,
+        flags: u32,
+        total: u64,
+    },
+    MsgCont {
+        offset: u64,
+    },
+    Rts {
+        tag: u64,
+        data: u64,
+        flags: u32,
+        total: u64,
+        key: u64,
+    },
+    Get {
+        key: u64,
+        rid: u64,
+        offset: u64,
+        len: u64,
+    },
+    RData {
+        rid: u64,
+        offset: u64,
+    },
+    Fin {
+        key: u64,
+    },
     Nop,
 }
 
@@ -120,7 +188,12 @@ impl FrameHead {
     /// `body_len()` bytes).
     fn write_body(&self, b: &mut [u8]) {
         match *self {
-            FrameHead::Msg { tag, data, flags, total } => {
+            FrameHead::Msg {
+                tag,
+                data,
+                flags,
+                total,
+            } => {
                 put_u64(b, 0, tag);
                 put_u64(b, 8, data);
                 put_u32(b, 16, flags);
@@ -128,7 +201,13 @@ impl FrameHead {
                 put_u64(b, 24, total);
             }
             FrameHead::MsgCont { offset } => put_u64(b, 0, offset),
-            FrameHead::Rts { tag, data, flags, total, key } => {
+            FrameHead::Rts {
+                tag,
+                data,
+                flags,
+                total,
+                key,
+            } => {
                 put_u64(b, 0, tag);
                 put_u64(b, 8, data);
                 put_u32(b, 16, flags);
@@ -136,7 +215,12 @@ impl FrameHead {
                 put_u64(b, 24, total);
                 put_u64(b, 32, key);
             }
-            FrameHead::Get { key, rid, offset, len } => {
+            FrameHead::Get {
+                key,
+                rid,
+                offset,
+                len,
+            } => {
                 put_u64(b, 0, key);
                 put_u64(b, 8, rid);
                 put_u64(b, 16, offset);
@@ -203,7 +287,14 @@ pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
 
 /// Writes segment header and frame body; returns where the payload starts.
 /// The caller copies the payload there and sends `start + payload len` bytes.
-pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
+pub fn encode_seg_head(
+    b: &mut [u8],
+    conn: u64,
+    ack: u32,
+    sack: u64,
+    seq: u32,
+    head: &FrameHead,
+) -> usize {
     put_preamble(b, head.kind());
     put_u64(b, 4, conn);
     put_u32(b, 12, ack);
@@ -245,21 +336,36 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 if echo == 0 {
                     return Err(DecodeError::BadField);
                 }
-                Ok(Packet::ConnResp { nonce, echo, isn, window })
+                Ok(Packet::ConnResp {
+                    nonce,
+                    echo,
+                    isn,
+                    window,
+                })
             }
         }
         kind::ACK => {
             if b.len() != ACK_LEN {
                 return Err(DecodeError::Truncated);
             }
-            Ok(Packet::Ack { conn: get_u64(b, 4), ack: get_u32(b, 12), sack: get_u64(b, 16) })
+            Ok(Packet::Ack {
+                conn: get_u64(b, 4),
+                ack: get_u32(b, 12),
+                sack: get_u64(b, 16),
+            })
         }
         kind::MSG..=kind::NOP => {
             if b.len() < SEG_HDR_LEN {
                 return Err(DecodeError::Truncated);
             }
             let frame = decode_frame(k, &b[SEG_HDR_LEN..])?;
-            Ok(Packet::Seg { conn: get_u64(b, 4), ack: get_u32(b, 12), sack: get_u64(b, 16), seq: get_u32(b, 24), frame })
+            Ok(Packet::Seg {
+                conn: get_u64(b, 4),
+                ack: get_u32(b, 12),
+                sack: get_u64(b, 16),
+                seq: get_u32(b, 24),
+                frame,
+            })
         }
         _ => Err(DecodeError::BadKind),
     }
@@ -268,8 +374,20 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
 /// Decodes a segment's frame from its kind and the bytes after the segment
 /// header (also used for segments parked out of order).
 pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
-    let need = |n: usize| if b.len() < n { Err(DecodeError::Truncated) } else { Ok(()) };
-    let exact = |n: usize| if b.len() != n { Err(DecodeError::Truncated) } else { Ok(()) };
+    let need = |n: usize| {
+        if b.len() < n {
+            Err(DecodeError::Truncated)
+        } else {
+            Ok(())
+        }
+    };
+    let exact = |n: usize| {
+        if b.len() != n {
+            Err(DecodeError::Truncated)
+        } else {
+            Ok(())
+        }
+    };
     match k {
         kind::MSG => {
             need(MSG_BODY_LEN)?;
@@ -278,7 +396,13 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             if (payload.len() as u64) > total {
                 return Err(DecodeError::BadField);
             }
-            Ok(Frame::Msg { tag: get_u64(b, 0), data: get_u64(b, 8), flags: get_u32(b, 16), total, payload })
+            Ok(Frame::Msg {
+                tag: get_u64(b, 0),
+                data: get_u64(b, 8),
+                flags: get_u32(b, 16),
+                total,
+                payload,
+            })
         }
         kind::MSG_CONT => {
             need(MSG_CONT_BODY_LEN)?;
@@ -291,7 +415,13 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
         }
         kind::RTS => {
             exact(RTS_BODY_LEN)?;
-            Ok(Frame::Rts { tag: get_u64(b, 0), data: get_u64(b, 8), flags: get_u32(b, 16), total: get_u64(b, 24), key: get_u64(b, 32) })
+            Ok(Frame::Rts {
+                tag: get_u64(b, 0),
+                data: get_u64(b, 8),
+                flags: get_u32(b, 16),
+                total: get_u64(b, 24),
+                key: get_u64(b, 32),
+            })
         }
         kind::GET => {
             exact(GET_BODY_LEN)?;
@@ -299,7 +429,12 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             if len == 0 || offset.checked_add(len).is_none() {
                 return Err(DecodeError::BadField);
             }
-            Ok(Frame::Get { key: get_u64(b, 0), rid: get_u64(b, 8), offset, len })
+            Ok(Frame::Get {
+                key: get_u64(b, 0),
+                rid: get_u64(b, 8),
+                offset,
+                len,
+            })
         }
         kind::RDATA => {
             need(RDATA_BODY_LEN)?;
@@ -308,7 +443,11 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
                 return Err(DecodeError::BadField);
             }
-            Ok(Frame::RData { rid: get_u64(b, 0), offset, payload })
+            Ok(Frame::RData {
+                rid: get_u64(b, 0),
+                offset,
+                payload,
+            })
         }
         kind::FIN => {
             exact(FIN_BODY_LEN)?;
@@ -338,25 +477,119 @@ mod tests {
     fn round_trips() {
         let mut b = [0u8; 64];
         let n = encode_conn_req(&mut b, 9, 77, 4096);
-        assert_eq!(decode(&b[..n]), Ok(Packet::ConnReq { nonce: 9, isn: 77, window: 4096 }));
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::ConnReq {
+                nonce: 9,
+                isn: 77,
+                window: 4096
+            })
+        );
         let n = encode_conn_resp(&mut b, 9, 10, 77, 8);
-        assert_eq!(decode(&b[..n]), Ok(Packet::ConnResp { nonce: 9, echo: 10, isn: 77, window: 8 }));
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::ConnResp {
+                nonce: 9,
+                echo: 10,
+                isn: 77,
+                window: 8
+            })
+        );
         let n = encode_ack(&mut b, 5, 6, 7);
-        assert_eq!(decode(&b[..n]), Ok(Packet::Ack { conn: 5, ack: 6, sack: 7 }));
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::Ack {
+                conn: 5,
+                ack: 6,
+                sack: 7
+            })
+        );
 
         let big = 5u64 << 32; // offsets beyond 4 GiB survive the codec
         let cases: Vec<(FrameHead, &[u8], Frame)> = vec![
-            (FrameHead::Msg { tag: 1, data: 2, flags: 3, total: 10 }, b"abc", Frame::Msg { tag: 1, data: 2, flags: 3, total: 10, payload: b"abc" }),
-            (FrameHead::MsgCont { offset: 3 }, b"de", Frame::MsgCont { offset: 3, payload: b"de" }),
-            (FrameHead::Rts { tag: 1, data: 2, flags: 3, total: big, key: 4 }, b"", Frame::Rts { tag: 1, data: 2, flags: 3, total: big, key: 4 }),
-            (FrameHead::Get { key: 1, rid: 2, offset: big, len: 4 }, b"", Frame::Get { key: 1, rid: 2, offset: big, len: 4 }),
-            (FrameHead::RData { rid: 2, offset: big }, b"xyz", Frame::RData { rid: 2, offset: big, payload: b"xyz" }),
+            (
+                FrameHead::Msg {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: 10,
+                },
+                b"abc",
+                Frame::Msg {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: 10,
+                    payload: b"abc",
+                },
+            ),
+            (
+                FrameHead::MsgCont { offset: 3 },
+                b"de",
+                Frame::MsgCont {
+                    offset: 3,
+                    payload: b"de",
+                },
+            ),
+            (
+                FrameHead::Rts {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: big,
+                    key: 4,
+                },
+                b"",
+                Frame::Rts {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: big,
+                    key: 4,
+                },
+            ),
+            (
+                FrameHead::Get {
+                    key: 1,
+                    rid: 2,
+                    offset: big,
+                    len: 4,
+                },
+                b"",
+                Frame::Get {
+                    key: 1,
+                    rid: 2,
+                    offset: big,
+                    len: 4,
+                },
+            ),
+            (
+                FrameHead::RData {
+                    rid: 2,
+                    offset: big,
+                },
+                b"xyz",
+                Frame::RData {
+                    rid: 2,
+                    offset: big,
+                    payload: b"xyz",
+                },
+            ),
             (FrameHead::Fin { key: 8 }, b"", Frame::Fin { key: 8 }),
             (FrameHead::Nop, b"", Frame::Nop),
         ];
         for (head, payload, frame) in cases {
             let b = seg(head, payload);
-            assert_eq!(decode(&b), Ok(Packet::Seg { conn: 0xabcdef, ack: 7, sack: 0b101, seq: u32::MAX, frame }));
+            assert_eq!(
+                decode(&b),
+                Ok(Packet::Seg {
+                    conn: 0xabcdef,
+                    ack: 7,
+                    sack: 0b101,
+                    seq: u32::MAX,
+                    frame
+                })
+            );
             // Every strict prefix is rejected (or, for frames with a
             // payload, decodes to a shorter payload—never panics).
             for cut in 0..b.len() {
@@ -378,11 +611,33 @@ mod tests {
         b[2] = VERSION;
         b[3] = 0x7f;
         assert_eq!(decode(&b), Err(DecodeError::BadKind));
-        let m = seg(FrameHead::Msg { tag: 0, data: 0, flags: 0, total: 2 }, b"abc");
+        let m = seg(
+            FrameHead::Msg {
+                tag: 0,
+                data: 0,
+                flags: 0,
+                total: 2,
+            },
+            b"abc",
+        );
         assert_eq!(decode(&m), Err(DecodeError::BadField));
-        let g = seg(FrameHead::Get { key: 0, rid: 0, offset: u64::MAX, len: 2 }, b"");
+        let g = seg(
+            FrameHead::Get {
+                key: 0,
+                rid: 0,
+                offset: u64::MAX,
+                len: 2,
+            },
+            b"",
+        );
         assert_eq!(decode(&g), Err(DecodeError::BadField));
-        let r = seg(FrameHead::RData { rid: 0, offset: u64::MAX }, b"ab");
+        let r = seg(
+            FrameHead::RData {
+                rid: 0,
+                offset: u64::MAX,
+            },
+            b"ab",
+        );
         assert_eq!(decode(&r), Err(DecodeError::BadField));
         let mut c = [0u8; CONN_LEN];
         encode_conn_req(&mut c, 1, 1, 1);
