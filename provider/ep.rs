@@ -607,7 +607,9 @@ impl Progress for Ep {
         out.push(self.fd.load(Ordering::Relaxed));
     }
     fn next_deadline(&self) -> Option<u64> {
-        let st = self.state.try_lock().ok()?;
+        // Contended: whoever holds the lock is progressing; look again soon
+        // rather than sleeping past a retransmission.
+        let Ok(st) = self.state.try_lock() else { return Some(now_ns() + 50_000) };
         let t = st.engine.poll_timeout();
         // A stalled datagram needs another try soon even without input.
         if st.stalled.is_some() {
