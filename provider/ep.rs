@@ -103,6 +103,8 @@ impl RecvSink for IovSink {
 /// A posted receive (the receive half of a FabReq).
 struct Posted {
     ctx: usize,
+    /// The posted tag, which a cancelled receive reports back.
+    tag: u64,
     iov: Iov,
     flags: u64,
     /// FI_MULTI_RECV buffer this receive stands for.
@@ -467,7 +469,7 @@ impl Ep {
         let n = (hdr.len as usize).min(mb.len - off);
         mb.used += n;
         mb.pending += 1;
-        let slice = Posted { ctx: mb.ctx, iov: vec![(mb.base + off, n)], flags: mb.flags, multi: Some(mid) };
+        let slice = Posted { ctx: mb.ctx, tag: 0, iov: vec![(mb.base + off, n)], flags: mb.flags, multi: Some(mid) };
         if mb.len - mb.used < min {
             mb.consumed = true;
             m.consume();
@@ -813,16 +815,16 @@ impl Ep {
                 if done {
                     mb.consumed = true;
                 }
-                let slice = Posted { ctx: a.ctx, iov: vec![(base + off, n)], flags, multi: Some(id) };
+                let slice = Posted { ctx: a.ctx, tag: 0, iov: vec![(base + off, n)], flags, multi: Some(id) };
                 self.deliver(&mut st, slice, m);
                 if done {
                     return 0;
                 }
             }
-            st.tme_msg.append_posted(spec, Posted { ctx: a.ctx, iov: a.iov, flags, multi: Some(id) });
+            st.tme_msg.append_posted(spec, Posted { ctx: a.ctx, tag: 0, iov: a.iov, flags, multi: Some(id) });
             return 0;
         }
-        let posted = Posted { ctx: a.ctx, iov: a.iov, flags, multi: None };
+        let posted = Posted { ctx: a.ctx, tag: a.tag, iov: a.iov, flags, multi: None };
         let tme = if a.tagged { &mut st.tme_tag } else { &mut st.tme_msg };
         if let PostOutcome::Matched { recv, msg } = tme.post(spec, posted) {
             self.deliver(&mut st, recv, msg);
@@ -896,7 +898,7 @@ impl Ep {
             self.complete_peek(d);
             return 0;
         }
-        self.deliver(st, Posted { ctx: a.ctx, iov: a.iov, flags, multi: None }, m);
+        self.deliver(st, Posted { ctx: a.ctx, tag: a.tag, iov: a.iov, flags, multi: None }, m);
         self.flush(st);
         0
     }
@@ -940,7 +942,7 @@ impl Ep {
                     len: 0,
                     buf: std::ptr::null_mut(),
                     data: 0,
-                    tag: 0,
+                    tag: p.tag,
                     src: FI_ADDR_NOTAVAIL,
                 },
                 err: FI_ECANCELED,

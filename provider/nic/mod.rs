@@ -30,6 +30,10 @@ pub trait AutoProgress: Progress {
 
 struct Shared {
     eps: Mutex<Vec<Weak<dyn AutoProgress>>>,
+    /// Held by the thread while it holds strong references to endpoints,
+    /// so that `remove` returns only once the thread has let go (closing an
+    /// endpoint must release its domain before fi_close(domain) looks).
+    pass: Mutex<()>,
     stop: AtomicBool,
     /// Bumped when the endpoint list changes, so the thread rebuilds its epoll set.
     generation: AtomicU64,
@@ -50,6 +54,7 @@ impl Nic {
             auto,
             shared: Arc::new(Shared {
                 eps: Mutex::new(Vec::new()),
+                pass: Mutex::new(()),
                 stop: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
                 wake,
@@ -81,6 +86,7 @@ impl Nic {
         self.shared.eps.lock().unwrap().retain(|e| !Weak::ptr_eq(e, ep) && e.strong_count() > 0);
         self.shared.generation.fetch_add(1, Ordering::Release);
         self.kick();
+        drop(self.shared.pass.lock().unwrap());
     }
 
     /// Wakes the thread to re-evaluate (new endpoint, new work queued).
@@ -122,6 +128,7 @@ fn run(shared: Arc<Shared>) {
     let mut fds: Vec<RawFd> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
     while !shared.stop.load(Ordering::Acquire) {
+        let pass = shared.pass.lock().unwrap();
         let gen = shared.generation.load(Ordering::Acquire);
         let eps: Vec<Arc<dyn AutoProgress>> = shared.eps.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
         if gen != seen_gen {
@@ -156,6 +163,7 @@ fn run(shared: Arc<Shared>) {
             (busy_set, t)
         };
         drop(eps);
+        drop(pass);
         // SAFETY: events buffer is valid for its length.
         let n = unsafe { libc::epoll_wait(set, events.as_mut_ptr(), events.len() as i32, timeout_ms) };
         for e in events.iter().take(n.max(0) as usize) {
