@@ -578,6 +578,24 @@ impl Ep {
         self.flush(st);
     }
 
+    /// Closing: send the ACKs still owed, then wait (bounded) until what we
+    /// sent is acknowledged, so a peer's last message is neither lost nor
+    /// left to time out because we went away first.
+    fn linger(&self) {
+        const LINGER_NS: u64 = 1_000_000_000;
+        let mut st = self.lock();
+        st.engine.flush_acks();
+        self.progress_locked(&mut st);
+        let deadline = now_ns() + LINGER_NS;
+        while (st.engine.has_unacked() || st.stalled.is_some()) && now_ns() < deadline {
+            let mut pfd = libc::pollfd { fd: st.wire.fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd; waits for the peer's ACK (or 1 ms).
+            unsafe { libc::poll(&mut pfd, 1, 1) };
+            self.progress_locked(&mut st);
+        }
+        crate::info!(FI_LOG_EP_CTRL, "endpoint {} closing: {:?}", st.wire.local_addr(), st.engine.stats());
+    }
+
     fn touch(&self) {
         self.last_app.store(now_ns(), Ordering::Relaxed);
     }
@@ -967,6 +985,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
     let prog: Weak<dyn Progress> = me.clone();
     let auto: Weak<dyn AutoProgress> = me;
     ep.domain.nic.remove(&auto);
+    if ep.binds.get().is_some() {
+        ep.linger();
+    }
     if let Some(b) = ep.binds.get().cloned().or_else(|| Some(ep.pending_binds.lock().unwrap().clone())) {
         for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
             cq.remove_source(&prog);

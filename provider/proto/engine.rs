@@ -1565,6 +1565,24 @@ impl Engine {
             || self.vcs.values().any(Vc::has_pending_work)
     }
 
+    /// Before closing: acknowledge everything received at once, so no peer
+    /// waits for a delayed ACK that would never leave.
+    pub fn flush_acks(&mut self) {
+        let Engine { vcs, ready, .. } = self;
+        for vc in vcs.values_mut() {
+            if vc.ack_pending {
+                vc.ack_now = true;
+                mark_ready(ready, vc);
+            }
+        }
+    }
+
+    /// Whether some VC still has sent data its peer has not acknowledged
+    /// (what a closing endpoint lingers for).
+    pub fn has_unacked(&self) -> bool {
+        self.vcs.values().any(|vc| vc.established() && !vc.unacked.is_empty())
+    }
+
     /// Drops the VC; its operations fail with `PeerForgotten` (no
     /// `PeerFailed`: the caller asked for it).
     pub fn forget_peer(&mut self, peer: SocketAddr) {
