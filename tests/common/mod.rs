@@ -1,0 +1,572 @@
+//! Process-level harness for the gnix integration tests.
+//!
+//! The tests never touch the crate's Rust API: they compile the C clients in
+//! `tests/clients/` against the system libfabric (`-lfabric`), start them as
+//! separate processes with `FI_PROVIDER_PATH`/`FI_PROVIDER` pointing at the
+//! provider under test, and referee the line protocol described in
+//! `tests/clients/fitest.h` (address exchange, OOB words, kill requests,
+//! verdicts).
+//!
+//! Provider selection:
+//! * default: gnix — `GNIX_PROVIDER_DIR`, or `target/<profile>/fi-provider/`
+//!   holding a `libgnix-fi.so` symlink to the cdylib cargo built;
+//! * `GNIX_TEST_PROVIDER='tcp;ofi_rxm'` (or `udp;ofi_rxd`, `shm`, ...): a
+//!   libfabric built-in provider, to validate the suite itself.
+//!
+//! Env knobs: `GNIX_TEST_STRICT=1` makes spec deviations fail for reference
+//! providers too (they always fail for gnix); `GNIX_TEST_TIMEOUT_SCALE=<f>`
+//! scales every hard time bound.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The provider under test: `GNIX_TEST_PROVIDER` or "gnix".
+pub fn provider() -> String {
+    std::env::var("GNIX_TEST_PROVIDER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "gnix".to_string())
+}
+
+pub fn is_gnix() -> bool {
+    provider() == "gnix"
+}
+
+/// For gnix-only tests: returns true (and says why) when the test must be
+/// skipped because another provider is under test.
+pub fn skip_unless_gnix(what: &str) -> bool {
+    if is_gnix() {
+        return false;
+    }
+    eprintln!(
+        "SKIP {what}: gnix-only test (GNIX_TEST_PROVIDER={}); reference providers do not implement it",
+        provider()
+    );
+    true
+}
+
+fn profile_dir() -> PathBuf {
+    // target/<profile>/deps/<test>-<hash>
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary is not inside target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Directory holding `libgnix-fi.so` for `FI_PROVIDER_PATH`.
+pub fn provider_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GNIX_PROVIDER_DIR") {
+        return PathBuf::from(d);
+    }
+    let prof = profile_dir();
+    // `cargo build` puts the cdylib in target/<profile>/; `cargo test` builds
+    // it too but leaves it in target/<profile>/deps/: take the newer one.
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let cands = [prof.join("libgnix_fi.so"), prof.join("deps/libgnix_fi.so")];
+    let lib = cands
+        .iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| mtime(p))
+        .cloned()
+        .unwrap_or_else(|| cands[0].clone());
+    if !lib.exists() {
+        panic!(
+            "gnix provider not found: {} does not exist. Build it (cargo build [--release]) \
+             or set GNIX_PROVIDER_DIR, or run the suite against a reference provider with \
+             GNIX_TEST_PROVIDER='tcp;ofi_rxm'",
+            lib.display()
+        );
+    }
+    let dir = prof.join("fi-provider");
+    std::fs::create_dir_all(&dir).expect("create fi-provider dir");
+    let link = dir.join("libgnix-fi.so");
+    // Race-free between parallel tests/binaries: make a temp link, rename over.
+    let tmp = dir.join(format!(".libgnix-fi.so.{}.{:?}", std::process::id(), thread::current().id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&lib, &tmp).expect("symlink provider");
+    std::fs::rename(&tmp, &link).expect("rename provider symlink");
+    dir
+}
+
+/// Environment for a client process.
+pub fn provider_env() -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    if is_gnix() {
+        v.push(("FI_PROVIDER_PATH".into(), provider_dir().display().to_string()));
+        v.push(("FI_PROVIDER".into(), "gnix".into()));
+        v.push(("FITEST_STRICT".into(), "1".into()));
+    } else {
+        v.push(("FI_PROVIDER".into(), provider()));
+        if std::env::var("GNIX_TEST_STRICT").map(|s| s == "1").unwrap_or(false) {
+            v.push(("FITEST_STRICT".into(), "1".into()));
+        }
+    }
+    v
+}
+
+fn timeout_scale() -> f64 {
+    std::env::var("GNIX_TEST_TIMEOUT_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0)
+}
+
+static CLIENTS: OnceLock<PathBuf> = OnceLock::new();
+
+/// Compile every `tests/clients/*.c` once per test process into
+/// `target/<profile>/clients/<name>` (temp name + rename: race-free between
+/// test binaries running at the same time).
+pub fn clients_dir() -> &'static Path {
+    CLIENTS.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+        let out = profile_dir().join("clients");
+        std::fs::create_dir_all(&out).expect("create clients dir");
+        for ent in std::fs::read_dir(&src).expect("tests/clients") {
+            let p = ent.unwrap().path();
+            if p.extension().map(|e| e != "c").unwrap_or(true) {
+                continue;
+            }
+            let name = p.file_stem().unwrap().to_string_lossy().to_string();
+            let tmp = out.join(format!(".{name}.{}.tmp", std::process::id()));
+            let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&tmp)
+                .arg(&p)
+                .arg(format!("-I{}", src.display()))
+                .args(["-lfabric", "-lpthread"])
+                .output()
+                .expect("run cc");
+            if !o.status.success() {
+                panic!(
+                    "compiling {} failed:\n{}",
+                    p.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            std::fs::rename(&tmp, out.join(&name)).expect("rename client");
+        }
+        out
+    })
+}
+
+enum Ev {
+    Line(usize, String),
+    Eof(usize),
+}
+
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stderr: Arc<Mutex<String>>,
+    eof: bool,
+    killed: bool,
+    status: Option<ExitStatus>,
+}
+
+/// The outcome of a scenario run (all processes).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub skipped: Option<String>,
+    pub deviations: Vec<String>,
+    pub info: Vec<String>,
+    pub addrs: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// A scenario to run: `fitest <scenario> <rank> <nprocs> [arg]` × nprocs.
+pub struct Scenario {
+    pub name: String,
+    pub nprocs: usize,
+    pub arg: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// For gnix a SKIP verdict fails the test unless this is set.
+    pub skip_ok_for_gnix: bool,
+    /// Ranks that will be SIGKILLed on request (they need not pass).
+    pub may_be_killed: Vec<usize>,
+    /// Send garbage UDP datagrams to rank 0's address while running.
+    pub stray_datagrams: bool,
+}
+
+impl Scenario {
+    pub fn new(name: &str, nprocs: usize) -> Self {
+        Scenario {
+            name: name.into(),
+            nprocs,
+            arg: None,
+            env: Vec::new(),
+            timeout: Duration::from_secs(60),
+            skip_ok_for_gnix: false,
+            may_be_killed: Vec::new(),
+            stray_datagrams: false,
+        }
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.arg = Some(a.into());
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    pub fn timeout(mut self, secs: u64) -> Self {
+        self.timeout = Duration::from_secs(secs);
+        self
+    }
+    pub fn skip_ok(mut self) -> Self {
+        self.skip_ok_for_gnix = true;
+        self
+    }
+    pub fn killable(mut self, rank: usize) -> Self {
+        self.may_be_killed.push(rank);
+        self
+    }
+    pub fn stray(mut self) -> Self {
+        self.stray_datagrams = true;
+        self
+    }
+
+    /// Run to completion; panics (after killing every child) on any failure.
+    pub fn run(self) -> Outcome {
+        let label = format!(
+            "{}{} [{}]",
+            self.name,
+            self.arg.as_deref().map(|a| format!(" {a}")).unwrap_or_default(),
+            provider()
+        );
+        let r = run_inner(&self, &label);
+        for d in &r.deviations {
+            eprintln!("[{label}] spec deviation (tolerated for {}): {d}", provider());
+        }
+        for i in &r.info {
+            eprintln!("[{label}] {i}");
+        }
+        if let Some(why) = &r.skipped {
+            eprintln!("[{label}] SKIPPED: {why}");
+            if is_gnix() && !self.skip_ok_for_gnix {
+                panic!("[{label}] gnix must support this scenario, but it skipped: {why}");
+            }
+        }
+        r
+    }
+}
+
+fn write_line(p: &mut Proc, line: &str) {
+    if let Some(s) = p.stdin.as_mut() {
+        let _ = s.write_all(line.as_bytes());
+        let _ = s.write_all(b"\n");
+        let _ = s.flush();
+    }
+}
+
+fn kill(p: &mut Proc) {
+    if p.status.is_none() {
+        let _ = p.child.kill();
+        p.status = p.child.wait().ok();
+    }
+}
+
+fn dump(procs: &[Proc]) -> String {
+    let mut s = String::new();
+    for (i, p) in procs.iter().enumerate() {
+        let e = p.stderr.lock().unwrap();
+        s += &format!("---- rank {i} (status {:?}) stderr:\n{}\n", p.status, e.trim_end());
+    }
+    s
+}
+
+struct Stray {
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<u64>>,
+}
+
+/// Parse a hex fi_getname address; Some(addr) if it is a sockaddr_in.
+pub fn sockaddr_in_from_hex(h: &str) -> Option<SocketAddrV4> {
+    let b: Vec<u8> = (0..h.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    if b.len() >= 16 && u16::from_ne_bytes([b[0], b[1]]) == 2 {
+        let port = u16::from_be_bytes([b[2], b[3]]);
+        let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+        Some(SocketAddrV4::new(ip, port))
+    } else {
+        None
+    }
+}
+
+fn start_stray(target: SocketAddrV4) -> Stray {
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let handle = thread::spawn(move || {
+        let sock = UdpSocket::bind("0.0.0.0:0").expect("bind stray socket");
+        let mut rng: u64 = 0x243f6a8885a308d3 ^ std::process::id() as u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut sent = 0u64;
+        let mut buf = vec![0u8; 65000];
+        while !st.load(Ordering::Relaxed) {
+            let kind = next() % 6;
+            let len = match kind {
+                0 => 0,
+                1 => 1 + (next() % 8) as usize,           // truncated header
+                2 => 9 + (next() % 64) as usize,          // short
+                3 => 1200 + (next() % 300) as usize,      // MTU-ish
+                4 => 1 + (next() % 65000) as usize,       // anything
+                _ => 16 + (next() % 2000) as usize,
+            };
+            for x in buf[..len].iter_mut() {
+                *x = next() as u8;
+            }
+            if kind == 5 && len >= 8 {
+                // plausible-looking: small leading fields
+                for x in buf[..8].iter_mut() {
+                    *x = (next() % 4) as u8;
+                }
+            }
+            if sock.send_to(&buf[..len], target).is_ok() {
+                sent += 1;
+            }
+            if sent % 64 == 0 {
+                thread::yield_now();
+            }
+        }
+        sent
+    });
+    Stray { stop, handle: Some(handle) }
+}
+
+fn run_inner(sc: &Scenario, label: &str) -> Outcome {
+    let bin = clients_dir().join("fitest");
+    let env = provider_env();
+    let timeout = sc.timeout.mul_f64(timeout_scale());
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let (tx, rx): (Sender<Ev>, Receiver<Ev>) = channel();
+    let mut procs: Vec<Proc> = Vec::new();
+    for rank in 0..sc.nprocs {
+        let mut cmd = Command::new(&bin);
+        cmd.arg(&sc.name).arg(rank.to_string()).arg(sc.nprocs.to_string());
+        if let Some(a) = &sc.arg {
+            cmd.arg(a);
+        }
+        for (k, v) in env.iter().chain(sc.env.iter()) {
+            cmd.env(k, v);
+        }
+        // the client's own per-wait deadline stays below the hard bound
+        let inner = (timeout.as_millis() as u64 * 3 / 4).max(1000);
+        cmd.env("FITEST_TIMEOUT_MS", inner.to_string());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let stdin = child.stdin.take();
+        let t = tx.clone();
+        thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                match l {
+                    Ok(l) => {
+                        if t.send(Ev::Line(rank, l)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = t.send(Ev::Eof(rank));
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let se = stderr.clone();
+        thread::spawn(move || {
+            let mut r = BufReader::new(err);
+            let mut buf = [0u8; 4096];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => se.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+            }
+        });
+        procs.push(Proc { child, stdin, stderr, eof: false, killed: false, status: None });
+    }
+    drop(tx);
+
+    let mut out = Outcome::default();
+    let mut addrs: Vec<Option<String>> = vec![None; sc.nprocs];
+    let mut verdict: Vec<Option<String>> = vec![None; sc.nprocs];
+    let mut stray: Option<Stray> = None;
+    let mut failure: Option<String> = None;
+    let mut counts: HashMap<&'static str, u64> = HashMap::new();
+
+    while procs.iter().any(|p| !p.eof) {
+        let now = Instant::now();
+        if now >= deadline {
+            failure = Some(format!("hard time bound of {timeout:?} exceeded"));
+            break;
+        }
+        let ev = match rx.recv_timeout(deadline - now) {
+            Ok(ev) => ev,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match ev {
+            Ev::Eof(r) => {
+                procs[r].eof = true;
+                if procs[r].killed {
+                    continue;
+                }
+                match verdict[r].as_deref() {
+                    Some("PASS") => {}
+                    Some("SKIP") => {
+                        // the others may be waiting for this one: stop them
+                        for (i, p) in procs.iter_mut().enumerate() {
+                            if i != r && !p.eof {
+                                kill(p);
+                                p.killed = true;
+                            }
+                        }
+                    }
+                    _ => {
+                        failure = Some(format!("rank {r} failed or exited without a verdict"));
+                        break;
+                    }
+                }
+            }
+            Ev::Line(r, l) => {
+                let (cmd, rest) = l.split_once(' ').unwrap_or((l.as_str(), ""));
+                match cmd {
+                    "ADDR" => {
+                        addrs[r] = Some(rest.to_string());
+                        if addrs.iter().all(|a| a.is_some()) {
+                            let all: Vec<String> = addrs.iter().map(|a| a.clone().unwrap()).collect();
+                            let line = format!("ADDRS {}", all.join(" "));
+                            for p in procs.iter_mut() {
+                                write_line(p, &line);
+                            }
+                            out.addrs = all.clone();
+                            if sc.stray_datagrams {
+                                let t = sockaddr_in_from_hex(&all[0])
+                                    .expect("stray datagrams need a sockaddr_in address");
+                                eprintln!("[{label}] sending stray datagrams to {t}");
+                                stray = Some(start_stray(t));
+                            }
+                        }
+                    }
+                    "OOB" => {
+                        let (dst, word) = rest.split_once(' ').unwrap_or((rest, ""));
+                        let dst: usize = dst.parse().expect("OOB destination");
+                        *counts.entry("oob").or_default() += 1;
+                        write_line(&mut procs[dst], &format!("{r} {word}"));
+                    }
+                    "KILLME" => {
+                        assert!(sc.may_be_killed.contains(&r), "rank {r} asked to be killed");
+                        kill(&mut procs[r]);
+                        procs[r].killed = true;
+                        for (i, p) in procs.iter_mut().enumerate() {
+                            if i != r {
+                                write_line(p, "-1 killed");
+                            }
+                        }
+                    }
+                    "KILLPEER" => {
+                        let v: usize = rest.trim().parse().expect("KILLPEER rank");
+                        assert!(sc.may_be_killed.contains(&v), "rank {v} may not be killed");
+                        kill(&mut procs[v]);
+                        procs[v].killed = true;
+                        write_line(&mut procs[r], "-1 killed");
+                    }
+                    "PASS" | "FAILED" => verdict[r] = Some(cmd.to_string()),
+                    "SKIP" => {
+                        verdict[r] = Some("SKIP".into());
+                        out.skipped.get_or_insert(rest.to_string());
+                    }
+                    "DEVIATION" => {
+                        if !out.deviations.iter().any(|d| d == rest) {
+                            out.deviations.push(rest.to_string())
+                        }
+                    }
+                    "INFO" => out.info.push(format!("rank {r}: {rest}")),
+                    _ => out.info.push(format!("rank {r} says: {l}")),
+                }
+            }
+        }
+    }
+    if let Some(mut s) = stray.take() {
+        s.stop.store(true, Ordering::Relaxed);
+        let n = s.handle.take().unwrap().join().unwrap_or(0);
+        out.info.push(format!("{n} stray datagrams sent"));
+    }
+    // reap
+    for p in procs.iter_mut() {
+        if failure.is_some() {
+            kill(p);
+            continue;
+        }
+        while p.status.is_none() {
+            match p.child.try_wait() {
+                Ok(Some(s)) => p.status = Some(s),
+                Ok(None) => {
+                    if Instant::now() >= deadline {
+                        failure = Some(format!("hard time bound of {timeout:?} exceeded (exit)"));
+                        kill(p);
+                    } else {
+                        thread::sleep(Duration::from_millis(5)); // reaping, not synchronisation
+                    }
+                }
+                Err(e) => panic!("wait: {e}"),
+            }
+        }
+    }
+    if failure.is_some() {
+        for p in procs.iter_mut() {
+            kill(p);
+        }
+    }
+    out.elapsed = start.elapsed();
+    if failure.is_none() && out.skipped.is_none() {
+        for (i, p) in procs.iter().enumerate() {
+            if p.killed {
+                continue;
+            }
+            let ok = p.status.map(|s| s.success()).unwrap_or(false);
+            if !ok || verdict[i].as_deref() != Some("PASS") {
+                failure = Some(format!("rank {i}: status {:?}, verdict {:?}", p.status, verdict[i]));
+                break;
+            }
+        }
+    }
+    if let Some(f) = failure {
+        panic!(
+            "[{label}] FAILED after {:?}: {f}\n{}\ninfo: {:#?}\ndeviations: {:#?}",
+            out.elapsed,
+            dump(&procs),
+            out.info,
+            out.deviations
+        );
+    }
+    out
+}
+
+/// Run a single-process scenario.
+pub fn single(name: &str) -> Outcome {
+    Scenario::new(name, 1).timeout(30).run()
+}
+
+/// Run a two-process scenario with an optional argument.
+pub fn pair(name: &str, arg: Option<&str>) -> Outcome {
+    let mut s = Scenario::new(name, 2);
+    if let Some(a) = arg {
+        s = s.arg(a);
+    }
+    s.run()
+}

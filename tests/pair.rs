@@ -1,0 +1,135 @@
+//! Two- and three-process scenarios over RDM endpoints. Rank 0 receives,
+//! rank 1 sends (see tests/clients/fitest_pair.h for each scenario).
+mod common;
+use common::{pair, Scenario};
+
+#[test]
+fn msg_send_sendv_sendmsg_inject_senddata_injectdata() {
+    pair("msg_ops", None);
+}
+
+#[test]
+fn tagged_ops_and_ignore_bits() {
+    pair("tagged_ops", None);
+}
+
+#[test]
+fn cq_format_context() {
+    pair("cq_format", Some("context"));
+}
+
+#[test]
+fn cq_format_msg() {
+    pair("cq_format", Some("msg"));
+}
+
+#[test]
+fn cq_format_data() {
+    pair("cq_format", Some("data"));
+}
+
+#[test]
+fn cq_format_tagged() {
+    pair("cq_format", Some("tagged"));
+}
+
+#[test]
+fn fi_source_readfrom() {
+    pair("source", None);
+}
+
+#[test]
+fn fi_source_err_unknown_sender() {
+    // only meaningful if the provider advertises FI_SOURCE_ERR
+    Scenario::new("source_err", 2).skip_ok().run();
+}
+
+#[test]
+fn directed_recv_three_processes() {
+    Scenario::new("directed", 3).run();
+}
+
+#[test]
+fn selective_completion_with_counters() {
+    pair("selective", None);
+}
+
+#[test]
+fn op_flags_inject_transmit_delivery_complete() {
+    pair("op_flags", None);
+}
+
+#[test]
+fn truncation_eager() {
+    pair("trunc", Some("eager"));
+}
+
+#[test]
+fn truncation_rendezvous_1mib() {
+    pair("trunc", Some("large"));
+}
+
+#[test]
+fn unexpected_messages_small_and_large() {
+    pair("unexpected", None);
+}
+
+#[test]
+fn ordering_mixed_sizes_up_to_4mib() {
+    pair("ordering", None);
+}
+
+#[test]
+fn ten_thousand_posted_tagged_receives() {
+    Scenario::new("many_recvs", 2).timeout(90).run();
+}
+
+#[test]
+fn cq_overrun_small_cq_loses_nothing() {
+    pair("cq_overrun", None);
+}
+
+#[test]
+fn cq_sread_wait_fd() {
+    pair("cq_sread", Some("fd"));
+}
+
+#[test]
+fn cq_sread_wait_unspec() {
+    pair("cq_sread", Some("unspec"));
+}
+
+#[test]
+fn counters_bound_to_endpoint() {
+    pair("cntr_ep", None);
+}
+
+#[test]
+fn multi_recv_buffer() {
+    pair("multi_recv", None);
+}
+
+#[test]
+fn zero_length_null_buffers() {
+    pair("zero_len", None);
+}
+
+#[test]
+fn peek_claim_discard() {
+    pair("peek", None);
+}
+
+#[test]
+fn thread_safe_two_threads_per_endpoint() {
+    pair("threads", None);
+}
+
+#[test]
+fn progress_auto_without_polling() {
+    pair("progress_auto", None);
+}
+
+#[test]
+fn pingpong_progress_manual() {
+    pair("pingpong", Some("manual"));
+}
