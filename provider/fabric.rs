@@ -107,7 +107,7 @@ pub unsafe extern "C" fn gnix_fabric(attr: *mut fi_fabric_attr, fabric: *mut *mu
         return -FI_EINVAL;
     }
     let a = &*attr;
-    if !a.name.is_null() && std::ffi::CStr::from_ptr(a.name).to_bytes() != crate::getinfo::FABRIC_NAME.as_bytes() {
+    if !a.name.is_null() && !crate::getinfo::is_fabric_name(&std::ffi::CStr::from_ptr(a.name).to_string_lossy()) {
         crate::warn!(FI_LOG_FABRIC, "unknown fabric name {:?}", std::ffi::CStr::from_ptr(a.name));
         return -FI_ENODATA;
     }

@@ -10,7 +10,10 @@ use crate::params::params;
 use std::ffi::{c_char, CStr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs, UdpSocket};
 
-pub const FABRIC_NAME: &str = "gnix";
+/// All 64 tag bits match (the value libfabric calls FI_TAG_GENERIC). MPI
+/// libraries size their tag layout from the highest set bit, so 0 ("no
+/// format") would tell Open MPI there is no room for a communicator id.
+pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
 pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
 pub const SECONDARY_CAPS: u64 =
@@ -51,7 +54,42 @@ pub const MAX_ERR_DATA: usize = std::mem::size_of::<libc::sockaddr_in6>();
 pub struct Iface {
     pub name: String,
     pub ip: IpAddr,
+    pub prefix: u8,
     pub loopback: bool,
+}
+
+impl Iface {
+    /// The fabric an interface belongs to is its IP network, as with
+    /// libfabric's tcp and udp providers ("192.0.2.0/24"): endpoints in
+    /// different fabrics cannot be assumed to reach each other, and
+    /// applications that spread ranks over "equivalent" infos (Open MPI)
+    /// only treat infos of one fabric as equivalent.
+    pub fn fabric_name(&self) -> String {
+        let net = match self.ip {
+            IpAddr::V4(v4) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix.min(32)) };
+                IpAddr::V4((u32::from(v4) & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix.min(128) as u32) };
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+        };
+        format!("{}/{}", net, self.prefix)
+    }
+}
+
+/// Whether `name` is the fabric of one of this host's interfaces.
+pub fn is_fabric_name(name: &str) -> bool {
+    interfaces().iter().any(|i| i.fabric_name() == name)
+}
+
+fn prefix_len(mask: Option<SocketAddr>) -> u8 {
+    match mask.map(|m| m.ip()) {
+        Some(IpAddr::V4(m)) => u32::from(m).count_ones() as u8,
+        Some(IpAddr::V6(m)) => u128::from(m).count_ones() as u8,
+        None => 0,
+    }
 }
 
 /// Interfaces that are up and have an IPv4/IPv6 address, loopback last
@@ -79,7 +117,22 @@ pub fn interfaces() -> Vec<Iface> {
                 }
             }
             let name = CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned();
-            out.push(Iface { name, ip: sa.ip(), loopback: ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 });
+            let mask = if ifa.ifa_netmask.is_null() {
+                None
+            } else {
+                // The netmask has no family set on some kernels: read it as the address's.
+                let mut m = [0u8; 128];
+                let len = if sa.is_ipv4() { 16 } else { 28 };
+                std::ptr::copy_nonoverlapping(ifa.ifa_netmask as *const u8, m.as_mut_ptr(), len);
+                m[..2].copy_from_slice(&(if sa.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 } as u16).to_ne_bytes());
+                sockaddr_to_std(m.as_ptr(), len)
+            };
+            out.push(Iface {
+                name,
+                ip: sa.ip(),
+                prefix: prefix_len(mask),
+                loopback: ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0,
+            });
         }
         libc::freeifaddrs(ifap);
     }
@@ -408,7 +461,7 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         }
     }
     if let Some(f) = h.fabric_attr.as_ref() {
-        if !f.name.is_null() && CStr::from_ptr(f.name).to_bytes() != FABRIC_NAME.as_bytes() {
+        if !f.name.is_null() && CStr::from_ptr(f.name).to_bytes() != o.iface.fabric_name().as_bytes() {
             nomatch!("fabric name");
         }
         if !f.prov_name.is_null() {
@@ -471,7 +524,7 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
         tx_iov_limit: MAX_IOV,
         rx_iov_limit: MAX_IOV,
         max_msg_size: MAX_MSG_SIZE,
-        mem_tag_format: 0,
+        mem_tag_format: MEM_TAG_FORMAT,
         threading: FI_THREAD_SAFE,
         control_progress: FI_PROGRESS_AUTO,
         data_progress: FI_PROGRESS_AUTO,
@@ -649,7 +702,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     d.max_err_data = MAX_ERR_DATA;
     d.mr_cnt = MAX_MR;
     let f = &mut *info.fabric_attr;
-    f.name = crate::core::c_strdup(FABRIC_NAME);
+    f.name = crate::core::c_strdup(&o.iface.fabric_name());
     f.prov_version = crate::PROVIDER_VERSION;
     f.api_version = version.min(crate::FI_API_VERSION).max(1 << 16);
 }
