@@ -6,4 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/deps.sh
 cargo build --release
+venv=${GNIX_MPICH_VENV:-$PWD/target/mpich-venv}
+[ -x "$venv/bin/mpiexec" ] && export GNIX_MPICH_BIN="$venv/bin"
 cargo test --release -- --test-threads=2 "$@"

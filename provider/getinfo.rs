@@ -704,7 +704,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     let f = &mut *info.fabric_attr;
     f.name = crate::core::c_strdup(&o.iface.fabric_name());
     f.prov_version = crate::PROVIDER_VERSION;
-    f.api_version = version.min(crate::FI_API_VERSION).max(1 << 16);
+    f.api_version = version.min(crate::api_version()).max(1 << 16);
 }
 
 fn dup_bytes(b: &[u8]) -> *mut std::ffi::c_void {

@@ -47,15 +47,54 @@ static PROVIDER: ProviderCell = ProviderCell(UnsafeCell::new(fi_provider {
     cleanup: Some(cleanup),
 }));
 
+/// The API version declared in `fi_prov_ini`.
+pub fn api_version() -> u32 {
+    // SAFETY: written once in fi_prov_ini before any other call; read-only after.
+    unsafe { (*PROVIDER.0.get()).fi_version }
+}
+
 pub fn provider_ptr() -> *const fi_provider {
     PROVIDER.0.get()
 }
 
 unsafe extern "C" fn cleanup() {}
 
+/// The API version gnix declares to the core that loads it.
+///
+/// gnix implements the 1.17 API. A 2.x core keeps the 1.x ABI (structs
+/// only grow at the end, and we allocate them through the core) but skips
+/// every provider that declares an older version than the application asks
+/// for (MPICH asks for 2.x). Under a 2.x core gnix therefore declares the
+/// core's version, and stays honest where it matters: getinfo offers and
+/// accepts only 1.17 features, so hints naming anything newer (caps bits it
+/// does not know) get -FI_ENODATA rather than a silent yes.
+fn declared_version(core_version: u32) -> u32 {
+    if core_version >> 16 >= 2 {
+        core_version
+    } else {
+        FI_API_VERSION
+    }
+}
+
 /// The entry point libfabric looks for in `lib*-fi.so` DSO providers.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
+    let p = PROVIDER.0.get();
+    if let Some(c) = core::core() {
+        // SAFETY: the core calls fi_prov_ini once, before anything else can
+        // reach the provider struct.
+        unsafe { (*p).fi_version = declared_version(c.version) };
+    }
     params::define_all();
-    PROVIDER.0.get()
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn declares_the_core_version_only_on_2x() {
+        assert_eq!(super::declared_version((1 << 16) | 17), super::FI_API_VERSION);
+        assert_eq!(super::declared_version((1 << 16) | 22), super::FI_API_VERSION);
+        assert_eq!(super::declared_version((2 << 16) | 5), (2 << 16) | 5);
+    }
 }

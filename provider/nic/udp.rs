@@ -79,13 +79,32 @@ impl UdpWire {
         self.sock.as_raw_fd()
     }
 
-    /// Ok(None) when nothing is queued.
-    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
-        match self.sock.recv_from(buf) {
-            Ok((n, from)) => Ok(Some((n, from))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+    /// Receives what is queued, up to `batch.len()` datagrams, in one
+    /// syscall; 0 when nothing is. One recvmmsg instead of a recvfrom per
+    /// datagram plus the EAGAIN one that ends the loop, which would sit
+    /// between a message's arrival and its completion.
+    pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        let n = batch.slots;
+        for i in 0..n {
+            batch.iov[i] = libc::iovec { iov_base: batch.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: batch.bufs[i].len() };
+            let h = &mut batch.hdrs[i].msg_hdr;
+            h.msg_name = &mut batch.names[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &mut batch.iov[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
         }
+        // SAFETY: every header points at storage owned by `batch` (names,
+        // iovecs, buffers) that outlives the call; vlen matches the arrays.
+        let r = unsafe { libc::recvmmsg(self.fd(), batch.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        batch.filled = r as usize;
+        Ok(r as usize)
     }
 
     /// Ok(false) when the socket buffer is full (retry later; the
@@ -96,5 +115,46 @@ impl UdpWire {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Storage for one `recvmmsg`: buffers big enough for any datagram.
+pub struct RecvBatch {
+    slots: usize,
+    bufs: Vec<Vec<u8>>,
+    iov: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    hdrs: Vec<libc::mmsghdr>,
+    filled: usize,
+}
+
+// SAFETY: the raw pointers inside point only into the batch's own vectors
+// and are rewritten before every use.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    pub fn new(slots: usize) -> RecvBatch {
+        RecvBatch {
+            slots,
+            bufs: (0..slots).map(|_| vec![0u8; 65536]).collect(),
+            // SAFETY: iovec, sockaddr_storage and mmsghdr are plain C data; zero is valid.
+            iov: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            names: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            hdrs: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            filled: 0,
+        }
+    }
+
+    /// Datagram `i` of the last receive and its sender.
+    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+        if i >= self.filled {
+            return None;
+        }
+        let len = self.hdrs[i].msg_len as usize;
+        // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[i].
+        let from = unsafe {
+            crate::getinfo::sockaddr_to_std(&self.names[i] as *const libc::sockaddr_storage as *const u8, self.hdrs[i].msg_hdr.msg_namelen as usize)
+        }?;
+        Some((&self.bufs[i][..len.min(self.bufs[i].len())], from))
     }
 }
