@@ -21,7 +21,7 @@ use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wai
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Default queue preallocation when the application asks for size 0.
@@ -110,6 +110,9 @@ pub struct Cq {
     wait: Wait,
     /// fi_cq_signal count, so a blocked sread can tell it was signaled.
     signals: AtomicU64,
+    /// A signal no sread has seen yet: fi_cq_signal before fi_cq_sread
+    /// still makes that sread return at once (fabtests cq_signal).
+    signal_pending: AtomicBool,
     _domain: Option<ParentRef<Domain>>,
 }
 
@@ -154,6 +157,7 @@ impl Cq {
             sources: Sources::new(),
             wait: Wait::new(waitset, cfg.wait_obj)?,
             signals: AtomicU64::new(0),
+            signal_pending: AtomicBool::new(false),
             _domain: domain,
         });
         if let Some(ws) = cq.wait.set() {
@@ -306,7 +310,7 @@ impl Cq {
                 (r != -FI_EAGAIN as isize).then_some(r)
             },
             deadline_ms(timeout),
-            || self.signals.load(SeqCst) != sig0,
+            || self.signal_pending.swap(false, SeqCst) | (self.signals.load(SeqCst) != sig0),
         );
         // Timed out or signaled: a threshold not reached still returns what
         // is there rather than sitting on it.
@@ -317,6 +321,7 @@ impl Cq {
     pub fn signal(&self) -> i32 {
         match self.wait.obj() {
             Some(w) => {
+                self.signal_pending.store(true, SeqCst);
                 self.signals.fetch_add(1, SeqCst);
                 w.kick();
                 0
@@ -855,6 +860,19 @@ mod tests {
         let cpu = thread_cpu_ms() - cpu0;
         assert!(el >= Duration::from_millis(195) && el < Duration::from_millis(400), "{el:?}");
         assert!(cpu < 20.0, "sread burned {cpu} ms of CPU in 200 ms");
+    }
+
+    #[test]
+    fn signal_before_sread_is_not_lost() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
+        assert_eq!(cq.signal(), 0);
+        let t0 = Instant::now();
+        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 2000), EAGAIN);
+        assert!(t0.elapsed() < Duration::from_millis(500), "pending signal ignored: {:?}", t0.elapsed());
+        // Consumed: the next sread waits for its timeout again.
+        let t1 = Instant::now();
+        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 100), EAGAIN);
+        assert!(t1.elapsed() >= Duration::from_millis(95));
     }
 
     #[test]

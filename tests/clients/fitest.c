@@ -38,6 +38,13 @@ static void scn_getinfo(void)
 			rdm++;
 			caps_union |= fi->caps;
 		}
+		/* fi_getinfo(3): tx/rx caps are endpoint capabilities; the domain
+		 * ones (FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV) belong in
+		 * info->caps and domain_attr->caps (fabtests getinfo_caps2). */
+		uint64_t dom_caps = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
+		DEVIATE(!(fi->tx_attr->caps & dom_caps) && !(fi->rx_attr->caps & dom_caps),
+			"domain caps in tx/rx caps: tx %#" PRIx64 " rx %#" PRIx64,
+			fi->tx_attr->caps & dom_caps, fi->rx_attr->caps & dom_caps);
 	}
 	EXPECT(rdm > 0, "fi_getinfo without hints lists no RDM info (%d infos)", count_infos(list));
 	info("%d infos, %d RDM, first %s / %s", count_infos(list), rdm,
