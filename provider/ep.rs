@@ -20,7 +20,7 @@ use crate::nic::udp::{RecvBatch, UdpWire};
 const RX_BATCH: usize = 16;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
-use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource};
+use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, RecvSink, SendMode, SendSource};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -28,6 +28,28 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+/// Keys are ids we or the engine hand out, counting up from 1, never
+/// chosen by a peer: one multiply spreads them well enough, where SipHash
+/// cost a visible share of every send and receive.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// A list of application buffers, as (address, length).
 type Iov = Vec<(usize, usize)>;
@@ -64,6 +86,22 @@ impl SendSource for IovSource {
             dst = &mut dst[n..];
             offset = 0;
         }
+    }
+    fn contiguous(&self, mut offset: usize, len: usize) -> Option<&[u8]> {
+        for &(base, l) in &self.iov {
+            if offset < l {
+                if l - offset < len {
+                    return None;
+                }
+                // SAFETY: as for read_at: [base, base+l) is a buffer the
+                // application keeps valid and unmodified until the send
+                // completes, which outlives this borrow of the source;
+                // offset+len <= l.
+                return Some(unsafe { std::slice::from_raw_parts((base + offset) as *const u8, len) });
+            }
+            offset -= l;
+        }
+        None
     }
 }
 
@@ -175,9 +213,9 @@ struct EpState {
     engine: Engine,
     tme_msg: Tme<Posted, Unexpected>,
     tme_tag: Tme<Posted, Unexpected>,
-    sends: HashMap<MsgId, SendReq>,
-    rndv: HashMap<RndvId, RecvDone>,
-    multi: HashMap<u64, MultiBuf>,
+    sends: IdMap<SendReq>,
+    rndv: IdMap<RecvDone>,
+    multi: IdMap<MultiBuf>,
     next_multi: u64,
     min_multi_recv: usize,
     txbuf: Vec<u8>,
@@ -252,9 +290,9 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         wire,
         tme_msg: Tme::new(),
         tme_tag: Tme::new(),
-        sends: HashMap::new(),
-        rndv: HashMap::new(),
-        multi: HashMap::new(),
+        sends: IdMap::default(),
+        rndv: IdMap::default(),
+        multi: IdMap::default(),
         next_multi: 1,
         min_multi_recv: 64,
         stalled: None,
@@ -484,8 +522,11 @@ impl Ep {
         self.deliver(st, slice, arrived);
     }
 
-    fn handle_events(&self, st: &mut EpState) {
+    /// Whether there was any event (most put something in a CQ or counter).
+    fn handle_events(&self, st: &mut EpState) -> bool {
+        let mut any = false;
         while let Some(ev) = st.engine.poll_event() {
+            any = true;
             match ev {
                 Event::Msg { peer, hdr, body } => self.on_msg(st, peer, hdr, body),
                 Event::RecvDone { rid, written, .. } => {
@@ -520,11 +561,11 @@ impl Ep {
                 }
             }
         }
+        any
     }
 
     /// Sends what the engine has queued, as long as the socket takes it.
-    fn flush(&self, st: &mut EpState) {
-        let now = now_ns();
+    fn flush(&self, st: &mut EpState, now: u64) {
         if let Some((n, to)) = st.stalled {
             match st.wire.send(&st.stalled_buf[..n], to) {
                 Ok(false) => return,
@@ -536,11 +577,29 @@ impl Ep {
             }
         }
         let EpState { engine, wire, txbuf, stalled, stalled_buf, .. } = st;
-        while let Some((to, n)) = engine.poll_transmit(now, txbuf) {
-            match wire.send(&txbuf[..n], to) {
+        while let Some(t) = engine.poll_transmit_vectored(now, txbuf) {
+            let (h, n, to) = (t.hdr_len, t.len, t.to);
+            let r = match t.payload {
+                None => wire.send(&txbuf[..n], to),
+                Some((src, off)) => match src.contiguous(off, n - h) {
+                    // Bulk data goes from the application's buffer straight
+                    // into the socket: no copy behind the header first.
+                    Some(p) => wire.send2(&txbuf[..h], p, to),
+                    None => {
+                        src.read_at(off, &mut txbuf[h..n]);
+                        wire.send(&txbuf[..n], to)
+                    }
+                },
+            };
+            match r {
                 Ok(true) => {}
                 Ok(false) => {
-                    stalled_buf[..n].copy_from_slice(&txbuf[..n]);
+                    stalled_buf[..h].copy_from_slice(&txbuf[..h]);
+                    if let Some((src, off)) = t.payload {
+                        src.read_at(off, &mut stalled_buf[h..n]);
+                    } else {
+                        stalled_buf[h..n].copy_from_slice(&txbuf[h..n]);
+                    }
                     *stalled = Some((n, to));
                     return;
                 }
@@ -551,39 +610,51 @@ impl Ep {
         }
     }
 
-    fn progress_locked(&self, st: &mut EpState) {
-        // A few batches at most, handing completions out between them, so
-        // one call stays short under a flood.
+    /// One pass: receive, run due timers, transmit. `now` is the caller's
+    /// clock reading (one clock_gettime per pass, not one per step).
+    fn progress_locked(&self, st: &mut EpState, mut now: u64) {
+        // First one datagram with a plain recvfrom: a polling application
+        // finds the socket empty almost every time, and that is the
+        // cheapest way to find out. Once something arrived, batches of
+        // recvmmsg, a few at most so one call stays short under a flood.
+        let mut first = true;
         for _ in 0..8 {
             let EpState { engine, wire, rx, .. } = &mut *st;
-            let n = match wire.recv_batch(rx) {
+            let r = if first { wire.recv_one(rx).map(usize::from) } else { wire.recv_batch(rx) };
+            let n = match r {
                 Ok(n) => n,
                 Err(e) => {
-                    crate::debug!(FI_LOG_EP_DATA, "recvmmsg: {}", e);
+                    crate::debug!(FI_LOG_EP_DATA, "recv: {}", e);
                     0
                 }
             };
             if n == 0 {
                 break;
             }
-            let now = now_ns();
+            if !first {
+                now = now_ns();
+            }
             for i in 0..n {
                 if let Some((bytes, from)) = rx.get(i) {
                     engine.handle_datagram(from, bytes, now);
                 }
             }
-            self.handle_events(st);
-            self.flush(st);
-            if n < RX_BATCH {
+            let produced = self.handle_events(st);
+            self.flush(st, now);
+            // A completion for the application: hand it over now rather
+            // than spend another syscall between it and the application.
+            if produced || (!first && n < RX_BATCH) {
                 break;
             }
+            first = false;
         }
-        let now = now_ns();
         if st.engine.poll_timeout().is_some_and(|t| t <= now) {
             st.engine.handle_timeout(now);
         }
+        // Also what data calls queued without transmitting (FI_MORE, a
+        // rendezvous accepted by fi_recv) and a datagram the socket refused.
         self.handle_events(st);
-        self.flush(st);
+        self.flush(st, now);
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -593,19 +664,19 @@ impl Ep {
         const LINGER_NS: u64 = 1_000_000_000;
         let mut st = self.lock();
         st.engine.flush_acks();
-        self.progress_locked(&mut st);
+        self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
         while (st.engine.has_unacked() || st.stalled.is_some()) && now_ns() < deadline {
             let mut pfd = libc::pollfd { fd: st.wire.fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd; waits for the peer's ACK (or 1 ms).
             unsafe { libc::poll(&mut pfd, 1, 1) };
-            self.progress_locked(&mut st);
+            self.progress_locked(&mut st, now_ns());
         }
         crate::info!(FI_LOG_EP_CTRL, "endpoint {} closing: {:?}", st.wire.local_addr(), st.engine.stats());
     }
 
-    fn touch(&self) {
-        self.last_app.store(now_ns(), Ordering::Relaxed);
+    fn touch(&self, now: u64) {
+        self.last_app.store(now, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, EpState> {
@@ -626,9 +697,10 @@ fn engine_errno(e: EngineError) -> i32 {
 
 impl Progress for Ep {
     fn progress(&self) {
-        self.touch();
+        let now = now_ns();
+        self.touch(now);
         if let Ok(mut st) = self.state.try_lock() {
-            self.progress_locked(&mut st);
+            self.progress_locked(&mut st, now);
         }
     }
     fn wait_fds(&self, out: &mut Vec<RawFd>) {
@@ -653,7 +725,7 @@ impl AutoProgress for Ep {
     }
     fn auto_progress(&self) {
         if let Ok(mut st) = self.state.try_lock() {
-            self.progress_locked(&mut st);
+            self.progress_locked(&mut st, now_ns());
         }
     }
 }
@@ -704,7 +776,8 @@ impl Ep {
     }
 
     fn send(&self, a: SendArgs) -> isize {
-        self.touch();
+        let now = now_ns();
+        self.touch(now);
         let b = match self.check_enabled() {
             Ok(b) => b,
             Err(e) => return e,
@@ -741,7 +814,7 @@ impl Ep {
         };
         let mut st = self.lock();
         if st.sends.len() >= self.tx_size {
-            self.progress_locked(&mut st);
+            self.progress_locked(&mut st, now);
             if st.sends.len() >= self.tx_size {
                 return -FI_EAGAIN as isize;
             }
@@ -753,8 +826,18 @@ impl Ep {
         let hdr = MsgHdr { tag: if a.tagged { a.tag } else { 0 }, data: a.data.unwrap_or(0), len: len as u64, flags: hflags };
         let mode = if a.flags & FI_DELIVERY_COMPLETE != 0 { SendMode::Rendezvous } else { SendMode::Eager };
         let eager = mode == SendMode::Eager && len <= st.engine.config().rndv_threshold;
-        let src = Box::new(IovSource { iov: a.iov, len });
-        let id = match st.engine.send(peer, hdr, src, mode, now_ns()) {
+        let inject_complete = inject || (eager && a.flags & FI_INJECT_COMPLETE != 0);
+        // The engine reads the payload at transmission time, and again for
+        // a retransmission; only a send whose buffer is the application's
+        // again before it is acknowledged needs a copy.
+        let src: Box<dyn SendSource> = if inject_complete {
+            let mut v = vec![0u8; len];
+            IovSource { iov: a.iov, len }.read_at(0, &mut v);
+            Box::new(v)
+        } else {
+            Box::new(IovSource { iov: a.iov, len })
+        };
+        let id = match st.engine.send(peer, hdr, src, mode, now) {
             Ok(id) => id,
             Err(e) => {
                 crate::warn!(FI_LOG_EP_DATA, "send to {}: {}", peer, e);
@@ -763,7 +846,7 @@ impl Ep {
         };
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let req = SendReq { ctx: a.ctx, flags: FI_SEND | op | (a.flags & FI_COMPLETION), len, reported: false };
-        if inject || (eager && a.flags & FI_INJECT_COMPLETE != 0) {
+        if inject_complete {
             // The payload is copied into the engine: inject-complete now.
             // fi_inject never writes a CQ entry; it still counts.
             if inject {
@@ -778,13 +861,13 @@ impl Ep {
             st.sends.insert(id, req);
         }
         if a.flags & FI_MORE == 0 {
-            self.flush(&mut st);
+            self.flush(&mut st, now);
         }
         0
     }
 
     fn recv(&self, a: RecvArgs) -> isize {
-        self.touch();
+        self.touch(now_ns());
         if let Err(e) = self.check_enabled() {
             return e;
         }
@@ -861,7 +944,7 @@ impl Ep {
     /// FI_PEEK, FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, FI_CLAIM, FI_CLAIM|FI_DISCARD.
     fn peek_claim(&self, st: &mut EpState, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
         // A peek should see what is already on the wire.
-        self.progress_locked(st);
+        self.progress_locked(st, now_ns());
         let b = self.binds();
         let peeked = |src: u64, peer: SocketAddr, hdr: MsgHdr| RecvDone {
             ctx: a.ctx,
@@ -925,7 +1008,7 @@ impl Ep {
             return 0;
         }
         self.deliver(st, Posted { ctx: a.ctx, tag: a.tag, iov: a.iov, flags, multi: None }, m);
-        self.flush(st);
+        self.flush(st, now_ns());
         0
     }
 

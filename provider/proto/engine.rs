@@ -40,6 +40,10 @@ const DUP_THRESH: usize = 3;
 /// come back point at the other holes. Resending the whole window instead
 /// floods exactly the queue that made the timer fire.
 const RTO_BURST: usize = 8;
+/// ... and at most about this many bytes (but at least one segment): with
+/// loopback-sized 64 KiB segments eight would be half a megabyte resent
+/// every time a descheduled peer lets the timer fire for nothing.
+const RTO_BURST_BYTES: usize = 128 << 10;
 
 /// Keyed multiply-rotate hashing for the engine's maps. SipHash dominated
 /// the per-message cost (a third of it, several lookups per message); keys
@@ -111,6 +115,7 @@ impl SplitMix {
 /// borrow both.
 struct Shared {
     cfg: EngineConfig,
+    zc: Zc,
     local: SocketAddr,
     stats: EngineStats,
     events: VecDeque<Event>,
@@ -120,6 +125,30 @@ struct Shared {
     next_msg_id: MsgId,
     rng: SplitMix,
     forced_isn: Option<u32>,
+}
+
+/// `poll_transmit_vectored`: segments leave their payload in the source
+/// and say where it is instead of copying it behind the header.
+#[derive(Default)]
+struct Zc {
+    on: bool,
+    deferred: Option<Deferred>,
+}
+
+#[derive(Clone, Copy)]
+struct Deferred {
+    id: MsgId,
+    off: usize,
+    hdr_len: usize,
+}
+
+/// One datagram from `poll_transmit_vectored`: `buf[..hdr_len]`, then (if
+/// `payload` is set) `len - hdr_len` bytes of the source from the offset.
+pub struct Transmit<'a> {
+    pub to: SocketAddr,
+    pub len: usize,
+    pub hdr_len: usize,
+    pub payload: Option<(&'a dyn SendSource, usize)>,
 }
 
 /// An announced rendezvous receive.
@@ -141,7 +170,9 @@ struct Accepted {
 
 enum TxBody {
     Eager {
-        payload: Vec<u8>,
+        /// Read again for each (re)transmission: the caller keeps it valid
+        /// until SendDone (a copy when it cannot, e.g. for an inject).
+        payload: Box<dyn SendSource>,
         next_off: usize,
         started: bool,
         segmented: bool,
@@ -442,6 +473,7 @@ impl Vc {
                 sh.stats.rto_expirations += 1;
                 let rto = self.rtt.rto(cfg);
                 let mut marked = 0;
+                let mut marked_bytes = 0;
                 let mut oldest = u64::MAX;
                 for (i, s) in self.unacked.iter_mut().enumerate() {
                     if s.sacked || s.lost {
@@ -449,13 +481,16 @@ impl Vc {
                     }
                     if now.saturating_sub(s.sent_at) < rto {
                         oldest = oldest.min(s.sent_at);
-                    } else if marked < RTO_BURST {
+                    } else if marked == 0
+                        || (marked < RTO_BURST && marked_bytes < RTO_BURST_BYTES)
+                    {
                         if s.xmits > cfg.max_retrans {
                             return Tick::Fail;
                         }
                         s.lost = true;
                         self.rtx.push_back(self.snd_una + i as u64);
                         marked += 1;
+                        marked_bytes += s.bytes as usize;
                     } else {
                         break;
                     }
@@ -566,7 +601,7 @@ impl Vc {
             if self.rto_deadline.is_none() {
                 self.rto_deadline = Some(now + self.rtt.rto(&sh.cfg));
             }
-            return Some(self.write_seg(peer_nonce, seq, &frame, buf));
+            return Some(self.write_seg(&mut sh.zc, peer_nonce, seq, &frame, buf));
         }
         if self.unacked.len() < self.snd_window as usize
             && self.bytes_in_flight < sh.cfg.window_bytes
@@ -574,7 +609,7 @@ impl Vc {
             if let Some(frame) = self.next_frame(sh) {
                 let seq = self.snd_nxt;
                 self.snd_nxt += 1;
-                let n = self.write_seg(peer_nonce, seq, &frame, buf);
+                let n = self.write_seg(&mut sh.zc, peer_nonce, seq, &frame, buf);
                 if self.unacked.is_empty() {
                     self.waiting_since = now;
                 }
@@ -680,7 +715,14 @@ impl Vc {
     /// frame whose source is gone (a rendezvous already completed by FIN,
     /// which proves the receiver holds its data) goes out as NOP so the
     /// sequence number is still filled.
-    fn write_seg(&mut self, conn: u64, seq: u64, frame: &SegFrame, buf: &mut [u8]) -> usize {
+    fn write_seg(
+        &mut self,
+        zc: &mut Zc,
+        conn: u64,
+        seq: u64,
+        frame: &SegFrame,
+        buf: &mut [u8],
+    ) -> usize {
         let (ack, sack) = self.ack_fields();
         self.clear_ack();
         let seq = seq as u32;
@@ -712,7 +754,15 @@ impl Vc {
                 };
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
                 let (o, l) = (off as usize, len as usize);
-                buf[at..at + l].copy_from_slice(&payload[o..o + l]);
+                if zc.on && l > 0 {
+                    zc.deferred = Some(Deferred {
+                        id,
+                        off: o,
+                        hdr_len: at,
+                    });
+                } else {
+                    payload.read_at(o, &mut buf[at..at + l]);
+                }
                 at + l
             }
             SegFrame::Rts { id } => {
@@ -754,7 +804,15 @@ impl Vc {
                     &FrameHead::RData { rid, offset },
                 );
                 let l = len as usize;
-                src.read_at(offset as usize, &mut buf[at..at + l]);
+                if zc.on && l > 0 {
+                    zc.deferred = Some(Deferred {
+                        id: key,
+                        off: offset as usize,
+                        hdr_len: at,
+                    });
+                } else {
+                    src.read_at(offset as usize, &mut buf[at..at + l]);
+                }
                 at + l
             }
             SegFrame::Get {
@@ -1189,6 +1247,7 @@ impl Engine {
         Engine {
             sh: Shared {
                 cfg,
+                zc: Zc::default(),
                 local,
                 stats: EngineStats::default(),
                 events: VecDeque::new(),
@@ -1314,12 +1373,8 @@ impl Engine {
         self.sh.next_msg_id += 1;
         let len = src.len();
         let body = if mode == SendMode::Eager && len <= self.sh.cfg.rndv_threshold {
-            let mut payload = vec![0u8; len];
-            if len > 0 {
-                src.read_at(0, &mut payload);
-            }
             TxBody::Eager {
-                payload,
+                payload: src,
                 next_off: 0,
                 started: false,
                 segmented: false,
@@ -1530,6 +1585,43 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// `poll_transmit`, except that a payload is not copied into `buf`:
+    /// the caller sends it from the source (gather I/O), saving a copy of
+    /// every byte of bulk data. The source must be read before the engine
+    /// is used again.
+    pub fn poll_transmit_vectored(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit<'_>> {
+        self.sh.zc = Zc {
+            on: true,
+            deferred: None,
+        };
+        let r = self.poll_transmit(now, buf);
+        self.sh.zc.on = false;
+        let (to, len) = r?;
+        let Some(d) = self.sh.zc.deferred.take() else {
+            return Some(Transmit {
+                to,
+                len,
+                hdr_len: len,
+                payload: None,
+            });
+        };
+        let m = self
+            .vcs
+            .get(&to)
+            .and_then(|vc| vc.tx.get(&d.id))
+            .expect("a deferred payload's message is in its VC");
+        let src: &dyn SendSource = match &m.body {
+            TxBody::Eager { payload, .. } => &**payload,
+            TxBody::Rndv { src, .. } => &**src,
+        };
+        Some(Transmit {
+            to,
+            len,
+            hdr_len: d.hdr_len,
+            payload: Some((src, d.off)),
+        })
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

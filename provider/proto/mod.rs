@@ -17,7 +17,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::Engine;
+pub use engine::{Engine, Transmit};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -69,7 +69,12 @@ impl Default for EngineConfig {
             rndv_threshold: 64 << 10,
             ack_delay_ns: 50_000,
             rto_init_ns: 5_000_000,
-            rto_min_ns: 500_000,
+            // A floor well above loopback and LAN round trips: on a loaded
+            // host a peer is descheduled for a time slice (ms) now and
+            // then, and a timer that fires before it runs again resends
+            // data that was never lost. Real losses are mostly repaired by
+            // SACK-driven fast retransmit, which does not wait for the RTO.
+            rto_min_ns: 2_000_000,
             rto_max_ns: 2_000_000_000,
             max_retrans: 25,
             peer_timeout_ns: 20_000_000_000,
@@ -79,12 +84,18 @@ impl Default for EngineConfig {
     }
 }
 
-/// Where a send's payload comes from. Rendezvous sends read from it only
-/// when the receiver pulls, possibly several times for the same range
-/// (retransmission), until the send completes.
+/// Where a send's payload comes from. The engine reads from it when it
+/// builds a segment (eager) or when the receiver pulls (rendezvous),
+/// possibly several times for the same range (retransmission), until the
+/// send completes; it never copies the payload up front.
 pub trait SendSource: Send {
     fn len(&self) -> usize;
     fn read_at(&self, offset: usize, dst: &mut [u8]);
+    /// `len` bytes from `offset` as one slice, if they are contiguous in
+    /// memory (lets the wire send them without a copy).
+    fn contiguous(&self, _offset: usize, _len: usize) -> Option<&[u8]> {
+        None
+    }
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -96,6 +107,9 @@ impl SendSource for Vec<u8> {
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+    fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.get(offset..offset + len)
     }
 }
 

@@ -200,7 +200,19 @@ impl Sim {
     pub fn flush(&mut self) {
         for i in 0..self.nodes.len() {
             let mut guard = 0u32;
-            while let Some((to, n)) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) {
+            // The vectored path, as the endpoint uses it; the payload is
+            // gathered behind the header the way the socket would.
+            while let Some(t) = self.nodes[i]
+                .engine
+                .poll_transmit_vectored(self.now, &mut self.buf)
+            {
+                let (to, n, h) = (t.to, t.len, t.hdr_len);
+                if let Some((src, off)) = t.payload {
+                    match src.contiguous(off, n - h) {
+                        Some(p) => self.buf[h..n].copy_from_slice(p),
+                        None => src.read_at(off, &mut self.buf[h..n]),
+                    }
+                }
                 self.emit(i, to, n);
                 guard += 1;
                 assert!(guard < 1_000_000, "node {i} transmits without end");
