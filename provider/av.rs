@@ -124,13 +124,7 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else { return -FI_EINVAL };
-    if av.refs.busy() {
-        crate::warn!(FI_LOG_AV, "fi_close(av): still bound to endpoints");
-        return -FI_EBUSY;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    crate::fid::close_unless_busy::<fid_av, Av>(f, FI_CLASS_AV, FI_LOG_AV, "endpoints bound to the AV")
 }
 
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;

@@ -254,13 +254,7 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cntr>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else { return -FI_EINVAL };
-    if c.refs.busy() {
-        crate::warn!(FI_LOG_CNTR, "fi_close(cntr): endpoints or memory regions are still bound to it");
-        return -FI_EBUSY;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    crate::fid::close_unless_busy::<fid_cntr, Cntr>(f, FI_CLASS_CNTR, FI_LOG_CNTR, "endpoints or memory regions bound to the counter")
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {

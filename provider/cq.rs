@@ -555,13 +555,7 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cq>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
-    if cq.refs.busy() {
-        crate::warn!(FI_LOG_CQ, "fi_close(cq): endpoints or counters are still bound to it");
-        return -FI_EBUSY;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    crate::fid::close_unless_busy::<fid_cq, Cq>(f, FI_CLASS_CQ, FI_LOG_CQ, "endpoints or counters bound to the CQ")
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {

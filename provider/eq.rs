@@ -278,13 +278,7 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Eq>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL };
-    if eq.refs.busy() {
-        crate::warn!(FI_LOG_EQ, "fi_close(eq): objects are still bound to it");
-        return -FI_EBUSY;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ")
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {

@@ -22,13 +22,7 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Fabric>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(fab) = from_fid(f as *const c_void) else { return -FI_EINVAL };
-    if fab.refs.busy() {
-        crate::warn!(FI_LOG_FABRIC, "fi_close(fabric): domains, EQs or wait sets still open");
-        return -FI_EBUSY;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    crate::fid::close_unless_busy::<fid_fabric, Fabric>(f, FI_CLASS_FABRIC, FI_LOG_FABRIC, "domains, EQs or wait sets")
 }
 
 unsafe extern "C" fn domain_open(f: *mut fid_fabric, info: *mut fi_info, dom: *mut *mut fid_domain, ctx: *mut c_void) -> i32 {

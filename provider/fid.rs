@@ -77,6 +77,22 @@ pub fn fid_header(class: u32, context: *mut c_void, ops: *const fi_ops) -> fid {
     fid { fclass: class as usize, context, ops: ops as *mut fi_ops }
 }
 
+/// `fi_close` of an object that stays open while children hold its `Refs`:
+/// -FI_EBUSY with a warning naming `children`, or the object is destroyed.
+///
+/// # Safety
+/// `f` must be NULL or point to readable memory of at least a `fid`; if it
+/// is a `FidObj<C, T>`, the application must not use it after success.
+pub unsafe fn close_unless_busy<C: HasFid, T: AsRef<Refs>>(f: *mut fid, class: u32, subsys: fi_log_subsys, children: &str) -> i32 {
+    let Some(o) = FidObj::<C, T>::get(f as *const c_void, class) else { return -FI_EINVAL };
+    if (**o).as_ref().busy() {
+        crate::warn!(subsys, "fi_close: {} still open or bound", children);
+        return -FI_EBUSY;
+    }
+    FidObj::<C, T>::destroy(f as *mut c_void);
+    0
+}
+
 /// Open children of an object: closing a parent with live children is
 /// `-FI_EBUSY` (fi_close(3)).
 #[derive(Default)]
