@@ -181,20 +181,7 @@ impl Cntr {
     /// fi_trywait on this counter: -FI_EAGAIN if it moved since the last
     /// trywait/fi_wait looked.
     pub(crate) fn trywait(&self) -> i32 {
-        self.sources.progress();
-        match &self.wait {
-            Wait::None => {
-                crate::warn!(FI_LOG_CNTR, "fi_trywait: the counter was opened with FI_WAIT_NONE");
-                return -FI_EINVAL;
-            }
-            Wait::Own(w) => w.prepare_native_wait(|fds, next| self.sources.collect(fds, next)),
-            Wait::Set(w, _) => w.arm(),
-        }
-        if self.wait_changed() {
-            -FI_EAGAIN
-        } else {
-            0
-        }
+        self.wait.trywait(&self.sources, FI_LOG_CNTR, "counter", || self.wait_changed())
     }
 }
 

@@ -375,20 +375,7 @@ impl Cq {
 
     /// fi_trywait on this CQ.
     pub(crate) fn trywait(&self) -> i32 {
-        self.sources.progress();
-        match &self.wait {
-            Wait::None => {
-                crate::warn!(FI_LOG_CQ, "fi_trywait: the CQ was opened with FI_WAIT_NONE");
-                return -FI_EINVAL;
-            }
-            Wait::Own(w) => w.prepare_native_wait(|fds, next| self.sources.collect(fds, next)),
-            Wait::Set(w, _) => w.arm(),
-        }
-        if self.has_entries() {
-            -FI_EAGAIN
-        } else {
-            0
-        }
+        self.wait.trywait(&self.sources, FI_LOG_CQ, "CQ", || self.has_entries())
     }
 }
 

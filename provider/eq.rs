@@ -207,20 +207,7 @@ impl Eq {
     }
 
     pub(crate) fn trywait(&self) -> i32 {
-        self.sources.progress();
-        match &self.wait {
-            Wait::None => {
-                crate::warn!(FI_LOG_EQ, "fi_trywait: the EQ was opened with FI_WAIT_NONE");
-                return -FI_EINVAL;
-            }
-            Wait::Own(w) => w.prepare_native_wait(|fds, next| self.sources.collect(fds, next)),
-            Wait::Set(w, _) => w.arm(),
-        }
-        if self.has_events() {
-            -FI_EAGAIN
-        } else {
-            0
-        }
+        self.wait.trywait(&self.sources, FI_LOG_EQ, "EQ", || self.has_events())
     }
 }
 

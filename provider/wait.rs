@@ -461,6 +461,26 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
+    /// fi_trywait on a CQ, counter or EQ fed by `sources`: drive progress,
+    /// arm for a sleep on the native wait object, then -FI_EAGAIN if
+    /// `has_event` says there is already something to read.
+    pub fn trywait(&self, sources: &Sources, subsys: fi_log_subsys, what: &str, has_event: impl Fn() -> bool) -> i32 {
+        sources.progress();
+        match self {
+            Wait::None => {
+                crate::warn!(subsys, "fi_trywait: the {} was opened with FI_WAIT_NONE", what);
+                return -FI_EINVAL;
+            }
+            Wait::Own(w) => w.prepare_native_wait(|fds, next| sources.collect(fds, next)),
+            Wait::Set(w, _) => w.arm(),
+        }
+        if has_event() {
+            -FI_EAGAIN
+        } else {
+            0
+        }
+    }
+
     pub fn new(set: Option<Arc<WaitSet>>, wait_obj: fi_wait_obj) -> Result<Wait, i32> {
         Ok(match set {
             Some(ws) => Wait::Set(ws.wobj.clone(), ParentRef::new(&ws)),
