@@ -64,9 +64,6 @@ impl Av {
         }
         true
     }
-    pub fn len(&self) -> usize {
-        self.inner.read().unwrap().table.len()
-    }
 }
 
 type Obj = FidObj<fid_av, Av>;

@@ -513,11 +513,11 @@ impl Ep {
         mb.used += n;
         mb.pending += 1;
         let slice = Posted { ctx: mb.ctx, tag: 0, iov: vec![(mb.base + off, n)], flags: mb.flags, multi: Some(mid) };
+        // Consumed once less than the minimum is left; otherwise the
+        // buffer stays posted where it is (dropping the match keeps it).
         if mb.len - mb.used < min {
             mb.consumed = true;
             m.consume();
-        } else {
-            drop(m);
         }
         self.deliver(st, slice, arrived);
     }
@@ -913,8 +913,7 @@ impl Ep {
             st.multi.insert(id, MultiBuf { ctx: a.ctx, base, len, used: 0, pending: 0, consumed: false, flags });
             // Unexpected messages first, in arrival order, then post the rest.
             let min = st.min_multi_recv;
-            loop {
-                let Some(m) = st.tme_msg.take_unexpected(&spec) else { break };
+            while let Some(m) = st.tme_msg.take_unexpected(&spec) {
                 let mb = st.multi.get_mut(&id).unwrap();
                 let off = mb.used;
                 let n = (m.msg.hdr.len as usize).min(mb.len - off);

@@ -395,9 +395,8 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         if rx.iov_limit > MAX_IOV {
             nomatch!("rx iov_limit {}", rx.iov_limit);
         }
-        if rx.total_buffered_recv > 0 && rx.total_buffered_recv > 64 << 20 {
-            nomatch!("total_buffered_recv");
-        }
+        // total_buffered_recv only means something with the FI_BUFFERED_RECV
+        // mode, which gnix does not use: nothing to match.
     }
     if let Some(d) = h.domain_attr.as_ref() {
         if !d.name.is_null() && CStr::from_ptr(d.name).to_bytes() != o.iface.name.as_bytes() {
@@ -759,7 +758,7 @@ pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
     let src = sockaddr_to_std(i.src_addr as *const u8, i.src_addrlen);
     let ifaces = interfaces();
     let iface = match (&dname, &src) {
-        (Some(n), _) => ifaces.iter().find(|f| &f.name == n && src.map_or(true, |s| s.ip() == f.ip || s.ip().is_unspecified())),
+        (Some(n), _) => ifaces.iter().find(|f| &f.name == n && src.is_none_or(|s| s.ip() == f.ip || s.ip().is_unspecified())),
         (None, Some(s)) => ifaces.iter().find(|f| f.ip == s.ip()),
         (None, None) => ifaces.first(),
     };

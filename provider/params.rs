@@ -2,7 +2,7 @@
 //! `fi_info -e` lists them with their help text.
 
 use crate::ffi::*;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 #[derive(Clone, Copy)]
@@ -132,9 +132,4 @@ fn load() -> Params {
 /// The tunables, read once from the environment.
 pub fn params() -> &'static Params {
     PARAMS.get_or_init(load)
-}
-
-/// For log lines and tests: the CString form of a parameter name.
-pub fn env_name(short: &str) -> CString {
-    CString::new(format!("FI_GNIX_{}", short.to_uppercase())).unwrap()
 }

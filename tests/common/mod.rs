@@ -337,7 +337,7 @@ fn start_stray(target: SocketAddrV4) -> Stray {
             if sock.send_to(&buf[..len], target).is_ok() {
                 sent += 1;
             }
-            if sent % 64 == 0 {
+            if sent.is_multiple_of(64) {
                 thread::yield_now();
             }
         }
