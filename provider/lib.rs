@@ -11,6 +11,7 @@ pub mod ffi;
 pub mod log;
 pub mod core;
 pub mod fid;
+pub mod hash;
 pub mod params;
 pub mod progress;
 pub mod proto;

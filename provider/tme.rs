@@ -47,7 +47,9 @@
 //! Claimed messages leave the matching indexes altogether and sit in a
 //! per-claim-key list, so they cost nothing to later searches.
 
-use std::collections::HashMap;
+/// SipHash was a tenth of the 8 B ping-pong's user-space instructions
+/// (several lookups per message); tags come from peers, hence the key.
+type HashMap<K, V> = std::collections::HashMap<K, V, crate::hash::KeyedState>;
 use std::hash::Hash;
 
 /// `fi_addr_t` of a sender. The caller passes [`ADDR_UNSPEC`] when the
@@ -399,7 +401,7 @@ impl MaskSet {
     fn new() -> Self {
         MaskSet {
             masks: Vec::new(),
-            pos: HashMap::new(),
+            pos: HashMap::default(),
         }
     }
 
@@ -444,7 +446,7 @@ impl<R> PostedQ<R> {
         PostedQ {
             slab: Slab::new(),
             order: Ends::EMPTY,
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
             masks: MaskSet::new(),
             next_seq: 0,
         }
@@ -499,7 +501,7 @@ impl<R> PostedQ<R> {
             .map(|i| self.slab.remove(i).recv)
             .collect();
         self.order = Ends::EMPTY;
-        self.buckets = HashMap::new();
+        self.buckets = HashMap::default();
         self.masks.clear();
         out
     }
@@ -589,10 +591,10 @@ impl<U> UnexpQ<U> {
             slab: Slab::new(),
             all: Ends::EMPTY,
             open: Ends::EMPTY,
-            by_tag: HashMap::new(),
-            by_src: HashMap::new(),
-            by_src_tag: HashMap::new(),
-            claims: HashMap::new(),
+            by_tag: HashMap::default(),
+            by_src: HashMap::default(),
+            by_src_tag: HashMap::default(),
+            claims: HashMap::default(),
             claimed: 0,
         }
     }
@@ -672,10 +674,10 @@ impl<U> UnexpQ<U> {
             .collect();
         self.all = Ends::EMPTY;
         self.open = Ends::EMPTY;
-        self.by_tag = HashMap::new();
-        self.by_src = HashMap::new();
-        self.by_src_tag = HashMap::new();
-        self.claims = HashMap::new();
+        self.by_tag = HashMap::default();
+        self.by_src = HashMap::default();
+        self.by_src_tag = HashMap::default();
+        self.claims = HashMap::default();
         self.claimed = 0;
         out
     }

@@ -19,7 +19,6 @@ use super::{
     SendMode, SendSource,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 
 /// Reassembly of an eager message never reserves more than this up front,
@@ -45,57 +44,7 @@ const RTO_BURST: usize = 8;
 /// every time a descheduled peer lets the timer fire for nothing.
 const RTO_BURST_BYTES: usize = 128 << 10;
 
-/// Keyed multiply-rotate hashing for the engine's maps. SipHash dominated
-/// the per-message cost (a third of it, several lookups per message); keys
-/// are addresses and counters, and the per-engine random key keeps a sender
-/// of spoofed addresses from predicting collisions.
-#[derive(Clone, Copy)]
-struct KeyedState(u64);
-
-struct KeyedHasher(u64);
-
-impl BuildHasher for KeyedState {
-    type Hasher = KeyedHasher;
-    fn build_hasher(&self) -> KeyedHasher {
-        KeyedHasher(self.0)
-    }
-}
-
-impl KeyedHasher {
-    #[inline]
-    fn add(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(26) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-impl Hasher for KeyedHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.add(v as u64);
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.add(v as u64);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.add(v as u64);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.add(v);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.add(v as u64);
-    }
-    fn finish(&self) -> u64 {
-        // The table indexes with low bits; fold the well-mixed high ones in.
-        self.0 ^ (self.0 >> 29)
-    }
-}
+use crate::hash::KeyedState;
 
 type Map<K, V> = HashMap<K, V, KeyedState>;
 
