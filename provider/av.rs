@@ -53,7 +53,9 @@ impl Av {
     }
     fn remove(&self, a: u64) -> bool {
         let mut i = self.inner.write().unwrap();
-        let Some(slot) = i.table.get_mut(a as usize) else { return false };
+        let Some(slot) = i.table.get_mut(a as usize) else {
+            return false;
+        };
         let Some(s) = slot.take() else { return false };
         if i.rev.get(&s) == Some(&a) {
             i.rev.remove(&s);
@@ -89,7 +91,12 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
         }
     };
     if dom.attr.av_type != FI_AV_UNSPEC && av_type != dom.attr.av_type {
-        crate::warn!(FI_LOG_AV, "fi_av_open: type {} differs from the domain's {}", av_type, dom.attr.av_type);
+        crate::warn!(
+            FI_LOG_AV,
+            "fi_av_open: type {} differs from the domain's {}",
+            av_type,
+            dom.attr.av_type
+        );
         return Err(-FI_EINVAL);
     }
     if !a.name.is_null() {
@@ -114,9 +121,15 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
         refs: Refs::default(),
         av_type,
         addrlen,
-        inner: RwLock::new(AvInner { table: Vec::with_capacity(a.count.min(1 << 20)), rev: HashMap::new() }),
+        inner: RwLock::new(AvInner {
+            table: Vec::with_capacity(a.count.min(1 << 20)),
+            rev: HashMap::new(),
+        }),
     });
-    let c = fid_av { fid: fid_header(FI_CLASS_AV, ctx, AV_FI_OPS.ptr()), ops: AV_OPS.ptr() };
+    let c = fid_av {
+        fid: fid_header(FI_CLASS_AV, ctx, AV_FI_OPS.ptr()),
+        ops: AV_OPS.ptr(),
+    };
     Ok(Obj::create(c, av))
 }
 
@@ -154,10 +167,23 @@ fn family_ok(av: &Av, s: &SocketAddr) -> bool {
     s.is_ipv4() == (av.addrlen == std::mem::size_of::<libc::sockaddr_in>())
 }
 
-unsafe extern "C" fn insert(f: *mut fid_av, addr: *const c_void, count: usize, fi_addr: *mut u64, flags: u64, ctx: *mut c_void) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+unsafe extern "C" fn insert(
+    f: *mut fid_av,
+    addr: *const c_void,
+    count: usize,
+    fi_addr: *mut u64,
+    flags: u64,
+    ctx: *mut c_void,
+) -> i32 {
+    let Some(av) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if flags & !INSERT_FLAGS != 0 {
-        crate::warn!(FI_LOG_AV, "fi_av_insert: flags {:#x} not supported", flags & !INSERT_FLAGS);
+        crate::warn!(
+            FI_LOG_AV,
+            "fi_av_insert: flags {:#x} not supported",
+            flags & !INSERT_FLAGS
+        );
         return -FI_EBADFLAGS;
     }
     if count > 0 && addr.is_null() {
@@ -167,9 +193,15 @@ unsafe extern "C" fn insert(f: *mut fid_av, addr: *const c_void, count: usize, f
     let addrs: Vec<Option<SocketAddr>> = (0..count)
         .map(|k| {
             let p = (addr as *const u8).add(k * av.addrlen);
-            let s = sockaddr_to_std(p, av.addrlen).filter(|s| family_ok(av, s) && !s.ip().is_unspecified() && s.port() != 0);
+            let s = sockaddr_to_std(p, av.addrlen)
+                .filter(|s| family_ok(av, s) && !s.ip().is_unspecified() && s.port() != 0);
             if s.is_none() {
-                crate::warn!(FI_LOG_AV, "fi_av_insert: address {} is not a usable {} address", k, if av.addrlen == 16 { "IPv4" } else { "IPv6" });
+                crate::warn!(
+                    FI_LOG_AV,
+                    "fi_av_insert: address {} is not a usable {} address",
+                    k,
+                    if av.addrlen == 16 { "IPv4" } else { "IPv6" }
+                );
             }
             s
         })
@@ -205,7 +237,9 @@ unsafe extern "C" fn insertsym(
     flags: u64,
     ctx: *mut c_void,
 ) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(av) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if node.is_null() || service.is_null() {
         crate::warn!(FI_LOG_AV, "fi_av_insertsvc/insertsym: NULL node or service");
         return -FI_EINVAL;
@@ -231,7 +265,10 @@ unsafe extern "C" fn insertsym(
             IpAddr::V6(v6) => IpAddr::V6((u128::from(v6).wrapping_add(n as u128)).into()),
         };
         for s in 0..svccnt {
-            let a = port.checked_add(s as u16).map(|p| SocketAddr::new(host, p)).filter(|a| family_ok(av, a));
+            let a = port
+                .checked_add(s as u16)
+                .map(|p| SocketAddr::new(host, p))
+                .filter(|a| family_ok(av, a));
             addrs.push(a);
         }
     }
@@ -239,7 +276,9 @@ unsafe extern "C" fn insertsym(
 }
 
 unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, flags: u64) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(av) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if flags != 0 {
         return -FI_EBADFLAGS;
     }
@@ -257,7 +296,9 @@ unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, fla
 }
 
 unsafe extern "C" fn lookup(f: *mut fid_av, a: u64, addr: *mut c_void, addrlen: *mut usize) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(av) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if addrlen.is_null() {
         return -FI_EINVAL;
     }
@@ -283,7 +324,9 @@ pub fn addr_string(s: &SocketAddr) -> String {
 }
 
 unsafe extern "C" fn straddr(f: *mut fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
-    let Some(av) = from_fid(f as *const c_void) else { return std::ptr::null() };
+    let Some(av) = from_fid(f as *const c_void) else {
+        return std::ptr::null();
+    };
     if len.is_null() {
         return std::ptr::null();
     }
@@ -302,7 +345,10 @@ unsafe extern "C" fn straddr(f: *mut fid_av, addr: *const c_void, buf: *mut c_ch
 }
 
 unsafe extern "C" fn bind(_f: *mut fid, _b: *mut fid, _flags: u64) -> i32 {
-    crate::warn!(FI_LOG_AV, "fi_av_bind: only asynchronous (FI_EVENT) AVs bind an EQ; gnix AVs are synchronous");
+    crate::warn!(
+        FI_LOG_AV,
+        "fi_av_bind: only asynchronous (FI_EVENT) AVs bind an EQ; gnix AVs are synchronous"
+    );
     -FI_ENOSYS
 }
 

@@ -142,7 +142,10 @@ impl Cntr {
                 return -FI_ENOSYS;
             }
             Wait::Set(..) => {
-                crate::warn!(FI_LOG_CNTR, "fi_cntr_wait: the counter belongs to a wait set; use fi_wait");
+                crate::warn!(
+                    FI_LOG_CNTR,
+                    "fi_cntr_wait: the counter belongs to a wait set; use fi_wait"
+                );
                 return -FI_EINVAL;
             }
         };
@@ -181,7 +184,8 @@ impl Cntr {
     /// fi_trywait on this counter: -FI_EAGAIN if it moved since the last
     /// trywait/fi_wait looked.
     pub(crate) fn trywait(&self) -> i32 {
-        self.wait.trywait(&self.sources, FI_LOG_CNTR, "counter", || self.wait_changed())
+        self.wait
+            .trywait(&self.sources, FI_LOG_CNTR, "counter", || self.wait_changed())
     }
 }
 
@@ -212,14 +216,21 @@ pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cntr_attr, context: *mut 
     } else {
         let a = &*attr;
         if a.events != FI_CNTR_EVENTS_COMP {
-            crate::warn!(FI_LOG_CNTR, "fi_cntr_open: events {} not supported (only FI_CNTR_EVENTS_COMP)", a.events);
+            crate::warn!(
+                FI_LOG_CNTR,
+                "fi_cntr_open: events {} not supported (only FI_CNTR_EVENTS_COMP)",
+                a.events
+            );
             return Err(-FI_ENOSYS);
         }
         if a.flags != 0 {
             crate::warn!(FI_LOG_CNTR, "fi_cntr_open: flags {:#x} must be 0", a.flags);
             return Err(-FI_EINVAL);
         }
-        (a.wait_obj, check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_CNTR, "fi_cntr_open")?)
+        (
+            a.wait_obj,
+            check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_CNTR, "fi_cntr_open")?,
+        )
     };
     let c = Cntr::new(wait_obj, context, ws, Some(ParentRef::new(domain)))?;
     Ok(into_fid(c))
@@ -227,7 +238,10 @@ pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cntr_attr, context: *mut 
 
 /// Wraps counter state in the fid_cntr the application holds.
 pub(crate) fn into_fid(c: Arc<Cntr>) -> *mut fid_cntr {
-    let f = fid_cntr { fid: fid_header(FI_CLASS_CNTR, c.context(), CNTR_FI_OPS.ptr()), ops: CNTR_OPS.ptr() };
+    let f = fid_cntr {
+        fid: fid_header(FI_CLASS_CNTR, c.context(), CNTR_FI_OPS.ptr()),
+        ops: CNTR_OPS.ptr(),
+    };
     Obj::create(f, c)
 }
 
@@ -241,11 +255,18 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cntr>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_cntr, Cntr>(f, FI_CLASS_CNTR, FI_LOG_CNTR, "endpoints or memory regions bound to the counter")
+    crate::fid::close_unless_busy::<fid_cntr, Cntr>(
+        f,
+        FI_CLASS_CNTR,
+        FI_LOG_CNTR,
+        "endpoints or memory regions bound to the counter",
+    )
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else { return -FI_EINVAL };
+    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else {
+        return -FI_EINVAL;
+    };
     match cmd as u32 {
         FI_GETOPSFLAG | FI_SETOPSFLAG if arg.is_null() => -FI_EINVAL,
         FI_GETOPSFLAG => {
@@ -304,7 +325,9 @@ cntr_shim!(cntr_adderr, |c, v| c.add_err(v));
 cntr_shim!(cntr_seterr, |c, v| c.set_err(v));
 
 unsafe extern "C" fn cntr_wait(f: *mut fid_cntr, threshold: u64, timeout: i32) -> i32 {
-    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else { return -FI_EINVAL };
+    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else {
+        return -FI_EINVAL;
+    };
     c.wait(threshold, timeout)
 }
 
@@ -350,8 +373,15 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(c.wait(5, 2000), 0);
         let el = t0.elapsed();
-        assert!(el >= Duration::from_millis(19) && el < Duration::from_millis(1000), "{el:?}");
-        assert!(fake.calls.load(SeqCst) < 40, "{} progress calls", fake.calls.load(SeqCst));
+        assert!(
+            el >= Duration::from_millis(19) && el < Duration::from_millis(1000),
+            "{el:?}"
+        );
+        assert!(
+            fake.calls.load(SeqCst) < 40,
+            "{} progress calls",
+            fake.calls.load(SeqCst)
+        );
         assert!(thread_cpu_ms() - cpu0 < 15.0);
         assert!(c.peek().0 >= 5);
     }
@@ -416,15 +446,28 @@ mod tests {
             assert_eq!(ops.wait.unwrap()(p, 6, 10), -FI_ETIMEDOUT);
             let ctl = (*(*p).fid.ops).control.unwrap();
             let mut fl = 0x40u64;
-            assert_eq!(ctl(p as *mut fid, FI_SETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void), 0);
+            assert_eq!(
+                ctl(p as *mut fid, FI_SETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void),
+                0
+            );
             fl = 0;
-            assert_eq!(ctl(p as *mut fid, FI_GETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void), 0);
+            assert_eq!(
+                ctl(p as *mut fid, FI_GETOPSFLAG as i32, &mut fl as *mut u64 as *mut c_void),
+                0
+            );
             assert_eq!(fl, 0x40);
             let mut fd = -1i32;
-            assert_eq!(ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            assert_eq!(
+                ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void),
+                0
+            );
             assert!(fd >= 0);
             let mut fids = [p as *mut fid];
-            assert_eq!(crate::wait::trywait(fids.as_mut_ptr(), 1), -FI_EAGAIN, "moved since last looked");
+            assert_eq!(
+                crate::wait::trywait(fids.as_mut_ptr(), 1),
+                -FI_EAGAIN,
+                "moved since last looked"
+            );
             assert_eq!(crate::wait::trywait(fids.as_mut_ptr(), 1), 0);
             assert!(!fd_readable(fd));
             c.inc();

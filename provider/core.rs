@@ -14,15 +14,8 @@ use std::sync::OnceLock;
 type DupInfoFn = unsafe extern "C" fn(*const fi_info) -> *mut fi_info;
 type FreeInfoFn = unsafe extern "C" fn(*mut fi_info);
 type LogEnabledFn = unsafe extern "C" fn(*const fi_provider, fi_log_level, fi_log_subsys) -> c_int;
-type LogFn = unsafe extern "C" fn(
-    *const fi_provider,
-    fi_log_level,
-    fi_log_subsys,
-    *const c_char,
-    c_int,
-    *const c_char,
-    ...
-);
+type LogFn =
+    unsafe extern "C" fn(*const fi_provider, fi_log_level, fi_log_subsys, *const c_char, c_int, *const c_char, ...);
 type ParamDefineFn =
     unsafe extern "C" fn(*const fi_provider, *const c_char, fi_param_type, *const c_char, ...) -> c_int;
 type ParamGetFn = unsafe extern "C" fn(*mut fi_provider, *const c_char, *mut c_void) -> c_int;

@@ -48,7 +48,15 @@ unsafe impl Send for CqEntry {}
 
 impl Default for CqEntry {
     fn default() -> Self {
-        CqEntry { op_context: std::ptr::null_mut(), flags: 0, len: 0, buf: std::ptr::null_mut(), data: 0, tag: 0, src: FI_ADDR_NOTAVAIL }
+        CqEntry {
+            op_context: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: std::ptr::null_mut(),
+            data: 0,
+            tag: 0,
+            src: FI_ADDR_NOTAVAIL,
+        }
     }
 }
 
@@ -92,7 +100,12 @@ pub struct CqConfig {
 
 impl Default for CqConfig {
     fn default() -> Self {
-        CqConfig { size: DEFAULT_CQ_SIZE, format: FI_CQ_FORMAT_CONTEXT, wait_obj: FI_WAIT_NONE, wait_cond: FI_CQ_COND_NONE }
+        CqConfig {
+            size: DEFAULT_CQ_SIZE,
+            format: FI_CQ_FORMAT_CONTEXT,
+            wait_obj: FI_WAIT_NONE,
+            wait_cond: FI_CQ_COND_NONE,
+        }
     }
 }
 
@@ -146,11 +159,21 @@ impl Cq {
         domain: Option<ParentRef<Domain>>,
     ) -> Result<Arc<Cq>, i32> {
         let size = if cfg.size == 0 { DEFAULT_CQ_SIZE } else { cfg.size };
-        let format = if cfg.format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { cfg.format };
+        let format = if cfg.format == FI_CQ_FORMAT_UNSPEC {
+            FI_CQ_FORMAT_CONTEXT
+        } else {
+            cfg.format
+        };
         let cfg = CqConfig { size, format, ..cfg };
         let cq = Arc::new(Cq {
             refs: Refs::default(),
-            q: Mutex::new(Queue { q: VecDeque::with_capacity(size.min(MAX_PREALLOC)), nerr: 0, err_buf: Vec::new(), size, grew: false }),
+            q: Mutex::new(Queue {
+                q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
+                nerr: 0,
+                err_buf: Vec::new(),
+                size,
+                grew: false,
+            }),
             entry_size: entry_size(format),
             cfg,
             context: context as usize,
@@ -186,7 +209,11 @@ impl Cq {
             q.q.push_back(s);
             if !q.grew && q.q.len() > q.size {
                 q.grew = true;
-                crate::info!(FI_LOG_CQ, "CQ holds more than its size ({}) entries; growing rather than dropping", q.size);
+                crate::info!(
+                    FI_LOG_CQ,
+                    "CQ holds more than its size ({}) entries; growing rather than dropping",
+                    q.size
+                );
             }
         }
         // After the unlock: the queue lock orders this against a sleeper's
@@ -285,7 +312,14 @@ impl Cq {
     /// value (ignored unless the CQ was opened with that wait_cond);
     /// `timeout` in ms, negative for none. -FI_EAGAIN on timeout or
     /// fi_cq_signal with nothing to read.
-    pub fn sread(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>, threshold: usize, timeout: i32) -> isize {
+    pub fn sread(
+        &self,
+        out: &mut [u8],
+        count: usize,
+        mut src: Option<&mut [u64]>,
+        threshold: usize,
+        timeout: i32,
+    ) -> isize {
         let w = match &self.wait {
             Wait::Own(w) => w.clone(),
             Wait::None => {
@@ -300,7 +334,11 @@ impl Cq {
         if count == 0 {
             return self.read(out, 0, src);
         }
-        let min = if self.cfg.wait_cond == FI_CQ_COND_THRESHOLD { threshold.clamp(1, count) } else { 1 };
+        let min = if self.cfg.wait_cond == FI_CQ_COND_THRESHOLD {
+            threshold.clamp(1, count)
+        } else {
+            1
+        };
         let sig0 = self.signals.load(SeqCst);
         let r = w.block(
             || self.sources.progress(),
@@ -342,8 +380,12 @@ impl Cq {
         if q.nerr == 0 {
             return Err(-FI_EAGAIN);
         }
-        let Some(i) = q.q.iter().position(|s| matches!(s, Slot::Err(_))) else { return Err(-FI_EAGAIN) };
-        let Some(Slot::Err(e)) = q.q.remove(i) else { return Err(-FI_EAGAIN) };
+        let Some(i) = q.q.iter().position(|s| matches!(s, Slot::Err(_))) else {
+            return Err(-FI_EAGAIN);
+        };
+        let Some(Slot::Err(e)) = q.q.remove(i) else {
+            return Err(-FI_EAGAIN);
+        };
         q.nerr -= 1;
         let e = *e;
         let (err_data, err_data_size) = match user {
@@ -354,7 +396,11 @@ impl Cq {
             }
             _ => {
                 q.err_buf = e.err_data;
-                let p = if q.err_buf.is_empty() { std::ptr::null_mut() } else { q.err_buf.as_mut_ptr() as *mut c_void };
+                let p = if q.err_buf.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    q.err_buf.as_mut_ptr() as *mut c_void
+                };
                 (p, q.err_buf.len())
             }
         };
@@ -508,12 +554,24 @@ unsafe fn parse_attr(attr: *const fi_cq_attr) -> Result<(CqConfig, Option<Arc<Wa
         return Err(-FI_ENOSYS);
     }
     let ws = check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_CQ, "fi_cq_open")?;
-    let wait_cond = if a.wait_obj == FI_WAIT_NONE { FI_CQ_COND_NONE } else { a.wait_cond };
+    let wait_cond = if a.wait_obj == FI_WAIT_NONE {
+        FI_CQ_COND_NONE
+    } else {
+        a.wait_cond
+    };
     if wait_cond != FI_CQ_COND_NONE && wait_cond != FI_CQ_COND_THRESHOLD {
         crate::warn!(FI_LOG_CQ, "fi_cq_open: unknown wait_cond {}", wait_cond);
         return Err(-FI_EINVAL);
     }
-    Ok((CqConfig { size: a.size, format: a.format, wait_obj: a.wait_obj, wait_cond }, ws))
+    Ok((
+        CqConfig {
+            size: a.size,
+            format: a.format,
+            wait_obj: a.wait_obj,
+            wait_cond,
+        },
+        ws,
+    ))
 }
 
 /// fi_cq_open, called by the domain's shim.
@@ -528,7 +586,10 @@ pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cq_attr, context: *mut c_
 
 /// Wraps CQ state in the fid_cq the application holds.
 pub(crate) fn into_fid(cq: Arc<Cq>) -> *mut fid_cq {
-    let c = fid_cq { fid: fid_header(FI_CLASS_CQ, cq.context(), CQ_FI_OPS.ptr()), ops: CQ_OPS.ptr() };
+    let c = fid_cq {
+        fid: fid_header(FI_CLASS_CQ, cq.context(), CQ_FI_OPS.ptr()),
+        ops: CQ_OPS.ptr(),
+    };
     Obj::create(c, cq)
 }
 
@@ -546,7 +607,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
+    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else {
+        return -FI_EINVAL;
+    };
     // SAFETY: `arg` is the application's fi_control argument for `cmd`.
     control_wait(
         cq.cfg.wait_obj,
@@ -580,14 +643,18 @@ unsafe fn out_bufs<'a>(
         crate::warn!(FI_LOG_CQ, "fi_cq_read: NULL buffer with count {}", count);
         return Err(-FI_EINVAL as isize);
     }
-    let Some(bytes) = count.checked_mul(cq.entry_size) else { return Err(-FI_EINVAL as isize) };
+    let Some(bytes) = count.checked_mul(cq.entry_size) else {
+        return Err(-FI_EINVAL as isize);
+    };
     let out = std::slice::from_raw_parts_mut(buf as *mut u8, bytes);
     let src = (!src.is_null()).then(|| std::slice::from_raw_parts_mut(src, count));
     Ok((out, src))
 }
 
 unsafe extern "C" fn cq_readfrom(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+        return -FI_EINVAL as isize;
+    };
     // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
     match out_bufs(cq, buf, count, src) {
         Ok((out, src)) => cq.read(out, count, src),
@@ -607,7 +674,9 @@ unsafe extern "C" fn cq_sreadfrom(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+        return -FI_EINVAL as isize;
+    };
     let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
         // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
         *(cond as *const usize)
@@ -621,12 +690,20 @@ unsafe extern "C" fn cq_sreadfrom(
     }
 }
 
-unsafe extern "C" fn cq_sread(c: *mut fid_cq, buf: *mut c_void, count: usize, cond: *const c_void, timeout: i32) -> isize {
+unsafe extern "C" fn cq_sread(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    cond: *const c_void,
+    timeout: i32,
+) -> isize {
     cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout)
 }
 
 unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags: u64) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL as isize };
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+        return -FI_EINVAL as isize;
+    };
     if buf.is_null() {
         crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
         return -FI_EINVAL as isize;
@@ -638,8 +715,8 @@ unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags
     // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
     // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
     let e = &mut *buf;
-    let user =
-        (e.err_data_size > 0 && !e.err_data.is_null()).then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
+    let user = (e.err_data_size > 0 && !e.err_data.is_null())
+        .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
     match cq.readerr(user) {
         Ok(entry) => {
             // Writes the 1.17 fields only: a newer core's larger struct
@@ -652,7 +729,9 @@ unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags
 }
 
 unsafe extern "C" fn cq_signal(c: *mut fid_cq) -> i32 {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else { return -FI_EINVAL };
+    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+        return -FI_EINVAL;
+    };
     cq.signal()
 }
 
@@ -687,7 +766,12 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn cq(format: fi_cq_format, wait_obj: fi_wait_obj, size: usize) -> Arc<Cq> {
-        let cfg = CqConfig { size, format, wait_obj, wait_cond: FI_CQ_COND_NONE };
+        let cfg = CqConfig {
+            size,
+            format,
+            wait_obj,
+            wait_cond: FI_CQ_COND_NONE,
+        };
         Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap()
     }
     fn ok(ctx: usize) -> CqEntry {
@@ -702,7 +786,13 @@ mod tests {
         }
     }
     fn err(ctx: usize, data: &[u8]) -> CqError {
-        CqError { entry: ok(ctx), err: FI_ETRUNC, prov_errno: FI_ETRUNC, olen: 7, err_data: data.to_vec() }
+        CqError {
+            entry: ok(ctx),
+            err: FI_ETRUNC,
+            prov_errno: FI_ETRUNC,
+            olen: 7,
+            err_data: data.to_vec(),
+        }
     }
     /// Reads up to `n` CONTEXT-format entries; returns the contexts or the error.
     fn read_ctx(cq: &Cq, n: usize) -> Result<Vec<usize>, isize> {
@@ -711,7 +801,11 @@ mod tests {
         if r < 0 {
             return Err(r);
         }
-        Ok(out.chunks(8).take(r as usize).map(|c| u64::from_ne_bytes(c.try_into().unwrap()) as usize).collect())
+        Ok(out
+            .chunks(8)
+            .take(r as usize)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()) as usize)
+            .collect())
     }
     const EAGAIN: isize = -FI_EAGAIN as isize;
     const EAVAIL: isize = -FI_EAVAIL as isize;
@@ -774,13 +868,19 @@ mod tests {
             let mut src = [0u64; 2];
             assert_eq!(cq.read(&mut out, 2, Some(&mut src)), 2);
             assert_eq!(src, [8, 9]);
-            let words: Vec<u64> = out.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+            let words: Vec<u64> = out
+                .chunks(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
             let want5 = [5u64, FI_RECV, 50, 0, 6, 7];
             let want6 = [6u64, FI_RECV, 60, 0, 7, 8];
             let n = sz / 8;
             assert_eq!(&words[..n], &want5[..n], "format {fmt}");
             assert_eq!(&words[n..2 * n], &want6[..n], "format {fmt}");
-            assert!(out[2 * sz..].iter().all(|&b| b == 0xAA), "format {fmt} wrote past its entries");
+            assert!(
+                out[2 * sz..].iter().all(|&b| b == 0xAA),
+                "format {fmt} wrote past its entries"
+            );
         }
     }
 
@@ -839,7 +939,10 @@ mod tests {
         assert_eq!(cq.sread(&mut out, 1, None, 1, 200), EAGAIN);
         let el = t0.elapsed();
         let cpu = thread_cpu_ms() - cpu0;
-        assert!(el >= Duration::from_millis(195) && el < Duration::from_millis(400), "{el:?}");
+        assert!(
+            el >= Duration::from_millis(195) && el < Duration::from_millis(400),
+            "{el:?}"
+        );
         assert!(cpu < 20.0, "sread burned {cpu} ms of CPU in 200 ms");
     }
 
@@ -849,7 +952,11 @@ mod tests {
         assert_eq!(cq.signal(), 0);
         let t0 = Instant::now();
         assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 2000), EAGAIN);
-        assert!(t0.elapsed() < Duration::from_millis(500), "pending signal ignored: {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "pending signal ignored: {:?}",
+            t0.elapsed()
+        );
         // Consumed: the next sread waits for its timeout again.
         let t1 = Instant::now();
         assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 100), EAGAIN);
@@ -898,8 +1005,15 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(cq.sread(&mut out, 1, None, 1, -1), 1);
         let el = t0.elapsed();
-        assert!(el >= Duration::from_millis(29) && el < Duration::from_millis(500), "{el:?}");
-        assert!(fake.calls.load(SeqCst) < 10, "{} progress calls: spinning", fake.calls.load(SeqCst));
+        assert!(
+            el >= Duration::from_millis(29) && el < Duration::from_millis(500),
+            "{el:?}"
+        );
+        assert!(
+            fake.calls.load(SeqCst) < 10,
+            "{} progress calls: spinning",
+            fake.calls.load(SeqCst)
+        );
         assert!(thread_cpu_ms() - cpu0 < 15.0);
         assert_eq!(u64::from_ne_bytes(out), 77);
     }
@@ -947,7 +1061,12 @@ mod tests {
 
     #[test]
     fn sread_threshold_waits_for_enough_entries() {
-        let cfg = CqConfig { size: 0, format: FI_CQ_FORMAT_CONTEXT, wait_obj: FI_WAIT_UNSPEC, wait_cond: FI_CQ_COND_THRESHOLD };
+        let cfg = CqConfig {
+            size: 0,
+            format: FI_CQ_FORMAT_CONTEXT,
+            wait_obj: FI_WAIT_UNSPEC,
+            wait_cond: FI_CQ_COND_THRESHOLD,
+        };
         let cq = Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap();
         let c2 = cq.clone();
         let t = std::thread::spawn(move || {
@@ -1066,9 +1185,15 @@ mod tests {
         // SAFETY: p is a live fid_cq we created; fd is an int slot.
         unsafe {
             let ops = &*(*p).fid.ops;
-            assert_eq!(ops.control.unwrap()(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            assert_eq!(
+                ops.control.unwrap()(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void),
+                0
+            );
             let mut wo: fi_wait_obj = 0;
-            assert_eq!(ops.control.unwrap()(p as *mut fid, FI_GETWAITOBJ as i32, &mut wo as *mut _ as *mut c_void), 0);
+            assert_eq!(
+                ops.control.unwrap()(p as *mut fid, FI_GETWAITOBJ as i32, &mut wo as *mut _ as *mut c_void),
+                0
+            );
             assert_eq!(wo, FI_WAIT_FD);
         }
         assert!(fd >= 0);
@@ -1118,8 +1243,14 @@ mod tests {
             cq.push(ok(3));
             cq.push_err(err(4, b"xyz"));
             let mut src = [0u64; 2];
-            assert_eq!(ops.readfrom.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2, src.as_mut_ptr()), 1);
-            assert_eq!((e[0].op_context as usize, e[0].len, e[0].data, e[0].tag, src[0]), (3, 30, 4, 5, 6));
+            assert_eq!(
+                ops.readfrom.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2, src.as_mut_ptr()),
+                1
+            );
+            assert_eq!(
+                (e[0].op_context as usize, e[0].len, e[0].data, e[0].tag, src[0]),
+                (3, 30, 4, 5, 6)
+            );
             assert_eq!(ops.read.unwrap()(p, e.as_mut_ptr() as *mut c_void, 2), EAVAIL);
             let mut ee: fi_cq_err_entry = std::mem::zeroed();
             assert_eq!(ops.readerr.unwrap()(p, &mut ee, 1), -FI_EINVAL as isize);
@@ -1131,7 +1262,10 @@ mod tests {
             assert!(CStr::from_ptr(s).to_str().unwrap().contains("truncated"));
             let s = ops.strerror.unwrap()(p, 12345, std::ptr::null(), std::ptr::null_mut(), 0);
             assert!(!CStr::from_ptr(s).to_bytes().is_empty());
-            assert_eq!(ops.sread.unwrap()(p, e.as_mut_ptr() as *mut c_void, 1, std::ptr::null(), 0), -FI_ENOSYS as isize);
+            assert_eq!(
+                ops.sread.unwrap()(p, e.as_mut_ptr() as *mut c_void, 1, std::ptr::null(), 0),
+                -FI_ENOSYS as isize
+            );
             assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), 0);
         }
     }
@@ -1159,6 +1293,9 @@ mod tests {
             .unwrap_err(),
             -FI_EINVAL
         );
-        assert!(mk(&|a| a.wait_cond = 9).is_ok(), "wait_cond is ignored with FI_WAIT_NONE");
+        assert!(
+            mk(&|a| a.wait_cond = 9).is_ok(),
+            "wait_cond is ignored with FI_WAIT_NONE"
+        );
     }
 }

@@ -37,7 +37,11 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Domain>> {
     Obj::get(p, FI_CLASS_DOMAIN)
 }
 
-pub unsafe fn open(fabric: ParentRef<crate::fabric::Fabric>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_domain, i32> {
+pub unsafe fn open(
+    fabric: ParentRef<crate::fabric::Fabric>,
+    info: *mut fi_info,
+    ctx: *mut c_void,
+) -> Result<*mut fid_domain, i32> {
     let attr = crate::getinfo::offer_from_info(info)?;
     let p = crate::params::params();
     let dom = Arc::new(Domain {
@@ -61,9 +65,14 @@ pub unsafe fn open(fabric: ParentRef<crate::fabric::Fabric>, info: *mut fi_info,
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(d) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if d.refs.busy() {
-        crate::warn!(FI_LOG_DOMAIN, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
+        crate::warn!(
+            FI_LOG_DOMAIN,
+            "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open"
+        );
         return -FI_EBUSY;
     }
     d.nic.stop();
@@ -75,7 +84,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
 macro_rules! shim_open {
     ($name:ident, $attr:ty, $out:ty, $call:path) => {
         unsafe extern "C" fn $name(d: *mut fid_domain, attr: *mut $attr, out: *mut *mut $out, ctx: *mut c_void) -> i32 {
-            let Some(dom) = from_fid(d as *const c_void) else { return -FI_EINVAL };
+            let Some(dom) = from_fid(d as *const c_void) else {
+                return -FI_EINVAL;
+            };
             if out.is_null() {
                 return -FI_EINVAL;
             }
@@ -94,7 +105,13 @@ shim_open!(cq_open, fi_cq_attr, fid_cq, crate::cq::open);
 shim_open!(cntr_open, fi_cntr_attr, fid_cntr, crate::cntr::open);
 shim_open!(endpoint, fi_info, fid_ep, crate::ep::open);
 
-unsafe extern "C" fn endpoint2(d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, flags: u64, ctx: *mut c_void) -> i32 {
+unsafe extern "C" fn endpoint2(
+    d: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    flags: u64,
+    ctx: *mut c_void,
+) -> i32 {
     if flags != 0 {
         crate::warn!(FI_LOG_DOMAIN, "fi_endpoint2: flags {:#x} not supported", flags);
         return -FI_EINVAL;
@@ -103,7 +120,9 @@ unsafe extern "C" fn endpoint2(d: *mut fid_domain, info: *mut fi_info, ep: *mut 
 }
 
 unsafe extern "C" fn poll_open(d: *mut fid_domain, attr: *mut fi_poll_attr, ps: *mut *mut fid_poll) -> i32 {
-    let Some(dom) = from_fid(d as *const c_void) else { return -FI_EINVAL };
+    let Some(dom) = from_fid(d as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if ps.is_null() || attr.is_null() {
         return -FI_EINVAL;
     }
@@ -131,7 +150,12 @@ unsafe extern "C" fn srx_ctx(_: *mut fid_domain, _: *mut fi_rx_attr, _: *mut *mu
 unsafe extern "C" fn query_atomic(_: *mut fid_domain, _: fi_datatype, _: fi_op, _: *mut fi_atomic_attr, _: u64) -> i32 {
     -FI_EOPNOTSUPP
 }
-unsafe extern "C" fn query_collective(_: *mut fid_domain, _: fi_collective_op, _: *mut fi_collective_attr, _: u64) -> i32 {
+unsafe extern "C" fn query_collective(
+    _: *mut fid_domain,
+    _: fi_collective_op,
+    _: *mut fi_collective_attr,
+    _: u64,
+) -> i32 {
     -FI_EOPNOTSUPP
 }
 
@@ -149,7 +173,9 @@ pub struct GnixOpsDomain {
 }
 
 unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(d) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if val.is_null() {
         return -FI_EINVAL;
     }
@@ -179,7 +205,9 @@ unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
 }
 
 unsafe extern "C" fn ext_get_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(d) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if val.is_null() {
         return -FI_EINVAL;
     }
@@ -196,9 +224,18 @@ unsafe extern "C" fn ext_get_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     0
 }
 
-static GNIX_DOMAIN_OPS: Table<GnixOpsDomain> = Table(GnixOpsDomain { set_val: ext_set_val, get_val: ext_get_val });
+static GNIX_DOMAIN_OPS: Table<GnixOpsDomain> = Table(GnixOpsDomain {
+    set_val: ext_set_val,
+    get_val: ext_get_val,
+});
 
-unsafe extern "C" fn ops_open(f: *mut fid, name: *const c_char, _flags: u64, ops: *mut *mut c_void, _ctx: *mut c_void) -> i32 {
+unsafe extern "C" fn ops_open(
+    f: *mut fid,
+    name: *const c_char,
+    _flags: u64,
+    ops: *mut *mut c_void,
+    _ctx: *mut c_void,
+) -> i32 {
     if from_fid(f as *const c_void).is_none() || name.is_null() || ops.is_null() {
         return -FI_EINVAL;
     }

@@ -302,7 +302,12 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
 pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_ep, i32> {
     let o = crate::getinfo::offer_from_info(info)?;
     if o.iface.name != dom.attr.iface.name {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_endpoint: info is for domain {}, not {}", o.iface.name, dom.attr.iface.name);
+        crate::warn!(
+            FI_LOG_EP_CTRL,
+            "fi_endpoint: info is for domain {}, not {}",
+            o.iface.name,
+            dom.attr.iface.name
+        );
         return Err(-FI_EINVAL);
     }
     let st = new_state(dom, o.src)?;
@@ -411,13 +416,19 @@ impl Ep {
             }
         }
         let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.caps & FI_SOURCE_ERR != 0;
-        let err = err.or(if d.olen > 0 { Some(FI_ETRUNC) } else { None }).or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
+        let err = err
+            .or(if d.olen > 0 { Some(FI_ETRUNC) } else { None })
+            .or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
         let entry = CqEntry {
             op_context: d.ctx as *mut c_void,
             flags,
             len: d.len,
             buf: d.buf as *mut c_void,
-            data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 { d.hdr.data } else { 0 },
+            data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+                d.hdr.data
+            } else {
+                0
+            },
             tag: if d.flags & FI_TAGGED != 0 { d.hdr.tag } else { 0 },
             src: d.src,
         };
@@ -436,9 +447,19 @@ impl Ep {
                 if let Some(c) = &b.recv_cntr {
                     c.inc_err();
                 }
-                let err_data = if e == FI_EADDRNOTAVAIL { std_to_sockaddr(&d.peer) } else { Vec::new() };
+                let err_data = if e == FI_EADDRNOTAVAIL {
+                    std_to_sockaddr(&d.peer)
+                } else {
+                    Vec::new()
+                };
                 if let Some(cq) = &b.rx_cq {
-                    cq.push_err(CqError { entry, err: e, prov_errno: e, olen: d.olen, err_data });
+                    cq.push_err(CqError {
+                        entry,
+                        err: e,
+                        prov_errno: e,
+                        olen: d.olen,
+                        err_data,
+                    });
                 }
             }
         }
@@ -450,7 +471,11 @@ impl Ep {
         if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
             return FI_ADDR_NOTAVAIL;
         }
-        self.binds().av.as_ref().and_then(|av| av.reverse(peer)).unwrap_or(FI_ADDR_NOTAVAIL)
+        self.binds()
+            .av
+            .as_ref()
+            .and_then(|av| av.reverse(peer))
+            .unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
     /// Places a matched message into a posted receive: eager data is copied
@@ -466,7 +491,11 @@ impl Ep {
             len: mlen.min(cap),
             olen: mlen.saturating_sub(cap),
             hdr: u.hdr,
-            src: if self.caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL },
+            src: if self.caps & FI_SOURCE != 0 {
+                src
+            } else {
+                FI_ADDR_NOTAVAIL
+            },
             peer: u.peer,
             multi: p.multi,
         };
@@ -499,7 +528,11 @@ impl Ep {
             tme.push_unexpected(src, tag, Unexpected { peer, hdr, body });
             return;
         };
-        let arrived = Arrived { src, tag, msg: Unexpected { peer, hdr, body } };
+        let arrived = Arrived {
+            src,
+            tag,
+            msg: Unexpected { peer, hdr, body },
+        };
         let Some(mid) = m.get().multi else {
             let p = m.consume();
             self.deliver(st, p, arrived);
@@ -512,7 +545,13 @@ impl Ep {
         let n = (hdr.len as usize).min(mb.len - off);
         mb.used += n;
         mb.pending += 1;
-        let slice = Posted { ctx: mb.ctx, tag: 0, iov: vec![(mb.base + off, n)], flags: mb.flags, multi: Some(mid) };
+        let slice = Posted {
+            ctx: mb.ctx,
+            tag: 0,
+            iov: vec![(mb.base + off, n)],
+            flags: mb.flags,
+            multi: Some(mid),
+        };
         // Consumed once less than the minimum is left; otherwise the
         // buffer stays posted where it is (dropping the match keeps it).
         if mb.len - mb.used < min {
@@ -557,7 +596,11 @@ impl Ep {
                     }
                 }
                 Event::PeerFailed { peer } => {
-                    crate::warn!(FI_LOG_EP_DATA, "peer {} is unreachable; its operations completed in error", peer);
+                    crate::warn!(
+                        FI_LOG_EP_DATA,
+                        "peer {} is unreachable; its operations completed in error",
+                        peer
+                    );
                 }
             }
         }
@@ -576,7 +619,14 @@ impl Ep {
                 }
             }
         }
-        let EpState { engine, wire, txbuf, stalled, stalled_buf, .. } = st;
+        let EpState {
+            engine,
+            wire,
+            txbuf,
+            stalled,
+            stalled_buf,
+            ..
+        } = st;
         while let Some(t) = engine.poll_transmit_vectored(now, txbuf) {
             let (h, n, to) = (t.hdr_len, t.len, t.to);
             let r = match t.payload {
@@ -620,7 +670,11 @@ impl Ep {
         let mut first = true;
         for _ in 0..8 {
             let EpState { engine, wire, rx, .. } = &mut *st;
-            let r = if first { wire.recv_one(rx).map(usize::from) } else { wire.recv_batch(rx) };
+            let r = if first {
+                wire.recv_one(rx).map(usize::from)
+            } else {
+                wire.recv_batch(rx)
+            };
             let n = match r {
                 Ok(n) => n,
                 Err(e) => {
@@ -667,12 +721,21 @@ impl Ep {
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
         while (st.engine.has_unacked() || st.stalled.is_some()) && now_ns() < deadline {
-            let mut pfd = libc::pollfd { fd: st.wire.fd(), events: libc::POLLIN, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: st.wire.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd; waits for the peer's ACK (or 1 ms).
             unsafe { libc::poll(&mut pfd, 1, 1) };
             self.progress_locked(&mut st, now_ns());
         }
-        crate::info!(FI_LOG_EP_CTRL, "endpoint {} closing: {:?}", st.wire.local_addr(), st.engine.stats());
+        crate::info!(
+            FI_LOG_EP_CTRL,
+            "endpoint {} closing: {:?}",
+            st.wire.local_addr(),
+            st.engine.stats()
+        );
     }
 
     fn touch(&self, now: u64) {
@@ -709,7 +772,9 @@ impl Progress for Ep {
     fn next_deadline(&self) -> Option<u64> {
         // Contended: whoever holds the lock is progressing; look again soon
         // rather than sleeping past a retransmission.
-        let Ok(st) = self.state.try_lock() else { return Some(now_ns() + 50_000) };
+        let Ok(st) = self.state.try_lock() else {
+            return Some(now_ns() + 50_000);
+        };
         let t = st.engine.poll_timeout();
         // A stalled datagram needs another try soon even without input.
         if st.stalled.is_some() {
@@ -787,11 +852,20 @@ impl Ep {
             return -FI_EBADFLAGS as isize;
         }
         if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
-            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", if a.tagged { "FI_TAGGED" } else { "FI_MSG" });
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "send: endpoint was opened without {}",
+                if a.tagged { "FI_TAGGED" } else { "FI_MSG" }
+            );
             return -FI_EOPNOTSUPP as isize;
         }
         if a.iov.len() > self.tx_iov_limit {
-            crate::warn!(FI_LOG_EP_DATA, "send: {} iovs > iov_limit {}", a.iov.len(), self.tx_iov_limit);
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "send: {} iovs > iov_limit {}",
+                a.iov.len(),
+                self.tx_iov_limit
+            );
             return -FI_EINVAL as isize;
         }
         if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
@@ -805,7 +879,12 @@ impl Ep {
         }
         let inject = a.flags & FI_INJECT != 0;
         if inject && len > self.inject_size {
-            crate::warn!(FI_LOG_EP_DATA, "inject: {} bytes > inject_size {}", len, self.inject_size);
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "inject: {} bytes > inject_size {}",
+                len,
+                self.inject_size
+            );
             return -FI_EMSGSIZE as isize;
         }
         let Some(peer) = b.av.as_ref().and_then(|av| av.lookup(a.dest)) else {
@@ -823,8 +902,17 @@ impl Ep {
         if a.data.is_some() {
             hflags |= MsgHdr::HAS_DATA;
         }
-        let hdr = MsgHdr { tag: if a.tagged { a.tag } else { 0 }, data: a.data.unwrap_or(0), len: len as u64, flags: hflags };
-        let mode = if a.flags & FI_DELIVERY_COMPLETE != 0 { SendMode::Rendezvous } else { SendMode::Eager };
+        let hdr = MsgHdr {
+            tag: if a.tagged { a.tag } else { 0 },
+            data: a.data.unwrap_or(0),
+            len: len as u64,
+            flags: hflags,
+        };
+        let mode = if a.flags & FI_DELIVERY_COMPLETE != 0 {
+            SendMode::Rendezvous
+        } else {
+            SendMode::Eager
+        };
         let eager = mode == SendMode::Eager && len <= st.engine.config().rndv_threshold;
         let inject_complete = inject || (eager && a.flags & FI_INJECT_COMPLETE != 0);
         // The engine reads the payload at transmission time, and again for
@@ -845,7 +933,12 @@ impl Ep {
             }
         };
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
-        let req = SendReq { ctx: a.ctx, flags: FI_SEND | op | (a.flags & FI_COMPLETION), len, reported: false };
+        let req = SendReq {
+            ctx: a.ctx,
+            flags: FI_SEND | op | (a.flags & FI_COMPLETION),
+            len,
+            reported: false,
+        };
         if inject_complete {
             // The payload is copied into the engine: inject-complete now.
             // fi_inject never writes a CQ entry; it still counts.
@@ -879,7 +972,12 @@ impl Ep {
             return -FI_EOPNOTSUPP as isize;
         }
         if a.iov.len() > self.rx_iov_limit {
-            crate::warn!(FI_LOG_EP_DATA, "recv: {} iovs > iov_limit {}", a.iov.len(), self.rx_iov_limit);
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "recv: {} iovs > iov_limit {}",
+                a.iov.len(),
+                self.rx_iov_limit
+            );
             return -FI_EINVAL as isize;
         }
         if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
@@ -888,7 +986,10 @@ impl Ep {
         }
         let multi = a.flags & FI_MULTI_RECV != 0;
         if multi && (a.tagged || a.iov.len() != 1 || self.caps & FI_MULTI_RECV == 0) {
-            crate::warn!(FI_LOG_EP_DATA, "FI_MULTI_RECV needs an untagged receive of one buffer on an FI_MULTI_RECV endpoint");
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "FI_MULTI_RECV needs an untagged receive of one buffer on an FI_MULTI_RECV endpoint"
+            );
             return -FI_EINVAL as isize;
         }
         if !a.tagged && a.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
@@ -896,9 +997,17 @@ impl Ep {
         }
         let directed = self.caps & FI_DIRECTED_RECV != 0;
         let spec = if a.tagged {
-            MatchSpec { tag: a.tag, ignore: a.ignore, src: src_filter(a.src, directed) }
+            MatchSpec {
+                tag: a.tag,
+                ignore: a.ignore,
+                src: src_filter(a.src, directed),
+            }
         } else {
-            MatchSpec { tag: 0, ignore: 0, src: src_filter(a.src, directed) }
+            MatchSpec {
+                tag: 0,
+                ignore: 0,
+                src: src_filter(a.src, directed),
+            }
         };
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
@@ -910,7 +1019,18 @@ impl Ep {
             let (base, len) = a.iov[0];
             let id = st.next_multi;
             st.next_multi += 1;
-            st.multi.insert(id, MultiBuf { ctx: a.ctx, base, len, used: 0, pending: 0, consumed: false, flags });
+            st.multi.insert(
+                id,
+                MultiBuf {
+                    ctx: a.ctx,
+                    base,
+                    len,
+                    used: 0,
+                    pending: 0,
+                    consumed: false,
+                    flags,
+                },
+            );
             // Unexpected messages first, in arrival order, then post the rest.
             let min = st.min_multi_recv;
             while let Some(m) = st.tme_msg.take_unexpected(&spec) {
@@ -923,16 +1043,37 @@ impl Ep {
                 if done {
                     mb.consumed = true;
                 }
-                let slice = Posted { ctx: a.ctx, tag: 0, iov: vec![(base + off, n)], flags, multi: Some(id) };
+                let slice = Posted {
+                    ctx: a.ctx,
+                    tag: 0,
+                    iov: vec![(base + off, n)],
+                    flags,
+                    multi: Some(id),
+                };
                 self.deliver(&mut st, slice, m);
                 if done {
                     return 0;
                 }
             }
-            st.tme_msg.append_posted(spec, Posted { ctx: a.ctx, tag: 0, iov: a.iov, flags, multi: Some(id) });
+            st.tme_msg.append_posted(
+                spec,
+                Posted {
+                    ctx: a.ctx,
+                    tag: 0,
+                    iov: a.iov,
+                    flags,
+                    multi: Some(id),
+                },
+            );
             return 0;
         }
-        let posted = Posted { ctx: a.ctx, tag: a.tag, iov: a.iov, flags, multi: None };
+        let posted = Posted {
+            ctx: a.ctx,
+            tag: a.tag,
+            iov: a.iov,
+            flags,
+            multi: None,
+        };
         let tme = if a.tagged { &mut st.tme_tag } else { &mut st.tme_msg };
         if let PostOutcome::Matched { recv, msg } = tme.post(spec, posted) {
             self.deliver(&mut st, recv, msg);
@@ -952,13 +1093,19 @@ impl Ep {
             len: hdr.len as usize,
             olen: 0,
             hdr,
-            src: if self.caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL },
+            src: if self.caps & FI_SOURCE != 0 {
+                src
+            } else {
+                FI_ADDR_NOTAVAIL
+            },
             peer,
             multi: None,
         };
         if a.flags & FI_PEEK != 0 {
             let found = if a.flags & FI_CLAIM != 0 {
-                st.tme_tag.peek_claim(&spec, a.ctx as u64).map(|m| (m.src, m.msg.peer, m.msg.hdr))
+                st.tme_tag
+                    .peek_claim(&spec, a.ctx as u64)
+                    .map(|m| (m.src, m.msg.peer, m.msg.hdr))
             } else {
                 st.tme_tag.peek(&spec).map(|m| (m.src, m.msg.peer, m.msg.hdr))
             };
@@ -1006,7 +1153,17 @@ impl Ep {
             self.complete_peek(d);
             return 0;
         }
-        self.deliver(st, Posted { ctx: a.ctx, tag: a.tag, iov: a.iov, flags, multi: None }, m);
+        self.deliver(
+            st,
+            Posted {
+                ctx: a.ctx,
+                tag: a.tag,
+                iov: a.iov,
+                flags,
+                multi: None,
+            },
+            m,
+        );
         self.flush(st, now_ns());
         0
     }
@@ -1024,7 +1181,11 @@ impl Ep {
                 flags,
                 len: d.len,
                 buf: std::ptr::null_mut(),
-                data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 { d.hdr.data } else { 0 },
+                data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+                    d.hdr.data
+                } else {
+                    0
+                },
                 tag: d.hdr.tag,
                 src: d.src,
             });
@@ -1070,7 +1231,9 @@ impl Ep {
 // fi_ops: close, bind, control
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     let me: Weak<Ep> = ep.me.clone();
     let prog: Weak<dyn Progress> = me.clone();
     let auto: Weak<dyn AutoProgress> = me;
@@ -1078,7 +1241,12 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
     if ep.binds.get().is_some() {
         ep.linger();
     }
-    if let Some(b) = ep.binds.get().cloned().or_else(|| Some(ep.pending_binds.lock().unwrap().clone())) {
+    if let Some(b) = ep
+        .binds
+        .get()
+        .cloned()
+        .or_else(|| Some(ep.pending_binds.lock().unwrap().clone()))
+    {
         for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
             cq.remove_source(&prog);
             cq.refs.put();
@@ -1099,7 +1267,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
 }
 
 unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if bf.is_null() {
         return -FI_EINVAL;
     }
@@ -1110,7 +1280,9 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
     let mut b = ep.pending_binds.lock().unwrap();
     match (*bf).fclass as u32 {
         FI_CLASS_AV => {
-            let Some(av) = crate::av::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            let Some(av) = crate::av::from_fid(bf as *const c_void) else {
+                return -FI_EINVAL;
+            };
             if b.av.is_some() {
                 crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an AV");
                 return -FI_EINVAL;
@@ -1122,7 +1294,9 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
             b.av = Some(av.clone());
         }
         FI_CLASS_CQ => {
-            let Some(cq) = crate::cq::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            let Some(cq) = crate::cq::from_fid(bf as *const c_void) else {
+                return -FI_EINVAL;
+            };
             if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0 || flags & (FI_TRANSMIT | FI_RECV) == 0 {
                 crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags {:#x}", flags);
                 return -FI_EBADFLAGS;
@@ -1144,7 +1318,9 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
             }
         }
         FI_CLASS_CNTR => {
-            let Some(c) = crate::cntr::from_fid(bf as *const c_void) else { return -FI_EINVAL };
+            let Some(c) = crate::cntr::from_fid(bf as *const c_void) else {
+                return -FI_EINVAL;
+            };
             let known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
             if flags & !known != 0 || flags & known == 0 {
                 return -FI_EBADFLAGS;
@@ -1193,7 +1369,10 @@ fn enable(ep: &Arc<Ep>) -> i32 {
         return -FI_ENOAV;
     }
     if b.tx_cq.is_none() && b.send_cntr.is_none() || b.rx_cq.is_none() && b.recv_cntr.is_none() {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_enable: bind a CQ (or counter) for both transmit and receive");
+        crate::warn!(
+            FI_LOG_EP_CTRL,
+            "fi_enable: bind a CQ (or counter) for both transmit and receive"
+        );
         return -FI_ENOCQ;
     }
     let me: Weak<Ep> = ep.me.clone();
@@ -1212,11 +1391,15 @@ fn enable(ep: &Arc<Ep>) -> i32 {
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     match cmd as u32 {
         FI_ENABLE => enable(ep),
         FI_GETOPSFLAG | FI_SETOPSFLAG => {
-            let Some(flags) = (arg as *mut u64).as_mut() else { return -FI_EINVAL };
+            let Some(flags) = (arg as *mut u64).as_mut() else {
+                return -FI_EINVAL;
+            };
             let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
                 (&ep.tx_op_flags, crate::getinfo::TX_OP_FLAGS)
             } else if *flags & FI_RECV != 0 {
@@ -1243,7 +1426,9 @@ unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
 // fi_ops_ep, fi_ops_cm
 
 unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL as isize };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL as isize;
+    };
     if ep.binds.get().is_none() {
         return -FI_EOPBADSTATE as isize;
     }
@@ -1251,7 +1436,9 @@ unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
 }
 
 unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, len: *mut usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if level != FI_OPT_ENDPOINT as i32 {
         return -FI_ENOPROTOOPT;
     }
@@ -1273,7 +1460,9 @@ unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, l
 }
 
 unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void, len: usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if level != FI_OPT_ENDPOINT as i32 {
         return -FI_ENOPROTOOPT;
     }
@@ -1290,18 +1479,25 @@ unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void,
 }
 
 unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
-    let Some(ep) = from_fid(e as *const c_void) else { return -FI_EINVAL as isize };
+    let Some(ep) = from_fid(e as *const c_void) else {
+        return -FI_EINVAL as isize;
+    };
     let st = ep.lock();
-    ep.rx_size.saturating_sub(st.tme_msg.posted_len() + st.tme_tag.posted_len()) as isize
+    ep.rx_size
+        .saturating_sub(st.tme_msg.posted_len() + st.tme_tag.posted_len()) as isize
 }
 
 unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
-    let Some(ep) = from_fid(e as *const c_void) else { return -FI_EINVAL as isize };
+    let Some(ep) = from_fid(e as *const c_void) else {
+        return -FI_EINVAL as isize;
+    };
     ep.tx_size.saturating_sub(ep.lock().sends.len()) as isize
 }
 
 unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if len.is_null() {
         return -FI_EINVAL;
     }
@@ -1316,7 +1512,9 @@ unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i3
 }
 
 unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(ep) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if ep.enabled.load(Ordering::Acquire) {
         crate::warn!(FI_LOG_EP_CTRL, "fi_setname after fi_enable");
         return -FI_EOPBADSTATE;
@@ -1326,7 +1524,12 @@ unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
         return -FI_EINVAL;
     };
     if a.ip() != ep.domain.attr.iface.ip {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_setname: {} is not on interface {}", a, ep.domain.attr.iface.name);
+        crate::warn!(
+            FI_LOG_EP_CTRL,
+            "fi_setname: {} is not on interface {}",
+            a,
+            ep.domain.attr.iface.name
+        );
         return -FI_EINVAL;
     }
     let mut st = ep.lock();
@@ -1381,7 +1584,12 @@ unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if iov.is_null() {
         return None;
     }
-    Some(std::slice::from_raw_parts(iov, count).iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
+    Some(
+        std::slice::from_raw_parts(iov, count)
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect(),
+    )
 }
 
 fn one(buf: *const c_void, len: usize) -> Iov {
@@ -1411,92 +1619,292 @@ impl Ep {
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn do_send(e: *mut fid_ep, iov: Option<Iov>, dest: u64, tag: u64, data: Option<u64>, ctx: *mut c_void, flags: Option<u64>, tagged: bool) -> isize {
+unsafe fn do_send(
+    e: *mut fid_ep,
+    iov: Option<Iov>,
+    dest: u64,
+    tag: u64,
+    data: Option<u64>,
+    ctx: *mut c_void,
+    flags: Option<u64>,
+    tagged: bool,
+) -> isize {
     let ep = ep_or_inval!(e);
     let Some(iov) = iov else {
         crate::warn!(FI_LOG_EP_DATA, "send: NULL iov with a non-zero count");
         return -FI_EINVAL as isize;
     };
     let flags = flags.unwrap_or_else(|| ep.tx_flags());
-    ep.send(SendArgs { iov, dest, tag, data, ctx: ctx as usize, flags, tagged })
+    ep.send(SendArgs {
+        iov,
+        dest,
+        tag,
+        data,
+        ctx: ctx as usize,
+        flags,
+        tagged,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn do_recv(e: *mut fid_ep, iov: Option<Iov>, src: u64, tag: u64, ignore: u64, ctx: *mut c_void, flags: Option<u64>, tagged: bool) -> isize {
+unsafe fn do_recv(
+    e: *mut fid_ep,
+    iov: Option<Iov>,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+    flags: Option<u64>,
+    tagged: bool,
+) -> isize {
     let ep = ep_or_inval!(e);
     let Some(iov) = iov else {
         crate::warn!(FI_LOG_EP_DATA, "recv: NULL iov with a non-zero count");
         return -FI_EINVAL as isize;
     };
     let flags = flags.unwrap_or_else(|| ep.rx_flags());
-    ep.recv(RecvArgs { iov, src, tag, ignore, ctx: ctx as usize, flags, tagged })
+    ep.recv(RecvArgs {
+        iov,
+        src,
+        tag,
+        ignore,
+        ctx: ctx as usize,
+        flags,
+        tagged,
+    })
 }
 
-unsafe extern "C" fn msg_send(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, dest: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_send(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false)
 }
-unsafe extern "C" fn msg_sendv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, dest: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_sendv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false)
 }
 unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    let Some(m) = m.as_ref() else {
+        return -FI_EINVAL as isize;
+    };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(e, iov_of(m.msg_iov, m.iov_count), m.addr, 0, data, m.context, Some(flags), false)
+    do_send(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        0,
+        data,
+        m.context,
+        Some(flags),
+        false,
+    )
 }
 unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
-    do_send(e, Some(one(buf, len)), dest, 0, None, std::ptr::null_mut(), Some(FI_INJECT), false)
+    do_send(
+        e,
+        Some(one(buf, len)),
+        dest,
+        0,
+        None,
+        std::ptr::null_mut(),
+        Some(FI_INJECT),
+        false,
+    )
 }
-unsafe extern "C" fn msg_senddata(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, data: u64, dest: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_senddata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
 }
 unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
-    do_send(e, Some(one(buf, len)), dest, 0, Some(data), std::ptr::null_mut(), Some(FI_INJECT | FI_REMOTE_CQ_DATA), false)
+    do_send(
+        e,
+        Some(one(buf, len)),
+        dest,
+        0,
+        Some(data),
+        std::ptr::null_mut(),
+        Some(FI_INJECT | FI_REMOTE_CQ_DATA),
+        false,
+    )
 }
-unsafe extern "C" fn msg_recv(e: *mut fid_ep, buf: *mut c_void, len: usize, _d: *mut c_void, src: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_recv(
+    e: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _d: *mut c_void,
+    src: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false)
 }
-unsafe extern "C" fn msg_recvv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, src: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_recvv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false)
 }
 unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
-    do_recv(e, iov_of(m.msg_iov, m.iov_count), m.addr, 0, 0, m.context, Some(flags), false)
+    let Some(m) = m.as_ref() else {
+        return -FI_EINVAL as isize;
+    };
+    do_recv(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        0,
+        0,
+        m.context,
+        Some(flags),
+        false,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tag_send(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tag_send(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true)
 }
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tag_sendv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tag_sendv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true)
 }
 unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
+    let Some(m) = m.as_ref() else {
+        return -FI_EINVAL as isize;
+    };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(e, iov_of(m.msg_iov, m.iov_count), m.addr, m.tag, data, m.context, Some(flags), true)
+    do_send(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        m.tag,
+        data,
+        m.context,
+        Some(flags),
+        true,
+    )
 }
 unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
-    do_send(e, Some(one(buf, len)), dest, tag, None, std::ptr::null_mut(), Some(FI_INJECT), true)
+    do_send(
+        e,
+        Some(one(buf, len)),
+        dest,
+        tag,
+        None,
+        std::ptr::null_mut(),
+        Some(FI_INJECT),
+        true,
+    )
 }
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tag_senddata(e: *mut fid_ep, buf: *const c_void, len: usize, _d: *mut c_void, data: u64, dest: u64, tag: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tag_senddata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true)
 }
-unsafe extern "C" fn tag_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64, tag: u64) -> isize {
-    do_send(e, Some(one(buf, len)), dest, tag, Some(data), std::ptr::null_mut(), Some(FI_INJECT | FI_REMOTE_CQ_DATA), true)
+unsafe extern "C" fn tag_injectdata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: u64,
+    tag: u64,
+) -> isize {
+    do_send(
+        e,
+        Some(one(buf, len)),
+        dest,
+        tag,
+        Some(data),
+        std::ptr::null_mut(),
+        Some(FI_INJECT | FI_REMOTE_CQ_DATA),
+        true,
+    )
 }
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tag_recv(e: *mut fid_ep, buf: *mut c_void, len: usize, _d: *mut c_void, src: u64, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tag_recv(
+    e: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _d: *mut c_void,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true)
 }
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tag_recvv(e: *mut fid_ep, iov: *const iovec, _d: *mut *mut c_void, count: usize, src: u64, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tag_recvv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
     do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true)
 }
 unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else { return -FI_EINVAL as isize };
-    do_recv(e, iov_of(m.msg_iov, m.iov_count), m.addr, m.tag, m.ignore, m.context, Some(flags), true)
+    let Some(m) = m.as_ref() else {
+        return -FI_EINVAL as isize;
+    };
+    do_recv(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        m.tag,
+        m.ignore,
+        m.context,
+        Some(flags),
+        true,
+    )
 }
 
 static EP_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), Some(control), None));

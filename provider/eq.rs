@@ -29,7 +29,14 @@ unsafe impl Send for EqError {}
 
 impl Default for EqError {
     fn default() -> Self {
-        EqError { fid: std::ptr::null_mut(), context: std::ptr::null_mut(), data: 0, err: 0, prov_errno: 0, err_data: Vec::new() }
+        EqError {
+            fid: std::ptr::null_mut(),
+            context: std::ptr::null_mut(),
+            data: 0,
+            err: 0,
+            prov_errno: 0,
+            err_data: Vec::new(),
+        }
     }
 }
 
@@ -72,7 +79,11 @@ impl Eq {
     ) -> Result<Arc<Eq>, i32> {
         let eq = Arc::new(Eq {
             refs: Refs::default(),
-            q: Mutex::new(Queue { q: VecDeque::new(), nerr: 0, err_buf: Vec::new() }),
+            q: Mutex::new(Queue {
+                q: VecDeque::new(),
+                nerr: 0,
+                err_buf: Vec::new(),
+            }),
             wait_obj,
             context: context as usize,
             sources: Sources::new(),
@@ -104,7 +115,10 @@ impl Eq {
     /// (an fi_eq_entry, or an fi_eq_cm_entry followed by connection data).
     /// `flags` is reserved and ignored.
     pub fn push(&self, event: u32, buf: &[u8], _flags: u64) {
-        self.enqueue(Ev::Ok { event, data: buf.to_vec() });
+        self.enqueue(Ev::Ok {
+            event,
+            data: buf.to_vec(),
+        });
     }
 
     pub fn push_err(&self, e: EqError) {
@@ -187,8 +201,12 @@ impl Eq {
         if q.nerr == 0 {
             return Err(-FI_EAGAIN);
         }
-        let Some(i) = q.q.iter().position(|e| matches!(e, Ev::Err(_))) else { return Err(-FI_EAGAIN) };
-        let Some(Ev::Err(e)) = q.q.remove(i) else { return Err(-FI_EAGAIN) };
+        let Some(i) = q.q.iter().position(|e| matches!(e, Ev::Err(_))) else {
+            return Err(-FI_EAGAIN);
+        };
+        let Some(Ev::Err(e)) = q.q.remove(i) else {
+            return Err(-FI_EAGAIN);
+        };
         q.nerr -= 1;
         let e = *e;
         let (err_data, err_data_size) = match user {
@@ -199,11 +217,23 @@ impl Eq {
             }
             _ => {
                 q.err_buf = e.err_data;
-                let p = if q.err_buf.is_empty() { std::ptr::null_mut() } else { q.err_buf.as_mut_ptr() as *mut c_void };
+                let p = if q.err_buf.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    q.err_buf.as_mut_ptr() as *mut c_void
+                };
                 (p, q.err_buf.len())
             }
         };
-        Ok(fi_eq_err_entry { fid: e.fid, context: e.context, data: e.data, err: e.err, prov_errno: e.prov_errno, err_data, err_data_size })
+        Ok(fi_eq_err_entry {
+            fid: e.fid,
+            context: e.context,
+            data: e.data,
+            err: e.err,
+            prov_errno: e.prov_errno,
+            err_data,
+            err_data_size,
+        })
     }
 
     pub(crate) fn trywait(&self) -> i32 {
@@ -234,16 +264,27 @@ type Obj = FidObj<fid_eq, Eq>;
 ///
 /// # Safety
 /// `attr` must be NULL or point to a readable fi_eq_attr.
-pub unsafe fn open(attr: *mut fi_eq_attr, context: *mut c_void, keepalive: Box<dyn Any + Send + Sync>) -> Result<*mut fid_eq, i32> {
+pub unsafe fn open(
+    attr: *mut fi_eq_attr,
+    context: *mut c_void,
+    keepalive: Box<dyn Any + Send + Sync>,
+) -> Result<*mut fid_eq, i32> {
     let (wait_obj, ws) = if attr.is_null() {
         (FI_WAIT_NONE, None)
     } else {
         let a = &*attr;
         if a.flags & !(FI_WRITE | FI_AFFINITY) != 0 {
-            crate::warn!(FI_LOG_EQ, "fi_eq_open: unknown flags {:#x}", a.flags & !(FI_WRITE | FI_AFFINITY));
+            crate::warn!(
+                FI_LOG_EQ,
+                "fi_eq_open: unknown flags {:#x}",
+                a.flags & !(FI_WRITE | FI_AFFINITY)
+            );
             return Err(-FI_EINVAL);
         }
-        (a.wait_obj, check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_EQ, "fi_eq_open")?)
+        (
+            a.wait_obj,
+            check_wait_attr(a.wait_obj, a.wait_set, FI_LOG_EQ, "fi_eq_open")?,
+        )
     };
     let eq = Eq::new(wait_obj, context, ws, keepalive)?;
     Ok(into_fid(eq))
@@ -251,7 +292,10 @@ pub unsafe fn open(attr: *mut fi_eq_attr, context: *mut c_void, keepalive: Box<d
 
 /// Wraps EQ state in the fid_eq the application holds.
 pub(crate) fn into_fid(eq: Arc<Eq>) -> *mut fid_eq {
-    let c = fid_eq { fid: fid_header(FI_CLASS_EQ, eq.context(), EQ_FI_OPS.ptr()), ops: EQ_OPS.ptr() };
+    let c = fid_eq {
+        fid: fid_header(FI_CLASS_EQ, eq.context(), EQ_FI_OPS.ptr()),
+        ops: EQ_OPS.ptr(),
+    };
     Obj::create(c, eq)
 }
 
@@ -269,7 +313,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL };
+    let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else {
+        return -FI_EINVAL;
+    };
     // SAFETY: `arg` is the application's fi_control argument for `cmd`.
     control_wait(
         eq.wait_obj,
@@ -317,7 +363,9 @@ unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
 }
 
 unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL as isize };
+    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        return -FI_EINVAL as isize;
+    };
     let peek = match check_read_flags(flags, "fi_eq_read") {
         Ok(p) => p,
         Err(r) => return r,
@@ -326,8 +374,17 @@ unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, 
     finish(eq.read(out_buf(buf, len), peek), event)
 }
 
-unsafe extern "C" fn eq_sread(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, timeout: i32, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL as isize };
+unsafe extern "C" fn eq_sread(
+    e: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: i32,
+    flags: u64,
+) -> isize {
+    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        return -FI_EINVAL as isize;
+    };
     let peek = match check_read_flags(flags, "fi_eq_sread") {
         Ok(p) => p,
         Err(r) => return r,
@@ -337,7 +394,9 @@ unsafe extern "C" fn eq_sread(e: *mut fid_eq, event: *mut u32, buf: *mut c_void,
 }
 
 unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL as isize };
+    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        return -FI_EINVAL as isize;
+    };
     if buf.is_null() {
         crate::warn!(FI_LOG_EQ, "fi_eq_readerr: NULL buffer");
         return -FI_EINVAL as isize;
@@ -349,8 +408,8 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
     // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
     // err_data_size, err_data is its buffer of that size (fi_eq(3)).
     let b = &mut *buf;
-    let user =
-        (b.err_data_size > 0 && !b.err_data.is_null()).then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
+    let user = (b.err_data_size > 0 && !b.err_data.is_null())
+        .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
     match eq.readerr(user) {
         Ok(entry) => {
             *buf = entry;
@@ -361,7 +420,9 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
 }
 
 unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else { return -FI_EINVAL as isize };
+    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        return -FI_EINVAL as isize;
+    };
     if flags != 0 {
         crate::warn!(FI_LOG_EQ, "fi_eq_write: unknown flags {:#x}", flags);
         return -FI_EINVAL as isize;
@@ -416,7 +477,13 @@ mod tests {
         let mut buf = [0u8; 64];
         assert_eq!(eq.read(&mut buf, false), Err(-FI_EAGAIN));
         eq.push(FI_CONNECTED, &[1u8; 24], 0);
-        eq.push_err(EqError { err: FI_ECONNREFUSED, prov_errno: 3, data: 9, err_data: b"why".to_vec(), ..Default::default() });
+        eq.push_err(EqError {
+            err: FI_ECONNREFUSED,
+            prov_errno: 3,
+            data: 9,
+            err_data: b"why".to_vec(),
+            ..Default::default()
+        });
         eq.push(FI_SHUTDOWN, &[2u8; 40], 0);
         assert_eq!(eq.read(&mut buf[..10], false), Err(-FI_ETOOSMALL));
         assert_eq!(eq.read(&mut buf, true), Ok((FI_CONNECTED, 24)));
@@ -424,7 +491,10 @@ mod tests {
         assert_eq!(&buf[..24], &[1u8; 24]);
         assert_eq!(eq.read(&mut buf, false), Err(-FI_EAVAIL));
         let e = eq.readerr(None).unwrap();
-        assert_eq!((e.err, e.prov_errno, e.data, e.err_data_size), (FI_ECONNREFUSED, 3, 9, 3));
+        assert_eq!(
+            (e.err, e.prov_errno, e.data, e.err_data_size),
+            (FI_ECONNREFUSED, 3, 9, 3)
+        );
         assert_eq!(eq.readerr(None).unwrap_err(), -FI_EAGAIN);
         assert_eq!(eq.read(&mut buf, false), Ok((FI_SHUTDOWN, 40)));
     }
@@ -452,23 +522,49 @@ mod tests {
         // SAFETY: p is a live fid_eq; buffers are sized per the API.
         unsafe {
             let ops = &*(*p).ops;
-            let entry = fi_eq_entry { fid: p as *mut fid, context: 5 as *mut c_void, data: 6 };
+            let entry = fi_eq_entry {
+                fid: p as *mut fid,
+                context: 5 as *mut c_void,
+                data: 6,
+            };
             let sz = std::mem::size_of::<fi_eq_entry>();
-            assert_eq!(ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 0), sz as isize);
-            assert_eq!(ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 1), -FI_EINVAL as isize);
+            assert_eq!(
+                ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 0),
+                sz as isize
+            );
+            assert_eq!(
+                ops.write.unwrap()(p, FI_NOTIFY, &entry as *const _ as *const c_void, sz, 1),
+                -FI_EINVAL as isize
+            );
             let mut ev = 0u32;
             let mut out: fi_eq_entry = std::mem::zeroed();
-            assert_eq!(ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, FI_SEND), -FI_EINVAL as isize);
-            assert_eq!(ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0), sz as isize);
+            assert_eq!(
+                ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, FI_SEND),
+                -FI_EINVAL as isize
+            );
+            assert_eq!(
+                ops.read.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0),
+                sz as isize
+            );
             assert_eq!((ev, out.context as usize, out.data), (FI_NOTIFY, 5, 6));
-            e.push_err(EqError { err: FI_EIO, err_data: vec![1, 2, 3, 4], ..Default::default() });
+            e.push_err(EqError {
+                err: FI_EIO,
+                err_data: vec![1, 2, 3, 4],
+                ..Default::default()
+            });
             let mut small = [0u8; 2];
             let mut ee: fi_eq_err_entry = std::mem::zeroed();
             ee.err_data = small.as_mut_ptr() as *mut c_void;
             ee.err_data_size = 2;
-            assert_eq!(ops.readerr.unwrap()(p, &mut ee, 0), std::mem::size_of::<fi_eq_err_entry>() as isize);
+            assert_eq!(
+                ops.readerr.unwrap()(p, &mut ee, 0),
+                std::mem::size_of::<fi_eq_err_entry>() as isize
+            );
             assert_eq!((ee.err, ee.err_data_size, small), (FI_EIO, 2, [1, 2]));
-            assert_eq!(ops.sread.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0, 0), -FI_ENOSYS as isize);
+            assert_eq!(
+                ops.sread.unwrap()(p, &mut ev, &mut out as *mut _ as *mut c_void, sz, 0, 0),
+                -FI_ENOSYS as isize
+            );
             e.refs.get();
             assert_eq!((*(*p).fid.ops).close.unwrap()(p as *mut fid), -FI_EBUSY);
             e.refs.put();

@@ -25,8 +25,15 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
     crate::fid::close_unless_busy::<fid_fabric, Fabric>(f, FI_CLASS_FABRIC, FI_LOG_FABRIC, "domains, EQs or wait sets")
 }
 
-unsafe extern "C" fn domain_open(f: *mut fid_fabric, info: *mut fi_info, dom: *mut *mut fid_domain, ctx: *mut c_void) -> i32 {
-    let Some(fab) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+unsafe extern "C" fn domain_open(
+    f: *mut fid_fabric,
+    info: *mut fi_info,
+    dom: *mut *mut fid_domain,
+    ctx: *mut c_void,
+) -> i32 {
+    let Some(fab) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if dom.is_null() || info.is_null() {
         return -FI_EINVAL;
     }
@@ -39,7 +46,13 @@ unsafe extern "C" fn domain_open(f: *mut fid_fabric, info: *mut fi_info, dom: *m
     }
 }
 
-unsafe extern "C" fn domain2(f: *mut fid_fabric, info: *mut fi_info, dom: *mut *mut fid_domain, flags: u64, ctx: *mut c_void) -> i32 {
+unsafe extern "C" fn domain2(
+    f: *mut fid_fabric,
+    info: *mut fi_info,
+    dom: *mut *mut fid_domain,
+    flags: u64,
+    ctx: *mut c_void,
+) -> i32 {
     if flags != 0 {
         crate::warn!(FI_LOG_FABRIC, "fi_domain2: flags {:#x} not supported", flags);
         return -FI_EINVAL;
@@ -48,7 +61,9 @@ unsafe extern "C" fn domain2(f: *mut fid_fabric, info: *mut fi_info, dom: *mut *
 }
 
 unsafe extern "C" fn eq_open(f: *mut fid_fabric, attr: *mut fi_eq_attr, eq: *mut *mut fid_eq, ctx: *mut c_void) -> i32 {
-    let Some(fab) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(fab) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if eq.is_null() || attr.is_null() {
         return -FI_EINVAL;
     }
@@ -62,7 +77,9 @@ unsafe extern "C" fn eq_open(f: *mut fid_fabric, attr: *mut fi_eq_attr, eq: *mut
 }
 
 unsafe extern "C" fn wait_open(f: *mut fid_fabric, attr: *mut fi_wait_attr, w: *mut *mut fid_wait) -> i32 {
-    let Some(fab) = from_fid(f as *const c_void) else { return -FI_EINVAL };
+    let Some(fab) = from_fid(f as *const c_void) else {
+        return -FI_EINVAL;
+    };
     if w.is_null() || attr.is_null() {
         return -FI_EINVAL;
     }
@@ -102,7 +119,11 @@ pub unsafe extern "C" fn gnix_fabric(attr: *mut fi_fabric_attr, fabric: *mut *mu
     }
     let a = &*attr;
     if !a.name.is_null() && !crate::getinfo::is_fabric_name(&std::ffi::CStr::from_ptr(a.name).to_string_lossy()) {
-        crate::warn!(FI_LOG_FABRIC, "unknown fabric name {:?}", std::ffi::CStr::from_ptr(a.name));
+        crate::warn!(
+            FI_LOG_FABRIC,
+            "unknown fabric name {:?}",
+            std::ffi::CStr::from_ptr(a.name)
+        );
         return -FI_ENODATA;
     }
     let c = fid_fabric {

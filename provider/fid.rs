@@ -74,7 +74,11 @@ impl<C: HasFid, T> FidObj<C, T> {
 
 /// A zeroed C struct whose `fid` is filled in.
 pub fn fid_header(class: u32, context: *mut c_void, ops: *const fi_ops) -> fid {
-    fid { fclass: class as usize, context, ops: ops as *mut fi_ops }
+    fid {
+        fclass: class as usize,
+        context,
+        ops: ops as *mut fi_ops,
+    }
 }
 
 /// `fi_close` of an object that stays open while children hold its `Refs`:
@@ -83,8 +87,15 @@ pub fn fid_header(class: u32, context: *mut c_void, ops: *const fi_ops) -> fid {
 /// # Safety
 /// `f` must be NULL or point to readable memory of at least a `fid`; if it
 /// is a `FidObj<C, T>`, the application must not use it after success.
-pub unsafe fn close_unless_busy<C: HasFid, T: AsRef<Refs>>(f: *mut fid, class: u32, subsys: fi_log_subsys, children: &str) -> i32 {
-    let Some(o) = FidObj::<C, T>::get(f as *const c_void, class) else { return -FI_EINVAL };
+pub unsafe fn close_unless_busy<C: HasFid, T: AsRef<Refs>>(
+    f: *mut fid,
+    class: u32,
+    subsys: fi_log_subsys,
+    children: &str,
+) -> i32 {
+    let Some(o) = FidObj::<C, T>::get(f as *const c_void, class) else {
+        return -FI_EINVAL;
+    };
     if (**o).as_ref().busy() {
         crate::warn!(subsys, "fi_close: {} still open or bound", children);
         return -FI_EBUSY;
@@ -139,13 +150,25 @@ pub mod nosys {
     pub unsafe extern "C" fn control(_: *mut fid, _: i32, _: *mut c_void) -> i32 {
         -FI_ENOSYS
     }
-    pub unsafe extern "C" fn ops_open(_: *mut fid, _: *const std::ffi::c_char, _: u64, _: *mut *mut c_void, _: *mut c_void) -> i32 {
+    pub unsafe extern "C" fn ops_open(
+        _: *mut fid,
+        _: *const std::ffi::c_char,
+        _: u64,
+        _: *mut *mut c_void,
+        _: *mut c_void,
+    ) -> i32 {
         -FI_ENOSYS
     }
     pub unsafe extern "C" fn tostr(_: *const fid, _: *mut std::ffi::c_char, _: usize) -> i32 {
         -FI_ENOSYS
     }
-    pub unsafe extern "C" fn ops_set(_: *mut fid, _: *const std::ffi::c_char, _: u64, _: *mut c_void, _: *mut c_void) -> i32 {
+    pub unsafe extern "C" fn ops_set(
+        _: *mut fid,
+        _: *const std::ffi::c_char,
+        _: u64,
+        _: *mut c_void,
+        _: *mut c_void,
+    ) -> i32 {
         -FI_ENOSYS
     }
 }
@@ -155,7 +178,9 @@ pub const fn base_ops(
     close: unsafe extern "C" fn(*mut fid) -> i32,
     bind: Option<unsafe extern "C" fn(*mut fid, *mut fid, u64) -> i32>,
     control: Option<unsafe extern "C" fn(*mut fid, i32, *mut c_void) -> i32>,
-    ops_open: Option<unsafe extern "C" fn(*mut fid, *const std::ffi::c_char, u64, *mut *mut c_void, *mut c_void) -> i32>,
+    ops_open: Option<
+        unsafe extern "C" fn(*mut fid, *const std::ffi::c_char, u64, *mut *mut c_void, *mut c_void) -> i32,
+    >,
 ) -> fi_ops {
     fi_ops {
         size: std::mem::size_of::<fi_ops>(),

@@ -61,11 +61,19 @@ impl Iface {
     pub fn fabric_name(&self) -> String {
         let net = match self.ip {
             IpAddr::V4(v4) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix.min(32)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix.min(32))
+                };
                 IpAddr::V4((u32::from(v4) & mask).into())
             }
             IpAddr::V6(v6) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix.min(128) as u32) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix.min(128) as u32)
+                };
                 IpAddr::V6((u128::from(v6) & mask).into())
             }
         };
@@ -103,7 +111,9 @@ pub fn interfaces() -> Vec<Iface> {
             if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
                 continue;
             }
-            let Some(sa) = sockaddr_to_std(ifa.ifa_addr as *const u8, 128) else { continue };
+            let Some(sa) = sockaddr_to_std(ifa.ifa_addr as *const u8, 128) else {
+                continue;
+            };
             if let IpAddr::V6(v6) = sa.ip() {
                 // Link-local addresses need a scope id on every use: skip.
                 if v6.segments()[0] & 0xffc0 == 0xfe80 {
@@ -118,7 +128,8 @@ pub fn interfaces() -> Vec<Iface> {
                 let mut m = [0u8; 128];
                 let len = if sa.is_ipv4() { 16 } else { 28 };
                 std::ptr::copy_nonoverlapping(ifa.ifa_netmask as *const u8, m.as_mut_ptr(), len);
-                m[..2].copy_from_slice(&(if sa.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 } as u16).to_ne_bytes());
+                m[..2]
+                    .copy_from_slice(&(if sa.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 } as u16).to_ne_bytes());
                 sockaddr_to_std(m.as_ptr(), len)
             };
             out.push(Iface {
@@ -240,10 +251,13 @@ fn resolve(node: Option<&str>, service: Option<&str>, numeric: bool, passive: bo
         crate::warn!(FI_LOG_CORE, "FI_NUMERICHOST but '{}' is not a numeric address", host);
         return Err(-FI_ENODATA);
     }
-    (host.as_str(), port).to_socket_addrs().map(|it| it.collect()).map_err(|e| {
-        crate::warn!(FI_LOG_CORE, "cannot resolve '{}': {}", host, e);
-        -FI_ENODATA
-    })
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .map(|it| it.collect())
+        .map_err(|e| {
+            crate::warn!(FI_LOG_CORE, "cannot resolve '{}': {}", host, e);
+            -FI_ENODATA
+        })
 }
 
 /// What one returned info will say, before it is written into core memory.
@@ -409,7 +423,10 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             }
             t => nomatch!("threading {}", t),
         }
-        for (want, got) in [(d.control_progress, &mut o.control_progress), (d.data_progress, &mut o.data_progress)] {
+        for (want, got) in [
+            (d.control_progress, &mut o.control_progress),
+            (d.data_progress, &mut o.data_progress),
+        ] {
             match want {
                 FI_PROGRESS_UNSPEC => {}
                 FI_PROGRESS_AUTO | FI_PROGRESS_MANUAL => *got = want,
@@ -464,7 +481,10 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
                 nomatch!("provider name {}", pn);
             }
         }
-        if f.api_version != 0 && f.api_version > crate::FI_API_VERSION && crate::FI_API_VERSION >> 16 == f.api_version >> 16 {
+        if f.api_version != 0
+            && f.api_version > crate::FI_API_VERSION
+            && crate::FI_API_VERSION >> 16 == f.api_version >> 16
+        {
             // A newer minor API than ours: the features it names may be unknown to us.
             crate::debug!(FI_LOG_CORE, "hints ask api {:#x}", f.api_version);
         }
@@ -560,7 +580,11 @@ pub unsafe fn offers(
     let hint_dest = h.and_then(|h| sockaddr_to_std(h.dest_addr as *const u8, h.dest_addrlen));
     if let Some(h) = h {
         if (!h.src_addr.is_null() && hint_src.is_none()) || (!h.dest_addr.is_null() && hint_dest.is_none()) {
-            crate::info!(FI_LOG_CORE, "hints carry an address gnix cannot read (format {})", h.addr_format);
+            crate::info!(
+                FI_LOG_CORE,
+                "hints carry an address gnix cannot read (format {})",
+                h.addr_format
+            );
             return Err(-FI_ENODATA);
         }
     }
@@ -754,16 +778,27 @@ pub unsafe extern "C" fn gnix_getinfo(
 /// `info` must be a valid fi_info.
 pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
     let i = info.as_ref().ok_or(-FI_EINVAL)?;
-    let dname = i.domain_attr.as_ref().and_then(|d| opt_str(d.name)).map(|s| s.to_string());
+    let dname = i
+        .domain_attr
+        .as_ref()
+        .and_then(|d| opt_str(d.name))
+        .map(|s| s.to_string());
     let src = sockaddr_to_std(i.src_addr as *const u8, i.src_addrlen);
     let ifaces = interfaces();
     let iface = match (&dname, &src) {
-        (Some(n), _) => ifaces.iter().find(|f| &f.name == n && src.is_none_or(|s| s.ip() == f.ip || s.ip().is_unspecified())),
+        (Some(n), _) => ifaces
+            .iter()
+            .find(|f| &f.name == n && src.is_none_or(|s| s.ip() == f.ip || s.ip().is_unspecified())),
         (None, Some(s)) => ifaces.iter().find(|f| f.ip == s.ip()),
         (None, None) => ifaces.first(),
     };
     let Some(iface) = iface else {
-        crate::warn!(FI_LOG_CORE, "info names domain {:?} / address {:?}, which is not an interface of this host", dname, src);
+        crate::warn!(
+            FI_LOG_CORE,
+            "info names domain {:?} / address {:?}, which is not an interface of this host",
+            dname,
+            src
+        );
         return Err(-FI_ENODATA);
     };
     let mut o = base_offer(iface, src.map_or(0, |s| s.port()));

@@ -58,8 +58,6 @@ impl Default for KeyedState {
     /// A fresh random key (from std's per-process random source), so
     /// keys a peer chooses (tags, addresses) cannot be aimed at one bucket.
     fn default() -> Self {
-        KeyedState(
-            std::collections::hash_map::RandomState::new().hash_one(0x6a09_e667_f3bc_c908u64) | 1,
-        )
+        KeyedState(std::collections::hash_map::RandomState::new().hash_one(0x6a09_e667_f3bc_c908u64) | 1)
     }
 }

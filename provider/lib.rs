@@ -45,7 +45,9 @@ unsafe impl Sync for ProviderCell {}
 static PROVIDER: ProviderCell = ProviderCell(UnsafeCell::new(fi_provider {
     version: PROVIDER_VERSION,
     fi_version: FI_API_VERSION,
-    context: fi_context { internal: [std::ptr::null_mut(); 4] },
+    context: fi_context {
+        internal: [std::ptr::null_mut(); 4],
+    },
     name: c"gnix".as_ptr(),
     getinfo: Some(getinfo::gnix_getinfo),
     fabric: Some(fabric::gnix_fabric),

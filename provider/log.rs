@@ -15,12 +15,24 @@ pub fn enabled(level: fi_log_level, subsys: fi_log_subsys) -> bool {
 
 #[doc(hidden)]
 pub fn emit(level: fi_log_level, subsys: fi_log_subsys, func: &str, line: u32, msg: std::fmt::Arguments) {
-    let Some(log) = crate::core::core().and_then(|c| c.log) else { return };
+    let Some(log) = crate::core::core().and_then(|c| c.log) else {
+        return;
+    };
     let msg = CString::new(msg.to_string().replace('\0', "")).unwrap_or_default();
     let func = CString::new(func).unwrap_or_default();
     // SAFETY: every string is NUL-terminated and outlives the call; the format
     // is a literal "%s\n" consuming exactly one C string argument.
-    unsafe { log(crate::provider_ptr(), level, subsys, func.as_ptr(), line as i32, c"%s\n".as_ptr(), msg.as_ptr()) }
+    unsafe {
+        log(
+            crate::provider_ptr(),
+            level,
+            subsys,
+            func.as_ptr(),
+            line as i32,
+            c"%s\n".as_ptr(),
+            msg.as_ptr(),
+        )
+    }
 }
 
 /// `gnix_log!(FI_LOG_WARN, FI_LOG_EP_DATA, "fmt", args..)`

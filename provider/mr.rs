@@ -40,7 +40,11 @@ pub struct MrTable {
 impl MrTable {
     pub fn new(mr_mode: i32) -> Self {
         let prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC as i32;
-        MrTable { keys: Mutex::new(HashMap::new()), next: AtomicU64::new(1), prov_key }
+        MrTable {
+            keys: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            prov_key,
+        }
     }
     pub fn lookup(&self, key: u64) -> Option<Arc<Mr>> {
         self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade)
@@ -72,7 +76,12 @@ unsafe fn register(
         return Err(-FI_EBADFLAGS);
     }
     if iov.len() > crate::getinfo::MR_IOV_LIMIT {
-        crate::warn!(FI_LOG_MR, "fi_mr_regv: {} iovs > mr_iov_limit {}", iov.len(), crate::getinfo::MR_IOV_LIMIT);
+        crate::warn!(
+            FI_LOG_MR,
+            "fi_mr_regv: {} iovs > mr_iov_limit {}",
+            iov.len(),
+            crate::getinfo::MR_IOV_LIMIT
+        );
         return Err(-FI_EINVAL);
     }
     if iov.iter().any(|&(b, l)| b == 0 && l != 0) {
@@ -94,10 +103,20 @@ unsafe fn register(
         }
         requested_key
     };
-    let mr = Arc::new(Mr { domain: ParentRef::new(dom), iov: iov.to_vec(), access, offset, key });
+    let mr = Arc::new(Mr {
+        domain: ParentRef::new(dom),
+        iov: iov.to_vec(),
+        access,
+        offset,
+        key,
+    });
     keys.insert(key, Arc::downgrade(&mr));
     drop(keys);
-    let c = fid_mr { fid: fid_header(FI_CLASS_MR, ctx, MR_FI_OPS.ptr()), mem_desc: std::ptr::null_mut(), key };
+    let c = fid_mr {
+        fid: fid_header(FI_CLASS_MR, ctx, MR_FI_OPS.ptr()),
+        mem_desc: std::ptr::null_mut(),
+        key,
+    };
     let p = Obj::create(c, mr);
     // The descriptor is the MR itself: fi_mr_desc() hands it to data calls.
     (*p).mem_desc = p as *mut c_void;
@@ -138,7 +157,12 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
     if iov.is_null() {
         return None;
     }
-    Some(std::slice::from_raw_parts(iov, count).iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
+    Some(
+        std::slice::from_raw_parts(iov, count)
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect(),
+    )
 }
 
 unsafe extern "C" fn regv(
@@ -165,15 +189,24 @@ unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, m
         return -FI_EINVAL;
     }
     if a.iface != FI_HMEM_SYSTEM {
-        crate::warn!(FI_LOG_MR, "fi_mr_regattr: device memory (iface {}) not supported", a.iface);
+        crate::warn!(
+            FI_LOG_MR,
+            "fi_mr_regattr: device memory (iface {}) not supported",
+            a.iface
+        );
         return -FI_ENOSYS;
     }
     if a.auth_key_size != 0 {
         crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
         return -FI_EINVAL;
     }
-    let Some(v) = iovs(a.mr_iov, a.iov_count) else { return -FI_EINVAL };
-    finish(register(f, &v, a.access, a.offset, a.requested_key, flags, a.context), mr)
+    let Some(v) = iovs(a.mr_iov, a.iov_count) else {
+        return -FI_EINVAL;
+    };
+    finish(
+        register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
+        mr,
+    )
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
@@ -189,10 +222,17 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
         return -FI_EINVAL;
     }
     // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
-    crate::warn!(FI_LOG_MR, "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)");
+    crate::warn!(
+        FI_LOG_MR,
+        "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
+    );
     -FI_ENOSYS
 }
 
 static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));
-pub static MR_OPS: Table<fi_ops_mr> =
-    Table(fi_ops_mr { size: std::mem::size_of::<fi_ops_mr>(), reg: Some(reg), regv: Some(regv), regattr: Some(regattr) });
+pub static MR_OPS: Table<fi_ops_mr> = Table(fi_ops_mr {
+    size: std::mem::size_of::<fi_ops_mr>(),
+    reg: Some(reg),
+    regv: Some(regv),
+    regattr: Some(regattr),
+});

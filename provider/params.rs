@@ -60,7 +60,9 @@ impl Default for Params {
 static PARAMS: OnceLock<Params> = OnceLock::new();
 
 pub fn define_all() {
-    let Some(define) = crate::core::core().and_then(|c| c.param_define) else { return };
+    let Some(define) = crate::core::core().and_then(|c| c.param_define) else {
+        return;
+    };
     for d in DEFS {
         let ty = match d.kind {
             Kind::Int => FI_PARAM_INT,
@@ -69,7 +71,15 @@ pub fn define_all() {
         };
         // SAFETY: names and help are static NUL-terminated strings; the help
         // passes through a literal "%s" so a '%' in it is not a directive.
-        unsafe { define(crate::provider_ptr(), d.name.as_ptr(), ty, c"%s".as_ptr(), d.help.as_ptr()) };
+        unsafe {
+            define(
+                crate::provider_ptr(),
+                d.name.as_ptr(),
+                ty,
+                c"%s".as_ptr(),
+                d.help.as_ptr(),
+            )
+        };
     }
 }
 
@@ -113,7 +123,14 @@ fn load() -> Params {
             Val::Int(n) => *n,
             Val::Str(_) => 0,
         };
-        let bad = |what: &str| crate::warn!(FI_LOG_CORE, "FI_GNIX_{}: {}, keeping the default", d.name.to_string_lossy().to_uppercase(), what);
+        let bad = |what: &str| {
+            crate::warn!(
+                FI_LOG_CORE,
+                "FI_GNIX_{}: {}, keeping the default",
+                d.name.to_string_lossy().to_uppercase(),
+                what
+            )
+        };
         match (d.name.to_bytes(), v) {
             (b"rndv_threshold", _) => p.rndv_threshold = n.max(0) as usize,
             (b"peer_timeout_ms", _) if n > 0 => p.peer_timeout_ms = n as u64,

@@ -82,20 +82,12 @@ impl MatchSpec {
 
     /// Exact tag (ignore 0).
     pub const fn exact(tag: u64, src: Option<SrcAddr>) -> Self {
-        MatchSpec {
-            tag,
-            ignore: 0,
-            src,
-        }
+        MatchSpec { tag, ignore: 0, src }
     }
 
     /// An untagged receive (`fi_recv`): tag 0, ignore 0.
     pub const fn untagged(src: Option<SrcAddr>) -> Self {
-        MatchSpec {
-            tag: 0,
-            ignore: 0,
-            src,
-        }
+        MatchSpec { tag: 0, ignore: 0, src }
     }
 
     pub fn matches(&self, src: SrcAddr, tag: u64) -> bool {
@@ -183,10 +175,7 @@ struct Link {
 }
 
 impl Link {
-    const DETACHED: Link = Link {
-        prev: NIL,
-        next: NIL,
-    };
+    const DETACHED: Link = Link { prev: NIL, next: NIL };
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -196,10 +185,7 @@ struct Ends {
 }
 
 impl Ends {
-    const EMPTY: Ends = Ends {
-        head: NIL,
-        tail: NIL,
-    };
+    const EMPTY: Ends = Ends { head: NIL, tail: NIL };
     fn is_empty(&self) -> bool {
         self.head == NIL
     }
@@ -243,10 +229,7 @@ impl<E> Slab<E> {
                 .ok()
                 .filter(|&i| i != NIL)
                 .expect("tme: more than 2^32-1 queued entries");
-            self.slots.push(Slot {
-                gen: 0,
-                val: Some(e),
-            });
+            self.slots.push(Slot { gen: 0, val: Some(e) });
             (idx, 0)
         }
     }
@@ -289,10 +272,7 @@ impl<E> Slab<E> {
 impl<E: Linked> Slab<E> {
     fn push_back(&mut self, ends: &mut Ends, idx: u32, l: usize) {
         let tail = ends.tail;
-        *self.get_mut(idx).link_mut(l) = Link {
-            prev: tail,
-            next: NIL,
-        };
+        *self.get_mut(idx).link_mut(l) = Link { prev: tail, next: NIL };
         if tail == NIL {
             ends.head = idx;
         } else {
@@ -341,16 +321,8 @@ impl<E: Linked> Slab<E> {
 
     /// Unlinks from the bucket `key` of `map`; empty buckets are dropped so
     /// that a stream of distinct tags does not grow the maps forever.
-    fn unlink_from<K: Hash + Eq>(
-        &mut self,
-        map: &mut HashMap<K, Ends>,
-        key: &K,
-        idx: u32,
-        l: usize,
-    ) {
-        let ends = map
-            .get_mut(key)
-            .expect("tme: indexed entry without a bucket");
+    fn unlink_from<K: Hash + Eq>(&mut self, map: &mut HashMap<K, Ends>, key: &K, idx: u32, l: usize) {
+        let ends = map.get_mut(key).expect("tme: indexed entry without a bucket");
         self.unlink(ends, idx, l);
         if ends.is_empty() {
             map.remove(key);
@@ -462,8 +434,7 @@ impl<R> PostedQ<R> {
             recv,
         });
         self.slab.push_back(&mut self.order, idx, P_ORDER);
-        self.slab
-            .push_to(&mut self.buckets, bucket_key(&spec), idx, P_BUCKET);
+        self.slab.push_to(&mut self.buckets, bucket_key(&spec), idx, P_BUCKET);
         self.masks.add(spec.ignore);
         RecvKey { idx, gen }
     }
@@ -496,10 +467,7 @@ impl<R> PostedQ<R> {
         let order: Vec<u32> = self.slab.walk(self.order.head, P_ORDER).collect();
         // Slots are freed one by one (not dropped wholesale) so generations
         // advance and keys from before the drain stay dead.
-        let out = order
-            .into_iter()
-            .map(|i| self.slab.remove(i).recv)
-            .collect();
+        let out = order.into_iter().map(|i| self.slab.remove(i).recv).collect();
         self.order = Ends::EMPTY;
         self.buckets = HashMap::default();
         self.masks.clear();
@@ -610,8 +578,7 @@ impl<U> UnexpQ<U> {
         self.slab.push_back(&mut self.open, idx, U_OPEN);
         self.slab.push_to(&mut self.by_tag, tag, idx, U_TAG);
         self.slab.push_to(&mut self.by_src, src, idx, U_SRC);
-        self.slab
-            .push_to(&mut self.by_src_tag, (src, tag), idx, U_SRC_TAG);
+        self.slab.push_to(&mut self.by_src_tag, (src, tag), idx, U_SRC_TAG);
         MsgKey { idx, gen }
     }
 
@@ -643,8 +610,7 @@ impl<U> UnexpQ<U> {
         self.slab.unlink(&mut self.open, idx, U_OPEN);
         self.slab.unlink_from(&mut self.by_tag, &tag, idx, U_TAG);
         self.slab.unlink_from(&mut self.by_src, &src, idx, U_SRC);
-        self.slab
-            .unlink_from(&mut self.by_src_tag, &(src, tag), idx, U_SRC_TAG);
+        self.slab.unlink_from(&mut self.by_src_tag, &(src, tag), idx, U_SRC_TAG);
     }
 
     fn claim(&mut self, idx: u32, claim: u64) {
@@ -668,10 +634,7 @@ impl<U> UnexpQ<U> {
 
     fn drain(&mut self) -> Vec<Arrived<U>> {
         let order: Vec<u32> = self.slab.walk(self.all.head, U_ALL).collect();
-        let out = order
-            .into_iter()
-            .map(|i| self.slab.remove(i).arrived)
-            .collect();
+        let out = order.into_iter().map(|i| self.slab.remove(i).arrived).collect();
         self.all = Ends::EMPTY;
         self.open = Ends::EMPTY;
         self.by_tag = HashMap::default();
@@ -1070,8 +1033,7 @@ mod tests {
         assert_eq!(t.peek(&any).map(|a| a.msg), Some(100));
         assert_eq!(t.peek(&any).map(|a| a.msg), Some(100)); // peek doesn't remove
         assert_eq!(
-            t.peek_claim(&MatchSpec::exact(5, Some(1)), 0xc0)
-                .map(|a| a.msg),
+            t.peek_claim(&MatchSpec::exact(5, Some(1)), 0xc0).map(|a| a.msg),
             Some(100)
         );
         assert_eq!(t.claimed_len(), 1);
@@ -1080,10 +1042,7 @@ mod tests {
         assert_eq!(t.peek(&MatchSpec::exact(5, None)).map(|a| a.msg), Some(101));
         assert_eq!(t.take_claimed(0xc1), None);
         // Peek + discard.
-        assert_eq!(
-            t.take_unexpected(&MatchSpec::exact(5, None)).map(|a| a.msg),
-            Some(101)
-        );
+        assert_eq!(t.take_unexpected(&MatchSpec::exact(5, None)).map(|a| a.msg), Some(101));
         // Claim + discard of a second claim.
         assert_eq!(t.peek_claim(&any, 0xc1).map(|a| a.msg), Some(102));
         assert_eq!(t.peek(&any), None);
@@ -1156,16 +1115,10 @@ mod tests {
         t.push_unexpected(5, 8, 11);
         t.peek_claim(&MatchSpec::exact(9, None), 1);
         t.push_unexpected(6, 9, 12);
-        assert_eq!(
-            t.iter_posted().map(|(_, _, r)| *r).collect::<Vec<_>>(),
-            vec![1, 2, 3]
-        );
+        assert_eq!(t.iter_posted().map(|(_, _, r)| *r).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(t.drain_posted(), vec![1, 2, 3]);
         assert_eq!(
-            t.drain_unexpected()
-                .into_iter()
-                .map(|a| a.msg)
-                .collect::<Vec<_>>(),
+            t.drain_unexpected().into_iter().map(|a| a.msg).collect::<Vec<_>>(),
             vec![10, 11, 12]
         );
         assert!(t.is_empty());
@@ -1267,20 +1220,12 @@ mod tests {
     fn random_spec(rng: &mut Rng) -> MatchSpec {
         const MASKS: [u64; 8] = [0, 0, 0, 0, 1, 0b110, !0, 0xffff_0000_0000_0000];
         let tag = rng.below(6) | if rng.below(4) == 0 { 1 << 60 } else { 0 };
-        let src = if rng.below(2) == 0 {
-            None
-        } else {
-            Some(rng.below(4))
-        };
+        let src = if rng.below(2) == 0 { None } else { Some(rng.below(4)) };
         MatchSpec::new(tag, rng.pick(&MASKS), src)
     }
 
     fn random_arrival(rng: &mut Rng) -> (SrcAddr, u64) {
-        let src = if rng.below(16) == 0 {
-            ADDR_UNSPEC
-        } else {
-            rng.below(4)
-        };
+        let src = if rng.below(16) == 0 { ADDR_UNSPEC } else { rng.below(4) };
         let tag = rng.below(6) | if rng.below(4) == 0 { 1 << 60 } else { 0 };
         (src, tag)
     }
@@ -1297,11 +1242,7 @@ mod tests {
             match rng.below(100) {
                 0..=29 => {
                     let spec = random_spec(&mut rng);
-                    let uses = if rng.below(5) == 0 {
-                        1 + rng.below(3) as u32
-                    } else {
-                        1
-                    };
+                    let uses = if rng.below(5) == 0 { 1 + rng.below(3) as u32 } else { 1 };
                     let got = t.post(spec, (id, uses));
                     match (m.take_open(&spec), got) {
                         (Some(msg), PostOutcome::Matched { recv, msg: got }) => {
@@ -1406,10 +1347,7 @@ mod tests {
             }
             assert_eq!(t.posted_len(), m.posted.len(), "step {step}");
             assert_eq!(t.unexpected_len(), m.unexp.len(), "step {step}");
-            assert_eq!(
-                t.claimed_len(),
-                m.unexp.iter().filter(|u| u.1.is_some()).count()
-            );
+            assert_eq!(t.claimed_len(), m.unexp.iter().filter(|u| u.1.is_some()).count());
             if step % 97 == 0 {
                 let got: Vec<_> = t
                     .iter_posted()
@@ -1417,22 +1355,12 @@ mod tests {
                     .collect();
                 let want: Vec<_> = m.posted.iter().map(|(s, r)| (*s, *r, Some(*r))).collect();
                 assert_eq!(got, want, "step {step}");
-                let got: Vec<_> = t
-                    .iter_unexpected()
-                    .map(|(_, a, c)| (a.clone(), c))
-                    .collect();
-                let want: Vec<_> = m
-                    .unexp
-                    .iter()
-                    .map(|(a, c)| (a.clone(), c.map(|c| c.0)))
-                    .collect();
+                let got: Vec<_> = t.iter_unexpected().map(|(_, a, c)| (a.clone(), c)).collect();
+                let want: Vec<_> = m.unexp.iter().map(|(a, c)| (a.clone(), c.map(|c| c.0))).collect();
                 assert_eq!(got, want, "step {step}");
             }
         }
-        assert!(
-            seen.iter().all(|&n| n >= 20),
-            "seed {seed}: outcomes {seen:?}"
-        );
+        assert!(seen.iter().all(|&n| n >= 20), "seed {seed}: outcomes {seen:?}");
     }
 
     #[test]

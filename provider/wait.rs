@@ -61,7 +61,10 @@ impl Default for Sources {
 
 impl Sources {
     pub fn new() -> Self {
-        Sources { list: Mutex::new(Arc::from(Vec::new())), gen: AtomicU64::new(0) }
+        Sources {
+            list: Mutex::new(Arc::from(Vec::new())),
+            gen: AtomicU64::new(0),
+        }
     }
     pub fn add(&self, p: Weak<dyn Progress>) {
         let mut l = lock(&self.list);
@@ -76,7 +79,11 @@ impl Sources {
     }
     pub fn remove(&self, p: &Weak<dyn Progress>) {
         let mut l = lock(&self.list);
-        let v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p)).cloned().collect();
+        let v: Vec<_> = l
+            .iter()
+            .filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p))
+            .cloned()
+            .collect();
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }
@@ -116,7 +123,10 @@ fn cvt(r: i32) -> Result<i32, i32> {
 }
 
 fn epoll_ctl(epfd: RawFd, op: i32, fd: RawFd) -> Result<(), i32> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
     // SAFETY: plain syscall; `ev` is valid for the duration of the call.
     cvt(unsafe { libc::epoll_ctl(epfd, op, fd, &mut ev) }).map(|_| ())
 }
@@ -272,10 +282,20 @@ impl WaitObj {
         let ns = deadline.map_or(0, |d| d.max(1));
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 },
+            it_value: libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as i64,
+                tv_nsec: (ns % 1_000_000_000) as i64,
+            },
         };
         // SAFETY: plain syscall on our own timerfd with a valid itimerspec.
-        unsafe { libc::timerfd_settime(self.tfd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+        unsafe {
+            libc::timerfd_settime(
+                self.tfd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
     }
 
     /// Sleeps until the epoll set or `wake` is readable, or `until`
@@ -289,11 +309,22 @@ impl WaitObj {
         };
         let ts = until.map(|u| {
             let d = u.saturating_sub(now_ns());
-            libc::timespec { tv_sec: (d / 1_000_000_000) as i64, tv_nsec: (d % 1_000_000_000) as i64 }
+            libc::timespec {
+                tv_sec: (d / 1_000_000_000) as i64,
+                tv_nsec: (d % 1_000_000_000) as i64,
+            }
         });
         let mut pfd = [
-            libc::pollfd { fd: self.epfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: wake.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: self.epfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: two valid pollfds (a negative fd is ignored), a valid or
@@ -406,7 +437,11 @@ pub(crate) unsafe fn control_wait(
                         return -FI_ETOOSMALL;
                     }
                     refresh(w);
-                    *p.fd = pollfd { fd: w.fd(), events: libc::POLLIN, revents: 0 };
+                    *p.fd = pollfd {
+                        fd: w.fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
                     0
                 }
                 _ => {
@@ -441,7 +476,11 @@ pub(crate) fn check_wait_attr(
             }
         }
         FI_WAIT_MUTEX_COND => {
-            crate::warn!(subsys, "{}: FI_WAIT_MUTEX_COND is not supported; use FI_WAIT_FD or FI_WAIT_UNSPEC", what);
+            crate::warn!(
+                subsys,
+                "{}: FI_WAIT_MUTEX_COND is not supported; use FI_WAIT_FD or FI_WAIT_UNSPEC",
+                what
+            );
             Err(-FI_ENOSYS)
         }
         w => {
@@ -567,7 +606,9 @@ impl WaitSet {
 
     fn collect(members: &[Arc<dyn Waitable>], gen0: u64, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
         // Any member's source change must change the combined generation.
-        members.iter().fold(gen0.wrapping_mul(0x9e37_79b9_7f4a_7c15), |g, m| g.rotate_left(7) ^ m.collect(fds, next))
+        members.iter().fold(gen0.wrapping_mul(0x9e37_79b9_7f4a_7c15), |g, m| {
+            g.rotate_left(7) ^ m.collect(fds, next)
+        })
     }
 
     /// fi_wait: 0 once a member has something, -FI_ETIMEDOUT otherwise.
@@ -592,7 +633,8 @@ impl WaitSet {
         let members = self.live();
         members.iter().for_each(|m| m.progress_sources());
         let gen0 = self.members_gen.load(SeqCst);
-        self.wobj.prepare_native_wait(|fds, next| Self::collect(&members, gen0, fds, next));
+        self.wobj
+            .prepare_native_wait(|fds, next| Self::collect(&members, gen0, fds, next));
         if members.iter().any(|m| m.has_event()) {
             -FI_EAGAIN
         } else {
@@ -608,7 +650,11 @@ impl WaitSet {
 /// # Safety
 /// `attr` must be NULL or point to a readable `fi_wait_attr`.
 pub unsafe fn open(attr: *mut fi_wait_attr, keepalive: Box<dyn Any + Send + Sync>) -> Result<*mut fid_wait, i32> {
-    let (wait_obj, flags) = if attr.is_null() { (FI_WAIT_UNSPEC, 0) } else { ((*attr).wait_obj, (*attr).flags) };
+    let (wait_obj, flags) = if attr.is_null() {
+        (FI_WAIT_UNSPEC, 0)
+    } else {
+        ((*attr).wait_obj, (*attr).flags)
+    };
     if flags != 0 {
         crate::warn!(FI_LOG_FABRIC, "fi_wait_open: flags {:#x} must be 0", flags);
         return Err(-FI_EINVAL);
@@ -620,7 +666,11 @@ pub unsafe fn open(attr: *mut fi_wait_attr, keepalive: Box<dyn Any + Send + Sync
             return Err(-FI_ENOSYS);
         }
         w => {
-            crate::warn!(FI_LOG_FABRIC, "fi_wait_open: wait_obj {} is not valid for a wait set", w);
+            crate::warn!(
+                FI_LOG_FABRIC,
+                "fi_wait_open: wait_obj {} is not valid for a wait set",
+                w
+            );
             return Err(-FI_EINVAL);
         }
     }
@@ -628,7 +678,10 @@ pub unsafe fn open(attr: *mut fi_wait_attr, keepalive: Box<dyn Any + Send + Sync
 }
 
 pub(crate) fn waitset_into_fid(ws: Arc<WaitSet>) -> *mut fid_wait {
-    let c = fid_wait { fid: fid_header(FI_CLASS_WAIT, std::ptr::null_mut(), WAIT_FI_OPS.ptr()), ops: WAIT_OPS.ptr() };
+    let c = fid_wait {
+        fid: fid_header(FI_CLASS_WAIT, std::ptr::null_mut(), WAIT_FI_OPS.ptr()),
+        ops: WAIT_OPS.ptr(),
+    };
     WaitSetObj::create(c, ws)
 }
 
@@ -641,7 +694,9 @@ pub unsafe fn waitset_from_fid(p: *const c_void) -> Option<Arc<WaitSet>> {
 }
 
 unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
+        return -FI_EINVAL;
+    };
     if ws.refs.busy() {
         crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
         return -FI_EBUSY;
@@ -651,7 +706,9 @@ unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
 }
 
 unsafe extern "C" fn wait_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
+        return -FI_EINVAL;
+    };
     // SAFETY: `arg` is the application's fi_control argument for `cmd`.
     control_wait(
         ws.wait_obj,
@@ -670,12 +727,17 @@ unsafe extern "C" fn wait_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i3
 }
 
 unsafe extern "C" fn wait_wait(w: *mut fid_wait, timeout: i32) -> i32 {
-    let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else { return -FI_EINVAL };
+    let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else {
+        return -FI_EINVAL;
+    };
     ws.wait(timeout)
 }
 
 static WAIT_FI_OPS: Table<fi_ops> = Table(base_ops(wait_close, None, Some(wait_control), None));
-static WAIT_OPS: Table<fi_ops_wait> = Table(fi_ops_wait { size: std::mem::size_of::<fi_ops_wait>(), wait: Some(wait_wait) });
+static WAIT_OPS: Table<fi_ops_wait> = Table(fi_ops_wait {
+    size: std::mem::size_of::<fi_ops_wait>(),
+    wait: Some(wait_wait),
+});
 
 // ---------------------------------------------------------------------------
 // fi_trywait
@@ -748,7 +810,10 @@ type PollObj = FidObj<fid_poll, PollSet>;
 
 impl PollSet {
     pub fn new(keepalive: Box<dyn Any + Send + Sync>) -> Arc<PollSet> {
-        Arc::new(PollSet { members: Mutex::new(Vec::new()), _keepalive: keepalive })
+        Arc::new(PollSet {
+            members: Mutex::new(Vec::new()),
+            _keepalive: keepalive,
+        })
     }
     pub fn add_cq(&self, cq: Arc<crate::cq::Cq>) -> i32 {
         let mut m = lock(&self.members);
@@ -827,7 +892,10 @@ pub unsafe fn poll_open(attr: *mut fi_poll_attr, keepalive: Box<dyn Any + Send +
 }
 
 pub(crate) fn pollset_into_fid(ps: Arc<PollSet>) -> *mut fid_poll {
-    let c = fid_poll { fid: fid_header(FI_CLASS_POLL, std::ptr::null_mut(), POLL_FI_OPS.ptr()), ops: POLL_OPS.ptr() };
+    let c = fid_poll {
+        fid: fid_header(FI_CLASS_POLL, std::ptr::null_mut(), POLL_FI_OPS.ptr()),
+        ops: POLL_OPS.ptr(),
+    };
     PollObj::create(c, ps)
 }
 
@@ -843,7 +911,9 @@ unsafe extern "C" fn poll_close(f: *mut fid) -> i32 {
 }
 
 unsafe extern "C" fn poll_poll(p: *mut fid_poll, ctx: *mut *mut c_void, count: i32) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+        return -FI_EINVAL;
+    };
     if count < 0 || (count > 0 && ctx.is_null()) {
         crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
         return -FI_EINVAL;
@@ -858,7 +928,9 @@ unsafe extern "C" fn poll_poll(p: *mut fid_poll, ctx: *mut *mut c_void, count: i
 }
 
 unsafe extern "C" fn poll_add(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+        return -FI_EINVAL;
+    };
     if flags != 0 {
         crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
         return -FI_EINVAL;
@@ -869,12 +941,17 @@ unsafe extern "C" fn poll_add(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 
     if let Some(c) = crate::cntr::from_fid(f as *const c_void) {
         return ps.add_cntr(c);
     }
-    crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: only gnix CQs and counters can join a poll set");
+    crate::warn!(
+        FI_LOG_DOMAIN,
+        "fi_poll_add: only gnix CQs and counters can join a poll set"
+    );
     -FI_EINVAL
 }
 
 unsafe extern "C" fn poll_del(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else { return -FI_EINVAL };
+    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+        return -FI_EINVAL;
+    };
     if flags != 0 {
         crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
         return -FI_EINVAL;
@@ -913,7 +990,12 @@ pub(crate) mod testutil {
     }
     impl FakeSrc {
         pub fn new(on_progress: impl Fn(&FakeSrc) + Send + Sync + 'static) -> Self {
-            FakeSrc { calls: AtomicUsize::new(0), deadline: Mutex::new(None), fds: Vec::new(), on_progress: Box::new(on_progress) }
+            FakeSrc {
+                calls: AtomicUsize::new(0),
+                deadline: Mutex::new(None),
+                fds: Vec::new(),
+                on_progress: Box::new(on_progress),
+            }
         }
     }
     impl Progress for FakeSrc {
@@ -961,7 +1043,11 @@ pub(crate) mod testutil {
         t(ru.ru_utime) + t(ru.ru_stime)
     }
     pub fn fd_readable(fd: RawFd) -> bool {
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd, zero timeout.
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
     }
@@ -976,7 +1062,10 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn set_member_cq(ws: &Arc<WaitSet>, ctx: usize) -> Arc<Cq> {
-        let cfg = CqConfig { wait_obj: FI_WAIT_SET, ..Default::default() };
+        let cfg = CqConfig {
+            wait_obj: FI_WAIT_SET,
+            ..Default::default()
+        };
         Cq::new(cfg, ctx as *mut c_void, Some(ws.clone()), None).unwrap()
     }
 
@@ -1000,7 +1089,11 @@ mod tests {
         assert_eq!(ws.wait(5000), 0);
         t.join().unwrap();
         assert!(b.has_entries() && !a.has_entries());
-        assert_eq!(b.sread(&mut [0u8; 8], 1, None, 1, 0), -FI_EINVAL as isize, "sread is invalid on set members");
+        assert_eq!(
+            b.sread(&mut [0u8; 8], 1, None, 1, 0),
+            -FI_EINVAL as isize,
+            "sread is invalid on set members"
+        );
         assert_eq!(b.read(&mut [0u8; 8], 1, None), 1);
         let c2 = c.clone();
         let t = std::thread::spawn(move || {
@@ -1015,7 +1108,10 @@ mod tests {
         // SAFETY: p is a live fid_wait.
         unsafe {
             let ctl = (*(*p).fid.ops).control.unwrap();
-            assert_eq!(ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void), 0);
+            assert_eq!(
+                ctl(p as *mut fid, FI_GETWAIT as i32, &mut fd as *mut i32 as *mut c_void),
+                0
+            );
             let mut fids = [p as *mut fid];
             assert_eq!(trywait(fids.as_mut_ptr(), 1), 0);
             assert!(!fd_readable(fd));
@@ -1046,7 +1142,11 @@ mod tests {
         cn.inc();
         assert_eq!(ps.poll(&mut out), 2);
         assert_eq!((out[0] as usize, out[1] as usize), (22, 33));
-        assert_eq!(ps.poll(&mut out), 1, "the counter was reported already; the CQ is still non-empty");
+        assert_eq!(
+            ps.poll(&mut out),
+            1,
+            "the counter was reported already; the CQ is still non-empty"
+        );
         assert_eq!(ps.poll(&mut out[..0]), 0);
         assert_eq!(ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq2))), 0);
         assert_eq!(ps.poll(&mut out), 0);
@@ -1081,8 +1181,14 @@ mod tests {
                 f: fid,
                 pad: [u64; 8],
             }
-            let mut f =
-                Fake { f: fid { fclass: FI_CLASS_CQ as usize, context: std::ptr::null_mut(), ops: std::ptr::null_mut() }, pad: [0; 8] };
+            let mut f = Fake {
+                f: fid {
+                    fclass: FI_CLASS_CQ as usize,
+                    context: std::ptr::null_mut(),
+                    ops: std::ptr::null_mut(),
+                },
+                pad: [0; 8],
+            };
             let mut fids = [&mut f.f as *mut fid];
             assert_eq!(trywait(fids.as_mut_ptr(), 1), -FI_EINVAL, "a CQ fid that is not ours");
         }

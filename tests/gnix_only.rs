@@ -94,7 +94,11 @@ fn fi_info_lists_gnix_parameters() {
         }
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    for var in ["FI_GNIX_PEER_TIMEOUT_MS", "FI_GNIX_RNDV_THRESHOLD", "FI_GNIX_MAX_RETRANS"] {
+    for var in [
+        "FI_GNIX_PEER_TIMEOUT_MS",
+        "FI_GNIX_RNDV_THRESHOLD",
+        "FI_GNIX_MAX_RETRANS",
+    ] {
         assert!(text.contains(var), "fi_info -e does not list {var}:\n{text}");
     }
 }

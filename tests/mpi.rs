@@ -39,9 +39,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn which(cmd: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
 }
 
 fn source_dir() -> PathBuf {
@@ -158,9 +156,7 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Outcome {
         if start.elapsed() > limit {
             timed_out = true;
             // the whole group: mpirun/mpiexec, its daemons and the ranks
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -189,9 +185,8 @@ fn check(outcome: Outcome, what: &str, expect: &str) {
         let from = lines.len().saturating_sub(60);
         lines[from..].join("\n")
     };
-    let ok = !outcome.timed_out
-        && outcome.status.map(|s| s.success()).unwrap_or(false)
-        && outcome.stdout.contains(expect);
+    let ok =
+        !outcome.timed_out && outcome.status.map(|s| s.success()).unwrap_or(false) && outcome.stdout.contains(expect);
     if !ok {
         panic!(
             "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",

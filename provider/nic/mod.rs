@@ -78,12 +78,19 @@ impl Nic {
         let mut t = self.thread.lock().unwrap();
         if t.is_none() {
             let shared = self.shared.clone();
-            *t = std::thread::Builder::new().name("gnix-progress".into()).spawn(move || run(shared)).ok();
+            *t = std::thread::Builder::new()
+                .name("gnix-progress".into())
+                .spawn(move || run(shared))
+                .ok();
         }
     }
 
     pub fn remove(&self, ep: &Weak<dyn AutoProgress>) {
-        self.shared.eps.lock().unwrap().retain(|e| !Weak::ptr_eq(e, ep) && e.strong_count() > 0);
+        self.shared
+            .eps
+            .lock()
+            .unwrap()
+            .retain(|e| !Weak::ptr_eq(e, ep) && e.strong_count() > 0);
         self.shared.generation.fetch_add(1, Ordering::Release);
         self.kick();
         drop(self.shared.pass.lock().unwrap());
@@ -114,7 +121,10 @@ impl Drop for Nic {
 }
 
 fn epoll_add(ep: RawFd, fd: RawFd) {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
     // SAFETY: valid epoll fd and event struct.
     unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
 }
@@ -146,7 +156,9 @@ fn run(shared: Arc<Shared>) {
             seen_gen = gen;
         }
         let now = now_ns();
-        let app_busy = eps.iter().any(|e| now.saturating_sub(e.last_app_activity()) < BUSY_WINDOW_NS);
+        let app_busy = eps
+            .iter()
+            .any(|e| now.saturating_sub(e.last_app_activity()) < BUSY_WINDOW_NS);
         let (set, timeout_ms) = if app_busy {
             (timer_set, (BUSY_WINDOW_NS / 1_000_000).max(1) as i32)
         } else {

@@ -20,7 +20,13 @@ pub struct UdpWire {
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, val: i32) -> bool {
     // SAFETY: passes a valid int of the size given.
     unsafe {
-        libc::setsockopt(fd, level, name, &val as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32) == 0
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &val as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as u32,
+        ) == 0
     }
 }
 
@@ -50,7 +56,10 @@ impl UdpWire {
         let fd = sock.as_raw_fd();
         let buf = sockbuf.min(i32::MAX as usize) as i32;
         // Root may exceed net.core.[rw]mem_max; others get what the sysctl allows.
-        for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
             if !setsockopt_int(fd, libc::SOL_SOCKET, force, buf) {
                 setsockopt_int(fd, libc::SOL_SOCKET, plain, buf);
             }
@@ -102,7 +111,10 @@ impl UdpWire {
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let n = batch.slots;
         for i in 0..n {
-            batch.iov[i] = libc::iovec { iov_base: batch.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: batch.bufs[i].len() };
+            batch.iov[i] = libc::iovec {
+                iov_base: batch.bufs[i].as_mut_ptr() as *mut libc::c_void,
+                iov_len: batch.bufs[i].len(),
+            };
             let h = &mut batch.hdrs[i].msg_hdr;
             h.msg_name = &mut batch.names[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
@@ -114,10 +126,22 @@ impl UdpWire {
         }
         // SAFETY: every header points at storage owned by `batch` (names,
         // iovecs, buffers) that outlives the call; vlen matches the arrays.
-        let r = unsafe { libc::recvmmsg(self.fd(), batch.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        let r = unsafe {
+            libc::recvmmsg(
+                self.fd(),
+                batch.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
         }
         batch.filled = r as usize;
         batch.one = None;
@@ -136,7 +160,9 @@ impl UdpWire {
                 let sin = unsafe { &mut *(&mut name as *mut libc::sockaddr_storage as *mut libc::sockaddr_in) };
                 sin.sin_family = libc::AF_INET as libc::sa_family_t;
                 sin.sin_port = a.port().to_be();
-                sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
+                sin.sin_addr = libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                };
                 std::mem::size_of::<libc::sockaddr_in>()
             }
             SocketAddr::V6(a) => {
@@ -145,14 +171,22 @@ impl UdpWire {
                 sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 sin6.sin6_port = a.port().to_be();
                 sin6.sin6_flowinfo = a.flowinfo();
-                sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+                sin6.sin6_addr = libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                };
                 sin6.sin6_scope_id = a.scope_id();
                 std::mem::size_of::<libc::sockaddr_in6>()
             }
         };
         let mut iov = [
-            libc::iovec { iov_base: hdr.as_ptr() as *mut libc::c_void, iov_len: hdr.len() },
-            libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() },
+            libc::iovec {
+                iov_base: hdr.as_ptr() as *mut libc::c_void,
+                iov_len: hdr.len(),
+            },
+            libc::iovec {
+                iov_base: payload.as_ptr() as *mut libc::c_void,
+                iov_len: payload.len(),
+            },
         ];
         // SAFETY: msghdr is plain data; zero is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -227,7 +261,10 @@ impl RecvBatch {
         let len = self.hdrs[i].msg_len as usize;
         // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[i].
         let from = unsafe {
-            crate::getinfo::sockaddr_to_std(&self.names[i] as *const libc::sockaddr_storage as *const u8, self.hdrs[i].msg_hdr.msg_namelen as usize)
+            crate::getinfo::sockaddr_to_std(
+                &self.names[i] as *const libc::sockaddr_storage as *const u8,
+                self.hdrs[i].msg_hdr.msg_namelen as usize,
+            )
         }?;
         Some((&self.bufs[i][..len.min(self.bufs[i].len())], from))
     }

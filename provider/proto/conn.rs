@@ -52,9 +52,7 @@ pub enum Handshake {
 /// Retransmission interval of CONN_REQ: the RTO is unknown before the first
 /// exchange, so back off from the configured initial value.
 pub fn req_interval(rto_init: u64, rto_max: u64, attempts: u32) -> u64 {
-    rto_init
-        .saturating_mul(1u64 << attempts.min(20))
-        .min(rto_max)
+    rto_init.saturating_mul(1u64 << attempts.min(20)).min(rto_max)
 }
 
 #[cfg(test)]

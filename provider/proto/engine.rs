@@ -15,8 +15,7 @@ use super::conn::{classify_req, req_interval, Handshake, ReqVerdict};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
-    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId,
-    SendMode, SendSource,
+    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -347,10 +346,7 @@ impl Vc {
     }
 
     fn next_deadline(&self, cfg: &EngineConfig) -> Option<u64> {
-        if let Handshake::Connecting {
-            since, next_req_at, ..
-        } = self.hs
-        {
+        if let Handshake::Connecting { since, next_req_at, .. } = self.hs {
             return Some(next_req_at.min(since.saturating_add(cfg.peer_timeout_ns)));
         }
         let mut t: Option<u64> = None;
@@ -370,10 +366,7 @@ impl Vc {
                     .saturating_add(cfg.peer_timeout_ns),
             );
         } else if self.awaiting_peer() && !self.keepalive_queued {
-            take(
-                self.last_heard
-                    .saturating_add(Self::keepalive_interval(cfg)),
-            );
+            take(self.last_heard.saturating_add(Self::keepalive_interval(cfg)));
         }
         t
     }
@@ -430,9 +423,7 @@ impl Vc {
                     }
                     if now.saturating_sub(s.sent_at) < rto {
                         oldest = oldest.min(s.sent_at);
-                    } else if marked == 0
-                        || (marked < RTO_BURST && marked_bytes < RTO_BURST_BYTES)
-                    {
+                    } else if marked == 0 || (marked < RTO_BURST && marked_bytes < RTO_BURST_BYTES) {
                         if s.xmits > cfg.max_retrans {
                             return Tick::Fail;
                         }
@@ -461,10 +452,7 @@ impl Vc {
         if self.unacked.is_empty()
             && self.awaiting_peer()
             && !self.keepalive_queued
-            && now
-                >= self
-                    .last_heard
-                    .saturating_add(Self::keepalive_interval(cfg))
+            && now >= self.last_heard.saturating_add(Self::keepalive_interval(cfg))
         {
             // A reliable no-op: a live peer acknowledges it; a dead one
             // leaves it unacknowledged and the peer timeout fires.
@@ -552,9 +540,7 @@ impl Vc {
             }
             return Some(self.write_seg(&mut sh.zc, peer_nonce, seq, &frame, buf));
         }
-        if self.unacked.len() < self.snd_window as usize
-            && self.bytes_in_flight < sh.cfg.window_bytes
-        {
+        if self.unacked.len() < self.snd_window as usize && self.bytes_in_flight < sh.cfg.window_bytes {
             if let Some(frame) = self.next_frame(sh) {
                 let seq = self.snd_nxt;
                 self.snd_nxt += 1;
@@ -664,26 +650,13 @@ impl Vc {
     /// frame whose source is gone (a rendezvous already completed by FIN,
     /// which proves the receiver holds its data) goes out as NOP so the
     /// sequence number is still filled.
-    fn write_seg(
-        &mut self,
-        zc: &mut Zc,
-        conn: u64,
-        seq: u64,
-        frame: &SegFrame,
-        buf: &mut [u8],
-    ) -> usize {
+    fn write_seg(&mut self, zc: &mut Zc, conn: u64, seq: u64, frame: &SegFrame, buf: &mut [u8]) -> usize {
         let (ack, sack) = self.ack_fields();
         self.clear_ack();
         let seq = seq as u32;
-        let nop =
-            |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
+        let nop = |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
         match *frame {
-            SegFrame::Msg {
-                id,
-                off,
-                len,
-                first,
-            } => {
+            SegFrame::Msg { id, off, len, first } => {
                 let Some(TxMsg {
                     hdr,
                     body: TxBody::Eager { payload, .. },
@@ -731,12 +704,7 @@ impl Vc {
                 };
                 wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
             }
-            SegFrame::RData {
-                key,
-                rid,
-                offset,
-                len,
-            } => {
+            SegFrame::RData { key, rid, offset, len } => {
                 let Some(TxMsg {
                     body: TxBody::Rndv { src, .. },
                     ..
@@ -744,14 +712,7 @@ impl Vc {
                 else {
                     return nop(buf);
                 };
-                let at = wire::encode_seg_head(
-                    buf,
-                    conn,
-                    ack,
-                    sack,
-                    seq,
-                    &FrameHead::RData { rid, offset },
-                );
+                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
                 let l = len as usize;
                 if zc.on && l > 0 {
                     zc.deferred = Some(Deferred {
@@ -764,27 +725,10 @@ impl Vc {
                 }
                 at + l
             }
-            SegFrame::Get {
-                key,
-                rid,
-                offset,
-                len,
-            } => wire::encode_seg_head(
-                buf,
-                conn,
-                ack,
-                sack,
-                seq,
-                &FrameHead::Get {
-                    key,
-                    rid,
-                    offset,
-                    len,
-                },
-            ),
-            SegFrame::Fin { key } => {
-                wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key })
+            SegFrame::Get { key, rid, offset, len } => {
+                wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Get { key, rid, offset, len })
             }
+            SegFrame::Fin { key } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key }),
             SegFrame::Nop => nop(buf),
         }
     }
@@ -792,9 +736,7 @@ impl Vc {
     fn seg_delivered(&mut self, sh: &mut Shared, frame: SegFrame) {
         if let SegFrame::Msg { id, .. } = frame {
             if let Some(TxMsg {
-                body: TxBody::Eager {
-                    unacked, segmented, ..
-                },
+                body: TxBody::Eager { unacked, segmented, .. },
                 ..
             }) = self.tx.get_mut(&id)
             {
@@ -828,10 +770,7 @@ impl Vc {
         };
         if d > 0 {
             for _ in 0..d {
-                let s = self
-                    .unacked
-                    .pop_front()
-                    .expect("acked segment is in flight");
+                let s = self.unacked.pop_front().expect("acked segment is in flight");
                 if !s.sacked {
                     self.bytes_in_flight -= s.bytes as usize;
                     note(&s);
@@ -898,15 +837,7 @@ impl Vc {
     }
 
     /// A segment with a valid connection id arrived.
-    fn on_seg(
-        &mut self,
-        sh: &mut Shared,
-        seq: u32,
-        frame: Frame<'_>,
-        kind: u8,
-        body: &[u8],
-        now: u64,
-    ) {
+    fn on_seg(&mut self, sh: &mut Shared, seq: u32, frame: Frame<'_>, kind: u8, body: &[u8], now: u64) {
         let d = seq_delta(seq, self.rcv_nxt);
         let window = self.rcv_window as i64;
         if d < 0 {
@@ -928,12 +859,7 @@ impl Vc {
         if d > 0 {
             if self.ooo.contains_key(&abs) {
                 sh.stats.dup_segments += 1;
-            } else if let Frame::RData {
-                rid,
-                offset,
-                payload,
-            } = frame
-            {
+            } else if let Frame::RData { rid, offset, payload } = frame {
                 sh.stats.ooo_segments += 1;
                 self.on_rdata(sh, rid, offset, payload);
                 self.ooo.insert(abs, Ooo::Consumed);
@@ -979,10 +905,7 @@ impl Vc {
             self.segs_since_ack += 1;
         }
         self.ack_pending = true;
-        if filled_hole
-            || self.segs_since_ack >= ACK_EVERY_SEGS
-            || self.bytes_since_ack >= sh.cfg.window_bytes / 4
-        {
+        if filled_hole || self.segs_since_ack >= ACK_EVERY_SEGS || self.bytes_since_ack >= sh.cfg.window_bytes / 4 {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + sh.cfg.ack_delay_ns);
@@ -1024,10 +947,7 @@ impl Vc {
                 }
             }
             Frame::MsgCont { offset, payload } => match &mut self.reasm {
-                Some(r)
-                    if offset == r.buf.len() as u64
-                        && offset + payload.len() as u64 <= r.hdr.len =>
-                {
+                Some(r) if offset == r.buf.len() as u64 && offset + payload.len() as u64 <= r.hdr.len => {
                     r.buf.extend_from_slice(payload);
                     if r.buf.len() as u64 == r.hdr.len {
                         let r = self.reasm.take().expect("reassembly in progress");
@@ -1070,12 +990,7 @@ impl Vc {
                     body: MsgBody::Rndv(rid),
                 });
             }
-            Frame::Get {
-                key,
-                rid,
-                offset,
-                len,
-            } => match self.tx.get(&key) {
+            Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
                 Some(TxMsg {
                     body: TxBody::Rndv { len: total, .. },
                     ..
@@ -1089,11 +1004,7 @@ impl Vc {
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
-            Frame::RData {
-                rid,
-                offset,
-                payload,
-            } => self.on_rdata(sh, rid, offset, payload),
+            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
             Frame::Fin { key } => match self.tx.get(&key) {
                 Some(TxMsg {
                     body: TxBody::Rndv { .. },
@@ -1153,13 +1064,7 @@ fn ooo_budget(cfg: &EngineConfig) -> usize {
 }
 
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
-fn pump_gets(
-    ctrl: &mut VecDeque<SegFrame>,
-    cfg: &EngineConfig,
-    rid: RndvId,
-    key: MsgId,
-    acc: &mut Accepted,
-) {
+fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
     let chunk = cfg.rndv_get_chunk.max(1);
     let window = cfg.rndv_pull_window.max(chunk);
     while acc.requested < acc.want && acc.requested - acc.received < window {
@@ -1265,10 +1170,7 @@ impl Engine {
             );
         }
         for (rid, r) in &self.sh.rx {
-            let acc = r
-                .accepted
-                .as_ref()
-                .map(|a| (a.want, a.requested, a.received));
+            let acc = r.accepted.as_ref().map(|a| (a.want, a.requested, a.received));
             out += &format!(
                 "rx {rid} from {} key={} total={} accepted={:?}\n",
                 r.peer, r.key, r.total, acc
@@ -1330,15 +1232,9 @@ impl Engine {
                 unacked: 0,
             }
         } else {
-            TxBody::Rndv {
-                src,
-                len: len as u64,
-            }
+            TxBody::Rndv { src, len: len as u64 }
         };
-        let hdr = MsgHdr {
-            len: len as u64,
-            ..hdr
-        };
+        let hdr = MsgHdr { len: len as u64, ..hdr };
         let vc = self.vc_for_send(peer, now);
         vc.tx.insert(id, TxMsg { hdr, body });
         vc.msgs.push_back(id);
@@ -1373,11 +1269,7 @@ impl Engine {
             let key = rx.key;
             sh.rx.remove(&rid);
             vc.ctrl.push_back(SegFrame::Fin { key });
-            sh.events.push_back(Event::RecvDone {
-                rid,
-                sink,
-                written: 0,
-            });
+            sh.events.push_back(Event::RecvDone { rid, sink, written: 0 });
         } else {
             let key = rx.key;
             let acc = rx.accepted.insert(Accepted {
@@ -1425,9 +1317,7 @@ impl Engine {
             }
         };
         match pkt {
-            Packet::ConnReq { nonce, isn, window } => {
-                self.on_conn_req(from, nonce, isn, window, now)
-            }
+            Packet::ConnReq { nonce, isn, window } => self.on_conn_req(from, nonce, isn, window, now),
             Packet::ConnResp {
                 nonce,
                 echo,
@@ -1507,10 +1397,7 @@ impl Engine {
             self.fail_vc(from, EngineError::PeerRestarted, true);
         }
         let sh = &mut self.sh;
-        let vc = self
-            .vcs
-            .entry(from)
-            .or_insert_with(|| Vc::new(sh, from, now));
+        let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
         match verdict {
             ReqVerdict::Duplicate => vc.last_heard = now,
             _ => vc.establish(&sh.cfg, nonce, isn, window, now),
@@ -1579,10 +1466,7 @@ impl Engine {
 
     /// O(number of VCs).
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.vcs
-            .values()
-            .filter_map(|v| v.next_deadline(&self.sh.cfg))
-            .min()
+        self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
@@ -1601,9 +1485,7 @@ impl Engine {
     }
 
     pub fn has_pending_work(&self) -> bool {
-        !self.ready.is_empty()
-            || !self.sh.events.is_empty()
-            || self.vcs.values().any(Vc::has_pending_work)
+        !self.ready.is_empty() || !self.sh.events.is_empty() || self.vcs.values().any(Vc::has_pending_work)
     }
 
     /// Before closing: acknowledge everything received at once, so no peer
@@ -1641,12 +1523,7 @@ impl Engine {
         for id in ids {
             sh.events.push_back(Event::SendFailed { id, err });
         }
-        let mut rids: Vec<RndvId> = sh
-            .rx
-            .iter()
-            .filter(|(_, r)| r.peer == peer)
-            .map(|(&k, _)| k)
-            .collect();
+        let mut rids: Vec<RndvId> = sh.rx.iter().filter(|(_, r)| r.peer == peer).map(|(&k, _)| k).collect();
         rids.sort_unstable();
         for rid in rids {
             let rx = sh.rx.remove(&rid).expect("rid just listed");

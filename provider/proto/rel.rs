@@ -50,8 +50,7 @@ impl Rtt {
         }
         // The 1 µs granularity term keeps a perfectly steady link from
         // collapsing the variance term to zero.
-        self.base_rto =
-            (self.srtt + (4 * self.rttvar).max(1_000)).clamp(cfg.rto_min_ns, cfg.rto_max_ns);
+        self.base_rto = (self.srtt + (4 * self.rttvar).max(1_000)).clamp(cfg.rto_min_ns, cfg.rto_max_ns);
     }
 
     pub fn rto(&self, cfg: &EngineConfig) -> u64 {

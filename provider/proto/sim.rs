@@ -115,11 +115,7 @@ impl Sim {
     pub fn new(n: usize, cfg: EngineConfig, link: Link, seed: u64) -> Sim {
         let nodes = (0..n)
             .map(|i| Node {
-                engine: Engine::new(
-                    cfg.clone(),
-                    addr(i),
-                    seed.wrapping_mul(31).wrapping_add(i as u64),
-                ),
+                engine: Engine::new(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)),
                 addr: addr(i),
                 down: false,
             })
@@ -168,11 +164,7 @@ impl Sim {
         if self.rng.chance(self.link.loss_pct) {
             return;
         }
-        let copies = if self.rng.chance(self.link.dup_pct) {
-            2
-        } else {
-            1
-        };
+        let copies = if self.rng.chance(self.link.dup_pct) { 2 } else { 1 };
         // Serialisation delay models a finite link so bulk tests see queues.
         let start = self.wire_free_at[src].max(self.now);
         let ser = self.link.ns_per_kib * n as u64 / 1024;
@@ -186,13 +178,8 @@ impl Sim {
             let at = start + ser + self.link.latency_ns + jitter;
             self.counter += 1;
             let from = self.nodes[src].addr;
-            self.queue.push(Reverse((
-                at,
-                self.counter,
-                dst,
-                from,
-                self.buf[..n].to_vec(),
-            )));
+            self.queue
+                .push(Reverse((at, self.counter, dst, from, self.buf[..n].to_vec())));
         }
     }
 
@@ -202,10 +189,7 @@ impl Sim {
             let mut guard = 0u32;
             // The vectored path, as the endpoint uses it; the payload is
             // gathered behind the header the way the socket would.
-            while let Some(t) = self.nodes[i]
-                .engine
-                .poll_transmit_vectored(self.now, &mut self.buf)
-            {
+            while let Some(t) = self.nodes[i].engine.poll_transmit_vectored(self.now, &mut self.buf) {
                 let (to, n, h) = (t.to, t.len, t.hdr_len);
                 if let Some((src, off)) = t.payload {
                     match src.contiguous(off, n - h) {
@@ -225,11 +209,7 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.flush();
         let arrival = self.queue.peek().map(|Reverse(e)| e.0);
-        let timer = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.engine.poll_timeout())
-            .min();
+        let timer = self.nodes.iter().filter_map(|n| n.engine.poll_timeout()).min();
         let next = match (arrival, timer) {
             (None, None) => return false,
             (Some(a), None) => a,
@@ -331,12 +311,7 @@ impl RecvSink for PatternSink {
     fn write_at(&mut self, offset: usize, src: &[u8]) {
         assert!(offset + src.len() <= self.cap, "write beyond sink capacity");
         for (i, &b) in src.iter().enumerate() {
-            assert_eq!(
-                b,
-                pattern_byte(offset + i, self.salt),
-                "corrupt byte at {}",
-                offset + i
-            );
+            assert_eq!(b, pattern_byte(offset + i, self.salt), "corrupt byte at {}", offset + i);
         }
         self.written += src.len();
     }

@@ -186,13 +186,7 @@ fn ping_pong_piggybacks_acks() {
 
 /// Runs one rendezvous transfer of `len` bytes from node 0 to node 1 with a
 /// sink of capacity `cap`, returning (written, sender stats).
-fn rndv_transfer(
-    len: usize,
-    cap: usize,
-    link: Link,
-    max_dg: usize,
-    seed: u64,
-) -> (usize, EngineStats) {
+fn rndv_transfer(len: usize, cap: usize, link: Link, max_dg: usize, seed: u64) -> (usize, EngineStats) {
     let cfg = EngineConfig {
         max_datagram: max_dg,
         ..test_config()
@@ -300,23 +294,14 @@ fn forced_rendezvous_and_discard() {
     let mut sim = Sim::new(2, test_config(), Link::lossy(5.0), 21);
     let a = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(1),
-            Box::new(vec![5u8; 100]),
-            SendMode::Rendezvous,
-            0,
-        )
+        .send(addr(1), hdr(1), Box::new(vec![5u8; 100]), SendMode::Rendezvous, 0)
         .unwrap();
     let b = sim
         .eng(0)
         .send(
             addr(1),
             hdr(2),
-            Box::new(PatternSource {
-                len: 1 << 20,
-                salt: 1,
-            }),
+            Box::new(PatternSource { len: 1 << 20, salt: 1 }),
             SendMode::Eager,
             0,
         )
@@ -349,10 +334,7 @@ fn forced_rendezvous_and_discard() {
     let mut done = log[0].send_done.clone();
     done.sort_unstable();
     assert_eq!(done, vec![a, b, c]);
-    assert_eq!(
-        log[1].rndv.iter().map(|r| r.1.tag).collect::<Vec<_>>(),
-        vec![1, 2]
-    );
+    assert_eq!(log[1].rndv.iter().map(|r| r.1.tag).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(log[1].msgs.len(), 1);
     assert_eq!(log[1].recv_done.len(), 1);
     // The discarded MiB never crossed the wire.
@@ -384,22 +366,10 @@ fn simultaneous_connect() {
         let mut sim = Sim::new(2, test_config(), link, seed);
         for k in 0..5 {
             sim.eng(0)
-                .send(
-                    addr(1),
-                    hdr(k),
-                    Box::new(vec![k as u8; 3000]),
-                    SendMode::Eager,
-                    0,
-                )
+                .send(addr(1), hdr(k), Box::new(vec![k as u8; 3000]), SendMode::Eager, 0)
                 .unwrap();
             sim.eng(1)
-                .send(
-                    addr(0),
-                    hdr(k),
-                    Box::new(vec![k as u8; 10]),
-                    SendMode::Eager,
-                    0,
-                )
+                .send(addr(0), hdr(k), Box::new(vec![k as u8; 10]), SendMode::Eager, 0)
                 .unwrap();
         }
         let mut log = logs(2);
@@ -413,9 +383,7 @@ fn simultaneous_connect() {
             assert_eq!(l.send_done.len(), 5);
             assert!(l.peer_failed.is_empty());
         }
-        assert!(
-            sim.nodes[0].engine.is_connected(addr(1)) && sim.nodes[1].engine.is_connected(addr(0))
-        );
+        assert!(sim.nodes[0].engine.is_connected(addr(1)) && sim.nodes[1].engine.is_connected(addr(0)));
         assert_eq!(sim.nodes[0].engine.stats().peers_restarted, 0);
     }
 }
@@ -432,13 +400,7 @@ fn peer_death_fails_everything() {
     for k in 0..20 {
         ids.push(
             sim.eng(0)
-                .send(
-                    addr(1),
-                    hdr(k),
-                    Box::new(vec![1u8; 5000]),
-                    SendMode::Eager,
-                    0,
-                )
+                .send(addr(1), hdr(k), Box::new(vec![1u8; 5000]), SendMode::Eager, 0)
                 .unwrap(),
         );
     }
@@ -448,10 +410,7 @@ fn peer_death_fails_everything() {
             .send(
                 addr(1),
                 hdr(100),
-                Box::new(PatternSource {
-                    len: 50 << 20,
-                    salt: 3,
-                }),
+                Box::new(PatternSource { len: 50 << 20, salt: 3 }),
                 SendMode::Eager,
                 0,
             )
@@ -462,10 +421,7 @@ fn peer_death_fails_everything() {
             .send(
                 addr(1),
                 hdr(101),
-                Box::new(PatternSource {
-                    len: 1 << 20,
-                    salt: 3,
-                }),
+                Box::new(PatternSource { len: 1 << 20, salt: 3 }),
                 SendMode::Eager,
                 0,
             )
@@ -513,13 +469,7 @@ fn peer_death_fails_everything() {
     // Later sends also fail (they queue on the dying VC).
     let ids_more = vec![sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(200),
-            Box::new(vec![0u8; 8]),
-            SendMode::Eager,
-            t0,
-        )
+        .send(addr(1), hdr(200), Box::new(vec![0u8; 8]), SendMode::Eager, t0)
         .unwrap()];
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     let bound = cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 10_000_000;
@@ -534,10 +484,7 @@ fn peer_death_fails_everything() {
     ids.extend(ids_more);
     assert_eq!(all, ids);
     assert!(failed.contains(&ids[20]) && failed.contains(&ids[21]) && failed.contains(&ids[22]));
-    assert!(log[0]
-        .send_failed
-        .iter()
-        .all(|f| f.1 == EngineError::PeerUnreachable));
+    assert!(log[0].send_failed.iter().all(|f| f.1 == EngineError::PeerUnreachable));
     assert_eq!(log[1].recv_failed.len(), 1);
     for n in &sim.nodes {
         assert!(!n.engine.has_pending_work());
@@ -548,13 +495,7 @@ fn peer_death_fails_everything() {
     let now = sim.now;
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(300),
-            Box::new(vec![9u8; 9]),
-            SendMode::Eager,
-            now,
-        )
+        .send(addr(1), hdr(300), Box::new(vec![9u8; 9]), SendMode::Eager, now)
         .unwrap();
     let mut log = logs(2);
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
@@ -595,13 +536,7 @@ fn peer_restart_at_same_address() {
     let now = sim.now;
     let pending = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(2),
-            Box::new(vec![0u8; 1 << 20]),
-            SendMode::Rendezvous,
-            now,
-        )
+        .send(addr(1), hdr(2), Box::new(vec![0u8; 1 << 20]), SendMode::Rendezvous, now)
         .unwrap();
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
     assert_eq!(log[1].rndv.len(), 1);
@@ -613,20 +548,11 @@ fn peer_restart_at_same_address() {
     sim.inject(addr(1), 0, stale, 0);
     let now = sim.now;
     sim.eng(1)
-        .send(
-            addr(0),
-            hdr(3),
-            Box::new(vec![3u8; 10]),
-            SendMode::Eager,
-            now,
-        )
+        .send(addr(0), hdr(3), Box::new(vec![3u8; 10]), SendMode::Eager, now)
         .unwrap();
     let mut log = logs(2);
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
-    assert_eq!(
-        log[0].send_failed,
-        vec![(pending, EngineError::PeerRestarted)]
-    );
+    assert_eq!(log[0].send_failed, vec![(pending, EngineError::PeerRestarted)]);
     assert_eq!(log[0].peer_failed, vec![addr(1)]);
     assert_eq!(log[0].msgs.len(), 1);
     assert_eq!(log[0].msgs[0].1.tag, 3);
@@ -636,13 +562,7 @@ fn peer_restart_at_same_address() {
     let now = sim.now;
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(4),
-            Box::new(vec![4u8; 10]),
-            SendMode::Eager,
-            now,
-        )
+        .send(addr(1), hdr(4), Box::new(vec![4u8; 10]), SendMode::Eager, now)
         .unwrap();
     let mut log = logs(2);
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
@@ -669,13 +589,7 @@ fn restarted_receiver_drops_old_incarnation_data() {
     let now = sim.now;
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(2),
-            Box::new(vec![2u8; 10]),
-            SendMode::Eager,
-            now,
-        )
+        .send(addr(1), hdr(2), Box::new(vec![2u8; 10]), SendMode::Eager, now)
         .unwrap();
     let mut log = logs(2);
     sim.run(1_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
@@ -697,10 +611,7 @@ fn send_to_self() {
         .send(
             me,
             hdr(2),
-            Box::new(PatternSource {
-                len: 300_000,
-                salt: 2,
-            }),
+            Box::new(PatternSource { len: 300_000, salt: 2 }),
             SendMode::Eager,
             0,
         )
@@ -741,19 +652,11 @@ fn forget_peer_fails_ops_without_peer_failed() {
     let mut sim = Sim::new(2, test_config(), Link::clean(), 61);
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(1),
-            Box::new(vec![1u8; 10]),
-            SendMode::Rendezvous,
-            0,
-        )
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Rendezvous, 0)
         .unwrap();
     sim.eng(0).forget_peer(addr(1));
     let ev: Vec<_> = std::iter::from_fn(|| sim.eng(0).poll_event()).collect();
-    assert!(
-        matches!(ev.as_slice(), [Event::SendFailed { id: x, err: EngineError::PeerForgotten }] if *x == id)
-    );
+    assert!(matches!(ev.as_slice(), [Event::SendFailed { id: x, err: EngineError::PeerForgotten }] if *x == id));
     assert!(!sim.nodes[0].engine.has_pending_work());
     assert_eq!(
         sim.eng(0).send(
@@ -811,13 +714,7 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
         for k in 0..count {
             let len = rng.below(9000) as usize;
             sim.eng(0)
-                .send(
-                    addr(1),
-                    hdr(k),
-                    Box::new(payload(seed, k, len)),
-                    SendMode::Eager,
-                    0,
-                )
+                .send(addr(1), hdr(k), Box::new(payload(seed, k, len)), SendMode::Eager, 0)
                 .unwrap();
         }
         let big = sim
@@ -825,10 +722,7 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
             .send(
                 addr(1),
                 hdr(1000),
-                Box::new(PatternSource {
-                    len: 2 << 20,
-                    salt: 9,
-                }),
+                Box::new(PatternSource { len: 2 << 20, salt: 9 }),
                 SendMode::Eager,
                 0,
             )
@@ -944,14 +838,7 @@ fn hostile(
         4..=6 => {
             let mut d = recorded(rng).unwrap_or_default();
             mutate(rng, &mut d);
-            (
-                if rng.below(2) == 0 {
-                    stranger
-                } else {
-                    addr(to)
-                },
-                d,
-            )
+            (if rng.below(2) == 0 { stranger } else { addr(to) }, d)
         }
         7 | 8 => {
             let mut d = recorded(rng).unwrap_or_default();
@@ -1029,12 +916,7 @@ fn many_peers_round_robin() {
     for (d, l) in log.iter().enumerate() {
         assert_eq!(l.msgs.len(), 20 * (n - 1));
         for s in 0..n {
-            let tags: Vec<u64> = l
-                .msgs
-                .iter()
-                .filter(|m| m.0 == addr(s))
-                .map(|m| m.1.tag)
-                .collect();
+            let tags: Vec<u64> = l.msgs.iter().filter(|m| m.0 == addr(s)).map(|m| m.1.tag).collect();
             if s != d {
                 assert_eq!(tags, (0..20).collect::<Vec<_>>());
             }
@@ -1123,13 +1005,7 @@ fn keepalive_tells_a_quiet_peer_from_a_dead_one() {
     // yet the send is outstanding.
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(1),
-            Box::new(vec![1u8; 100]),
-            SendMode::Rendezvous,
-            0,
-        )
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 100]), SendMode::Rendezvous, 0)
         .unwrap();
     let mut log = logs(2);
     sim.run_for(5 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
@@ -1141,11 +1017,7 @@ fn keepalive_tells_a_quiet_peer_from_a_dead_one() {
     assert!(sim.nodes[0].engine.stats().keepalives_sent >= 10);
     sim.nodes[1].down = true;
     let t0 = sim.now;
-    sim.run(
-        10 * cfg.peer_timeout_ns,
-        |_, i, ev| log[i].record(ev),
-        |_| false,
-    );
+    sim.run(10 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[0].send_failed, vec![(id, EngineError::PeerUnreachable)]);
     assert_eq!(log[0].peer_failed, vec![addr(1)]);
     assert!(sim.now - t0 <= cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 1_000_000);
@@ -1187,8 +1059,7 @@ fn cancel_mid_pull() {
         10_000_000_000,
         |sim, i, ev| {
             if let Event::Msg {
-                body: MsgBody::Rndv(r),
-                ..
+                body: MsgBody::Rndv(r), ..
             } = &ev
             {
                 let now = sim.now;
@@ -1281,13 +1152,7 @@ fn rendezvous_beyond_4gib() {
     let mut sim = Sim::new(2, cfg, link, 19);
     let id = sim
         .eng(0)
-        .send(
-            addr(1),
-            hdr(1),
-            Box::new(OffsetSource(len)),
-            SendMode::Rendezvous,
-            0,
-        )
+        .send(addr(1), hdr(1), Box::new(OffsetSource(len)), SendMode::Rendezvous, 0)
         .unwrap();
     let mut log = logs(2);
     sim.run(
@@ -1301,14 +1166,7 @@ fn rendezvous_beyond_4gib() {
             {
                 assert_eq!(h.len as usize, len);
                 let now = sim.now;
-                sim.eng(i).accept(
-                    *r,
-                    Box::new(OffsetSink {
-                        cap: len,
-                        blocks: 0,
-                    }),
-                    now,
-                );
+                sim.eng(i).accept(*r, Box::new(OffsetSink { cap: len, blocks: 0 }), now);
             }
             log[i].record(ev);
         },

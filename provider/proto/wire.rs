@@ -215,12 +215,7 @@ impl FrameHead {
                 put_u64(b, 24, total);
                 put_u64(b, 32, key);
             }
-            FrameHead::Get {
-                key,
-                rid,
-                offset,
-                len,
-            } => {
+            FrameHead::Get { key, rid, offset, len } => {
                 put_u64(b, 0, key);
                 put_u64(b, 8, rid);
                 put_u64(b, 16, offset);
@@ -287,14 +282,7 @@ pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
 
 /// Writes segment header and frame body; returns where the payload starts.
 /// The caller copies the payload there and sends `start + payload len` bytes.
-pub fn encode_seg_head(
-    b: &mut [u8],
-    conn: u64,
-    ack: u32,
-    sack: u64,
-    seq: u32,
-    head: &FrameHead,
-) -> usize {
+pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
     put_preamble(b, head.kind());
     put_u64(b, 4, conn);
     put_u32(b, 12, ack);
@@ -564,10 +552,7 @@ mod tests {
                 },
             ),
             (
-                FrameHead::RData {
-                    rid: 2,
-                    offset: big,
-                },
+                FrameHead::RData { rid: 2, offset: big },
                 b"xyz",
                 Frame::RData {
                     rid: 2,

@@ -91,7 +91,11 @@ pub fn provider_dir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create fi-provider dir");
     let link = dir.join("libgnix-fi.so");
     // Race-free between parallel tests/binaries: make a temp link, rename over.
-    let tmp = dir.join(format!(".libgnix-fi.so.{}.{:?}", std::process::id(), thread::current().id()));
+    let tmp = dir.join(format!(
+        ".libgnix-fi.so.{}.{:?}",
+        std::process::id(),
+        thread::current().id()
+    ));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&lib, &tmp).expect("symlink provider");
     std::fs::rename(&tmp, &link).expect("rename provider symlink");
@@ -115,7 +119,10 @@ pub fn provider_env() -> Vec<(String, String)> {
 }
 
 fn timeout_scale() -> f64 {
-    std::env::var("GNIX_TEST_TIMEOUT_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0)
+    std::env::var("GNIX_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0)
 }
 
 static CLIENTS: OnceLock<PathBuf> = OnceLock::new();
@@ -319,10 +326,10 @@ fn start_stray(target: SocketAddrV4) -> Stray {
             let kind = next() % 6;
             let len = match kind {
                 0 => 0,
-                1 => 1 + (next() % 8) as usize,           // truncated header
-                2 => 9 + (next() % 64) as usize,          // short
-                3 => 1200 + (next() % 300) as usize,      // MTU-ish
-                4 => 1 + (next() % 65000) as usize,       // anything
+                1 => 1 + (next() % 8) as usize,      // truncated header
+                2 => 9 + (next() % 64) as usize,     // short
+                3 => 1200 + (next() % 300) as usize, // MTU-ish
+                4 => 1 + (next() % 65000) as usize,  // anything
                 _ => 16 + (next() % 2000) as usize,
             };
             for x in buf[..len].iter_mut() {
@@ -343,7 +350,10 @@ fn start_stray(target: SocketAddrV4) -> Stray {
         }
         sent
     });
-    Stray { stop, handle: Some(handle) }
+    Stray {
+        stop,
+        handle: Some(handle),
+    }
 }
 
 fn run_inner(sc: &Scenario, label: &str) -> Outcome {
@@ -397,7 +407,14 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                 }
             }
         });
-        procs.push(Proc { child, stdin, stderr, eof: false, killed: false, status: None });
+        procs.push(Proc {
+            child,
+            stdin,
+            stderr,
+            eof: false,
+            killed: false,
+            status: None,
+        });
     }
     drop(tx);
 
@@ -455,8 +472,8 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                             }
                             out.addrs = all.clone();
                             if sc.stray_datagrams {
-                                let t = sockaddr_in_from_hex(&all[0])
-                                    .expect("stray datagrams need a sockaddr_in address");
+                                let t =
+                                    sockaddr_in_from_hex(&all[0]).expect("stray datagrams need a sockaddr_in address");
                                 eprintln!("[{label}] sending stray datagrams to {t}");
                                 stray = Some(start_stray(t));
                             }
