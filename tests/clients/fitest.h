@@ -307,6 +307,16 @@ struct comp {
 	size_t err_data_size;
 };
 
+/* Which of the contexts x[0..n) a completion belongs to; fails unless it is
+ * one of them and the first completion for it (seen[] records that). */
+static inline int ctx_index_once(const struct comp *e, struct fi_context2 *x, int n, int *seen)
+{
+	int i = (int)((struct fi_context2 *)e->ctx - x);
+	EXPECT(i >= 0 && i < n && !seen[i], "bad or repeated op_context %p (index %d of %d)", e->ctx, i, n);
+	seen[i] = 1;
+	return i;
+}
+
 struct cqw {
 	struct fid_cq *cq;
 	enum fi_cq_format fmt;

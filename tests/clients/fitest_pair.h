@@ -65,9 +65,7 @@ static void scn_msg_ops(void)
 		int seen[N] = { 0 };
 		for (int k = 0; k < N; k++) {
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && !seen[i], "bad op_context %p", e.ctx);
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
 			EXPECT(e.len == lens[i], "recv %d: len %zu want %zu", i, e.len, lens[i]);
 			check_flags(&e, FI_RECV | FI_MSG, "recv");
 			EXPECT(!(e.flags & FI_TAGGED), "untagged recv %d flagged FI_TAGGED", i);
@@ -101,9 +99,8 @@ static void scn_msg_ops(void)
 		int seen[N] = { 0 };
 		for (int k = 0; k < 4; k++) {
 			struct comp e = cqw_ok(&c.tx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && i != 3 && i != 5 && !seen[i], "bad tx op_context %p", e.ctx);
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
+			EXPECT(i != 3 && i != 5, "inject %d produced a completion", i);
 			check_flags(&e, FI_SEND | FI_MSG, "send");
 		}
 		cqw_none(&c.tx, 30); /* inject never completes */
@@ -150,9 +147,7 @@ static void scn_tagged_ops(void)
 		int seen[N] = { 0 };
 		for (int k = 0; k < N; k++) {
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && !seen[i], "bad op_context %p", e.ctx);
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
 			EXPECT(e.len == lens[i], "trecv %d: len %zu want %zu", i, e.len, lens[i]);
 			EXPECT(e.tag == stag[i], "trecv %d: tag 0x%" PRIx64 " want 0x%" PRIx64, i, e.tag, stag[i]);
 			check_flags(&e, FI_RECV | FI_TAGGED, "trecv");
@@ -185,9 +180,8 @@ static void scn_tagged_ops(void)
 		int seen[N] = { 0 };
 		for (int k = 0; k < 5; k++) {
 			struct comp e = cqw_ok(&c.tx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && i != 3 && i != 5 && !seen[i], "bad tx op_context %p", e.ctx);
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
+			EXPECT(i != 3 && i != 5, "inject %d produced a completion", i);
 			check_flags(&e, FI_SEND | FI_TAGGED, "tsend");
 		}
 		cqw_none(&c.tx, 30);
@@ -244,9 +238,7 @@ static void scn_cq_format(void)
 	for (int k = 0; k < N; k++) {
 		struct comp e;
 		raw_to_comp(o.fmt, raw + k * sz, &e);
-		int i = (int)((struct fi_context2 *)e.ctx - x);
-		EXPECT(i >= 0 && i < N && !seen[i], "bad op_context %p (%s format)", e.ctx, a);
-		seen[i] = 1;
+		int i = ctx_index_once(&e, x, N, seen);
 		if (o.fmt == FI_CQ_FORMAT_CONTEXT)
 			continue;
 		if (g_rank == 0) {
@@ -378,9 +370,7 @@ static void scn_directed(void)
 		int seen[6] = { 0 };
 		for (int k = 0; k < 6; k++) {
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < 6 && !seen[i], "ctx");
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, 6, seen);
 			size_t want = 100 + from[i] * 10 + kind[i];
 			EXPECT(e.len == want, "recv %d (directed to rank %d): len %zu want %zu -> matched the wrong sender",
 			       i, from[i], e.len, want);
@@ -612,9 +602,7 @@ static void scn_unexpected(void)
 		int seen[N] = { 0 };
 		for (int k = 0; k < N; k++) {
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && !seen[i], "ctx");
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
 			EXPECT(e.len == unex_size(i), "msg %d: len %zu want %zu", i, e.len, unex_size(i));
 			if (i & 1)
 				EXPECT(e.tag == (uint64_t)(0x500 + i), "tag");
@@ -674,12 +662,10 @@ static void scn_ordering(void)
 			else
 				POST(fi_trecv(c.ep, b + off[i], ord_size(i), d, FI_ADDR_UNSPEC, 0x77, 0, &x[i]));
 		}
-		char *seen = calloc(n, 1);
+		int *seen = calloc(n, sizeof *seen);
 		for (int k = 0; k < n; k++) {
 			struct comp e = cqw_get(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < n && !seen[i], "ctx");
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, n, seen);
 			EXPECT(!e.err, "recv %d: err %d (%s) olen %zu -> messages matched out of order", i, e.err,
 			       fi_strerror(e.err), e.olen);
 			EXPECT(e.len == ord_size(i), "recv %d: len %zu want %zu (out of order)", i, e.len, ord_size(i));
@@ -733,7 +719,7 @@ static void scn_many_recvs(void)
 		DEVIATE(posted == N, "only %d of %d receives could be posted before anything arrived", posted, N);
 		EXPECT(c.rx.head == c.rx.tail, "completions before anything was sent");
 		oob_send(1, "posted");
-		char *seen = calloc(N, 1);
+		int *seen = calloc(N, sizeof *seen);
 		for (int k = 0; k < N; k++) {
 			while (posted < N) { /* the rest, as the queue drains */
 				b[posted] = ~0ull;
@@ -744,9 +730,7 @@ static void scn_many_recvs(void)
 				posted++;
 			}
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && !seen[i], "ctx");
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
 			EXPECT(e.tag == (uint64_t)(0x10000 + i) && e.len == 8, "tag/len");
 			EXPECT(b[i] == (uint64_t)i * 0x9e3779b97f4a7c15ull, "recv %d: payload", i);
 		}
@@ -799,12 +783,10 @@ static void scn_cq_overrun(void)
 		wait_cntr(c.txcntr, N, "txcntr");
 	}
 	struct cqw *w = g_rank == 0 ? &c.rx : &c.tx;
-	char *seen = calloc(N, 1);
+	int *seen = calloc(N, sizeof *seen);
 	for (int k = 0; k < N; k++) {
 		struct comp e = cqw_ok(w);
-		int i = (int)((struct fi_context2 *)e.ctx - x);
-		EXPECT(i >= 0 && i < N && !seen[i], "ctx %p (dup or garbage)", e.ctx);
-		seen[i] = 1;
+		int i = ctx_index_once(&e, x, N, seen);
 		if (g_rank == 0) {
 			EXPECT(e.tag == (uint64_t)i && e.len == 64, "tag/len");
 			check("overrun", b[i], 64, i);
@@ -998,9 +980,7 @@ static void scn_zero_len(void)
 		int seen[6] = { 0 };
 		for (int k = 0; k < 6; k++) {
 			struct comp e = cqw_ok(&c.rx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < 6 && !seen[i], "ctx");
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, 6, seen);
 			EXPECT(e.len == 0, "recv %d len %zu", i, e.len);
 			check_flags(&e, FI_RECV | (i == 2 || i == 3 ? FI_TAGGED : FI_MSG), "zero");
 			if (i == 1)
@@ -1395,12 +1375,10 @@ static void scn_peer_fail(void)
 		t0 = now_ms();
 		for (int i = 0; i < N; i++)
 			POST(fi_tsend(c.ep, b, len, d, c.addr[0], i, &x[i]));
-		char seen[N] = { 0 };
+		int seen[N] = { 0 };
 		for (int k = 0; k < N; k++) {
 			struct comp e = cqw_get(&c.tx);
-			int i = (int)((struct fi_context2 *)e.ctx - x);
-			EXPECT(i >= 0 && i < N && !seen[i], "ctx %p", e.ctx);
-			seen[i] = 1;
+			int i = ctx_index_once(&e, x, N, seen);
 			if (e.err) {
 				nerr++;
 				char sb[128];

@@ -143,7 +143,7 @@ pub fn clients_dir() -> &'static Path {
             let name = p.file_stem().unwrap().to_string_lossy().to_string();
             let tmp = out.join(format!(".{name}.{}.tmp", std::process::id()));
             let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-O2", "-g", "-Wall", "-o"])
+                .args(["-O2", "-g", "-Wall", "-Werror", "-o"])
                 .arg(&tmp)
                 .arg(&p)
                 .arg(format!("-I{}", src.display()))
