@@ -5,20 +5,31 @@
 mod common;
 use common::{is_gnix, provider_env, skip_unless_gnix, Scenario};
 
-#[test]
-fn peer_killed_mid_transfer_gives_error_completions() {
-    if skip_unless_gnix("peer_killed_mid_transfer") {
-        return;
-    }
-    for shm in ["1", "0"] {
+/// Wires the gnix-only scenarios run over. Only the udp wire exists yet;
+/// FI_GNIX_SHM=1 joins this list with the shared-memory wire (issue 3),
+/// rather than repeating the same udp run under an unknown variable.
+const WIRES: &[&str] = &["0"];
+
+/// Peer process killed ("mid" transfer or while "idle"): the survivor's
+/// operations complete in error within the FI_GNIX_PEER_TIMEOUT_MS bound.
+fn peer_fail(mode: &str) {
+    for shm in WIRES {
         Scenario::new("peer_fail", 2)
-            .arg("mid")
+            .arg(mode)
             .env("FI_GNIX_PEER_TIMEOUT_MS", "2000")
             .env("FI_GNIX_SHM", shm)
             .killable(0)
             .timeout(40)
             .run();
     }
+}
+
+#[test]
+fn peer_killed_mid_transfer_gives_error_completions() {
+    if skip_unless_gnix("peer_killed_mid_transfer") {
+        return;
+    }
+    peer_fail("mid");
 }
 
 #[test]
@@ -26,15 +37,7 @@ fn peer_killed_while_idle_then_sent_to() {
     if skip_unless_gnix("peer_killed_while_idle") {
         return;
     }
-    for shm in ["1", "0"] {
-        Scenario::new("peer_fail", 2)
-            .arg("idle")
-            .env("FI_GNIX_PEER_TIMEOUT_MS", "2000")
-            .env("FI_GNIX_SHM", shm)
-            .killable(0)
-            .timeout(40)
-            .run();
-    }
+    peer_fail("idle");
 }
 
 #[test]
@@ -42,7 +45,7 @@ fn stray_datagrams_during_transfer() {
     if skip_unless_gnix("stray_datagrams") {
         return;
     }
-    for shm in ["0", "1"] {
+    for shm in WIRES {
         Scenario::new("ordering", 2)
             .arg("120")
             .env("FI_GNIX_SHM", shm)
