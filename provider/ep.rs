@@ -172,6 +172,29 @@ struct MultiBuf {
     flags: u64,
 }
 
+impl MultiBuf {
+    /// The slice of this buffer the next message (`len` bytes, truncated to
+    /// what is left) lands in, as a receive of its own; and whether the
+    /// buffer is now consumed (less than `min` left).
+    fn carve(&mut self, id: u64, len: usize, min: usize) -> (Posted, bool) {
+        let off = self.used;
+        let n = len.min(self.len - off);
+        self.used += n;
+        self.pending += 1;
+        if self.len - self.used < min {
+            self.consumed = true;
+        }
+        let slice = Posted {
+            ctx: self.ctx,
+            tag: 0,
+            iov: vec![(self.base + off, n)],
+            flags: self.flags,
+            multi: Some(id),
+        };
+        (slice, self.consumed)
+    }
+}
+
 /// What a completing receive reports.
 struct RecvDone {
     ctx: usize,
@@ -538,24 +561,11 @@ impl Ep {
             self.deliver(st, p, arrived);
             return;
         };
-        // FI_MULTI_RECV: carve this message's slice out of the buffer.
         let min = st.min_multi_recv;
         let mb = st.multi.get_mut(&mid).expect("multi-recv buffer of a posted receive");
-        let off = mb.used;
-        let n = (hdr.len as usize).min(mb.len - off);
-        mb.used += n;
-        mb.pending += 1;
-        let slice = Posted {
-            ctx: mb.ctx,
-            tag: 0,
-            iov: vec![(mb.base + off, n)],
-            flags: mb.flags,
-            multi: Some(mid),
-        };
-        // Consumed once less than the minimum is left; otherwise the
-        // buffer stays posted where it is (dropping the match keeps it).
-        if mb.len - mb.used < min {
-            mb.consumed = true;
+        let (slice, consumed) = mb.carve(mid, hdr.len as usize, min);
+        // Otherwise the buffer stays posted where it is (dropping the match keeps it).
+        if consumed {
             m.consume();
         }
         self.deliver(st, slice, arrived);
@@ -1034,24 +1044,10 @@ impl Ep {
             // Unexpected messages first, in arrival order, then post the rest.
             let min = st.min_multi_recv;
             while let Some(m) = st.tme_msg.take_unexpected(&spec) {
-                let mb = st.multi.get_mut(&id).unwrap();
-                let off = mb.used;
-                let n = (m.msg.hdr.len as usize).min(mb.len - off);
-                mb.used += n;
-                mb.pending += 1;
-                let done = mb.len - mb.used < min;
-                if done {
-                    mb.consumed = true;
-                }
-                let slice = Posted {
-                    ctx: a.ctx,
-                    tag: 0,
-                    iov: vec![(base + off, n)],
-                    flags,
-                    multi: Some(id),
-                };
+                let mb = st.multi.get_mut(&id).expect("the multi-recv buffer just inserted");
+                let (slice, consumed) = mb.carve(id, m.msg.hdr.len as usize, min);
                 self.deliver(&mut st, slice, m);
-                if done {
+                if consumed {
                     return 0;
                 }
             }
