@@ -74,6 +74,20 @@ pub struct CqError {
     pub err_data: Vec<u8>,
 }
 
+impl CqError {
+    /// An error completion with no overflow length and no error data, the
+    /// provider errno equal to the libfabric one.
+    pub fn new(entry: CqEntry, err: i32) -> CqError {
+        CqError {
+            entry,
+            err,
+            prov_errno: err,
+            olen: 0,
+            err_data: Vec::new(),
+        }
+    }
+}
+
 enum Slot {
     Ok(CqEntry),
     Err(Box<CqError>),

@@ -388,11 +388,7 @@ impl Ep {
                         cq.push(CqEntry {
                             op_context: r.ctx as *mut c_void,
                             flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
-                            len: 0,
-                            buf: std::ptr::null_mut(),
-                            data: 0,
-                            tag: 0,
-                            src: FI_ADDR_NOTAVAIL,
+                            ..CqEntry::default()
                         });
                     }
                 }
@@ -403,21 +399,13 @@ impl Ep {
                 }
                 // Errors are always reported, selective or not (fi_cq(3)).
                 if let Some(cq) = &b.tx_cq {
-                    cq.push_err(CqError {
-                        entry: CqEntry {
-                            op_context: r.ctx as *mut c_void,
-                            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
-                            len: r.len,
-                            buf: std::ptr::null_mut(),
-                            data: 0,
-                            tag: 0,
-                            src: FI_ADDR_NOTAVAIL,
-                        },
-                        err: e,
-                        prov_errno: e,
-                        olen: 0,
-                        err_data: Vec::new(),
-                    });
+                    let entry = CqEntry {
+                        op_context: r.ctx as *mut c_void,
+                        flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
+                        len: r.len,
+                        ..CqEntry::default()
+                    };
+                    cq.push_err(CqError::new(entry, e));
                 }
             }
         }
@@ -1107,21 +1095,13 @@ impl Ep {
             };
             let Some((src, peer, hdr)) = found else {
                 if let Some(cq) = &b.rx_cq {
-                    cq.push_err(CqError {
-                        entry: CqEntry {
-                            op_context: a.ctx as *mut c_void,
-                            flags,
-                            len: 0,
-                            buf: std::ptr::null_mut(),
-                            data: 0,
-                            tag: a.tag,
-                            src: FI_ADDR_NOTAVAIL,
-                        },
-                        err: FI_ENOMSG,
-                        prov_errno: FI_ENOMSG,
-                        olen: 0,
-                        err_data: Vec::new(),
-                    });
+                    let entry = CqEntry {
+                        op_context: a.ctx as *mut c_void,
+                        flags,
+                        tag: a.tag,
+                        ..CqEntry::default()
+                    };
+                    cq.push_err(CqError::new(entry, FI_ENOMSG));
                 }
                 return 0;
             };
@@ -1200,21 +1180,13 @@ impl Ep {
         }
         let b = self.binds();
         if let Some(cq) = &b.rx_cq {
-            cq.push_err(CqError {
-                entry: CqEntry {
-                    op_context: ctx as *mut c_void,
-                    flags: p.flags & (FI_RECV | FI_MSG | FI_TAGGED),
-                    len: 0,
-                    buf: std::ptr::null_mut(),
-                    data: 0,
-                    tag: p.tag,
-                    src: FI_ADDR_NOTAVAIL,
-                },
-                err: FI_ECANCELED,
-                prov_errno: FI_ECANCELED,
-                olen: 0,
-                err_data: Vec::new(),
-            });
+            let entry = CqEntry {
+                op_context: ctx as *mut c_void,
+                flags: p.flags & (FI_RECV | FI_MSG | FI_TAGGED),
+                tag: p.tag,
+                ..CqEntry::default()
+            };
+            cq.push_err(CqError::new(entry, FI_ECANCELED));
         }
         if let Some(c) = &b.recv_cntr {
             c.inc_err();
