@@ -14,10 +14,16 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
 use crate::getinfo::std_to_sockaddr;
+use crate::nic::shm::{self, Incoming, Pull, ShmConfig, ShmEvent, ShmRts, ShmWire};
 use crate::nic::udp::{RecvBatch, UdpWire};
 
 /// Datagrams taken from the socket per syscall.
 const RX_BATCH: usize = 16;
+/// Mailbox slots handled per progress pass.
+const SHM_BATCH: usize = 32;
+/// The UDP side counts as active this long after its last datagram.
+const UDP_HOT_NS: u64 = 1_000_000;
+const UDP_IDLE_POLL_NS: u64 = 50_000;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
 use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, RecvSink, SendMode, SendSource};
@@ -152,11 +158,33 @@ struct Posted {
     multi: Option<u64>,
 }
 
+/// Where a message's payload is, on either wire.
+enum Body {
+    /// In our memory (an eager message, or one that arrived unexpected).
+    Eager(Vec<u8>),
+    /// Rendezvous over UDP: the engine pulls it once accepted.
+    Rndv(u64),
+    /// Rendezvous over shm: in the sender's memory.
+    ShmRts(Box<ShmRts>),
+    /// Still in its mailbox slot (only while the slot is being handled;
+    /// an unexpected message is copied out into `Eager`).
+    ShmSlot(shm::mailbox::InSlot),
+}
+
+impl From<MsgBody> for Body {
+    fn from(b: MsgBody) -> Body {
+        match b {
+            MsgBody::Eager(v) => Body::Eager(v),
+            MsgBody::Rndv(rid) => Body::Rndv(rid),
+        }
+    }
+}
+
 /// A message that arrived before its receive.
 struct Unexpected {
     peer: SocketAddr,
     hdr: MsgHdr,
-    body: MsgBody,
+    body: Body,
 }
 
 /// An FI_MULTI_RECV buffer: messages are packed into it until less than
@@ -234,6 +262,14 @@ struct Bindings {
 struct EpState {
     wire: UdpWire,
     engine: Engine,
+    /// The shm wire to local peers; `None` with FI_GNIX_SHM=0 or when no
+    /// mailbox could be made.
+    shm: Option<ShmWire>,
+    /// While only shm peers are active, the UDP socket is polled at most
+    /// this often (a recvfrom costs more than a whole shm message); see
+    /// `udp_due`.
+    udp_next: u64,
+    udp_hot: u64,
     tme_msg: Tme<Posted, Unexpected>,
     tme_tag: Tme<Posted, Unexpected>,
     sends: IdMap<SendReq>,
@@ -305,8 +341,30 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         }
     })?;
     let engine = Engine::new(engine_config(dom, &wire), wire.local_addr(), seed());
+    let shm = if p.shm {
+        let cfg = ShmConfig {
+            geo: shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager),
+            cma: p.cma,
+            local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
+        };
+        ShmWire::new(wire.local_addr(), cfg, seed())
+            .inspect_err(|e| {
+                crate::warn!(
+                    FI_LOG_EP_CTRL,
+                    "no shm mailbox for {} ({}): local peers use UDP",
+                    wire.local_addr(),
+                    e
+                )
+            })
+            .ok()
+    } else {
+        None
+    };
     Ok(EpState {
         engine,
+        shm,
+        udp_next: 0,
+        udp_hot: 0,
         txbuf: vec![0; 65536],
         rx: RecvBatch::new(RX_BATCH),
         stalled_buf: vec![0; 65536],
@@ -511,13 +569,18 @@ impl Ep {
             multi: p.multi,
         };
         match u.body {
-            MsgBody::Eager(data) => {
+            Body::Eager(data) => {
                 let mut sink = IovSink::new(p.iov);
                 let n = data.len().min(cap);
                 sink.write_at(0, &data[..n]);
                 self.complete_recv(st, done, None);
             }
-            MsgBody::Rndv(rid) => {
+            Body::ShmSlot(slot) => {
+                let data = st.shm.as_ref().expect("shm slot without shm wire").payload(&slot);
+                IovSink::new(p.iov).write_at(0, &data[..data.len().min(cap)]);
+                self.complete_recv(st, done, None);
+            }
+            Body::Rndv(rid) => {
                 if cap == 0 {
                     st.engine.discard(rid, now_ns());
                     self.complete_recv(st, done, None);
@@ -526,16 +589,50 @@ impl Ep {
                     st.engine.accept(rid, Box::new(IovSink::new(p.iov)), now_ns());
                 }
             }
+            Body::ShmRts(rts) => {
+                let w = st.shm.as_mut().expect("shm RTS without shm wire");
+                let sink = Box::new(IovSink::new(p.iov.clone()));
+                match w.pull(&rts, &p.iov, sink) {
+                    Pull::Done(_) => self.complete_recv(st, done, None),
+                    Pull::Pushing(rid) => {
+                        st.rndv.insert(rid, done);
+                    }
+                    Pull::Failed(e) => {
+                        crate::warn!(FI_LOG_EP_DATA, "receive from {}: sender is gone", rts.peer);
+                        self.complete_recv(st, done, Some(e));
+                    }
+                }
+                ring_bells(st);
+            }
+        }
+    }
+
+    /// A message nobody will receive (FI_DISCARD): let its sender go.
+    fn discard(&self, st: &mut EpState, body: Body) {
+        match body {
+            Body::Rndv(rid) => st.engine.discard(rid, now_ns()),
+            Body::ShmRts(rts) => {
+                if let Some(w) = st.shm.as_mut() {
+                    w.discard(&rts);
+                }
+                ring_bells(st);
+            }
+            Body::Eager(_) | Body::ShmSlot(_) => {}
         }
     }
 
     /// Handles one message the engine surfaced: match or queue unexpected.
-    fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: MsgBody) {
+    fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_of(&peer);
         let tag = if tagged { hdr.tag } else { 0 };
         let tme = if tagged { &mut st.tme_tag } else { &mut st.tme_msg };
         let Some(m) = tme.match_incoming(src, tag) else {
+            // The slot goes back to its sender: keep a copy.
+            let body = match body {
+                Body::ShmSlot(slot) => Body::Eager(st.shm.as_ref().expect("shm wire").payload(&slot).to_vec()),
+                b => b,
+            };
             tme.push_unexpected(src, tag, Unexpected { peer, hdr, body });
             return;
         };
@@ -565,33 +662,16 @@ impl Ep {
         while let Some(ev) = st.engine.poll_event() {
             any = true;
             match ev {
-                Event::Msg { peer, hdr, body } => self.on_msg(st, peer, hdr, body),
-                Event::RecvDone { rid, written, .. } => {
-                    if let Some(mut d) = st.rndv.remove(&rid) {
-                        d.len = written;
-                        self.complete_recv(st, d, None);
-                    }
-                }
+                Event::Msg { peer, hdr, body } => self.on_msg(st, peer, hdr, body.into()),
+                Event::RecvDone { rid, written, .. } => self.recv_finished(st, rid, written, None),
                 Event::RecvFailed { rid, err, .. } => {
-                    if let Some(d) = st.rndv.remove(&rid) {
-                        crate::warn!(FI_LOG_EP_DATA, "receive from {} failed: {}", d.peer, err);
-                        self.complete_recv(st, d, Some(engine_errno(err)));
-                    }
+                    crate::warn!(FI_LOG_EP_DATA, "receive failed: {}", err);
+                    self.recv_finished(st, rid, 0, Some(engine_errno(err)));
                 }
-                Event::SendDone { id } => {
-                    if let Some(r) = st.sends.remove(&id) {
-                        if !r.reported {
-                            self.complete_send(self.binds(), &r, None);
-                        }
-                    }
-                }
+                Event::SendDone { id } => self.send_finished(st, id, None),
                 Event::SendFailed { id, err } => {
-                    if let Some(r) = st.sends.remove(&id) {
-                        crate::warn!(FI_LOG_EP_DATA, "send failed: {}", err);
-                        if !r.reported {
-                            self.complete_send(self.binds(), &r, Some(engine_errno(err)));
-                        }
-                    }
+                    crate::warn!(FI_LOG_EP_DATA, "send failed: {}", err);
+                    self.send_finished(st, id, Some(engine_errno(err)));
                 }
                 Event::PeerFailed { peer } => {
                     crate::warn!(
@@ -603,6 +683,80 @@ impl Ep {
             }
         }
         any
+    }
+
+    fn send_finished(&self, st: &mut EpState, id: u64, err: Option<i32>) {
+        if let Some(r) = st.sends.remove(&id) {
+            if !r.reported {
+                self.complete_send(self.binds(), &r, err);
+            }
+        }
+    }
+
+    fn recv_finished(&self, st: &mut EpState, rid: u64, written: usize, err: Option<i32>) {
+        if let Some(mut d) = st.rndv.remove(&rid) {
+            if err.is_none() {
+                d.len = written;
+            }
+            self.complete_recv(st, d, err);
+        }
+    }
+
+    /// One pass over the shm wire: messages from local peers (matched and
+    /// copied straight out of their slots), rendezvous progress, doorbells.
+    /// Whether anything arrived.
+    fn progress_shm(&self, st: &mut EpState, now: u64) -> bool {
+        let Some(w) = st.shm.as_mut() else { return false };
+        w.disarm();
+        let mut any = false;
+        for _ in 0..SHM_BATCH {
+            let Some(m) = st.shm.as_mut().and_then(ShmWire::poll_msg) else {
+                break;
+            };
+            any = true;
+            match m {
+                Incoming::Eager { slot, peer, hdr } => {
+                    self.on_msg(st, peer, hdr, Body::ShmSlot(slot));
+                    if let Some(w) = st.shm.as_mut() {
+                        w.release(slot);
+                    }
+                }
+                Incoming::Rts(rts) => self.on_msg(st, rts.peer, rts.hdr, Body::ShmRts(rts)),
+            }
+        }
+        if let Some(w) = st.shm.as_mut() {
+            w.pump(now);
+        }
+        while let Some(ev) = st.shm.as_mut().and_then(ShmWire::poll_event) {
+            any = true;
+            match ev {
+                ShmEvent::SendDone { id } => self.send_finished(st, id, None),
+                ShmEvent::SendFailed { id, err } => {
+                    crate::warn!(FI_LOG_EP_DATA, "shm send failed: {}", err);
+                    self.send_finished(st, id, Some(err));
+                }
+                ShmEvent::RecvDone { rid, written } => self.recv_finished(st, rid, written, None),
+                ShmEvent::RecvFailed { rid, err } => {
+                    crate::warn!(FI_LOG_EP_DATA, "shm receive failed: {}", err);
+                    self.recv_finished(st, rid, 0, Some(err));
+                }
+            }
+        }
+        ring_bells(st);
+        any
+    }
+
+    /// Whether this pass should look at the UDP socket. Always, unless
+    /// local peers talk to us over shm and the UDP side has been quiet: a
+    /// recvfrom costs more than a whole shm message, so then only every
+    /// `UDP_IDLE_POLL_NS`.
+    fn udp_due(&self, st: &mut EpState, now: u64) -> bool {
+        let shm_only = st.shm.as_ref().is_some_and(ShmWire::in_use) && now.saturating_sub(st.udp_hot) > UDP_HOT_NS;
+        if shm_only && now < st.udp_next {
+            return false;
+        }
+        st.udp_next = now + UDP_IDLE_POLL_NS;
+        true
     }
 
     /// Sends what the engine has queued, as long as the socket takes it.
@@ -661,13 +815,21 @@ impl Ep {
     /// One pass: receive, run due timers, transmit. `now` is the caller's
     /// clock reading (one clock_gettime per pass, not one per step).
     fn progress_locked(&self, st: &mut EpState, mut now: u64) {
+        let shm_any = self.progress_shm(st, now);
+        let rounds = if !shm_any && self.udp_due(st, now) { 8 } else { 0 };
         // First one datagram with a plain recvfrom: a polling application
         // finds the socket empty almost every time, and that is the
         // cheapest way to find out. Once something arrived, batches of
         // recvmmsg, a few at most so one call stays short under a flood.
         let mut first = true;
-        for _ in 0..8 {
-            let EpState { engine, wire, rx, .. } = &mut *st;
+        for _ in 0..rounds {
+            let EpState {
+                engine,
+                wire,
+                rx,
+                udp_hot,
+                ..
+            } = &mut *st;
             let r = if first {
                 wire.recv_one(rx).map(usize::from)
             } else {
@@ -688,7 +850,10 @@ impl Ep {
             }
             for i in 0..n {
                 if let Some((bytes, from)) = rx.get(i) {
-                    engine.handle_datagram(from, bytes, now);
+                    if !shm::is_doorbell(bytes) {
+                        *udp_hot = now;
+                        engine.handle_datagram(from, bytes, now);
+                    }
                 }
             }
             let produced = self.handle_events(st);
@@ -718,7 +883,9 @@ impl Ep {
         st.engine.flush_acks();
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
-        while (st.engine.has_unacked() || st.stalled.is_some()) && now_ns() < deadline {
+        while (st.engine.has_unacked() || st.stalled.is_some() || st.shm.as_ref().is_some_and(|w| w.backlogged() > 0))
+            && now_ns() < deadline
+        {
             let mut pfd = libc::pollfd {
                 fd: st.wire.fd(),
                 events: libc::POLLIN,
@@ -730,9 +897,10 @@ impl Ep {
         }
         crate::info!(
             FI_LOG_EP_CTRL,
-            "endpoint {} closing: {:?}",
+            "endpoint {} closing: {:?} {:?}",
             st.wire.local_addr(),
-            st.engine.stats()
+            st.engine.stats(),
+            st.shm.as_ref().map(|w| w.stats)
         );
     }
 
@@ -778,7 +946,18 @@ impl Progress for Ep {
         if st.stalled.is_some() {
             return Some(now_ns() + 50_000);
         }
-        t
+        match st.shm.as_ref().and_then(|w| w.next_deadline(now_ns())) {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
+        }
+    }
+    fn arm_wakeup(&self) -> bool {
+        // Contended: the holder is progressing, and next_deadline said
+        // to look again soon.
+        let Ok(mut st) = self.state.try_lock() else { return true };
+        // Whatever woke us may be a doorbell: read the socket next pass.
+        st.udp_next = 0;
+        st.shm.as_mut().map_or(true, ShmWire::arm)
     }
 }
 
@@ -911,6 +1090,17 @@ impl Ep {
         } else {
             SendMode::Eager
         };
+        let op = if a.tagged { FI_TAGGED } else { FI_MSG };
+        let req = SendReq {
+            ctx: a.ctx,
+            flags: FI_SEND | op | (a.flags & FI_COMPLETION),
+            len,
+            reported: false,
+        };
+        if let Some(ix) = st.shm.as_mut().and_then(|w| w.route(peer)) {
+            return self.send_shm(&mut st, ix, a, hdr, mode, req);
+        }
+        st.udp_hot = now;
         let eager = mode == SendMode::Eager && len <= st.engine.config().rndv_threshold;
         let inject_complete = inject || (eager && a.flags & FI_INJECT_COMPLETE != 0);
         // The engine reads the payload at transmission time, and again for
@@ -930,13 +1120,6 @@ impl Ep {
                 return -(engine_errno(e) as isize);
             }
         };
-        let op = if a.tagged { FI_TAGGED } else { FI_MSG };
-        let req = SendReq {
-            ctx: a.ctx,
-            flags: FI_SEND | op | (a.flags & FI_COMPLETION),
-            len,
-            reported: false,
-        };
         if inject_complete {
             // The payload is copied into the engine: inject-complete now.
             // fi_inject never writes a CQ entry; it still counts.
@@ -954,6 +1137,53 @@ impl Ep {
         if a.flags & FI_MORE == 0 {
             self.flush(&mut st, now);
         }
+        0
+    }
+
+    /// A send to a local peer: eager into its mailbox (complete at once),
+    /// or a rendezvous it pulls (complete on its FIN).
+    fn send_shm(&self, st: &mut EpState, ix: usize, a: SendArgs, hdr: MsgHdr, mode: SendMode, req: SendReq) -> isize {
+        let b = self.binds();
+        let w = st.shm.as_mut().expect("routed to shm");
+        let len = req.len;
+        let inject = a.flags & FI_INJECT != 0;
+        let done_now = |req: &SendReq| {
+            if inject {
+                // fi_inject never writes a CQ entry; it still counts.
+                if let Some(c) = &b.send_cntr {
+                    c.inc();
+                }
+            } else {
+                self.complete_send(b, req, None);
+            }
+        };
+        if mode == SendMode::Eager && len <= w.eager_max() {
+            w.send_eager(ix, &hdr, &IovSource { iov: a.iov, len });
+            ring_bells(st);
+            done_now(&req);
+            return 0;
+        }
+        // The receiver reads the payload where it is: in the application's
+        // buffers, or in a copy when the buffers are the application's
+        // again at once (inject).
+        let (src, remote): (Box<dyn SendSource>, Vec<(u64, u64)>) = if inject {
+            let mut v = vec![0u8; len];
+            IovSource { iov: a.iov, len }.read_at(0, &mut v);
+            let r = vec![(v.as_ptr() as u64, len as u64)];
+            (Box::new(v), r)
+        } else {
+            let r = a.iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect();
+            (Box::new(IovSource { iov: a.iov, len }), r)
+        };
+        let id = match w.send_rts(ix, &hdr, src, &remote) {
+            Ok(id) => id,
+            Err(e) => return -(e as isize),
+        };
+        ring_bells(st);
+        if inject {
+            done_now(&req);
+        }
+        st.sends.insert(id, SendReq { reported: inject, ..req });
         0
     }
 
@@ -1107,9 +1337,7 @@ impl Ep {
             };
             if a.flags & FI_DISCARD != 0 {
                 if let Some(m) = st.tme_tag.take_unexpected(&spec) {
-                    if let MsgBody::Rndv(rid) = m.msg.body {
-                        st.engine.discard(rid, now_ns());
-                    }
+                    self.discard(st, m.msg.body);
                 }
             }
             self.complete_peek(peeked(src, peer, hdr));
@@ -1121,10 +1349,8 @@ impl Ep {
             return -FI_EINVAL as isize;
         };
         if a.flags & FI_DISCARD != 0 {
-            if let MsgBody::Rndv(rid) = m.msg.body {
-                st.engine.discard(rid, now_ns());
-            }
             let mut d = peeked(m.src, m.msg.peer, m.msg.hdr);
+            self.discard(st, m.msg.body);
             d.len = 0;
             self.complete_peek(d);
             return 0;
@@ -1922,3 +2148,15 @@ static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
     senddata: Some(tag_senddata),
     injectdata: Some(tag_injectdata),
 });
+
+/// Doorbells for sleeping local peers, over our UDP socket.
+fn ring_bells(st: &mut EpState) {
+    let EpState { shm, wire, .. } = st;
+    let Some(w) = shm else { return };
+    for a in w.bells.drain(..) {
+        w.stats.doorbells += 1;
+        if let Err(e) = wire.send(shm::DOORBELL, a) {
+            crate::debug!(FI_LOG_EP_DATA, "doorbell to {}: {}", a, e);
+        }
+    }
+}

@@ -27,6 +27,11 @@ const DEFS: &[Def] = &[
     Def { name: c"iface", kind: Kind::Str, help: c"Only offer the domain of this network interface (e.g. lo, eth0); default: all interfaces that are up." },
     Def { name: c"tx_size", kind: Kind::Size, help: c"Default transmit queue depth: outstanding sends per endpoint before -FI_EAGAIN (default: 1024)." },
     Def { name: c"rx_size", kind: Kind::Size, help: c"Default receive queue depth (default: 1024)." },
+    Def { name: c"shm", kind: Kind::Int, help: c"Use the shared-memory wire for peers on this host (1) or send everything over UDP (0) (default: 1)." },
+    Def { name: c"cma", kind: Kind::Int, help: c"Shared-memory rendezvous pulls data with process_vm_readv (1) or always copies it through the mailbox (0) (default: 1)." },
+    Def { name: c"shm_eager", kind: Kind::Size, help: c"Payload bytes of one shared-memory mailbox slot; longer messages use rendezvous (default: 4096, 64..65536)." },
+    Def { name: c"shm_depth", kind: Kind::Int, help: c"Slots in each peer's shared-memory mailbox ring (default: 64, 2..4096)." },
+    Def { name: c"shm_peers", kind: Kind::Int, help: c"Rings in an endpoint's shared-memory mailbox: local peers that can send to it over shm at once; more use UDP (default: 64, 1..480)." },
 ];
 
 /// Values after environment overrides.
@@ -40,6 +45,11 @@ pub struct Params {
     pub iface: Option<String>,
     pub tx_size: usize,
     pub rx_size: usize,
+    pub shm: bool,
+    pub cma: bool,
+    pub shm_eager: usize,
+    pub shm_depth: usize,
+    pub shm_peers: usize,
 }
 
 impl Default for Params {
@@ -53,6 +63,11 @@ impl Default for Params {
             iface: None,
             tx_size: 1024,
             rx_size: 1024,
+            shm: true,
+            cma: true,
+            shm_eager: 4096,
+            shm_depth: 64,
+            shm_peers: 64,
         }
     }
 }
@@ -140,6 +155,11 @@ fn load() -> Params {
             (b"iface", Val::Str(s)) => p.iface = Some(s),
             (b"tx_size", _) if n > 0 => p.tx_size = n as usize,
             (b"rx_size", _) if n > 0 => p.rx_size = n as usize,
+            (b"shm", _) if n == 0 || n == 1 => p.shm = n == 1,
+            (b"cma", _) if n == 0 || n == 1 => p.cma = n == 1,
+            (b"shm_eager", _) if (64..=65536).contains(&n) => p.shm_eager = n as usize,
+            (b"shm_depth", _) if (2..=4096).contains(&n) => p.shm_depth = n as usize,
+            (b"shm_peers", _) if (1..=480).contains(&n) => p.shm_peers = n as usize,
             _ => bad("value out of range"),
         }
     }

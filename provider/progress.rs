@@ -15,6 +15,12 @@ pub trait Progress: Send + Sync {
     /// Earliest monotonic time (`now_ns` clock) at which `progress` must run
     /// even without descriptor activity (retransmission, delayed ACK), if any.
     fn next_deadline(&self) -> Option<u64>;
+    /// The caller is about to sleep on `wait_fds`: ask peers whose writes
+    /// are otherwise silent (shm) to make a descriptor readable. False if
+    /// work is already waiting (do not sleep). The next `progress` undoes it.
+    fn arm_wakeup(&self) -> bool {
+        true
+    }
 }
 
 /// Monotonic nanoseconds; the one clock all protocol timers use.

@@ -105,6 +105,9 @@ impl Sources {
             if let Some(s) = w.upgrade() {
                 s.wait_fds(fds);
                 *next = min_opt(*next, s.next_deadline());
+                if !s.arm_wakeup() {
+                    *next = Some(0);
+                }
             }
         }
         gen

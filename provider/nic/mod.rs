@@ -10,6 +10,7 @@
 //! computing, or waiting on something else) the thread sleeps in epoll on
 //! every endpoint's socket and progresses them as data arrives.
 
+pub mod shm;
 pub mod udp;
 
 use crate::progress::{now_ns, Progress};
@@ -166,7 +167,10 @@ fn run(shared: Arc<Shared>) {
                 ep.auto_progress();
             }
             let now = now_ns();
-            let deadline = eps.iter().filter_map(|e| e.next_deadline()).min();
+            let mut deadline = eps.iter().filter_map(|e| e.next_deadline()).min();
+            if !eps.iter().all(|e| e.arm_wakeup()) {
+                deadline = Some(0);
+            }
             let t = match deadline {
                 Some(d) if d <= now => 0,
                 Some(d) => ((d - now).div_ceil(1_000_000)).min(100) as i32,

@@ -1,0 +1,802 @@
+//! The shm wire's memory: mailboxes in shared mappings, and typed views of
+//! their rings and slots. Everything that touches shared memory or another
+//! process's memory is in this file.
+//!
+//! An endpoint owns one mailbox, a file in `/dev/shm` named after its user
+//! and its address, mode 0600 (other users cannot open it). It holds a
+//! header page and `nrings` rings; a local peer that wants to send claims a
+//! free ring, initialises it and from then on is its only producer, the
+//! owner its only consumer.
+//!
+//! ```text
+//! header  0 magic u64  8 version u32  12 nrings u32  16 depth u32
+//!         20 slot_size u32  24 owner_pid u32  28 state u32 (OPEN/CLOSED)
+//!         32 claims u64 (bumped by every claim)    64 sleeping u32
+//!         128 owner[nrings] u64 (0 = free, else claimant pid)
+//! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
+//!         8 sender address (family u16, port u16, ip 16 B)
+//!         128 slots[depth], slot_size bytes each
+//! slot    0 seq u64  8 kind u8  12 len u32  16 48 bytes of kind fields
+//!         64 payload (len bytes)
+//! ```
+//!
+//! Slots follow the sequence protocol of a bounded SPSC queue: the slot for
+//! position `p` (slot `p % depth`) is free for the producer when its `seq`
+//! is `p`, published when it is `p + 1`; the consumer hands it back by
+//! storing `p + depth`. The producer keeps its position privately and the
+//! consumer its own, so the only shared words are the slots themselves.
+//!
+//! A peer is trusted with nothing: every field read from a slot is checked
+//! against the mapping's geometry before use, and the geometry itself is
+//! ours (kept in this process, never re-read from the file).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
+const VERSION: u32 = 1;
+const PAGE: usize = 4096;
+pub const SLOT_HDR: usize = 64;
+const RING_HDR: usize = 128;
+const OWNERS_OFF: usize = 128;
+pub const MAX_RINGS: usize = (PAGE - OWNERS_OFF) / 8;
+
+const OPEN: u32 = 1;
+const CLOSED: u32 = 2;
+const RING_FREE: u32 = 0;
+const RING_ACTIVE: u32 = 1;
+const RING_CLOSED: u32 = 2;
+
+/// Shape of a mailbox; the creator chooses it, a peer reads it from the
+/// header once when it maps the file and checks it against the file size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub nrings: usize,
+    pub depth: usize,
+    pub slot_size: usize,
+}
+
+impl Geometry {
+    pub fn new(nrings: usize, depth: usize, payload: usize) -> Geometry {
+        Geometry {
+            nrings: nrings.clamp(1, MAX_RINGS),
+            depth: depth.max(2),
+            slot_size: (payload + SLOT_HDR).next_multiple_of(64),
+        }
+    }
+    pub fn payload(&self) -> usize {
+        self.slot_size - SLOT_HDR
+    }
+    fn ring_bytes(&self) -> usize {
+        (RING_HDR + self.depth * self.slot_size).next_multiple_of(PAGE)
+    }
+    fn ring_off(&self, r: usize) -> usize {
+        PAGE + r * self.ring_bytes()
+    }
+    fn file_len(&self) -> usize {
+        self.ring_off(self.nrings)
+    }
+}
+
+/// `/dev/shm` file of the endpoint at `addr` of user `uid`.
+pub fn path_for(uid: u32, addr: &SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => a.to_string().replace(':', "_"),
+    };
+    format!("/dev/shm/gnix-{}-{}-{}", uid, ip, addr.port())
+}
+
+fn cstr(path: &str) -> std::ffi::CString {
+    std::ffi::CString::new(path).expect("mailbox paths have no NUL")
+}
+
+/// Whether process `pid` exists (a process of another user still counts).
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid as i32, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A shared mapping of a whole mailbox file.
+struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access to it goes
+// through atomics or bounds-checked copies below.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn map(fd: i32, len: usize) -> io::Result<Mapping> {
+        // SAFETY: maps `len` bytes of an open file; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { base: p as *mut u8, len })
+    }
+
+    /// An aligned word inside the mapping.
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.len && off % 4 == 0);
+        // SAFETY: in bounds and aligned (checked above); the mapping lives
+        // as long as `self`; AtomicU32 has the layout of u32.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.len && off % 8 == 0);
+        // SAFETY: as u32_at.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// Copies bytes out of the mapping. The peer may be writing them at the
+    /// same time; what we copy is then garbage, but bounded garbage.
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the mapping (checked above) and
+        // cannot overlap `dst`, which is process-private memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
+    }
+    fn write(&self, off: usize, src: &[u8]) {
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the destination range is inside the mapping; no Rust
+        // reference to it exists (we only hand out atomics and copies).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
+    }
+    /// A view of mapping bytes, for copying them straight into application
+    /// buffers. Sound to read while the slot is ours (published and not yet
+    /// handed back); a misbehaving peer writing it meanwhile only garbles
+    /// the bytes we copy.
+    fn slice(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds; u8 has no invalid values.
+        unsafe { std::slice::from_raw_parts(self.base.add(off), len) }
+    }
+    fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds; the slot is the producer's until it publishes
+        // it, and `&mut self` keeps this the only view in this process.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what map() mapped.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+fn encode_addr(a: &SocketAddr) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    match a {
+        SocketAddr::V4(v) => {
+            b[0..2].copy_from_slice(&4u16.to_le_bytes());
+            b[4..8].copy_from_slice(&v.ip().octets());
+        }
+        SocketAddr::V6(v) => {
+            b[0..2].copy_from_slice(&6u16.to_le_bytes());
+            b[4..20].copy_from_slice(&v.ip().octets());
+        }
+    }
+    b[2..4].copy_from_slice(&a.port().to_le_bytes());
+    b
+}
+
+fn decode_addr(b: &[u8; 20]) -> Option<SocketAddr> {
+    let port = u16::from_le_bytes([b[2], b[3]]);
+    match u16::from_le_bytes([b[0], b[1]]) {
+        4 => Some(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
+            port,
+        )),
+        6 => {
+            let o: [u8; 16] = b[4..20].try_into().unwrap();
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(o)), port))
+        }
+        _ => None,
+    }
+}
+
+/// Slot kinds and their fixed fields (bytes 16..64 of the slot).
+pub mod kind {
+    /// tag u64, data u64, flags u32, total u64 | payload = the message
+    pub const EAGER: u8 = 1;
+    /// tag, data, flags, total, key u64, niov u32 | payload = niov × (addr u64, len u64)
+    pub const RTS: u8 = 2;
+    /// key u64, rid u64: "push the data of `key` to me as rid" (no CMA)
+    pub const CTS: u8 = 3;
+    /// rid u64, offset u64 | payload = data
+    pub const DATA: u8 = 4;
+    /// key u64, status i32: the rendezvous of `key` is over
+    pub const FIN: u8 = 5;
+}
+
+/// A slot being filled by its producer: write the fields, then `publish`.
+pub struct SlotWriter<'a> {
+    out: &'a mut Outbox,
+    off: usize,
+}
+
+impl SlotWriter<'_> {
+    pub fn fields(&mut self, kind: u8, len: usize, f: &[u8]) {
+        debug_assert!(f.len() <= SLOT_HDR - 16 && len <= self.out.geo.payload());
+        let mut h = [0u8; 8];
+        h[0] = kind;
+        h[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        self.out.map.write(self.off + 8, &h);
+        self.out.map.write(self.off + 16, f);
+    }
+    pub fn payload(&mut self, len: usize) -> &mut [u8] {
+        let off = self.off + SLOT_HDR;
+        self.out.map.slice_mut(off, len.min(self.out.geo.payload()))
+    }
+    /// Makes the slot visible to the consumer. Returns whether the
+    /// consumer asked to be woken (it is asleep and wants a doorbell).
+    pub fn publish(self) -> bool {
+        let pos = self.out.tail;
+        self.out.tail += 1;
+        self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
+        // Pairs with the fence in Mailbox::arm: either the sleeper sees
+        // this slot when it re-checks, or we see its flag here.
+        fence(Ordering::SeqCst);
+        let sleeping = self.out.map.u32_at(64);
+        sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0
+    }
+}
+
+/// Our ring in a peer's mailbox: we produce into it.
+pub struct Outbox {
+    map: Mapping,
+    geo: Geometry,
+    ring: usize,
+    tail: u64,
+    pub owner_pid: u32,
+}
+
+impl Outbox {
+    /// Opens the mailbox of the endpoint at `peer` and claims a ring in it
+    /// for `me`. `Ok(None)`: no usable mailbox (none, its owner is dead, or
+    /// all rings taken) — the peer is then reached over UDP.
+    pub fn connect(uid: u32, peer: &SocketAddr, me: &SocketAddr) -> io::Result<Option<Outbox>> {
+        let path = path_for(uid, peer);
+        let c = cstr(&path);
+        // SAFETY: plain open of a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Ok(None);
+        }
+        let r = Self::connect_fd(fd, &path, me);
+        // SAFETY: closing the descriptor opened above; the mapping stays.
+        unsafe { libc::close(fd) };
+        r
+    }
+
+    fn connect_fd(fd: i32, path: &str, me: &SocketAddr) -> io::Result<Option<Outbox>> {
+        // SAFETY: fstat into a zeroed stat buffer.
+        let mut stb: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut stb) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: geteuid has no preconditions.
+        if stb.st_uid != unsafe { libc::geteuid() } || stb.st_mode & 0o077 != 0 {
+            crate::warn!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "{}: not a private mailbox of this user; not using it",
+                path
+            );
+            return Ok(None);
+        }
+        let flen = stb.st_size as usize;
+        if flen < PAGE {
+            return Ok(None);
+        }
+        let head = Mapping::map(fd, PAGE)?;
+        let mut h = [0u8; 32];
+        head.read(0, &mut h);
+        let word = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap()) as usize;
+        if u64::from_le_bytes(h[0..8].try_into().unwrap()) != MAGIC || word(8) != VERSION as usize {
+            return Ok(None);
+        }
+        let geo = Geometry {
+            nrings: word(12),
+            depth: word(16),
+            slot_size: word(20),
+        };
+        let sane = (1..=MAX_RINGS).contains(&geo.nrings)
+            && (2..=1 << 16).contains(&geo.depth)
+            && geo.slot_size % 64 == 0
+            && (SLOT_HDR + 64..=(1 << 20)).contains(&geo.slot_size)
+            && geo.file_len() == flen;
+        let owner_pid = word(24) as u32;
+        if !sane || head.u32_at(28).load(Ordering::Acquire) != OPEN || !pid_alive(owner_pid) {
+            return Ok(None);
+        }
+        drop(head);
+        let map = Mapping::map(fd, flen)?;
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u64;
+        let Some(ring) = (0..geo.nrings).find(|&r| {
+            map.u64_at(OWNERS_OFF + 8 * r)
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            crate::info!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "{}: all {} rings taken; using UDP",
+                path,
+                geo.nrings
+            );
+            return Ok(None);
+        };
+        let roff = geo.ring_off(ring);
+        for i in 0..geo.depth {
+            map.u64_at(roff + RING_HDR + i * geo.slot_size).store(i as u64, Ordering::Relaxed);
+        }
+        map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
+        map.write(roff + 8, &encode_addr(me));
+        map.u32_at(roff).store(RING_ACTIVE, Ordering::Release);
+        map.u64_at(32).fetch_add(1, Ordering::AcqRel);
+        Ok(Some(Outbox {
+            map,
+            geo,
+            ring,
+            tail: 0,
+            owner_pid,
+        }))
+    }
+
+    pub fn payload_max(&self) -> usize {
+        self.geo.payload()
+    }
+
+    /// The next slot if the consumer has handed it back.
+    pub fn slot(&mut self) -> Option<SlotWriter<'_>> {
+        let idx = (self.tail % self.geo.depth as u64) as usize;
+        let off = self.geo.ring_off(self.ring) + RING_HDR + idx * self.geo.slot_size;
+        if self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
+            return None;
+        }
+        Some(SlotWriter { out: self, off })
+    }
+
+    /// The owner closed its mailbox (a process that restarts at the same
+    /// address creates a new one) or died.
+    pub fn owner_gone(&self) -> bool {
+        self.map.u32_at(28).load(Ordering::Acquire) != OPEN || !pid_alive(self.owner_pid)
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // The consumer frees the ring once it has drained it.
+        self.map.u32_at(self.geo.ring_off(self.ring)).store(RING_CLOSED, Ordering::Release);
+    }
+}
+
+/// A slot the consumer found published, with its fixed fields copied out.
+#[derive(Clone, Copy, Debug)]
+pub struct InSlot {
+    pub ring: usize,
+    pub kind: u8,
+    pub len: usize,
+    pub f: [u8; 48],
+    off: usize,
+}
+
+impl InSlot {
+    pub fn u64(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.f[at..at + 8].try_into().unwrap())
+    }
+    pub fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.f[at..at + 4].try_into().unwrap())
+    }
+}
+
+/// A ring of our mailbox that a peer claimed.
+#[derive(Clone, Copy, Debug)]
+pub struct RingInfo {
+    pub peer: SocketAddr,
+    pub pid: u32,
+}
+
+/// Our own mailbox: we consume from its rings.
+pub struct Mailbox {
+    map: Mapping,
+    geo: Geometry,
+    path: String,
+    heads: Vec<u64>,
+    /// Claims counter value of the last scan for newly claimed rings.
+    seen_claims: u64,
+    pub rings: Vec<Option<RingInfo>>,
+}
+
+impl Mailbox {
+    /// Creates the mailbox of the endpoint at `me`. A file left there by a
+    /// process that died is reclaimed; one whose owner lives is an error
+    /// (two endpoints cannot have one address).
+    pub fn create(uid: u32, me: &SocketAddr, geo: Geometry) -> io::Result<Mailbox> {
+        let path = path_for(uid, me);
+        let c = cstr(&path);
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let mut fd;
+        let mut tries = 0;
+        loop {
+            // SAFETY: plain open of a NUL-terminated path, mode 0600.
+            fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+            if fd >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) || tries == 2 {
+                break;
+            }
+            tries += 1;
+            if !Self::reclaim(&path) {
+                break;
+            }
+        }
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = Self::init(fd, &path, geo);
+        // SAFETY: closing the descriptor opened above; the mapping stays.
+        unsafe { libc::close(fd) };
+        if r.is_err() {
+            // SAFETY: removing the file we just created.
+            unsafe { libc::unlink(c.as_ptr()) };
+        }
+        r
+    }
+
+    /// Removes a mailbox file whose owner is dead. Whether it did.
+    pub fn reclaim(path: &str) -> bool {
+        let c = cstr(path);
+        // SAFETY: plain open; read-only look at the header.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        let mut h = [0u8; 28];
+        // SAFETY: reads at most 28 bytes into a local buffer.
+        let n = unsafe { libc::pread(fd, h.as_mut_ptr() as *mut libc::c_void, h.len(), 0) };
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(fd) };
+        let pid = u32::from_le_bytes(h[24..28].try_into().unwrap());
+        if n == 28 && pid_alive(pid) && pid != std::process::id() {
+            return false;
+        }
+        crate::info!(
+            crate::ffi::FI_LOG_EP_CTRL,
+            "{}: reclaiming the mailbox of dead process {}",
+            path,
+            pid
+        );
+        // SAFETY: unlinking a path; a racing reclaimer makes this ENOENT.
+        unsafe { libc::unlink(c.as_ptr()) };
+        true
+    }
+
+    fn init(fd: i32, path: &str, geo: Geometry) -> io::Result<Mailbox> {
+        // SAFETY: sizing our own new file (sparse: pages appear when touched).
+        if unsafe { libc::ftruncate(fd, geo.file_len() as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Mapping::map(fd, geo.file_len())?;
+        let mut h = [0u8; 28];
+        h[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&(geo.nrings as u32).to_le_bytes());
+        h[16..20].copy_from_slice(&(geo.depth as u32).to_le_bytes());
+        h[20..24].copy_from_slice(&(geo.slot_size as u32).to_le_bytes());
+        h[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+        map.write(0, &h);
+        map.u32_at(28).store(OPEN, Ordering::Release);
+        Ok(Mailbox {
+            map,
+            geo,
+            path: path.to_string(),
+            heads: vec![0; geo.nrings],
+            seen_claims: 0,
+            rings: vec![None; geo.nrings],
+        })
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// Picks up rings claimed since the last look. Returns the new ones.
+    pub fn scan_claims(&mut self, out: &mut Vec<usize>) {
+        let claims = self.map.u64_at(32).load(Ordering::Acquire);
+        if claims == self.seen_claims {
+            return;
+        }
+        self.seen_claims = claims;
+        for r in 0..self.geo.nrings {
+            if self.rings[r].is_some() {
+                continue;
+            }
+            let roff = self.geo.ring_off(r);
+            if self.map.u32_at(roff).load(Ordering::Acquire) != RING_ACTIVE {
+                continue;
+            }
+            let pid = self.map.u32_at(roff + 4).load(Ordering::Relaxed);
+            let mut a = [0u8; 20];
+            self.map.read(roff + 8, &mut a);
+            match decode_addr(&a) {
+                Some(peer) => {
+                    self.rings[r] = Some(RingInfo { peer, pid });
+                    self.heads[r] = 0;
+                    out.push(r);
+                }
+                None => {
+                    crate::warn!(
+                        crate::ffi::FI_LOG_EP_DATA,
+                        "shm ring {} claimed with a bad address; freeing it",
+                        r
+                    );
+                    self.free_ring(r);
+                }
+            }
+        }
+    }
+
+    fn slot_off(&self, r: usize, pos: u64) -> usize {
+        self.geo.ring_off(r) + RING_HDR + (pos % self.geo.depth as u64) as usize * self.geo.slot_size
+    }
+
+    /// The next published slot of ring `r`, if any.
+    pub fn peek(&self, r: usize) -> Option<InSlot> {
+        let pos = self.heads[r];
+        let off = self.slot_off(r, pos);
+        if self.map.u64_at(off).load(Ordering::Acquire) != pos + 1 {
+            return None;
+        }
+        let mut b = [0u8; 56];
+        self.map.read(off + 8, &mut b);
+        let mut f = [0u8; 48];
+        f.copy_from_slice(&b[8..56]);
+        Some(InSlot {
+            ring: r,
+            kind: b[0],
+            len: u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize,
+            f,
+            off,
+        })
+    }
+
+    /// The payload of a slot; `None` if its length does not fit the slot.
+    pub fn payload(&self, s: &InSlot) -> Option<&[u8]> {
+        (s.len <= self.geo.payload()).then(|| self.map.slice(s.off + SLOT_HDR, s.len))
+    }
+
+    /// Hands a consumed slot back to its producer.
+    pub fn release(&mut self, s: InSlot) {
+        let pos = self.heads[s.ring];
+        self.heads[s.ring] = pos + 1;
+        self.map
+            .u64_at(s.off)
+            .store(pos + self.geo.depth as u64, Ordering::Release);
+    }
+
+    /// Whether the producer of ring `r` closed it (and the ring is drained:
+    /// call after `peek` found nothing).
+    pub fn ring_closed(&self, r: usize) -> bool {
+        self.map.u32_at(self.geo.ring_off(r)).load(Ordering::Acquire) == RING_CLOSED
+    }
+
+    /// Returns ring `r` to the pool of free rings.
+    pub fn free_ring(&mut self, r: usize) {
+        self.rings[r] = None;
+        self.map.u32_at(self.geo.ring_off(r)).store(RING_FREE, Ordering::Relaxed);
+        self.map.u64_at(OWNERS_OFF + 8 * r).store(0, Ordering::Release);
+    }
+
+    /// About to sleep: asks producers for a doorbell. False if a slot is
+    /// already waiting in one of `active` (then do not sleep).
+    pub fn arm(&mut self, active: &[usize]) -> bool {
+        self.map.u32_at(64).store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let claims = self.map.u64_at(32).load(Ordering::Relaxed);
+        claims == self.seen_claims && active.iter().all(|&r| self.peek(r).is_none())
+    }
+
+    /// Awake again: producers need not ring.
+    pub fn disarm(&self) {
+        let s = self.map.u32_at(64);
+        if s.load(Ordering::Relaxed) != 0 {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Drop for Mailbox {
+    fn drop(&mut self) {
+        self.map.u32_at(28).store(CLOSED, Ordering::Release);
+        let c = cstr(&self.path);
+        // SAFETY: removing our own mailbox file.
+        unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+/// Reads `remote` ranges of process `pid` into `local` ranges of ours
+/// (cross-memory attach), as far as both go. Returns the bytes read.
+pub fn cma_read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io::Result<usize> {
+    let want = local
+        .iter()
+        .map(|l| l.1)
+        .sum::<usize>()
+        .min(remote.iter().map(|r| r.1 as usize).sum());
+    let mut done = 0;
+    while done < want {
+        let (liov, riov) = (iov_from(local, done, want - done), iov_from_u64(remote, done, want - done));
+        // SAFETY: `liov` describes buffers of this process that the caller
+        // owns for writing (posted receive buffers); `riov` is memory of the
+        // other process, which the kernel checks (EFAULT for bad ranges).
+        let n = unsafe {
+            libc::process_vm_readv(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                liov.len() as libc::c_ulong,
+                riov.as_ptr(),
+                riov.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+const IOV_BATCH: usize = 64;
+
+fn iov_from(v: &[(usize, usize)], skip: usize, max: usize) -> Vec<libc::iovec> {
+    ranges(v.iter().map(|&(a, l)| (a as u64, l as u64)), skip, max)
+}
+fn iov_from_u64(v: &[(u64, u64)], skip: usize, max: usize) -> Vec<libc::iovec> {
+    ranges(v.iter().copied(), skip, max)
+}
+fn ranges(v: impl Iterator<Item = (u64, u64)>, mut skip: usize, mut max: usize) -> Vec<libc::iovec> {
+    let mut out = Vec::new();
+    for (a, l) in v {
+        let l = l as usize;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(max);
+        if n > 0 {
+            out.push(libc::iovec {
+                iov_base: (a as usize + skip) as *mut libc::c_void,
+                iov_len: n,
+            });
+        }
+        skip = 0;
+        max -= n;
+        if max == 0 || out.len() == IOV_BATCH {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 77)), port)
+    }
+
+    #[test]
+    fn ring_round_trip_and_wraparound() {
+        let uid = 4_000_000_000 + std::process::id() % 1000;
+        let me = addr(1);
+        let mut mb = Mailbox::create(uid, &me, Geometry::new(2, 4, 128)).unwrap();
+        let mut ob = Outbox::connect(uid, &me, &addr(2)).unwrap().unwrap();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        assert_eq!(new, vec![0]);
+        assert_eq!(mb.rings[0].unwrap().peer, addr(2));
+        for round in 0..10u8 {
+            for i in 0..4u8 {
+                let mut s = ob.slot().expect("a free slot");
+                s.fields(kind::EAGER, 3, &[round, i]);
+                s.payload(3).copy_from_slice(&[i, round, 9]);
+                assert!(!s.publish());
+            }
+            assert!(ob.slot().is_none(), "ring of 4 is full");
+            for i in 0..4u8 {
+                let s = mb.peek(0).unwrap();
+                assert_eq!((s.kind, s.len, s.f[0], s.f[1]), (kind::EAGER, 3, round, i));
+                assert_eq!(mb.payload(&s).unwrap(), &[i, round, 9]);
+                mb.release(s);
+            }
+            assert!(mb.peek(0).is_none());
+        }
+        // Sleeping consumer: the next publish asks for one doorbell.
+        assert!(mb.arm(&[0]));
+        let s = ob.slot().unwrap();
+        assert!(s.publish());
+        assert!(!mb.arm(&[0]), "a slot is waiting");
+        drop(ob);
+        let s = mb.peek(0).unwrap();
+        mb.release(s);
+        assert!(mb.ring_closed(0));
+        mb.free_ring(0);
+        // The ring can be claimed again.
+        let _ob2 = Outbox::connect(uid, &me, &addr(3)).unwrap().unwrap();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        assert_eq!(new, vec![0]);
+        let path = mb.path().to_string();
+        drop(mb);
+        assert!(std::fs::metadata(&path).is_err(), "mailbox removed on close");
+    }
+
+    #[test]
+    fn garbage_length_is_rejected() {
+        let uid = 4_100_000_000 + std::process::id() % 1000;
+        let me = addr(5);
+        let mut mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64)).unwrap();
+        let mut ob = Outbox::connect(uid, &me, &addr(6)).unwrap().unwrap();
+        let mut s = ob.slot().unwrap();
+        s.fields(kind::EAGER, 0, &[]);
+        // A producer that lies about the length.
+        s.out.map.write(s.off + 12, &u32::MAX.to_le_bytes());
+        s.publish();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        let s = mb.peek(0).unwrap();
+        assert!(mb.payload(&s).is_none());
+    }
+
+    #[test]
+    fn stale_mailbox_of_dead_process_is_reclaimed() {
+        let uid = 4_200_000_000 + std::process::id() % 1000;
+        let me = addr(7);
+        let path = path_for(uid, &me);
+        // A leftover whose owner pid does not exist.
+        let mut h = vec![0u8; 4096];
+        h[24..28].copy_from_slice(&(i32::MAX as u32 - 1).to_le_bytes());
+        std::fs::write(&path, &h).unwrap();
+        let mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64)).unwrap();
+        assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_some());
+        drop(mb);
+        assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_none());
+    }
+
+    #[test]
+    fn cma_reads_own_memory() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut a = vec![0u8; 3000];
+        let mut b = vec![0u8; 7000];
+        let local = [(a.as_mut_ptr() as usize, a.len()), (b.as_mut_ptr() as usize, b.len())];
+        let remote = [(src.as_ptr() as u64, 4000u64), (src.as_ptr() as u64 + 4000, 6000)];
+        assert_eq!(cma_read(std::process::id(), &local, &remote).unwrap(), 10_000);
+        assert_eq!(&a[..], &src[..3000]);
+        assert_eq!(&b[..], &src[3000..]);
+    }
+}

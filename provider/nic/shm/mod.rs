@@ -1,0 +1,674 @@
+//! The shm wire: peers on this host exchange messages through mailboxes
+//! (SMSG-style rings in shared memory, see `mailbox.rs`) and pull large
+//! payloads from each other's memory with cross-memory attach.
+//!
+//! One `ShmWire` per endpoint. It owns the endpoint's mailbox (where local
+//! peers write to us) and the rings it claimed in peers' mailboxes (where
+//! we write to them). Message frames (EAGER, RTS) surface to the endpoint,
+//! which matches them against posted receives and copies eager payloads
+//! straight from the slot into the application's buffer. The rendezvous
+//! frames (CTS, DATA, FIN) are handled here and surface as `ShmEvent`s.
+//!
+//! Rendezvous: the sender's RTS carries its buffer addresses; the receiver
+//! reads them with `process_vm_readv` (one copy) and answers FIN. Where the
+//! kernel refuses cross-memory attach (Yama ptrace_scope, containers, other
+//! users, or `FI_GNIX_CMA=0`) the receiver answers CTS instead, and the
+//! sender pushes the data through its ring in DATA slots (two copies,
+//! pipelined by the ring); refusal is remembered per peer.
+//!
+//! Wakeups: a receiver about to sleep sets the mailbox's sleeping flag
+//! (`arm`); the next producer to publish clears it and asks the endpoint to
+//! ring a doorbell: one tiny datagram to the receiver's UDP socket, which
+//! its sleeper already polls. An endpoint that keeps polling never arms,
+//! and its peers never pay for a syscall.
+
+pub mod mailbox;
+
+use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::hash::KeyedState;
+use crate::proto::{MsgHdr, RecvSink, SendSource};
+use mailbox::{kind, InSlot, Mailbox, Outbox};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+pub use mailbox::Geometry;
+
+/// A shm datagram on the UDP socket that means "look at your mailbox".
+pub const DOORBELL: &[u8] = b"GNIXBELL";
+
+pub fn is_doorbell(d: &[u8]) -> bool {
+    d == DOORBELL
+}
+
+/// How often the liveness of peers with operations in flight is checked.
+const CHECK_EVERY_NS: u64 = 20_000_000;
+/// Send and rendezvous ids of this wire have the top bit set, so they
+/// share the endpoint's maps with the udp engine's ids.
+const SHM_IDS: u64 = 1 << 63;
+
+pub struct ShmConfig {
+    pub geo: Geometry,
+    pub cma: bool,
+    pub local_ips: Vec<IpAddr>,
+}
+
+/// A message that arrived through our mailbox.
+pub enum Incoming {
+    /// Payload in the slot: copy it out with `payload`, then `release`.
+    Eager { slot: InSlot, peer: SocketAddr, hdr: MsgHdr },
+    /// Rendezvous request: the data is still in the sender's memory.
+    Rts(Box<ShmRts>),
+}
+
+#[derive(Debug)]
+pub struct ShmRts {
+    pub peer: SocketAddr,
+    pub pid: u32,
+    pub key: u64,
+    pub hdr: MsgHdr,
+    pub iov: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ShmEvent {
+    SendDone { id: u64 },
+    SendFailed { id: u64, err: i32 },
+    RecvDone { rid: u64, written: usize },
+    RecvFailed { rid: u64, err: i32 },
+}
+
+/// What a receiver's pull of an RTS came to.
+pub enum Pull {
+    /// All of it (or what fits) is in the buffers; the sender has its FIN.
+    Done(usize),
+    /// Cross-memory attach is refused: the sender was asked to push; the
+    /// receive completes with `RecvDone { rid }`.
+    Pushing(u64),
+    /// The sender is gone.
+    Failed(i32),
+}
+
+/// A frame that found its ring full, kept (with its own copy of the
+/// payload) until the consumer frees a slot.
+struct Frame {
+    kind: u8,
+    f: [u8; 48],
+    payload: Vec<u8>,
+}
+
+struct Peer {
+    out: Outbox,
+    addr: SocketAddr,
+    backlog: VecDeque<Frame>,
+}
+
+/// A rendezvous send waiting for its FIN (or a CTS, then pushing).
+struct TxRndv {
+    peer: usize,
+    src: Box<dyn SendSource>,
+    /// Pushing: the receiver's rid and the next offset to push.
+    push: Option<(u64, usize)>,
+}
+
+/// A receive the sender pushes into (no cross-memory attach).
+struct RxPush {
+    sink: Box<dyn RecvSink>,
+    len: usize,
+    got: usize,
+    from: SocketAddr,
+    key: u64,
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+pub struct ShmStats {
+    pub sent: u64,
+    pub received: u64,
+    pub pulled: u64,
+    pub pushed: u64,
+    pub doorbells: u64,
+    pub rejected: u64,
+}
+
+pub struct ShmWire {
+    me: SocketAddr,
+    uid: u32,
+    cfg: ShmConfig,
+    mb: Mailbox,
+    /// Rings of our mailbox that peers claimed.
+    active: Vec<usize>,
+    next_ring: usize,
+    routes: HashMap<SocketAddr, Option<usize>, KeyedState>,
+    peers: Vec<Option<Peer>>,
+    /// Peers whose memory the kernel refused to let us read.
+    no_cma: HashMap<SocketAddr, (), KeyedState>,
+    tx: HashMap<u64, TxRndv, KeyedState>,
+    rx: HashMap<u64, RxPush, KeyedState>,
+    next_id: u64,
+    /// Frames in backlogs, and sends pushing data (to skip idle work).
+    queued: usize,
+    pushing: usize,
+    events: VecDeque<ShmEvent>,
+    /// Peers whose sleeping receiver wants a doorbell.
+    pub bells: Vec<SocketAddr>,
+    last_check: u64,
+    pub stats: ShmStats,
+}
+
+fn put(f: &mut [u8; 48], at: usize, v: u64) {
+    f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn hdr_fields(hdr: &MsgHdr) -> [u8; 48] {
+    let mut f = [0u8; 48];
+    put(&mut f, 0, hdr.tag);
+    put(&mut f, 8, hdr.data);
+    f[16..20].copy_from_slice(&hdr.flags.to_le_bytes());
+    put(&mut f, 24, hdr.len);
+    f
+}
+
+fn hdr_of(s: &InSlot) -> MsgHdr {
+    MsgHdr {
+        tag: s.u64(0),
+        data: s.u64(8),
+        flags: s.u32(16),
+        len: s.u64(24),
+    }
+}
+
+impl ShmWire {
+    /// The mailbox of the endpoint at `me`; `Err` if it cannot be made
+    /// (the endpoint then uses UDP for everyone).
+    pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<ShmWire> {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let mb = Mailbox::create(uid, &me, cfg.geo)?;
+        Ok(ShmWire {
+            me,
+            uid,
+            cfg,
+            mb,
+            active: Vec::new(),
+            next_ring: 0,
+            routes: HashMap::with_hasher(KeyedState(seed)),
+            peers: Vec::new(),
+            no_cma: HashMap::with_hasher(KeyedState(seed)),
+            tx: HashMap::with_hasher(KeyedState(seed)),
+            rx: HashMap::with_hasher(KeyedState(seed)),
+            next_id: SHM_IDS,
+            queued: 0,
+            pushing: 0,
+            events: VecDeque::new(),
+            bells: Vec::new(),
+            last_check: 0,
+            stats: ShmStats::default(),
+        })
+    }
+
+    /// Whether `id` (a send or receive id) belongs to this wire.
+    pub fn owns(id: u64) -> bool {
+        id & SHM_IDS != 0
+    }
+
+    pub fn eager_max(&self) -> usize {
+        self.cfg.geo.payload()
+    }
+
+    /// Whether any local peer talks to us over shm (the endpoint then
+    /// polls its UDP socket less eagerly).
+    pub fn in_use(&self) -> bool {
+        !self.active.is_empty() || self.peers.iter().any(Option::is_some)
+    }
+
+    /// The shm peer for `addr`, deciding on first use: local address and a
+    /// live mailbox with a free ring. The decision sticks (messages to one
+    /// peer stay on one wire, hence in order) until the peer goes away.
+    pub fn route(&mut self, addr: SocketAddr) -> Option<usize> {
+        if let Some(r) = self.routes.get(&addr) {
+            return *r;
+        }
+        let r = self.connect(addr);
+        self.routes.insert(addr, r);
+        r
+    }
+
+    fn connect(&mut self, addr: SocketAddr) -> Option<usize> {
+        if !self.cfg.local_ips.contains(&addr.ip()) && !addr.ip().is_loopback() {
+            return None;
+        }
+        let out = match Outbox::connect(self.uid, &addr, &self.me) {
+            Ok(Some(o)) => o,
+            Ok(None) => return None,
+            Err(e) => {
+                crate::warn!(crate::ffi::FI_LOG_EP_CTRL, "shm mailbox of {}: {}; using UDP", addr, e);
+                return None;
+            }
+        };
+        crate::info!(crate::ffi::FI_LOG_EP_CTRL, "{} -> {}: shm wire", self.me, addr);
+        let p = Peer {
+            out,
+            addr,
+            backlog: VecDeque::new(),
+        };
+        let ix = match self.peers.iter().position(Option::is_none) {
+            Some(i) => {
+                self.peers[i] = Some(p);
+                i
+            }
+            None => {
+                self.peers.push(Some(p));
+                self.peers.len() - 1
+            }
+        };
+        Some(ix)
+    }
+
+    /// Frames waiting for ring space, over all peers.
+    pub fn backlogged(&self) -> usize {
+        self.queued
+    }
+
+    /// Writes one frame into the peer's ring, or queues it behind the ones
+    /// already waiting. `payload(dst)` fills the first `len` payload bytes.
+    fn post(&mut self, ix: usize, kind: u8, f: &[u8; 48], len: usize, payload: impl FnOnce(&mut [u8])) {
+        let Some(p) = self.peers[ix].as_mut() else { return };
+        self.stats.sent += 1;
+        if p.backlog.is_empty() {
+            if let Some(mut s) = p.out.slot() {
+                s.fields(kind, len, f);
+                payload(s.payload(len));
+                if s.publish() {
+                    self.bells.push(p.addr);
+                }
+                return;
+            }
+        }
+        let mut v = vec![0u8; len];
+        payload(&mut v);
+        self.queued += 1;
+        p.backlog.push_back(Frame {
+            kind,
+            f: *f,
+            payload: v,
+        });
+    }
+
+    /// An eager message (`src.len() <= eager_max()`): done once this
+    /// returns — in the peer's ring or copied into the backlog.
+    pub fn send_eager(&mut self, ix: usize, hdr: &MsgHdr, src: &dyn SendSource) {
+        let f = hdr_fields(hdr);
+        self.post(ix, kind::EAGER, &f, src.len(), |dst| src.read_at(0, dst));
+    }
+
+    /// A rendezvous send: `remote` are the addresses of `src`'s bytes in
+    /// this process, which the receiver reads. Completes with SendDone.
+    pub fn send_rts(
+        &mut self,
+        ix: usize,
+        hdr: &MsgHdr,
+        src: Box<dyn SendSource>,
+        remote: &[(u64, u64)],
+    ) -> Result<u64, i32> {
+        let need = remote.len() * 16;
+        if need > self.eager_max() {
+            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm: {} iovs do not fit an RTS", remote.len());
+            return Err(crate::ffi::FI_EINVAL);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut f = hdr_fields(hdr);
+        put(&mut f, 32, id);
+        f[40..44].copy_from_slice(&(remote.len() as u32).to_le_bytes());
+        self.post(ix, kind::RTS, &f, need, |dst| {
+            for (i, &(a, l)) in remote.iter().enumerate() {
+                dst[16 * i..16 * i + 8].copy_from_slice(&a.to_le_bytes());
+                dst[16 * i + 8..16 * i + 16].copy_from_slice(&l.to_le_bytes());
+            }
+        });
+        self.tx.insert(id, TxRndv { peer: ix, src, push: None });
+        Ok(id)
+    }
+
+    /// Sends a rendezvous control frame (FIN, CTS) to `to`, if we can reach
+    /// it over shm at all.
+    fn control(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64) {
+        let Some(ix) = self.route(to) else {
+            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm: cannot answer {} (its mailbox is gone)", to);
+            return;
+        };
+        let mut f = [0u8; 48];
+        put(&mut f, 0, a);
+        put(&mut f, 8, b);
+        self.post(ix, kind, &f, 0, |_| {});
+    }
+
+    /// The next message from a local peer, if any. Rendezvous control
+    /// frames met on the way are handled (see `poll_event`).
+    pub fn poll_msg(&mut self) -> Option<Incoming> {
+        if self.mb.rings.is_empty() {
+            return None;
+        }
+        let mut fresh = Vec::new();
+        self.mb.scan_claims(&mut fresh);
+        self.active.extend(fresh);
+        let n = self.active.len();
+        let mut i = 0;
+        while i < n.min(self.active.len()) {
+            let k = (self.next_ring + i) % self.active.len();
+            let r = self.active[k];
+            i += 1;
+            let Some(s) = self.mb.peek(r) else {
+                if self.mb.ring_closed(r) {
+                    self.retire_ring(k);
+                    i = 0;
+                }
+                continue;
+            };
+            let info = self.mb.rings[r].expect("active ring has a peer");
+            self.stats.received += 1;
+            // Fair among peers: the next call starts with the next ring.
+            self.next_ring = (k + 1) % self.active.len().max(1);
+            match s.kind {
+                kind::EAGER if self.mb.payload(&s).is_some() && hdr_of(&s).len == s.len as u64 => {
+                    return Some(Incoming::Eager {
+                        slot: s,
+                        peer: info.peer,
+                        hdr: hdr_of(&s),
+                    });
+                }
+                kind::RTS => {
+                    let niov = s.u32(40) as usize;
+                    let iov = self.mb.payload(&s).filter(|p| p.len() == niov * 16).map(|p| {
+                        p.chunks(16)
+                            .map(|c| {
+                                (
+                                    u64::from_le_bytes(c[0..8].try_into().unwrap()),
+                                    u64::from_le_bytes(c[8..16].try_into().unwrap()),
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                    let hdr = hdr_of(&s);
+                    let key = s.u64(32);
+                    self.mb.release(s);
+                    match iov {
+                        Some(iov) if iov.iter().map(|v| v.1).sum::<u64>() == hdr.len => {
+                            return Some(Incoming::Rts(Box::new(ShmRts {
+                                peer: info.peer,
+                                pid: info.pid,
+                                key,
+                                hdr,
+                                iov,
+                            })));
+                        }
+                        _ => self.reject(r, "RTS with a bad iov list"),
+                    }
+                }
+                kind::CTS => {
+                    self.mb.release(s);
+                    self.on_cts(s.u64(0), s.u64(8));
+                }
+                kind::FIN => {
+                    self.mb.release(s);
+                    self.on_fin(s.u64(0), s.u64(8) as i64 as i32);
+                }
+                kind::DATA => {
+                    self.on_data(&s);
+                    self.mb.release(s);
+                }
+                _ => {
+                    self.mb.release(s);
+                    self.reject(r, "bad slot");
+                }
+            }
+        }
+        None
+    }
+
+    /// A slot that breaks the rules: counted, and the sender is cut off.
+    fn reject(&mut self, r: usize, why: &str) {
+        self.stats.rejected += 1;
+        let peer = self.mb.rings[r].map(|i| i.peer);
+        crate::warn!(
+            crate::ffi::FI_LOG_EP_DATA,
+            "shm: {} from {:?}; dropping its ring",
+            why,
+            peer
+        );
+        if let Some(k) = self.active.iter().position(|&x| x == r) {
+            self.retire_ring(k);
+        }
+        if let Some(p) = peer {
+            self.fail_rx_from(p, FI_EIO);
+        }
+    }
+
+    fn retire_ring(&mut self, k: usize) {
+        let r = self.active.swap_remove(k);
+        self.mb.free_ring(r);
+        self.next_ring = 0;
+    }
+
+    /// The payload of an eager message from `poll_msg`.
+    pub fn payload(&self, s: &InSlot) -> &[u8] {
+        self.mb.payload(s).expect("checked by poll_msg")
+    }
+
+    pub fn release(&mut self, s: InSlot) {
+        self.mb.release(s);
+    }
+
+    fn on_fin(&mut self, key: u64, status: i32) {
+        if let Some(t) = self.tx.remove(&key) {
+            self.pushing -= t.push.is_some() as usize;
+            self.events.push_back(if status == 0 {
+                ShmEvent::SendDone { id: key }
+            } else {
+                ShmEvent::SendFailed { id: key, err: status }
+            });
+        }
+    }
+
+    fn on_cts(&mut self, key: u64, rid: u64) {
+        if let Some(t) = self.tx.get_mut(&key) {
+            if t.push.is_none() {
+                t.push = Some((rid, 0));
+                self.pushing += 1;
+            }
+        }
+    }
+
+    fn on_data(&mut self, s: &InSlot) {
+        let (rid, off) = (s.u64(0), s.u64(8) as usize);
+        let Some(data) = self.mb.payload(s) else { return };
+        let Some(rx) = self.rx.get_mut(&rid) else { return };
+        // Writes past the buffer are cut off by the sink (truncation).
+        if off == rx.got {
+            let room = rx.sink.capacity().saturating_sub(off);
+            rx.sink.write_at(off, &data[..data.len().min(room)]);
+            rx.got += data.len();
+        }
+        if rx.got >= rx.len {
+            let rx = self.rx.remove(&rid).unwrap();
+            self.events.push_back(ShmEvent::RecvDone {
+                rid,
+                written: rx.len.min(rx.sink.capacity()),
+            });
+            self.control(rx.from, kind::FIN, rx.key, 0);
+        }
+    }
+
+    /// A matched RTS: pull its data into `local` (the posted buffers).
+    pub fn pull(&mut self, rts: &ShmRts, local: &[(usize, usize)], sink: Box<dyn RecvSink>) -> Pull {
+        let cap: usize = local.iter().map(|l| l.1).sum();
+        if cap == 0 || rts.hdr.len == 0 {
+            self.control(rts.peer, kind::FIN, rts.key, 0);
+            return Pull::Done(0);
+        }
+        if self.cfg.cma && !self.no_cma.contains_key(&rts.peer) {
+            match mailbox::cma_read(rts.pid, local, &rts.iov) {
+                Ok(n) => {
+                    self.stats.pulled += 1;
+                    self.control(rts.peer, kind::FIN, rts.key, 0);
+                    return Pull::Done(n);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Pull::Failed(FI_EHOSTUNREACH),
+                Err(e) => {
+                    crate::info!(
+                        crate::ffi::FI_LOG_EP_DATA,
+                        "shm: cannot read the memory of {} ({}); it pushes instead",
+                        rts.peer,
+                        e
+                    );
+                    self.no_cma.insert(rts.peer, ());
+                }
+            }
+        }
+        let rid = self.next_id;
+        self.next_id += 1;
+        self.rx.insert(
+            rid,
+            RxPush {
+                sink,
+                len: rts.hdr.len as usize,
+                got: 0,
+                from: rts.peer,
+                key: rts.key,
+            },
+        );
+        self.control(rts.peer, kind::CTS, rts.key, rid);
+        Pull::Pushing(rid)
+    }
+
+    /// An RTS nobody will read (FI_DISCARD, cancelled): release the sender.
+    pub fn discard(&mut self, rts: &ShmRts) {
+        self.control(rts.peer, kind::FIN, rts.key, 0);
+    }
+
+    pub fn poll_event(&mut self) -> Option<ShmEvent> {
+        self.events.pop_front()
+    }
+
+    /// Moves backlogged frames and pushed data into rings that have room,
+    /// and checks on peers that have operations in flight.
+    pub fn pump(&mut self, now: u64) {
+        if self.queued > 0 {
+            for p in self.peers.iter_mut().flatten() {
+                while let Some(fr) = p.backlog.front() {
+                    let Some(mut s) = p.out.slot() else { break };
+                    s.fields(fr.kind, fr.payload.len(), &fr.f);
+                    s.payload(fr.payload.len()).copy_from_slice(&fr.payload);
+                    if s.publish() {
+                        self.bells.push(p.addr);
+                    }
+                    p.backlog.pop_front();
+                    self.queued -= 1;
+                }
+            }
+        }
+        if self.pushing > 0 {
+            let pushing: Vec<u64> = self.tx.iter().filter(|(_, t)| t.push.is_some()).map(|(&k, _)| k).collect();
+            for key in pushing {
+                self.push_data(key);
+            }
+        }
+        if now >= self.last_check + CHECK_EVERY_NS {
+            self.last_check = now;
+            self.check_peers();
+        }
+    }
+
+    fn push_data(&mut self, key: u64) {
+        let t = self.tx.get_mut(&key).unwrap();
+        let Some(p) = self.peers[t.peer].as_mut() else { return };
+        let (rid, mut off) = t.push.unwrap();
+        let len = t.src.len();
+        let chunk = p.out.payload_max();
+        while off < len && p.backlog.is_empty() {
+            let Some(mut s) = p.out.slot() else { break };
+            let n = chunk.min(len - off);
+            let mut f = [0u8; 48];
+            put(&mut f, 0, rid);
+            put(&mut f, 8, off as u64);
+            s.fields(kind::DATA, n, &f);
+            t.src.read_at(off, s.payload(n));
+            if s.publish() {
+                self.bells.push(p.addr);
+            }
+            off += n;
+            self.stats.pushed += 1;
+        }
+        t.push = Some((rid, off));
+    }
+
+    /// Peers that died or closed: their sends in flight fail, their routes
+    /// are forgotten (a restarted peer gets a fresh ring), rings they
+    /// claimed in our mailbox are freed once drained.
+    fn check_peers(&mut self) {
+        for ix in 0..self.peers.len() {
+            let gone = self.peers[ix].as_ref().is_some_and(|p| p.out.owner_gone());
+            if !gone {
+                continue;
+            }
+            let p = self.peers[ix].take().unwrap();
+            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm peer {} went away", p.addr);
+            self.routes.remove(&p.addr);
+            self.queued -= p.backlog.len();
+            let dead: Vec<u64> = self.tx.iter().filter(|(_, t)| t.peer == ix).map(|(&k, _)| k).collect();
+            for id in dead {
+                let t = self.tx.remove(&id).unwrap();
+                self.pushing -= t.push.is_some() as usize;
+                self.events.push_back(ShmEvent::SendFailed {
+                    id,
+                    err: FI_EHOSTUNREACH,
+                });
+            }
+        }
+        let mut k = 0;
+        while k < self.active.len() {
+            let r = self.active[k];
+            let info = self.mb.rings[r].expect("active ring has a peer");
+            if self.mb.peek(r).is_none() && !mailbox::pid_alive(info.pid) {
+                self.retire_ring(k);
+                self.fail_rx_from(info.peer, FI_EHOSTUNREACH);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn fail_rx_from(&mut self, peer: SocketAddr, err: i32) {
+        let dead: Vec<u64> = self.rx.iter().filter(|(_, r)| r.from == peer).map(|(&k, _)| k).collect();
+        for rid in dead {
+            self.rx.remove(&rid);
+            self.events.push_back(ShmEvent::RecvFailed { rid, err });
+        }
+    }
+
+    /// Anything in flight that needs `pump` to run.
+    pub fn busy(&self) -> bool {
+        !self.tx.is_empty() || !self.rx.is_empty() || self.backlogged() > 0
+    }
+
+    /// When `pump` must run even if nothing arrives: soon while frames wait
+    /// for ring space (a consumer freeing slots rings no bell), at the next
+    /// liveness check while operations wait on peers.
+    pub fn next_deadline(&self, now: u64) -> Option<u64> {
+        if self.queued > 0 || self.pushing > 0 {
+            Some(now + 50_000)
+        } else if self.busy() {
+            Some(self.last_check + CHECK_EVERY_NS)
+        } else {
+            None
+        }
+    }
+
+    /// About to sleep: false if a message is already waiting.
+    pub fn arm(&mut self) -> bool {
+        self.mb.arm(&self.active)
+    }
+
+    pub fn disarm(&self) {
+        self.mb.disarm();
+    }
+}
