@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Runs every gnix test: unit tests of the sans-IO machines and the matching
 # engine, and the multi-process integration tests that load the provider
-# into the real libfabric (tests/).
+# into the real libfabric (tests/), once per wire.
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/deps.sh
 cargo build --release
 venv=${GNIX_MPICH_VENV:-$PWD/target/mpich-venv}
 [ -x "$venv/bin/mpiexec" ] && export GNIX_MPICH_BIN="$venv/bin"
+# Everything once on the default wires (shm between local peers) ...
 cargo test --release -- --test-threads=2 "$@"
+# ... then the process-level scenarios again on the shm copy fallback
+# (no cross-memory attach) and on the udp wire (FI_GNIX_SHM=0).
+for wire in copy udp; do
+    echo "== integration tests on the $wire wire (GNIX_TEST_WIRE=$wire)"
+    GNIX_TEST_WIRE=$wire cargo test --release --test single --test pair --test large --test mpi \
+        -- --test-threads=2 "$@"
+done

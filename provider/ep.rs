@@ -1183,7 +1183,13 @@ impl Ep {
         if inject {
             done_now(&req);
         }
-        st.sends.insert(id, SendReq { reported: inject, ..req });
+        st.sends.insert(
+            id,
+            SendReq {
+                reported: inject,
+                ..req
+            },
+        );
         0
     }
 

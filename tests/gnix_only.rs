@@ -5,10 +5,8 @@
 mod common;
 use common::{is_gnix, provider_env, skip_unless_gnix, Scenario};
 
-/// Wires the gnix-only scenarios run over. Only the udp wire exists yet;
-/// FI_GNIX_SHM=1 joins this list with the shared-memory wire (issue 3),
-/// rather than repeating the same udp run under an unknown variable.
-const WIRES: &[&str] = &["0"];
+/// Wires the gnix-only scenarios run over (FI_GNIX_SHM): udp, then shm.
+const WIRES: &[&str] = &["0", "1"];
 
 /// Peer process killed ("mid" transfer or while "idle"): the survivor's
 /// operations complete in error within the FI_GNIX_PEER_TIMEOUT_MS bound.
@@ -103,5 +101,132 @@ fn fi_info_lists_gnix_parameters() {
         "FI_GNIX_MAX_RETRANS",
     ] {
         assert!(text.contains(var), "fi_info -e does not list {var}:\n{text}");
+    }
+}
+
+/// The closing endpoint's log line reports what each wire carried:
+/// `ShmStats { sent, received, pulled, pushed, .. }`, or `None` without shm.
+fn shm_stat(log: &str, field: &str) -> Option<u64> {
+    let line = log.lines().find(|l| l.contains("closing:"))?;
+    let at = line.find("ShmStats")?;
+    let rest = &line[at..];
+    let v = rest.split(&format!("{field}: ")).nth(1)?;
+    v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// Each wire is the one that carries the data: shm pulls large messages
+/// with cross-memory attach, the copy fallback pushes them through the
+/// mailbox, FI_GNIX_SHM=0 leaves shm out entirely.
+#[test]
+fn wire_selection_shows_in_counters() {
+    if skip_unless_gnix("wire selection") {
+        return;
+    }
+    for (wire, env) in [
+        ("shm", ("FI_GNIX_CMA", "1")),
+        ("copy", ("FI_GNIX_CMA", "0")),
+        ("udp", ("FI_GNIX_SHM", "0")),
+    ] {
+        let out = Scenario::new("large", 2)
+            .arg("16")
+            .env(env.0, env.1)
+            .env("FI_LOG_LEVEL", "info")
+            .env("FI_LOG_PROV", "gnix")
+            .run();
+        for (rank, log) in out.stderr.iter().enumerate() {
+            let (sent, pulled, pushed) = (shm_stat(log, "sent"), shm_stat(log, "pulled"), shm_stat(log, "pushed"));
+            let what = format!("{wire} wire, rank {rank}: sent {sent:?} pulled {pulled:?} pushed {pushed:?}");
+            match wire {
+                "shm" => assert!(
+                    log.contains("shm wire") && pulled > Some(0) && pushed == Some(0),
+                    "{what}"
+                ),
+                "copy" => assert!(pulled == Some(0) && pushed > Some(0), "{what}"),
+                _ => assert!(sent.is_none() && !log.contains("shm wire"), "{what}"),
+            }
+        }
+    }
+}
+
+/// Whether something listens on TCP `port` (fi_pingpong's control port).
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| format!("{a} ").ends_with(&want))
+                && l.split_whitespace().nth(3) == Some("0A")
+        })
+    })
+}
+
+/// `fi_pingpong -e rdm -S all -c` between two local processes, msg and
+/// tagged: passes, and the log shows the shm wire carried it.
+#[test]
+fn fi_pingpong_runs_over_shm() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    if skip_unless_gnix("fi_pingpong over shm") {
+        return;
+    }
+    if Command::new("fi_pingpong").arg("-h").output().is_err() {
+        eprintln!("SKIP: fi_pingpong not installed (libfabric-bin)");
+        return;
+    }
+    for mode in ["msg", "tagged"] {
+        let port = 20000 + (std::process::id() % 20000) as u16 + if mode == "msg" { 0 } else { 1 };
+        let run = |server: bool| {
+            let mut c = Command::new("fi_pingpong");
+            c.args(["-p", "gnix", "-e", "rdm", "-m", mode, "-S", "all", "-c"]);
+            if server {
+                c.args(["-B", &port.to_string()]);
+            } else {
+                c.args(["-P", &port.to_string(), "127.0.0.1"]);
+            }
+            for (k, v) in provider_env() {
+                c.env(k, v);
+            }
+            c.env("FI_LOG_LEVEL", "info").env("FI_LOG_PROV", "gnix");
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            c.spawn().expect("spawn fi_pingpong")
+        };
+        let mut srv = run(true);
+        let t0 = Instant::now();
+        while !tcp_listening(port) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "fi_pingpong server never listened"
+            );
+            if let Ok(Some(s)) = srv.try_wait() {
+                panic!("fi_pingpong server exited: {s}");
+            }
+            std::thread::sleep(Duration::from_millis(5)); // polling for a real condition
+        }
+        let cli = run(false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut outs = Vec::new();
+        for mut ch in [cli, srv] {
+            while ch.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    let _ = ch.kill();
+                }
+                std::thread::sleep(Duration::from_millis(5)); // reaping
+            }
+            let o = ch.wait_with_output().unwrap();
+            outs.push((
+                o.status,
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            ));
+        }
+        for (status, out, err) in &outs {
+            assert!(status.success(), "fi_pingpong -m {mode}: {status}\n{out}\n{err}");
+            assert!(out.contains("8m"), "fi_pingpong -m {mode} did not reach 8m:\n{out}");
+            assert!(
+                err.contains("shm wire") && shm_stat(err, "sent") > Some(0),
+                "fi_pingpong -m {mode} did not use shm:\n{err}"
+            );
+        }
     }
 }

@@ -26,6 +26,7 @@
 //! Tests skip (pass with a `SKIP:` message on stderr) when `mpicc`/`mpirun`
 //! are not installed.
 
+mod common;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -275,6 +276,9 @@ fn ompi_run(name: &str, np: u32, args: &[&str], path: OmpiPath, expect: &str) {
             cmd.args(["-x", v]);
         }
     }
+    for (k, v) in common::wire_env() {
+        cmd.env(&k, v).args(["-x", &k]);
+    }
     cmd.arg(&exe).args(args);
     let what = format!("Open MPI {name} -np {np} over {prov}");
     check(run_with_timeout(cmd, timeout()), &what, expect);
@@ -372,6 +376,7 @@ fn mpich_run(name: &str, np: u32, args: &[&str], expect: &str) {
     if let Some(d) = &dir {
         cmd.env("FI_PROVIDER_PATH", d);
     }
+    cmd.envs(common::wire_env());
     cmd.args(["-n", &np.to_string()]).arg(&exe).args(args);
     let what = format!("MPICH {name} -n {np} over {prov}");
     let out = run_with_timeout(cmd, timeout());

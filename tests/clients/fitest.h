@@ -63,6 +63,13 @@ static int g_strict;
 static long g_timeout_ms = 30000;
 static int g_in_child; /* inside a CHECK_CONTAINED child */
 
+/* Peers of the same host talk over gnix's shm wire (not FI_GNIX_SHM=0). */
+static int gnix_shm_wire(void)
+{
+	const char *p = getenv("FI_PROVIDER"), *s = getenv("FI_GNIX_SHM");
+	return p && !strcmp(p, "gnix") && !(s && !strcmp(s, "0"));
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;

@@ -1353,7 +1353,11 @@ static void scn_peer_fail(void)
 	struct fi_context2 x[N + 2];
 	if (g_rank == 0) {
 		if (mid) {
-			for (int i = 0; i < N; i++)
+			/* Over shm the receiver pulls a whole posted message in
+			 * one call: with one receive posted, the rest of the
+			 * stream is still in flight when it dies. */
+			int posts = gnix_shm_wire() ? 1 : N;
+			for (int i = 0; i < posts; i++)
 				POST(fi_trecv(c.ep, b, len, d, FI_ADDR_UNSPEC, i, 0, &x[i]));
 			oob_send(1, "posted");
 			(void)cqw_ok(&c.rx);
@@ -1397,10 +1401,16 @@ static void scn_peer_fail(void)
 		t0 = now_ms();
 		POST(fi_send(c.ep, b, 1000, d, c.addr[0], &x[0]));
 		POST(fi_send(c.ep, b, len, d, c.addr[0], &x[1]));
+		/* An eager send over shm completes once it is in the peer's
+		 * mailbox (as with libfabric's shm provider): sent before the
+		 * death is noticed, it may succeed. The rendezvous cannot. */
+		int eager_may_succeed = gnix_shm_wire();
 		for (int k = 0; k < 2; k++) {
 			struct comp e = cqw_get(&c.tx);
-			EXPECT(e.err, "send to a dead peer completed successfully");
 			EXPECT(e.ctx == &x[0] || e.ctx == &x[1], "ctx");
+			if (!e.err && eager_may_succeed && e.ctx == &x[0])
+				continue;
+			EXPECT(e.err, "send to a dead peer completed successfully");
 			nerr++;
 		}
 	}

@@ -103,12 +103,27 @@ pub fn provider_dir() -> PathBuf {
 }
 
 /// Environment for a client process.
+/// gnix's wire under test, `GNIX_TEST_WIRE`: `shm` (the default: local
+/// peers over shared memory, rendezvous by cross-memory attach), `copy`
+/// (shm with the copy fallback, FI_GNIX_CMA=0) or `udp` (FI_GNIX_SHM=0).
+/// `./test.sh` runs the integration scenarios once per wire.
+pub fn wire_env() -> Vec<(String, String)> {
+    let wire = std::env::var("GNIX_TEST_WIRE").unwrap_or_default();
+    match wire.as_str() {
+        "" | "shm" => vec![],
+        "copy" => vec![("FI_GNIX_CMA".into(), "0".into())],
+        "udp" => vec![("FI_GNIX_SHM".into(), "0".into())],
+        w => panic!("GNIX_TEST_WIRE={w}: expected shm, copy or udp"),
+    }
+}
+
 pub fn provider_env() -> Vec<(String, String)> {
     let mut v = Vec::new();
     if is_gnix() {
         v.push(("FI_PROVIDER_PATH".into(), provider_dir().display().to_string()));
         v.push(("FI_PROVIDER".into(), "gnix".into()));
         v.push(("FITEST_STRICT".into(), "1".into()));
+        v.extend(wire_env());
     } else {
         v.push(("FI_PROVIDER".into(), provider()));
         if std::env::var("GNIX_TEST_STRICT").map(|s| s == "1").unwrap_or(false) {
@@ -185,6 +200,8 @@ pub struct Outcome {
     pub info: Vec<String>,
     pub addrs: Vec<String>,
     pub elapsed: Duration,
+    /// Each rank's stderr (libfabric's log goes there).
+    pub stderr: Vec<String>,
 }
 
 /// A scenario to run: `fitest <scenario> <rank> <nprocs> [arg]` × nprocs.
@@ -550,6 +567,18 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
         }
     }
     out.elapsed = start.elapsed();
+    out.stderr = procs.iter().map(|p| p.stderr.lock().unwrap().clone()).collect();
+    // shm mailboxes: a killed rank leaves its own behind (removed here, as
+    // the next process at that address would); one that exited normally
+    // must have removed its own when it closed its endpoint.
+    for (i, p) in procs.iter().enumerate() {
+        for f in mailboxes_of(p.child.id()) {
+            let _ = std::fs::remove_file(&f);
+            if !p.killed && failure.is_none() && verdict[i].as_deref() == Some("PASS") {
+                failure = Some(format!("rank {i} left its shm mailbox {} behind", f.display()));
+            }
+        }
+    }
     if failure.is_none() && out.skipped.is_none() {
         for (i, p) in procs.iter().enumerate() {
             if p.killed {
@@ -572,6 +601,22 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
         );
     }
     out
+}
+
+/// gnix shm mailbox files (`/dev/shm/gnix-*`) owned by process `pid`.
+pub fn mailboxes_of(pid: u32) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("gnix-")))
+        .filter(|p| {
+            let mut h = [0u8; 28];
+            std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut h)).is_ok()
+                && u32::from_le_bytes(h[24..28].try_into().unwrap()) == pid
+        })
+        .collect()
 }
 
 /// Run a single-process scenario.

@@ -102,6 +102,43 @@ pub fn pid_alive(pid: u32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Watches a peer process for its death. A pidfd turns readable when the
+/// process exits, even while it is a zombie nobody has reaped yet (which
+/// `kill(pid, 0)` still finds), and it cannot be fooled by pid reuse.
+pub struct Liveness {
+    pid: u32,
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Liveness {
+    pub fn watch(pid: u32) -> Liveness {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = (fd >= 0).then(|| {
+            use std::os::fd::FromRawFd;
+            // SAFETY: a descriptor the kernel just gave us, owned by nobody else.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }
+        });
+        Liveness { pid, fd }
+    }
+
+    pub fn alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        match &self.fd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, no wait.
+                unsafe { libc::poll(&mut p, 1, 0) == 0 }
+            }
+            None => pid_alive(self.pid),
+        }
+    }
+}
+
 /// A shared mapping of a whole mailbox file.
 struct Mapping {
     base: *mut u8,
@@ -128,7 +165,10 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping { base: p as *mut u8, len })
+        Ok(Mapping {
+            base: p as *mut u8,
+            len,
+        })
     }
 
     /// An aligned word inside the mapping.
@@ -201,10 +241,7 @@ fn encode_addr(a: &SocketAddr) -> [u8; 20] {
 fn decode_addr(b: &[u8; 20]) -> Option<SocketAddr> {
     let port = u16::from_le_bytes([b[2], b[3]]);
     match u16::from_le_bytes([b[0], b[1]]) {
-        4 => Some(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
-            port,
-        )),
+        4 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port)),
         6 => {
             let o: [u8; 16] = b[4..20].try_into().unwrap();
             Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(o)), port))
@@ -266,7 +303,7 @@ pub struct Outbox {
     geo: Geometry,
     ring: usize,
     tail: u64,
-    pub owner_pid: u32,
+    owner: Liveness,
 }
 
 impl Outbox {
@@ -324,7 +361,14 @@ impl Outbox {
             && (SLOT_HDR + 64..=(1 << 20)).contains(&geo.slot_size)
             && geo.file_len() == flen;
         let owner_pid = word(24) as u32;
-        if !sane || head.u32_at(28).load(Ordering::Acquire) != OPEN || !pid_alive(owner_pid) {
+        let owner = Liveness::watch(owner_pid);
+        if !owner.alive() {
+            // Left behind by a process that died: nobody reads it any more.
+            drop(head);
+            Mailbox::reclaim(path);
+            return Ok(None);
+        }
+        if !sane || head.u32_at(28).load(Ordering::Acquire) != OPEN {
             return Ok(None);
         }
         drop(head);
@@ -346,7 +390,8 @@ impl Outbox {
         };
         let roff = geo.ring_off(ring);
         for i in 0..geo.depth {
-            map.u64_at(roff + RING_HDR + i * geo.slot_size).store(i as u64, Ordering::Relaxed);
+            map.u64_at(roff + RING_HDR + i * geo.slot_size)
+                .store(i as u64, Ordering::Relaxed);
         }
         map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
         map.write(roff + 8, &encode_addr(me));
@@ -357,7 +402,7 @@ impl Outbox {
             geo,
             ring,
             tail: 0,
-            owner_pid,
+            owner,
         }))
     }
 
@@ -378,14 +423,16 @@ impl Outbox {
     /// The owner closed its mailbox (a process that restarts at the same
     /// address creates a new one) or died.
     pub fn owner_gone(&self) -> bool {
-        self.map.u32_at(28).load(Ordering::Acquire) != OPEN || !pid_alive(self.owner_pid)
+        self.map.u32_at(28).load(Ordering::Acquire) != OPEN || !self.owner.alive()
     }
 }
 
 impl Drop for Outbox {
     fn drop(&mut self) {
         // The consumer frees the ring once it has drained it.
-        self.map.u32_at(self.geo.ring_off(self.ring)).store(RING_CLOSED, Ordering::Release);
+        self.map
+            .u32_at(self.geo.ring_off(self.ring))
+            .store(RING_CLOSED, Ordering::Release);
     }
 }
 
@@ -600,7 +647,9 @@ impl Mailbox {
     /// Returns ring `r` to the pool of free rings.
     pub fn free_ring(&mut self, r: usize) {
         self.rings[r] = None;
-        self.map.u32_at(self.geo.ring_off(r)).store(RING_FREE, Ordering::Relaxed);
+        self.map
+            .u32_at(self.geo.ring_off(r))
+            .store(RING_FREE, Ordering::Relaxed);
         self.map.u64_at(OWNERS_OFF + 8 * r).store(0, Ordering::Release);
     }
 
@@ -645,7 +694,10 @@ pub fn cma_read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io
         .min(remote.iter().map(|r| r.1 as usize).sum());
     let mut done = 0;
     while done < want {
-        let (liov, riov) = (iov_from(local, done, want - done), iov_from_u64(remote, done, want - done));
+        let (liov, riov) = (
+            iov_from(local, done, want - done),
+            iov_from_u64(remote, done, want - done),
+        );
         // SAFETY: `liov` describes buffers of this process that the caller
         // owns for writing (posted receive buffers); `riov` is memory of the
         // other process, which the kernel checks (EFAULT for bad ranges).

@@ -27,7 +27,7 @@ pub mod mailbox;
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::hash::KeyedState;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
-use mailbox::{kind, InSlot, Mailbox, Outbox};
+use mailbox::{kind, InSlot, Liveness, Mailbox, Outbox};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
@@ -55,7 +55,11 @@ pub struct ShmConfig {
 /// A message that arrived through our mailbox.
 pub enum Incoming {
     /// Payload in the slot: copy it out with `payload`, then `release`.
-    Eager { slot: InSlot, peer: SocketAddr, hdr: MsgHdr },
+    Eager {
+        slot: InSlot,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+    },
     /// Rendezvous request: the data is still in the sender's memory.
     Rts(Box<ShmRts>),
 }
@@ -134,8 +138,9 @@ pub struct ShmWire {
     uid: u32,
     cfg: ShmConfig,
     mb: Mailbox,
-    /// Rings of our mailbox that peers claimed.
+    /// Rings of our mailbox that peers claimed, and their producers.
     active: Vec<usize>,
+    senders: Vec<Option<Liveness>>,
     next_ring: usize,
     routes: HashMap<SocketAddr, Option<usize>, KeyedState>,
     peers: Vec<Option<Peer>>,
@@ -183,12 +188,14 @@ impl ShmWire {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         let mb = Mailbox::create(uid, &me, cfg.geo)?;
+        let nrings = mb.geometry().nrings;
         Ok(ShmWire {
             me,
             uid,
             cfg,
             mb,
             active: Vec::new(),
+            senders: (0..nrings).map(|_| None).collect(),
             next_ring: 0,
             routes: HashMap::with_hasher(KeyedState(seed)),
             peers: Vec::new(),
@@ -311,7 +318,11 @@ impl ShmWire {
     ) -> Result<u64, i32> {
         let need = remote.len() * 16;
         if need > self.eager_max() {
-            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm: {} iovs do not fit an RTS", remote.len());
+            crate::warn!(
+                crate::ffi::FI_LOG_EP_DATA,
+                "shm: {} iovs do not fit an RTS",
+                remote.len()
+            );
             return Err(crate::ffi::FI_EINVAL);
         }
         let id = self.next_id;
@@ -325,7 +336,14 @@ impl ShmWire {
                 dst[16 * i + 8..16 * i + 16].copy_from_slice(&l.to_le_bytes());
             }
         });
-        self.tx.insert(id, TxRndv { peer: ix, src, push: None });
+        self.tx.insert(
+            id,
+            TxRndv {
+                peer: ix,
+                src,
+                push: None,
+            },
+        );
         Ok(id)
     }
 
@@ -333,7 +351,11 @@ impl ShmWire {
     /// it over shm at all.
     fn control(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64) {
         let Some(ix) = self.route(to) else {
-            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm: cannot answer {} (its mailbox is gone)", to);
+            crate::warn!(
+                crate::ffi::FI_LOG_EP_DATA,
+                "shm: cannot answer {} (its mailbox is gone)",
+                to
+            );
             return;
         };
         let mut f = [0u8; 48];
@@ -350,6 +372,10 @@ impl ShmWire {
         }
         let mut fresh = Vec::new();
         self.mb.scan_claims(&mut fresh);
+        for &r in &fresh {
+            let pid = self.mb.rings[r].expect("claimed ring has a peer").pid;
+            self.senders[r] = Some(Liveness::watch(pid));
+        }
         self.active.extend(fresh);
         let n = self.active.len();
         let mut i = 0;
@@ -445,6 +471,7 @@ impl ShmWire {
 
     fn retire_ring(&mut self, k: usize) {
         let r = self.active.swap_remove(k);
+        self.senders[r] = None;
         self.mb.free_ring(r);
         self.next_ring = 0;
     }
@@ -567,7 +594,12 @@ impl ShmWire {
             }
         }
         if self.pushing > 0 {
-            let pushing: Vec<u64> = self.tx.iter().filter(|(_, t)| t.push.is_some()).map(|(&k, _)| k).collect();
+            let pushing: Vec<u64> = self
+                .tx
+                .iter()
+                .filter(|(_, t)| t.push.is_some())
+                .map(|(&k, _)| k)
+                .collect();
             for key in pushing {
                 self.push_data(key);
             }
@@ -628,7 +660,8 @@ impl ShmWire {
         while k < self.active.len() {
             let r = self.active[k];
             let info = self.mb.rings[r].expect("active ring has a peer");
-            if self.mb.peek(r).is_none() && !mailbox::pid_alive(info.pid) {
+            let dead = self.senders[r].as_ref().is_some_and(|l| !l.alive());
+            if self.mb.peek(r).is_none() && dead {
                 self.retire_ring(k);
                 self.fail_rx_from(info.peer, FI_EHOSTUNREACH);
             } else {
@@ -638,7 +671,12 @@ impl ShmWire {
     }
 
     fn fail_rx_from(&mut self, peer: SocketAddr, err: i32) {
-        let dead: Vec<u64> = self.rx.iter().filter(|(_, r)| r.from == peer).map(|(&k, _)| k).collect();
+        let dead: Vec<u64> = self
+            .rx
+            .iter()
+            .filter(|(_, r)| r.from == peer)
+            .map(|(&k, _)| k)
+            .collect();
         for rid in dead {
             self.rx.remove(&rid);
             self.events.push_back(ShmEvent::RecvFailed { rid, err });
