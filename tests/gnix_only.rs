@@ -146,6 +146,14 @@ fn wire_selection_shows_in_counters() {
             }
         }
     }
+    // A receiver asleep in fi_cq_sread is woken by its sender's doorbell.
+    let out = Scenario::new("cq_sread", 2)
+        .arg("fd")
+        .env("FI_LOG_LEVEL", "info")
+        .env("FI_LOG_PROV", "gnix")
+        .run();
+    let bells = shm_stat(&out.stderr[1], "doorbells");
+    assert!(bells > Some(0), "sender rang no doorbell: {bells:?}\n{}", out.stderr[1]);
 }
 
 /// Whether something listens on TCP `port` (fi_pingpong's control port).

@@ -821,11 +821,13 @@ static void scn_cq_sread(void)
 		POST(fi_send(c.ep, b[1], 1000, d, c.addr[0], &x[1]));
 	}
 	uint64_t dl = now_ms() + g_timeout_ms;
+	int timeouts = 0;
 	for (int got = 0; got < 2;) {
 		ssize_t r = fi_cq_sread(cq, &e, 1, NULL, 1000);
 		if (r == -FI_EAGAIN) {
 			if (now_ms() > dl)
 				FAIL("sread: nothing");
+			timeouts++;
 			continue;
 		}
 		if (r != 1)
@@ -838,9 +840,20 @@ static void scn_cq_sread(void)
 		}
 		got++;
 	}
+	/* The message wakes the sleeper (a doorbell on shm): it does not
+	 * sit out the 1 s timeout. */
+	if (g_rank == 0)
+		DEVIATE(timeouts == 0, "fi_cq_sread slept through an arriving message %d time(s)", timeouts);
 	uint64_t t0 = now_ms();
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	EXPECT_RET(fi_cq_sread(cq, &e, 1, NULL, 200), -FI_EAGAIN);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	EXPECT(now_ms() - t0 >= 150, "sread timeout too short");
+	/* Blocked means asleep: this process (progress thread included)
+	 * burns next to no CPU in those 200 ms. */
+	double cpu_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
+	DEVIATE(cpu_ms < 50, "fi_cq_sread spun: %.1f ms of CPU in a 200 ms wait", cpu_ms);
 	finish(&c);
 }
 
