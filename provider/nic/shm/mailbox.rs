@@ -279,6 +279,11 @@ impl SlotWriter<'_> {
         self.out.map.write(self.off + 8, &h);
         self.out.map.write(self.off + 16, f);
     }
+    /// Overwrites the length field (tests: a producer that lies).
+    #[cfg(test)]
+    pub fn set_len(&mut self, len: usize) {
+        self.out.map.write(self.off + 12, &(len as u32).to_le_bytes());
+    }
     pub fn payload(&mut self, len: usize) -> &mut [u8] {
         let off = self.off + SLOT_HDR;
         self.out.map.slice_mut(off, len.min(self.out.geo.payload()))

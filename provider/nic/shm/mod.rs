@@ -141,6 +141,9 @@ pub struct ShmWire {
     /// Rings of our mailbox that peers claimed, and their producers.
     active: Vec<usize>,
     senders: Vec<Option<Liveness>>,
+    /// Rings whose producer broke the rules: no longer read, and not
+    /// handed to anyone else while that producer may still write them.
+    banned: Vec<usize>,
     next_ring: usize,
     routes: HashMap<SocketAddr, Option<usize>, KeyedState>,
     peers: Vec<Option<Peer>>,
@@ -196,6 +199,7 @@ impl ShmWire {
             mb,
             active: Vec::new(),
             senders: (0..nrings).map(|_| None).collect(),
+            banned: Vec::new(),
             next_ring: 0,
             routes: HashMap::with_hasher(KeyedState(seed)),
             peers: Vec::new(),
@@ -438,7 +442,7 @@ impl ShmWire {
                     self.mb.release(s);
                     self.on_fin(s.u64(0), s.u64(8) as i64 as i32);
                 }
-                kind::DATA => {
+                kind::DATA if self.mb.payload(&s).is_some() => {
                     self.on_data(&s);
                     self.mb.release(s);
                 }
@@ -462,7 +466,9 @@ impl ShmWire {
             peer
         );
         if let Some(k) = self.active.iter().position(|&x| x == r) {
-            self.retire_ring(k);
+            self.active.swap_remove(k);
+            self.next_ring = 0;
+            self.banned.push(r);
         }
         if let Some(p) = peer {
             self.fail_rx_from(p, FI_EIO);
@@ -656,6 +662,15 @@ impl ShmWire {
                 });
             }
         }
+        self.banned.retain(|&r| {
+            let dead = self.senders[r].as_ref().is_none_or(|l| !l.alive());
+            if dead || self.mb.ring_closed(r) {
+                self.senders[r] = None;
+                self.mb.free_ring(r);
+                return false;
+            }
+            true
+        });
         let mut k = 0;
         while k < self.active.len() {
             let r = self.active[k];
@@ -708,5 +723,220 @@ impl ShmWire {
 
     pub fn disarm(&self) {
         self.mb.disarm();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// Two endpoints of this process, A sending to B. Each test uses its
+    /// own ports so tests can run in parallel.
+    fn pair(port: u16, geo: Geometry, cma: bool) -> (ShmWire, ShmWire, usize) {
+        let a_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 99)), port);
+        let b_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 99)), port + 1);
+        let cfg = || ShmConfig {
+            geo,
+            cma,
+            local_ips: vec![],
+        };
+        let a = ShmWire::new(a_addr, cfg(), 1).unwrap();
+        let b = ShmWire::new(b_addr, cfg(), 2).unwrap();
+        let mut a = a;
+        let ix = a.route(b_addr).expect("loopback peer with a mailbox");
+        (a, b, ix)
+    }
+
+    fn hdr(len: usize, tag: u64) -> MsgHdr {
+        MsgHdr {
+            tag,
+            data: 7,
+            len: len as u64,
+            flags: MsgHdr::TAGGED,
+        }
+    }
+
+    /// Runs both sides until `b` yields a message.
+    fn next_msg(a: &mut ShmWire, b: &mut ShmWire) -> Incoming {
+        for _ in 0..1000 {
+            a.pump(0);
+            if let Some(m) = b.poll_msg() {
+                return m;
+            }
+        }
+        panic!("no message");
+    }
+
+    #[test]
+    fn eager_messages_in_order_through_a_full_ring() {
+        let (mut a, mut b, ix) = pair(41000, Geometry::new(4, 4, 256), true);
+        // Ten messages into a ring of four: six wait in the backlog.
+        for i in 0..10u64 {
+            let data = vec![i as u8; 100 + i as usize];
+            a.send_eager(ix, &hdr(data.len(), i), &data);
+        }
+        assert_eq!(a.backlogged(), 6);
+        for i in 0..10u64 {
+            match next_msg(&mut a, &mut b) {
+                Incoming::Eager { slot, peer, hdr } => {
+                    assert_eq!(peer, a.me);
+                    assert_eq!(hdr.tag, i);
+                    assert_eq!(b.payload(&slot), &vec![i as u8; 100 + i as usize][..]);
+                    b.release(slot);
+                }
+                Incoming::Rts(_) => panic!("eager expected"),
+            }
+        }
+        assert_eq!(a.backlogged(), 0);
+    }
+
+    fn rendezvous(port: u16, cma: bool) {
+        let (mut a, mut b, ix) = pair(port, Geometry::new(4, 4, 512), cma);
+        let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        let remote = [(src.as_ptr() as u64, src.len() as u64)];
+        let id = a
+            .send_rts(ix, &hdr(src.len(), 5), Box::new(src.clone()), &remote)
+            .unwrap();
+        let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
+            panic!("RTS expected")
+        };
+        assert_eq!((rts.hdr.len, rts.key, rts.peer), (100_000, id, a.me));
+        let mut dst = vec![0u8; 100_000];
+        let local = [(dst.as_mut_ptr() as usize, dst.len())];
+        // The sink writes where `local` points: the receiver's buffer.
+        struct Raw(usize, usize);
+        impl RecvSink for Raw {
+            fn capacity(&self) -> usize {
+                self.1
+            }
+            fn write_at(&mut self, off: usize, src: &[u8]) {
+                let n = src.len().min(self.1.saturating_sub(off));
+                // SAFETY (test): the buffer outlives the transfer, bounds checked above.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (self.0 + off) as *mut u8, n) };
+            }
+        }
+        let pull = b.pull(&rts, &local, Box::new(Raw(local[0].0, local[0].1)));
+        let mut recv_done = false;
+        match pull {
+            Pull::Done(n) => {
+                assert!(cma);
+                assert_eq!(n, 100_000);
+                recv_done = true;
+            }
+            Pull::Pushing(_) => assert!(!cma),
+            Pull::Failed(e) => panic!("pull failed: {e}"),
+        }
+        let mut send_done = false;
+        for _ in 0..10_000 {
+            a.pump(0);
+            while a.poll_msg().is_some() {}
+            b.pump(0);
+            while b.poll_msg().is_some() {}
+            while let Some(ev) = b.poll_event() {
+                assert!(matches!(ev, ShmEvent::RecvDone { written: 100_000, .. }), "{ev:?}");
+                recv_done = true;
+            }
+            while let Some(ev) = a.poll_event() {
+                assert_eq!(ev, ShmEvent::SendDone { id });
+                send_done = true;
+            }
+            if send_done && recv_done {
+                break;
+            }
+        }
+        assert!(send_done && recv_done);
+        assert_eq!(dst, src);
+        assert_eq!((b.stats.pulled > 0, a.stats.pushed > 0), (cma, !cma));
+    }
+
+    #[test]
+    fn rendezvous_by_cross_memory_attach() {
+        rendezvous(41010, true);
+    }
+
+    #[test]
+    fn rendezvous_pushed_through_the_mailbox() {
+        rendezvous(41020, false);
+    }
+
+    #[test]
+    fn garbage_slots_are_rejected_and_cut_off_their_sender() {
+        let geo = Geometry::new(4, 8, 128);
+        let (mut a, mut b, ix) = pair(41030, geo, true);
+        let hostile: [(u8, usize, [u8; 48]); 4] = [
+            (99, 0, [0; 48]),                           // unknown kind
+            (kind::EAGER, 10, hdr_fields(&hdr(11, 0))), // length disagrees with header
+            (kind::RTS, 16, {
+                let mut f = hdr_fields(&hdr(1000, 0));
+                f[40] = 5; // five iovs announced, one sent
+                f
+            }),
+            (kind::EAGER, 1 << 20, hdr_fields(&hdr(1 << 20, 0))), // longer than a slot
+        ];
+        for (i, (k, len, f)) in hostile.into_iter().enumerate() {
+            if i > 0 {
+                // The last ring was banned: claim another.
+                a.peers[ix] = None;
+                a.routes.clear();
+                assert_eq!(a.route(b.me), Some(ix));
+            }
+            let p = a.peers[ix].as_mut().unwrap();
+            let mut s = p.out.slot().unwrap();
+            s.fields(k, 0, &f);
+            s.set_len(len);
+            s.publish();
+            assert!(b.poll_msg().is_none());
+        }
+        assert_eq!(b.stats.rejected, 4);
+        assert_eq!(b.banned.len(), 4);
+        // Banned rings are not handed out again while their producer may
+        // still write them.
+        a.routes.clear();
+        assert_eq!(a.route(b.me), None, "all four rings banned");
+        a.peers[ix] = None;
+        // Closed by their producer, banned rings return to the pool.
+        b.pump(u64::MAX / 2);
+        assert!(b.banned.is_empty());
+        a.routes.clear();
+        let ix = a.route(b.me).expect("a ring again");
+        // A well-behaved message still gets through.
+        a.send_eager(ix, &hdr(3, 1), &vec![1u8, 2, 3]);
+        let Incoming::Eager { slot, .. } = next_msg(&mut a, &mut b) else {
+            panic!()
+        };
+        assert_eq!(b.payload(&slot), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn mailbox_is_private_to_its_user() {
+        let (_a, b, _) = pair(41040, Geometry::new(1, 2, 64), true);
+        let path = b.mb.path().to_string();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        // Another user (nobody) cannot open it.
+        let r = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "dd",
+                "count=1",
+                "status=none",
+            ])
+            .arg(format!("if={path}"))
+            .arg("of=/dev/null")
+            .output();
+        if let Ok(o) = r {
+            assert!(!o.status.success(), "user nobody read {path}");
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+                "{o:?}"
+            );
+        }
     }
 }
