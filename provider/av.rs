@@ -11,6 +11,7 @@ use crate::getinfo::{sockaddr_to_std, std_to_sockaddr};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub struct Av {
@@ -20,6 +21,8 @@ pub struct Av {
     /// Bytes of one address in insert/lookup buffers.
     pub addrlen: usize,
     inner: RwLock<AvInner>,
+    /// Bumped by every insert and remove, so endpoints can cache lookups.
+    generation: AtomicU64,
 }
 impl AsRef<Refs> for Av {
     fn as_ref(&self) -> &Refs {
@@ -34,6 +37,10 @@ struct AvInner {
 }
 
 impl Av {
+    /// Changes whenever the address table does.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
     /// The peer behind an fi_addr, or None if unknown/removed.
     pub fn lookup(&self, a: u64) -> Option<SocketAddr> {
         let i = self.inner.read().unwrap();
@@ -45,6 +52,7 @@ impl Av {
     }
     pub fn insert_addr(&self, s: SocketAddr) -> u64 {
         let mut i = self.inner.write().unwrap();
+        self.generation.fetch_add(1, Ordering::Release);
         let idx = i.table.len() as u64;
         i.table.push(Some(s));
         // The first insertion of an address stays the one FI_SOURCE reports.
@@ -53,6 +61,7 @@ impl Av {
     }
     fn remove(&self, a: u64) -> bool {
         let mut i = self.inner.write().unwrap();
+        self.generation.fetch_add(1, Ordering::Release);
         let Some(slot) = i.table.get_mut(a as usize) else {
             return false;
         };
@@ -125,6 +134,7 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
             table: Vec::with_capacity(a.count.min(1 << 20)),
             rev: HashMap::new(),
         }),
+        generation: AtomicU64::new(0),
     });
     let c = fid_av {
         fid: fid_header(FI_CLASS_AV, ctx, AV_FI_OPS.ptr()),

@@ -21,7 +21,7 @@ use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wai
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Default queue preallocation when the application asks for size 0.
@@ -140,6 +140,9 @@ pub struct Cq {
     /// A signal no sread has seen yet: fi_cq_signal before fi_cq_sread
     /// still makes that sread return at once (fabtests cq_signal).
     signal_pending: AtomicBool,
+    /// Entries queued, as of the last change under the queue lock: lets a
+    /// polling fi_cq_read find out the queue is empty without the lock.
+    queued: AtomicUsize,
     _domain: Option<ParentRef<Domain>>,
 }
 
@@ -195,6 +198,7 @@ impl Cq {
             wait: Wait::new(waitset, cfg.wait_obj)?,
             signals: AtomicU64::new(0),
             signal_pending: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
             _domain: domain,
         });
         if let Some(ws) = cq.wait.set() {
@@ -221,6 +225,7 @@ impl Cq {
                 q.nerr += 1;
             }
             q.q.push_back(s);
+            self.queued.store(q.q.len(), Ordering::Release);
             if !q.grew && q.q.len() > q.size {
                 q.grew = true;
                 crate::info!(
@@ -289,6 +294,7 @@ impl Cq {
                 _ => break,
             }
         }
+        self.queued.store(q.q.len(), Ordering::Release);
         if n == 0 {
             -FI_EAGAIN as isize
         } else {
@@ -314,11 +320,19 @@ impl Cq {
             self.sources.progress();
             return self.status();
         }
-        let r = self.take(out, count, src.as_deref_mut(), 1);
-        if r != -FI_EAGAIN as isize {
-            return r;
+        // Polling an empty CQ is the hot loop of every ping-pong: skip the
+        // lock when there is certainly nothing (a push racing this load is
+        // found by the take after progress).
+        if self.queued.load(Ordering::Acquire) != 0 {
+            let r = self.take(out, count, src.as_deref_mut(), 1);
+            if r != -FI_EAGAIN as isize {
+                return r;
+            }
         }
         self.sources.progress();
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return -FI_EAGAIN as isize;
+        }
         self.take(out, count, src, 1)
     }
 
@@ -400,6 +414,7 @@ impl Cq {
         let Some(Slot::Err(e)) = q.q.remove(i) else {
             return Err(-FI_EAGAIN);
         };
+        self.queued.store(q.q.len(), Ordering::Release);
         q.nerr -= 1;
         let e = *e;
         let (err_data, err_data_size) = match user {

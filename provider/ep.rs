@@ -270,6 +270,9 @@ struct EpState {
     /// `udp_due`.
     udp_next: u64,
     udp_hot: u64,
+    /// The last sender's fi_addr (peer, AV generation, fi_addr): a stream
+    /// from one peer then costs no AV lookup per message.
+    src_cache: Option<(SocketAddr, u64, u64)>,
     tme_msg: Tme<Posted, Unexpected>,
     tme_tag: Tme<Posted, Unexpected>,
     sends: IdMap<SendReq>,
@@ -365,6 +368,7 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         shm,
         udp_next: 0,
         udp_hot: 0,
+        src_cache: None,
         txbuf: vec![0; 65536],
         rx: RecvBatch::new(RX_BATCH),
         stalled_buf: vec![0; 65536],
@@ -547,6 +551,22 @@ impl Ep {
             .unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
+    /// `source_of`, remembering the answer for the next message.
+    fn source_cached(&self, st: &mut EpState, peer: &SocketAddr) -> u64 {
+        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+            return FI_ADDR_NOTAVAIL;
+        }
+        let gen = self.binds().av.as_ref().map_or(0, |av| av.generation());
+        if let Some((p, g, a)) = st.src_cache {
+            if p == *peer && g == gen {
+                return a;
+            }
+        }
+        let a = self.source_of(peer);
+        st.src_cache = Some((*peer, gen, a));
+        a
+    }
+
     /// Places a matched message into a posted receive: eager data is copied
     /// now; rendezvous data is pulled by the engine into the buffers.
     fn deliver(&self, st: &mut EpState, p: Posted, msg: Arrived<Unexpected>) {
@@ -624,7 +644,7 @@ impl Ep {
     /// Handles one message the engine surfaced: match or queue unexpected.
     fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
-        let src = self.source_of(&peer);
+        let src = self.source_cached(st, &peer);
         let tag = if tagged { hdr.tag } else { 0 };
         let tme = if tagged { &mut st.tme_tag } else { &mut st.tme_msg };
         let Some(m) = tme.match_incoming(src, tag) else {
@@ -864,6 +884,10 @@ impl Ep {
                 break;
             }
             first = false;
+        }
+        if st.udp_hot == 0 {
+            // The udp engine never sent or received: no timers, nothing queued.
+            return;
         }
         if st.engine.poll_timeout().is_some_and(|t| t <= now) {
             st.engine.handle_timeout(now);
@@ -2158,7 +2182,9 @@ static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
 /// Doorbells for sleeping local peers, over our UDP socket.
 fn ring_bells(st: &mut EpState) {
     let EpState { shm, wire, .. } = st;
-    let Some(w) = shm else { return };
+    let Some(w) = shm.as_mut().filter(|w| !w.bells.is_empty()) else {
+        return;
+    };
     for a in w.bells.drain(..) {
         w.stats.doorbells += 1;
         if let Err(e) = wire.send(shm::DOORBELL, a) {

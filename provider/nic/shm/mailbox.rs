@@ -16,8 +16,8 @@
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)
 //!         128 slots[depth], slot_size bytes each
-//! slot    0 seq u64  8 kind u8  12 len u32  16 48 bytes of kind fields
-//!         64 payload (len bytes)
+//! slot    0 seq u64  8 kind u8  12 len u32  16 32 bytes of kind fields
+//!         48 payload (len bytes)
 //! ```
 //!
 //! Slots follow the sequence protocol of a bounded SPSC queue: the slot for
@@ -37,7 +37,10 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
 const VERSION: u32 = 1;
 const PAGE: usize = 4096;
-pub const SLOT_HDR: usize = 64;
+/// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
+/// follows at once, so the header and the first 16 payload bytes (a small
+/// message whole) share the slot's first cache line.
+pub const SLOT_HDR: usize = 48;
 const RING_HDR: usize = 128;
 const OWNERS_OFF: usize = 128;
 pub const MAX_RINGS: usize = (PAGE - OWNERS_OFF) / 8;
@@ -250,11 +253,12 @@ fn decode_addr(b: &[u8; 20]) -> Option<SocketAddr> {
     }
 }
 
-/// Slot kinds and their fixed fields (bytes 16..64 of the slot).
+/// Slot kinds and their fixed fields (bytes 16..48 of the slot).
 pub mod kind {
-    /// tag u64, data u64, flags u32, total u64 | payload = the message
+    /// tag u64, data u64, flags u32 | payload = the message
     pub const EAGER: u8 = 1;
-    /// tag, data, flags, total, key u64, niov u32 | payload = niov × (addr u64, len u64)
+    /// tag, data, flags, niov u32, key u64 | payload = niov × (addr u64, len u64);
+    /// the message length is the sum of the lengths
     pub const RTS: u8 = 2;
     /// key u64, rid u64: "push the data of `key` to me as rid" (no CMA)
     pub const CTS: u8 = 3;
@@ -447,7 +451,7 @@ pub struct InSlot {
     pub ring: usize,
     pub kind: u8,
     pub len: usize,
-    pub f: [u8; 48],
+    pub f: [u8; 32],
     off: usize,
 }
 
@@ -473,6 +477,8 @@ pub struct Mailbox {
     geo: Geometry,
     path: String,
     heads: Vec<u64>,
+    /// Offset of each ring's next slot (kept to spare a division per poll).
+    next_off: Vec<usize>,
     /// Claims counter value of the last scan for newly claimed rings.
     seen_claims: u64,
     pub rings: Vec<Option<RingInfo>>,
@@ -560,6 +566,7 @@ impl Mailbox {
             geo,
             path: path.to_string(),
             heads: vec![0; geo.nrings],
+            next_off: (0..geo.nrings).map(|r| geo.ring_off(r) + RING_HDR).collect(),
             seen_claims: 0,
             rings: vec![None; geo.nrings],
         })
@@ -567,6 +574,12 @@ impl Mailbox {
 
     pub fn geometry(&self) -> Geometry {
         self.geo
+    }
+
+    /// Whether a ring was claimed since the last `scan_claims`.
+    #[inline]
+    pub fn claims_changed(&self) -> bool {
+        self.map.u64_at(32).load(Ordering::Acquire) != self.seen_claims
     }
 
     /// Picks up rings claimed since the last look. Returns the new ones.
@@ -591,6 +604,7 @@ impl Mailbox {
                 Some(peer) => {
                     self.rings[r] = Some(RingInfo { peer, pid });
                     self.heads[r] = 0;
+                    self.next_off[r] = roff + RING_HDR;
                     out.push(r);
                 }
                 None => {
@@ -605,21 +619,18 @@ impl Mailbox {
         }
     }
 
-    fn slot_off(&self, r: usize, pos: u64) -> usize {
-        self.geo.ring_off(r) + RING_HDR + (pos % self.geo.depth as u64) as usize * self.geo.slot_size
-    }
-
     /// The next published slot of ring `r`, if any.
+    #[inline]
     pub fn peek(&self, r: usize) -> Option<InSlot> {
         let pos = self.heads[r];
-        let off = self.slot_off(r, pos);
+        let off = self.next_off[r];
         if self.map.u64_at(off).load(Ordering::Acquire) != pos + 1 {
             return None;
         }
-        let mut b = [0u8; 56];
+        let mut b = [0u8; 40];
         self.map.read(off + 8, &mut b);
-        let mut f = [0u8; 48];
-        f.copy_from_slice(&b[8..56]);
+        let mut f = [0u8; 32];
+        f.copy_from_slice(&b[8..40]);
         Some(InSlot {
             ring: r,
             kind: b[0],
@@ -638,6 +649,13 @@ impl Mailbox {
     pub fn release(&mut self, s: InSlot) {
         let pos = self.heads[s.ring];
         self.heads[s.ring] = pos + 1;
+        let first = self.geo.ring_off(s.ring) + RING_HDR;
+        let next = s.off + self.geo.slot_size;
+        self.next_off[s.ring] = if next == first + self.geo.depth * self.geo.slot_size {
+            first
+        } else {
+            next
+        };
         self.map
             .u64_at(s.off)
             .store(pos + self.geo.depth as u64, Ordering::Release);

@@ -96,7 +96,7 @@ pub enum Pull {
 /// payload) until the consumer frees a slot.
 struct Frame {
     kind: u8,
-    f: [u8; 48],
+    f: [u8; 32],
     payload: Vec<u8>,
 }
 
@@ -162,25 +162,24 @@ pub struct ShmWire {
     pub stats: ShmStats,
 }
 
-fn put(f: &mut [u8; 48], at: usize, v: u64) {
+fn put(f: &mut [u8; 32], at: usize, v: u64) {
     f[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn hdr_fields(hdr: &MsgHdr) -> [u8; 48] {
-    let mut f = [0u8; 48];
+fn hdr_fields(hdr: &MsgHdr) -> [u8; 32] {
+    let mut f = [0u8; 32];
     put(&mut f, 0, hdr.tag);
     put(&mut f, 8, hdr.data);
     f[16..20].copy_from_slice(&hdr.flags.to_le_bytes());
-    put(&mut f, 24, hdr.len);
     f
 }
 
-fn hdr_of(s: &InSlot) -> MsgHdr {
+fn hdr_of(s: &InSlot, len: u64) -> MsgHdr {
     MsgHdr {
         tag: s.u64(0),
         data: s.u64(8),
         flags: s.u32(16),
-        len: s.u64(24),
+        len,
     }
 }
 
@@ -281,7 +280,7 @@ impl ShmWire {
 
     /// Writes one frame into the peer's ring, or queues it behind the ones
     /// already waiting. `payload(dst)` fills the first `len` payload bytes.
-    fn post(&mut self, ix: usize, kind: u8, f: &[u8; 48], len: usize, payload: impl FnOnce(&mut [u8])) {
+    fn post(&mut self, ix: usize, kind: u8, f: &[u8; 32], len: usize, payload: impl FnOnce(&mut [u8])) {
         let Some(p) = self.peers[ix].as_mut() else { return };
         self.stats.sent += 1;
         if p.backlog.is_empty() {
@@ -332,8 +331,8 @@ impl ShmWire {
         let id = self.next_id;
         self.next_id += 1;
         let mut f = hdr_fields(hdr);
-        put(&mut f, 32, id);
-        f[40..44].copy_from_slice(&(remote.len() as u32).to_le_bytes());
+        f[20..24].copy_from_slice(&(remote.len() as u32).to_le_bytes());
+        put(&mut f, 24, id);
         self.post(ix, kind::RTS, &f, need, |dst| {
             for (i, &(a, l)) in remote.iter().enumerate() {
                 dst[16 * i..16 * i + 8].copy_from_slice(&a.to_le_bytes());
@@ -362,7 +361,7 @@ impl ShmWire {
             );
             return;
         };
-        let mut f = [0u8; 48];
+        let mut f = [0u8; 32];
         put(&mut f, 0, a);
         put(&mut f, 8, b);
         self.post(ix, kind, &f, 0, |_| {});
@@ -374,40 +373,39 @@ impl ShmWire {
         if self.mb.rings.is_empty() {
             return None;
         }
-        let mut fresh = Vec::new();
-        self.mb.scan_claims(&mut fresh);
-        for &r in &fresh {
-            let pid = self.mb.rings[r].expect("claimed ring has a peer").pid;
-            self.senders[r] = Some(Liveness::watch(pid));
+        if self.mb.claims_changed() {
+            let mut fresh = Vec::new();
+            self.mb.scan_claims(&mut fresh);
+            for &r in &fresh {
+                let pid = self.mb.rings[r].expect("claimed ring has a peer").pid;
+                self.senders[r] = Some(Liveness::watch(pid));
+            }
+            self.active.extend(fresh);
         }
-        self.active.extend(fresh);
-        let n = self.active.len();
-        let mut i = 0;
-        while i < n.min(self.active.len()) {
-            let k = (self.next_ring + i) % self.active.len();
+        // The polling loop of every receiver: no division, no allocation.
+        let len = self.active.len();
+        let mut k = self.next_ring;
+        for _ in 0..len {
+            if k >= len {
+                k = 0;
+            }
             let r = self.active[k];
-            i += 1;
-            let Some(s) = self.mb.peek(r) else {
-                if self.mb.ring_closed(r) {
-                    self.retire_ring(k);
-                    i = 0;
-                }
-                continue;
-            };
+            k += 1;
+            let Some(s) = self.mb.peek(r) else { continue };
             let info = self.mb.rings[r].expect("active ring has a peer");
             self.stats.received += 1;
             // Fair among peers: the next call starts with the next ring.
-            self.next_ring = (k + 1) % self.active.len().max(1);
+            self.next_ring = k;
             match s.kind {
-                kind::EAGER if self.mb.payload(&s).is_some() && hdr_of(&s).len == s.len as u64 => {
+                kind::EAGER if self.mb.payload(&s).is_some() => {
                     return Some(Incoming::Eager {
                         slot: s,
                         peer: info.peer,
-                        hdr: hdr_of(&s),
+                        hdr: hdr_of(&s, s.len as u64),
                     });
                 }
                 kind::RTS => {
-                    let niov = s.u32(40) as usize;
+                    let niov = s.u32(20) as usize;
                     let iov = self.mb.payload(&s).filter(|p| p.len() == niov * 16).map(|p| {
                         p.chunks(16)
                             .map(|c| {
@@ -418,11 +416,12 @@ impl ShmWire {
                             })
                             .collect::<Vec<_>>()
                     });
-                    let hdr = hdr_of(&s);
-                    let key = s.u64(32);
+                    let key = s.u64(24);
+                    let total = iov.as_ref().and_then(|v| v.iter().try_fold(0u64, |a, x| a.checked_add(x.1)));
+                    let hdr = hdr_of(&s, total.unwrap_or(0));
                     self.mb.release(s);
                     match iov {
-                        Some(iov) if iov.iter().map(|v| v.1).sum::<u64>() == hdr.len => {
+                        Some(iov) if total.is_some() => {
                             return Some(Incoming::Rts(Box::new(ShmRts {
                                 peer: info.peer,
                                 pid: info.pid,
@@ -431,7 +430,10 @@ impl ShmWire {
                                 iov,
                             })));
                         }
-                        _ => self.reject(r, "RTS with a bad iov list"),
+                        _ => {
+                            self.reject(r, "RTS with a bad iov list");
+                            return None;
+                        }
                     }
                 }
                 kind::CTS => {
@@ -449,6 +451,8 @@ impl ShmWire {
                 _ => {
                     self.mb.release(s);
                     self.reject(r, "bad slot");
+                    // `active` changed under our index: start over next call.
+                    return None;
                 }
             }
         }
@@ -625,7 +629,7 @@ impl ShmWire {
         while off < len && p.backlog.is_empty() {
             let Some(mut s) = p.out.slot() else { break };
             let n = chunk.min(len - off);
-            let mut f = [0u8; 48];
+            let mut f = [0u8; 32];
             put(&mut f, 0, rid);
             put(&mut f, 8, off as u64);
             s.fields(kind::DATA, n, &f);
@@ -671,14 +675,18 @@ impl ShmWire {
             }
             true
         });
+        // Rings whose producer closed them or died, once drained.
         let mut k = 0;
         while k < self.active.len() {
             let r = self.active[k];
             let info = self.mb.rings[r].expect("active ring has a peer");
+            let drained = self.mb.peek(r).is_none();
             let dead = self.senders[r].as_ref().is_some_and(|l| !l.alive());
-            if self.mb.peek(r).is_none() && dead {
+            if drained && (dead || self.mb.ring_closed(r)) {
                 self.retire_ring(k);
-                self.fail_rx_from(info.peer, FI_EHOSTUNREACH);
+                if dead {
+                    self.fail_rx_from(info.peer, FI_EHOSTUNREACH);
+                }
             } else {
                 k += 1;
             }
@@ -864,12 +872,12 @@ mod tests {
     fn garbage_slots_are_rejected_and_cut_off_their_sender() {
         let geo = Geometry::new(4, 8, 128);
         let (mut a, mut b, ix) = pair(41030, geo, true);
-        let hostile: [(u8, usize, [u8; 48]); 4] = [
-            (99, 0, [0; 48]),                           // unknown kind
-            (kind::EAGER, 10, hdr_fields(&hdr(11, 0))), // length disagrees with header
+        let hostile: [(u8, usize, [u8; 32]); 4] = [
+            (99, 0, [0; 32]),                           // unknown kind
+            (kind::DATA, 1 << 20, [0; 32]),             // data longer than a slot
             (kind::RTS, 16, {
                 let mut f = hdr_fields(&hdr(1000, 0));
-                f[40] = 5; // five iovs announced, one sent
+                f[20] = 5; // five iovs announced, one sent
                 f
             }),
             (kind::EAGER, 1 << 20, hdr_fields(&hdr(1 << 20, 0))), // longer than a slot
