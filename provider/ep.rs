@@ -614,7 +614,7 @@ impl Ep {
                 let sink = Box::new(IovSink::new(p.iov.clone()));
                 match w.pull(&rts, &p.iov, sink) {
                     Pull::Done(_) => self.complete_recv(st, done, None),
-                    Pull::Pushing(rid) => {
+                    Pull::Pending(rid) => {
                         st.rndv.insert(rid, done);
                     }
                     Pull::Failed(e) => {

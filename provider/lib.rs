@@ -64,7 +64,11 @@ pub fn provider_ptr() -> *const fi_provider {
     PROVIDER.0.get()
 }
 
-unsafe extern "C" fn cleanup() {}
+/// Called by the core's destructor (fi_fini) at process exit: a process
+/// that exits without closing its endpoints still removes its mailboxes.
+unsafe extern "C" fn cleanup() {
+    nic::shm::mailbox::unlink_all_live();
+}
 
 /// The API version gnix declares to the core that loads it.
 ///

@@ -95,6 +95,37 @@ fn cstr(path: &str) -> std::ffi::CString {
     std::ffi::CString::new(path).expect("mailbox paths have no NUL")
 }
 
+/// Paths of this process's live mailboxes, for `unlink_all_live`.
+static LIVE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes every mailbox file this process still owns (process exit
+/// without fi_close). The mappings stay until the process is gone.
+pub fn unlink_all_live() {
+    let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    for p in live.iter() {
+        let c = cstr(p);
+        // SAFETY: unlinking our own mailbox file by path.
+        unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+/// Once per process: removes the mailboxes of this user's processes that
+/// died without closing them (killed, crashed), so they do not pile up
+/// in /dev/shm.
+fn sweep_dead(uid: u32) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prefix = format!("gnix-{uid}-");
+        let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+        for e in dir.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with(&prefix) {
+                Mailbox::reclaim(&format!("/dev/shm/{}", name.to_string_lossy()));
+            }
+        }
+    });
+}
+
 /// Whether process `pid` exists (a process of another user still counts).
 pub fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
@@ -266,6 +297,12 @@ pub mod kind {
     pub const DATA: u8 = 4;
     /// key u64, status i32: the rendezvous of `key` is over
     pub const FIN: u8 = 5;
+    /// key u64, rid u64, offset u64 | payload = niov × (addr u64, len u64):
+    /// "write your bytes from `offset` on into these buffers of mine"
+    /// (the receiver pulls the part before `offset` meanwhile)
+    pub const CTW: u8 = 6;
+    /// rid u64, status i64: the sender's share of rid is written (or not)
+    pub const WDONE: u8 = 7;
 }
 
 /// A slot being filled by its producer: write the fields, then `publish`.
@@ -429,6 +466,10 @@ impl Outbox {
         Some(SlotWriter { out: self, off })
     }
 
+    pub fn owner_pid(&self) -> u32 {
+        self.owner.pid
+    }
+
     /// The owner closed its mailbox (a process that restarts at the same
     /// address creates a new one) or died.
     pub fn owner_gone(&self) -> bool {
@@ -489,6 +530,7 @@ impl Mailbox {
     /// process that died is reclaimed; one whose owner lives is an error
     /// (two endpoints cannot have one address).
     pub fn create(uid: u32, me: &SocketAddr, geo: Geometry) -> io::Result<Mailbox> {
+        sweep_dead(uid);
         let path = path_for(uid, me);
         let c = cstr(&path);
         let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -511,9 +553,12 @@ impl Mailbox {
         let r = Self::init(fd, &path, geo);
         // SAFETY: closing the descriptor opened above; the mapping stays.
         unsafe { libc::close(fd) };
-        if r.is_err() {
+        match &r {
+            Ok(_) => LIVE.lock().unwrap_or_else(|p| p.into_inner()).push(path),
             // SAFETY: removing the file we just created.
-            unsafe { libc::unlink(c.as_ptr()) };
+            Err(_) => unsafe {
+                libc::unlink(c.as_ptr());
+            },
         }
         r
     }
@@ -529,11 +574,27 @@ impl Mailbox {
         let mut h = [0u8; 28];
         // SAFETY: reads at most 28 bytes into a local buffer.
         let n = unsafe { libc::pread(fd, h.as_mut_ptr() as *mut libc::c_void, h.len(), 0) };
+        // SAFETY: fstat into a zeroed stat buffer of our own descriptor.
+        let mut stb: libc::stat = unsafe { std::mem::zeroed() };
+        let statted = unsafe { libc::fstat(fd, &mut stb) } == 0;
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(fd) };
         let pid = u32::from_le_bytes(h[24..28].try_into().unwrap());
-        if n == 28 && pid_alive(pid) && pid != std::process::id() {
-            return false;
+        if n != 28 || pid == 0 {
+            // No owner written yet: a mailbox being created right now,
+            // unless it has been like that for a while.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            if !statted || now - stb.st_mtime < 60 {
+                return false;
+            }
+        } else if pid_alive(pid) {
+            // Alive, or our own pid on a file of a previous process (pid
+            // reuse) — which only `create` of that very address may remove.
+            if pid != std::process::id() || LIVE.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|l| l == path) {
+                return false;
+            }
         }
         crate::info!(
             crate::ffi::FI_LOG_EP_CTRL,
@@ -701,6 +762,9 @@ impl Mailbox {
 impl Drop for Mailbox {
     fn drop(&mut self) {
         self.map.u32_at(28).store(CLOSED, Ordering::Release);
+        LIVE.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| *p != self.path);
         let c = cstr(&self.path);
         // SAFETY: removing our own mailbox file.
         unsafe { libc::unlink(c.as_ptr()) };
@@ -710,11 +774,20 @@ impl Drop for Mailbox {
 /// Reads `remote` ranges of process `pid` into `local` ranges of ours
 /// (cross-memory attach), as far as both go. Returns the bytes read.
 pub fn cma_read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io::Result<usize> {
+    cma(pid, local, remote, false)
+}
+
+/// Writes `local` ranges of ours into `remote` ranges of process `pid`.
+pub fn cma_write(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io::Result<usize> {
+    cma(pid, local, remote, true)
+}
+
+fn cma(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)], write: bool) -> io::Result<usize> {
     let want = local
         .iter()
         .map(|l| l.1)
         .sum::<usize>()
-        .min(remote.iter().map(|r| r.1 as usize).sum());
+        .min(remote.iter().fold(0usize, |a, r| a.saturating_add(r.1 as usize)));
     let mut done = 0;
     while done < want {
         let (liov, riov) = (
@@ -722,10 +795,16 @@ pub fn cma_read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io
             iov_from_u64(remote, done, want - done),
         );
         // SAFETY: `liov` describes buffers of this process that the caller
-        // owns for writing (posted receive buffers); `riov` is memory of the
-        // other process, which the kernel checks (EFAULT for bad ranges).
+        // owns (posted receive buffers to read into, or a send's source to
+        // write from); `riov` is memory of the other process, which the
+        // kernel checks (EFAULT for bad ranges).
         let n = unsafe {
-            libc::process_vm_readv(
+            let f = if write {
+                libc::process_vm_writev
+            } else {
+                libc::process_vm_readv
+            };
+            f(
                 pid as libc::pid_t,
                 liov.as_ptr(),
                 liov.len() as libc::c_ulong,

@@ -42,6 +42,9 @@ pub fn is_doorbell(d: &[u8]) -> bool {
 
 /// How often the liveness of peers with operations in flight is checked.
 const CHECK_EVERY_NS: u64 = 20_000_000;
+/// Shm rendezvous at least this long are copied by both processes: the
+/// receiver pulls the first half while the sender writes the second.
+const SPLIT_MIN: usize = 32 << 10;
 /// Send and rendezvous ids of this wire have the top bit set, so they
 /// share the endpoint's maps with the udp engine's ids.
 const SHM_IDS: u64 = 1 << 63;
@@ -85,9 +88,10 @@ pub enum ShmEvent {
 pub enum Pull {
     /// All of it (or what fits) is in the buffers; the sender has its FIN.
     Done(usize),
-    /// Cross-memory attach is refused: the sender was asked to push; the
-    /// receive completes with `RecvDone { rid }`.
-    Pushing(u64),
+    /// The receive completes later, with `RecvDone { rid }`: the sender
+    /// writes its share (large messages), or pushes it all through the
+    /// mailbox (cross-memory attach refused).
+    Pending(u64),
     /// The sender is gone.
     Failed(i32),
 }
@@ -110,8 +114,23 @@ struct Peer {
 struct TxRndv {
     peer: usize,
     src: Box<dyn SendSource>,
+    /// Where `src`'s bytes are in our memory (what the RTS advertised).
+    addrs: Vec<(u64, u64)>,
     /// Pushing: the receiver's rid and the next offset to push.
     push: Option<(u64, usize)>,
+}
+
+/// A large receive split between both processes: we pulled the part
+/// before `at`; the sender writes the rest into our buffers and says
+/// WDONE.
+struct RxSplit {
+    key: u64,
+    from: SocketAddr,
+    pid: u32,
+    at: usize,
+    total: usize,
+    local: Vec<(usize, usize)>,
+    remote: Vec<(u64, u64)>,
 }
 
 /// A receive the sender pushes into (no cross-memory attach).
@@ -129,6 +148,8 @@ pub struct ShmStats {
     pub received: u64,
     pub pulled: u64,
     pub pushed: u64,
+    /// Large rendezvous whose second half the sender wrote (CTW).
+    pub pushed_cma: u64,
     pub doorbells: u64,
     pub rejected: u64,
 }
@@ -151,6 +172,7 @@ pub struct ShmWire {
     no_cma: HashMap<SocketAddr, (), KeyedState>,
     tx: HashMap<u64, TxRndv, KeyedState>,
     rx: HashMap<u64, RxPush, KeyedState>,
+    split: HashMap<u64, RxSplit, KeyedState>,
     next_id: u64,
     /// Frames in backlogs, and sends pushing data (to skip idle work).
     queued: usize,
@@ -160,6 +182,43 @@ pub struct ShmWire {
     pub bells: Vec<SocketAddr>,
     last_check: u64,
     pub stats: ShmStats,
+}
+
+fn encode_iov(iov: &[(u64, u64)], dst: &mut [u8]) {
+    for (c, &(a, l)) in dst.chunks_mut(16).zip(iov) {
+        c[0..8].copy_from_slice(&a.to_le_bytes());
+        c[8..16].copy_from_slice(&l.to_le_bytes());
+    }
+}
+
+fn decode_iov(p: &[u8]) -> Vec<(u64, u64)> {
+    p.chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_le_bytes(c[0..8].try_into().unwrap()),
+                u64::from_le_bytes(c[8..16].try_into().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// The ranges covering bytes `off..off + n` of the concatenation of `v`.
+fn sub_ranges(v: &[(u64, u64)], mut off: u64, mut n: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(a, l) in v {
+        if n == 0 {
+            break;
+        }
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let take = (l - off).min(n);
+        out.push((a + off, take));
+        n -= take;
+        off = 0;
+    }
+    out
 }
 
 fn put(f: &mut [u8; 32], at: usize, v: u64) {
@@ -205,6 +264,7 @@ impl ShmWire {
             no_cma: HashMap::with_hasher(KeyedState(seed)),
             tx: HashMap::with_hasher(KeyedState(seed)),
             rx: HashMap::with_hasher(KeyedState(seed)),
+            split: HashMap::with_hasher(KeyedState(seed)),
             next_id: SHM_IDS,
             queued: 0,
             pushing: 0,
@@ -333,26 +393,26 @@ impl ShmWire {
         let mut f = hdr_fields(hdr);
         f[20..24].copy_from_slice(&(remote.len() as u32).to_le_bytes());
         put(&mut f, 24, id);
-        self.post(ix, kind::RTS, &f, need, |dst| {
-            for (i, &(a, l)) in remote.iter().enumerate() {
-                dst[16 * i..16 * i + 8].copy_from_slice(&a.to_le_bytes());
-                dst[16 * i + 8..16 * i + 16].copy_from_slice(&l.to_le_bytes());
-            }
-        });
+        self.post(ix, kind::RTS, &f, need, |dst| encode_iov(remote, dst));
         self.tx.insert(
             id,
             TxRndv {
                 peer: ix,
                 src,
+                addrs: remote.to_vec(),
                 push: None,
             },
         );
         Ok(id)
     }
 
-    /// Sends a rendezvous control frame (FIN, CTS) to `to`, if we can reach
-    /// it over shm at all.
+    /// Sends a rendezvous control frame (FIN, CTS, WDONE) to `to`, if we
+    /// can reach it over shm at all.
     fn control(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64) {
+        self.control_iov(to, kind, a, b, 0, &[]);
+    }
+
+    fn control_iov(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64, c: u64, iov: &[(u64, u64)]) {
         let Some(ix) = self.route(to) else {
             crate::warn!(
                 crate::ffi::FI_LOG_EP_DATA,
@@ -364,7 +424,8 @@ impl ShmWire {
         let mut f = [0u8; 32];
         put(&mut f, 0, a);
         put(&mut f, 8, b);
-        self.post(ix, kind, &f, 0, |_| {});
+        put(&mut f, 16, c);
+        self.post(ix, kind, &f, iov.len() * 16, |dst| encode_iov(iov, dst));
     }
 
     /// The next message from a local peer, if any. Rendezvous control
@@ -406,18 +467,11 @@ impl ShmWire {
                 }
                 kind::RTS => {
                     let niov = s.u32(20) as usize;
-                    let iov = self.mb.payload(&s).filter(|p| p.len() == niov * 16).map(|p| {
-                        p.chunks(16)
-                            .map(|c| {
-                                (
-                                    u64::from_le_bytes(c[0..8].try_into().unwrap()),
-                                    u64::from_le_bytes(c[8..16].try_into().unwrap()),
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    });
+                    let iov = self.mb.payload(&s).filter(|p| p.len() == niov * 16).map(decode_iov);
                     let key = s.u64(24);
-                    let total = iov.as_ref().and_then(|v| v.iter().try_fold(0u64, |a, x| a.checked_add(x.1)));
+                    let total = iov
+                        .as_ref()
+                        .and_then(|v| v.iter().try_fold(0u64, |a, x| a.checked_add(x.1)));
                     let hdr = hdr_of(&s, total.unwrap_or(0));
                     self.mb.release(s);
                     match iov {
@@ -443,6 +497,15 @@ impl ShmWire {
                 kind::FIN => {
                     self.mb.release(s);
                     self.on_fin(s.u64(0), s.u64(8) as i64 as i32);
+                }
+                kind::CTW if self.mb.payload(&s).is_some_and(|p| p.len() % 16 == 0) => {
+                    let iov = decode_iov(self.mb.payload(&s).unwrap());
+                    self.mb.release(s);
+                    self.on_ctw(s.u64(0), s.u64(8), s.u64(16), &iov);
+                }
+                kind::WDONE => {
+                    self.mb.release(s);
+                    self.on_wdone(s.u64(0), s.u64(8) as i64);
                 }
                 kind::DATA if self.mb.payload(&s).is_some() => {
                     self.on_data(&s);
@@ -543,6 +606,12 @@ impl ShmWire {
             return Pull::Done(0);
         }
         if self.cfg.cma && !self.no_cma.contains_key(&rts.peer) {
+            let total = cap.min(rts.hdr.len as usize);
+            if total >= SPLIT_MIN {
+                if let Some(p) = self.pull_split(rts, local, total) {
+                    return p;
+                }
+            }
             match mailbox::cma_read(rts.pid, local, &rts.iov) {
                 Ok(n) => {
                     self.stats.pulled += 1;
@@ -574,7 +643,101 @@ impl ShmWire {
             },
         );
         self.control(rts.peer, kind::CTS, rts.key, rid);
-        Pull::Pushing(rid)
+        Pull::Pending(rid)
+    }
+
+    /// Two cores copy a large message: we ask the sender to write the
+    /// second half into our buffers (CTW) and pull the first half
+    /// meanwhile. `None`: not possible here (too many buffer pieces for
+    /// one slot); pull it all.
+    fn pull_split(&mut self, rts: &ShmRts, local: &[(usize, usize)], total: usize) -> Option<Pull> {
+        let at = (total / 2) & !4095;
+        let local64: Vec<(u64, u64)> = local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
+        let theirs = sub_ranges(&local64, at as u64, (total - at) as u64);
+        if theirs.len() * 16 > self.eager_max() {
+            return None;
+        }
+        let rid = self.next_id;
+        self.next_id += 1;
+        self.control_iov(rts.peer, kind::CTW, rts.key, rid, at as u64, &theirs);
+        let mine: Vec<(usize, usize)> = sub_ranges(&local64, 0, at as u64)
+            .into_iter()
+            .map(|(a, l)| (a as usize, l as usize))
+            .collect();
+        let head = sub_ranges(&rts.iov, 0, at as u64);
+        match mailbox::cma_read(rts.pid, &mine, &head) {
+            Ok(_) => {
+                self.stats.pulled += 1;
+                self.split.insert(
+                    rid,
+                    RxSplit {
+                        key: rts.key,
+                        from: rts.peer,
+                        pid: rts.pid,
+                        at,
+                        total,
+                        local: local.to_vec(),
+                        remote: rts.iov.clone(),
+                    },
+                );
+                Some(Pull::Pending(rid))
+            }
+            // The sender is gone, or its memory is not ours to read: it may
+            // still write its half; that does no harm, nobody completes.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Some(Pull::Failed(FI_EHOSTUNREACH)),
+            Err(_) => None,
+        }
+    }
+
+    /// The sender's half of a split receive: write it where the receiver
+    /// said, then tell it.
+    fn on_ctw(&mut self, key: u64, rid: u64, at: u64, theirs: &[(u64, u64)]) {
+        let Some(t) = self.tx.get(&key) else { return };
+        let Some(p) = self.peers[t.peer].as_ref() else { return };
+        let (to, pid) = (p.addr, p.out.owner_pid());
+        let n = theirs.iter().fold(0u64, |a, x| a.saturating_add(x.1));
+        let status = match at.checked_add(n) {
+            Some(end) if end <= t.src.len() as u64 => {
+                let mine: Vec<(usize, usize)> = sub_ranges(&t.addrs, at, n)
+                    .into_iter()
+                    .map(|(a, l)| (a as usize, l as usize))
+                    .collect();
+                match mailbox::cma_write(pid, &mine, theirs) {
+                    Ok(w) if w as u64 == n => {
+                        self.stats.pushed_cma += 1;
+                        0
+                    }
+                    Ok(_) => -(FI_EIO as i64),
+                    Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
+                }
+            }
+            _ => -(FI_EIO as i64),
+        };
+        self.control(to, kind::WDONE, rid, status as u64);
+    }
+
+    /// The sender wrote its half (or could not: then we pull it too).
+    fn on_wdone(&mut self, rid: u64, status: i64) {
+        let Some(sp) = self.split.remove(&rid) else { return };
+        let ok = status == 0 || {
+            let local64: Vec<(u64, u64)> = sp.local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
+            let n = (sp.total - sp.at) as u64;
+            let mine: Vec<(usize, usize)> = sub_ranges(&local64, sp.at as u64, n)
+                .into_iter()
+                .map(|(a, l)| (a as usize, l as usize))
+                .collect();
+            let tail = sub_ranges(&sp.remote, sp.at as u64, n);
+            mailbox::cma_read(sp.pid, &mine, &tail).is_ok()
+        };
+        self.events.push_back(if ok {
+            ShmEvent::RecvDone { rid, written: sp.total }
+        } else {
+            ShmEvent::RecvFailed {
+                rid,
+                err: FI_EHOSTUNREACH,
+            }
+        });
+        self.control(sp.from, kind::FIN, sp.key, 0);
     }
 
     /// An RTS nobody will read (FI_DISCARD, cancelled): release the sender.
@@ -695,6 +858,16 @@ impl ShmWire {
 
     fn fail_rx_from(&mut self, peer: SocketAddr, err: i32) {
         let dead: Vec<u64> = self
+            .split
+            .iter()
+            .filter(|(_, r)| r.from == peer)
+            .map(|(&k, _)| k)
+            .collect();
+        for rid in dead {
+            self.split.remove(&rid);
+            self.events.push_back(ShmEvent::RecvFailed { rid, err });
+        }
+        let dead: Vec<u64> = self
             .rx
             .iter()
             .filter(|(_, r)| r.from == peer)
@@ -708,7 +881,7 @@ impl ShmWire {
 
     /// Anything in flight that needs `pump` to run.
     pub fn busy(&self) -> bool {
-        !self.tx.is_empty() || !self.rx.is_empty() || self.backlogged() > 0
+        !self.tx.is_empty() || !self.rx.is_empty() || !self.split.is_empty() || self.backlogged() > 0
     }
 
     /// When `pump` must run even if nothing arrives: soon while frames wait
@@ -832,7 +1005,7 @@ mod tests {
                 assert_eq!(n, 100_000);
                 recv_done = true;
             }
-            Pull::Pushing(_) => assert!(!cma),
+            Pull::Pending(_) => {}
             Pull::Failed(e) => panic!("pull failed: {e}"),
         }
         let mut send_done = false;
@@ -873,8 +1046,8 @@ mod tests {
         let geo = Geometry::new(4, 8, 128);
         let (mut a, mut b, ix) = pair(41030, geo, true);
         let hostile: [(u8, usize, [u8; 32]); 4] = [
-            (99, 0, [0; 32]),                           // unknown kind
-            (kind::DATA, 1 << 20, [0; 32]),             // data longer than a slot
+            (99, 0, [0; 32]),               // unknown kind
+            (kind::DATA, 1 << 20, [0; 32]), // data longer than a slot
             (kind::RTS, 16, {
                 let mut f = hdr_fields(&hdr(1000, 0));
                 f[20] = 5; // five iovs announced, one sent
