@@ -8,6 +8,7 @@
 //! virtual time.
 
 mod conn;
+pub mod credit;
 mod engine;
 mod rel;
 pub mod wire;
