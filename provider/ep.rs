@@ -1093,9 +1093,13 @@ impl Ep {
             return -FI_EINVAL as isize;
         };
         let mut st = self.lock();
-        if st.sends.len() >= self.tx_size {
+        // Sends in flight and shm frames waiting for ring space both take
+        // a transmit slot: a receiver that stops reading cannot make us
+        // buffer without bound.
+        let busy = |st: &EpState| st.sends.len() + st.shm.as_ref().map_or(0, ShmWire::backlogged);
+        if busy(&st) >= self.tx_size {
             self.progress_locked(&mut st, now);
-            if st.sends.len() >= self.tx_size {
+            if busy(&st) >= self.tx_size {
                 return -FI_EAGAIN as isize;
             }
         }

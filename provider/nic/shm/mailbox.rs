@@ -470,6 +470,11 @@ impl Outbox {
         self.owner.pid
     }
 
+    /// The owner closed its mailbox (cheap: one load).
+    pub fn owner_closed(&self) -> bool {
+        self.map.u32_at(28).load(Ordering::Relaxed) != OPEN
+    }
+
     /// The owner closed its mailbox (a process that restarts at the same
     /// address creates a new one) or died.
     pub fn owner_gone(&self) -> bool {

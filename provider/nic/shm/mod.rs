@@ -184,6 +184,12 @@ pub struct ShmWire {
     pub stats: ShmStats,
 }
 
+/// Whether a cross-memory attach error means "not allowed here" (Yama,
+/// containers, seccomp, another user), as opposed to a bad address.
+fn cma_refused(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES | libc::ENOSYS))
+}
+
 fn encode_iov(iov: &[(u64, u64)], dst: &mut [u8]) {
     for (c, &(a, l)) in dst.chunks_mut(16).zip(iov) {
         c[0..8].copy_from_slice(&a.to_le_bytes());
@@ -294,8 +300,14 @@ impl ShmWire {
     /// live mailbox with a free ring. The decision sticks (messages to one
     /// peer stay on one wire, hence in order) until the peer goes away.
     pub fn route(&mut self, addr: SocketAddr) -> Option<usize> {
-        if let Some(r) = self.routes.get(&addr) {
-            return *r;
+        if let Some(&r) = self.routes.get(&addr) {
+            match r {
+                // One load of a line the owner writes once: a peer that
+                // closed (or restarted at this address) is noticed on the
+                // next send, not after the next liveness check.
+                Some(ix) if self.peers[ix].as_ref().is_some_and(|p| p.out.owner_closed()) => self.forget(ix),
+                r => return r,
+            }
         }
         let r = self.connect(addr);
         self.routes.insert(addr, r);
@@ -564,7 +576,11 @@ impl ShmWire {
             self.events.push_back(if status == 0 {
                 ShmEvent::SendDone { id: key }
             } else {
-                ShmEvent::SendFailed { id: key, err: status }
+                // FIN carries a negative errno; completions want it positive.
+                ShmEvent::SendFailed {
+                    id: key,
+                    err: status.saturating_abs(),
+                }
             });
         }
     }
@@ -619,6 +635,13 @@ impl ShmWire {
                     return Pull::Done(n);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Pull::Failed(FI_EHOSTUNREACH),
+                Err(e) if !cma_refused(&e) => {
+                    // Bad addresses in the RTS (the sender freed its buffer,
+                    // or lied): this message fails, at both ends.
+                    crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm: reading from {}: {}", rts.peer, e);
+                    self.control(rts.peer, kind::FIN, rts.key, (-(FI_EIO as i64)) as u64);
+                    return Pull::Failed(FI_EIO);
+                }
                 Err(e) => {
                     crate::info!(
                         crate::ffi::FI_LOG_EP_DATA,
@@ -682,9 +705,15 @@ impl ShmWire {
                 );
                 Some(Pull::Pending(rid))
             }
-            // The sender is gone, or its memory is not ours to read: it may
-            // still write its half; that does no harm, nobody completes.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Some(Pull::Failed(FI_EHOSTUNREACH)),
+            // The sender is gone: it may still write its half; that does no
+            // harm, nobody completes.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                self.split.remove(&rid);
+                Some(Pull::Failed(FI_EHOSTUNREACH))
+            }
+            // Not ours to read (then the caller pushes), or bad addresses
+            // (then the whole pull fails the same way): the sender's write
+            // lands in a buffer nobody completes, its WDONE finds no split.
             Err(_) => None,
         }
     }
@@ -815,19 +844,7 @@ impl ShmWire {
             if !gone {
                 continue;
             }
-            let p = self.peers[ix].take().unwrap();
-            crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm peer {} went away", p.addr);
-            self.routes.remove(&p.addr);
-            self.queued -= p.backlog.len();
-            let dead: Vec<u64> = self.tx.iter().filter(|(_, t)| t.peer == ix).map(|(&k, _)| k).collect();
-            for id in dead {
-                let t = self.tx.remove(&id).unwrap();
-                self.pushing -= t.push.is_some() as usize;
-                self.events.push_back(ShmEvent::SendFailed {
-                    id,
-                    err: FI_EHOSTUNREACH,
-                });
-            }
+            self.forget(ix);
         }
         self.banned.retain(|&r| {
             let dead = self.senders[r].as_ref().is_none_or(|l| !l.alive());
@@ -853,6 +870,24 @@ impl ShmWire {
             } else {
                 k += 1;
             }
+        }
+    }
+
+    /// Drops our ring in a peer's mailbox that went away: its sends in
+    /// flight fail; the next message to that address decides afresh.
+    fn forget(&mut self, ix: usize) {
+        let Some(p) = self.peers[ix].take() else { return };
+        crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm peer {} went away", p.addr);
+        self.routes.remove(&p.addr);
+        self.queued -= p.backlog.len();
+        let dead: Vec<u64> = self.tx.iter().filter(|(_, t)| t.peer == ix).map(|(&k, _)| k).collect();
+        for id in dead {
+            let t = self.tx.remove(&id).unwrap();
+            self.pushing -= t.push.is_some() as usize;
+            self.events.push_back(ShmEvent::SendFailed {
+                id,
+                err: FI_EHOSTUNREACH,
+            });
         }
     }
 
@@ -1087,6 +1122,54 @@ mod tests {
             panic!()
         };
         assert_eq!(b.payload(&slot), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn restarted_peer_gets_a_fresh_ring_at_once() {
+        let geo = Geometry::new(2, 4, 128);
+        let (mut a, b, ix) = pair(41050, geo, true);
+        let b_addr = b.me;
+        drop(b);
+        let mut b2 = ShmWire::new(
+            b_addr,
+            ShmConfig {
+                geo,
+                cma: true,
+                local_ips: vec![],
+            },
+            3,
+        )
+        .unwrap();
+        // The very next send notices the old mailbox closed.
+        let ix2 = a.route(b_addr).expect("the new mailbox");
+        a.send_eager(ix2, &hdr(2, 9), &vec![4u8, 2]);
+        let Incoming::Eager { slot, hdr, .. } = next_msg(&mut a, &mut b2) else {
+            panic!()
+        };
+        assert_eq!((hdr.tag, b2.payload(&slot)), (9, &[4u8, 2][..]));
+        let _ = ix;
+    }
+
+    #[test]
+    fn rts_with_bad_addresses_fails_both_ends() {
+        let (mut a, mut b, ix) = pair(41060, Geometry::new(2, 4, 256), true);
+        // An RTS pointing at memory that is not mapped.
+        let remote = [(8u64, 4096u64)];
+        let id = a
+            .send_rts(ix, &hdr(4096, 1), Box::new(vec![0u8; 4096]), &remote)
+            .unwrap();
+        let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
+            panic!()
+        };
+        let mut dst = vec![0u8; 4096];
+        let local = [(dst.as_mut_ptr() as usize, dst.len())];
+        let sink: Box<dyn RecvSink> = Box::new(Vec::<u8>::new());
+        assert!(matches!(b.pull(&rts, &local, sink), Pull::Failed(e) if e == FI_EIO));
+        for _ in 0..100 {
+            a.pump(0);
+            while a.poll_msg().is_some() {}
+        }
+        assert_eq!(a.poll_event(), Some(ShmEvent::SendFailed { id, err: FI_EIO }));
     }
 
     #[test]
