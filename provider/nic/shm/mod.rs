@@ -504,23 +504,23 @@ impl ShmWire {
                 }
                 kind::CTS => {
                     self.mb.release(s);
-                    self.on_cts(s.u64(0), s.u64(8));
+                    self.on_cts(info.peer, s.u64(0), s.u64(8));
                 }
                 kind::FIN => {
                     self.mb.release(s);
-                    self.on_fin(s.u64(0), s.u64(8) as i64 as i32);
+                    self.on_fin(info.peer, s.u64(0), s.u64(8) as i64 as i32);
                 }
                 kind::CTW if self.mb.payload(&s).is_some_and(|p| p.len() % 16 == 0) => {
                     let iov = decode_iov(self.mb.payload(&s).unwrap());
                     self.mb.release(s);
-                    self.on_ctw(s.u64(0), s.u64(8), s.u64(16), &iov);
+                    self.on_ctw(info.peer, s.u64(0), s.u64(8), s.u64(16), &iov);
                 }
                 kind::WDONE => {
                     self.mb.release(s);
-                    self.on_wdone(s.u64(0), s.u64(8) as i64);
+                    self.on_wdone(info.peer, s.u64(0), s.u64(8) as i64);
                 }
                 kind::DATA if self.mb.payload(&s).is_some() => {
-                    self.on_data(&s);
+                    self.on_data(info.peer, &s);
                     self.mb.release(s);
                 }
                 _ => {
@@ -570,7 +570,18 @@ impl ShmWire {
         self.mb.release(s);
     }
 
-    fn on_fin(&mut self, key: u64, status: i32) {
+    /// Whether `from` is the peer send `key` went to: rendezvous frames
+    /// from anyone else (another local process guessing ids) are ignored.
+    fn tx_from(&self, key: u64, from: SocketAddr) -> bool {
+        self.tx
+            .get(&key)
+            .is_some_and(|t| self.peers[t.peer].as_ref().is_some_and(|p| p.addr == from))
+    }
+
+    fn on_fin(&mut self, from: SocketAddr, key: u64, status: i32) {
+        if !self.tx_from(key, from) {
+            return;
+        }
         if let Some(t) = self.tx.remove(&key) {
             self.pushing -= t.push.is_some() as usize;
             self.events.push_back(if status == 0 {
@@ -585,7 +596,10 @@ impl ShmWire {
         }
     }
 
-    fn on_cts(&mut self, key: u64, rid: u64) {
+    fn on_cts(&mut self, from: SocketAddr, key: u64, rid: u64) {
+        if !self.tx_from(key, from) {
+            return;
+        }
         if let Some(t) = self.tx.get_mut(&key) {
             if t.push.is_none() {
                 t.push = Some((rid, 0));
@@ -594,10 +608,12 @@ impl ShmWire {
         }
     }
 
-    fn on_data(&mut self, s: &InSlot) {
+    fn on_data(&mut self, from: SocketAddr, s: &InSlot) {
         let (rid, off) = (s.u64(0), s.u64(8) as usize);
         let Some(data) = self.mb.payload(s) else { return };
-        let Some(rx) = self.rx.get_mut(&rid) else { return };
+        let Some(rx) = self.rx.get_mut(&rid).filter(|rx| rx.from == from) else {
+            return;
+        };
         // Writes past the buffer are cut off by the sink (truncation).
         if off == rx.got {
             let room = rx.sink.capacity().saturating_sub(off);
@@ -720,7 +736,10 @@ impl ShmWire {
 
     /// The sender's half of a split receive: write it where the receiver
     /// said, then tell it.
-    fn on_ctw(&mut self, key: u64, rid: u64, at: u64, theirs: &[(u64, u64)]) {
+    fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, theirs: &[(u64, u64)]) {
+        if !self.tx_from(key, from) {
+            return;
+        }
         let Some(t) = self.tx.get(&key) else { return };
         let Some(p) = self.peers[t.peer].as_ref() else { return };
         let (to, pid) = (p.addr, p.out.owner_pid());
@@ -746,7 +765,10 @@ impl ShmWire {
     }
 
     /// The sender wrote its half (or could not: then we pull it too).
-    fn on_wdone(&mut self, rid: u64, status: i64) {
+    fn on_wdone(&mut self, from: SocketAddr, rid: u64, status: i64) {
+        if self.split.get(&rid).is_none_or(|sp| sp.from != from) {
+            return;
+        }
         let Some(sp) = self.split.remove(&rid) else { return };
         let ok = status == 0 || {
             let local64: Vec<(u64, u64)> = sp.local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
@@ -1170,6 +1192,42 @@ mod tests {
             while a.poll_msg().is_some() {}
         }
         assert_eq!(a.poll_event(), Some(ShmEvent::SendFailed { id, err: FI_EIO }));
+    }
+
+    #[test]
+    fn rendezvous_frames_from_a_third_process_are_ignored() {
+        let geo = Geometry::new(4, 4, 256);
+        let (mut a, mut b, ix) = pair(41070, geo, true);
+        let src = vec![7u8; 100_000];
+        let id = a
+            .send_rts(
+                ix,
+                &hdr(src.len(), 1),
+                Box::new(src.clone()),
+                &[(src.as_ptr() as u64, src.len() as u64)],
+            )
+            .unwrap();
+        let Incoming::Rts(_) = next_msg(&mut a, &mut b) else {
+            panic!()
+        };
+        // A third local process forges FIN, CTS and CTW for that send.
+        let c_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 99)), 41072);
+        let cfg = ShmConfig {
+            geo,
+            cma: true,
+            local_ips: vec![],
+        };
+        let mut c = ShmWire::new(c_addr, cfg, 4).unwrap();
+        c.control(a.me, kind::FIN, id, 0);
+        c.control(a.me, kind::CTS, id, 1);
+        c.control_iov(a.me, kind::CTW, id, 1, 0, &[(8, 16)]);
+        for _ in 0..10 {
+            a.pump(0);
+            while a.poll_msg().is_some() {}
+        }
+        assert_eq!(a.poll_event(), None, "a forged FIN completed the send");
+        assert_eq!((a.pushing, a.stats.pushed_cma), (0, 0));
+        assert!(a.tx.contains_key(&id));
     }
 
     #[test]
