@@ -185,6 +185,9 @@ struct Unexpected {
     peer: SocketAddr,
     hdr: MsgHdr,
     body: Body,
+    /// It came over the udp wire and holds credits its sender gets back
+    /// once the application takes it.
+    credit: bool,
 }
 
 /// An FI_MULTI_RECV buffer: messages are packed into it until less than
@@ -322,8 +325,28 @@ fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
         rndv_threshold: t.rndv_threshold,
         max_retrans: t.max_retrans,
         peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
+        credits: credit_config(crate::params::params()),
         ..EngineConfig::default()
     }
+}
+
+/// FI_GNIX_CREDIT_*: bytes in, credits of 1 KiB out.
+fn credit_config(p: &crate::params::Params) -> Option<crate::proto::credit::CreditConfig> {
+    if p.credit_bytes == 0 {
+        return None;
+    }
+    let unit = 1024usize;
+    let c = |b: usize| (b / unit).clamp(1, u32::MAX as usize / 4) as u32;
+    let total = c(p.credit_bytes);
+    let min_loan = c(p.credit_min_loan).min(total);
+    Some(crate::proto::credit::CreditConfig {
+        unit: unit as u32,
+        total,
+        min_loan,
+        max_loan: c(p.credit_max_loan).clamp(min_loan, total),
+        low_water: total / 8,
+        epoch_ns: p.credit_epoch_ms * 1_000_000,
+    })
 }
 
 fn seed() -> u64 {
@@ -571,6 +594,9 @@ impl Ep {
     /// now; rendezvous data is pulled by the engine into the buffers.
     fn deliver(&self, st: &mut EpState, p: Posted, msg: Arrived<Unexpected>) {
         let Arrived { src, msg: u, .. } = msg;
+        if u.credit {
+            st.engine.release(u.peer, u.hdr.len);
+        }
         let cap = iov_len(&p.iov);
         let mlen = u.hdr.len as usize;
         let done = RecvDone {
@@ -628,8 +654,11 @@ impl Ep {
     }
 
     /// A message nobody will receive (FI_DISCARD): let its sender go.
-    fn discard(&self, st: &mut EpState, body: Body) {
-        match body {
+    fn discard(&self, st: &mut EpState, u: Unexpected) {
+        if u.credit {
+            st.engine.release(u.peer, u.hdr.len);
+        }
+        match u.body {
             Body::Rndv(rid) => st.engine.discard(rid, now_ns()),
             Body::ShmRts(rts) => {
                 if let Some(w) = st.shm.as_mut() {
@@ -643,6 +672,7 @@ impl Ep {
 
     /// Handles one message the engine surfaced: match or queue unexpected.
     fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
+        let credit = matches!(body, Body::Eager(_) | Body::Rndv(_));
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_cached(st, &peer);
         let tag = if tagged { hdr.tag } else { 0 };
@@ -653,13 +683,27 @@ impl Ep {
                 Body::ShmSlot(slot) => Body::Eager(st.shm.as_ref().expect("shm wire").payload(&slot).to_vec()),
                 b => b,
             };
-            tme.push_unexpected(src, tag, Unexpected { peer, hdr, body });
+            tme.push_unexpected(
+                src,
+                tag,
+                Unexpected {
+                    peer,
+                    hdr,
+                    body,
+                    credit,
+                },
+            );
             return;
         };
         let arrived = Arrived {
             src,
             tag,
-            msg: Unexpected { peer, hdr, body },
+            msg: Unexpected {
+                peer,
+                hdr,
+                body,
+                credit,
+            },
         };
         let Some(mid) = m.get().multi else {
             let p = m.consume();
@@ -1371,7 +1415,7 @@ impl Ep {
             };
             if a.flags & FI_DISCARD != 0 {
                 if let Some(m) = st.tme_tag.take_unexpected(&spec) {
-                    self.discard(st, m.msg.body);
+                    self.discard(st, m.msg);
                 }
             }
             self.complete_peek(peeked(src, peer, hdr));
@@ -1384,7 +1428,7 @@ impl Ep {
         };
         if a.flags & FI_DISCARD != 0 {
             let mut d = peeked(m.src, m.msg.peer, m.msg.hdr);
-            self.discard(st, m.msg.body);
+            self.discard(st, m.msg);
             d.len = 0;
             self.complete_peek(d);
             return 0;

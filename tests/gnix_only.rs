@@ -122,14 +122,11 @@ fn wire_selection_shows_in_counters() {
     if skip_unless_gnix("wire selection") {
         return;
     }
-    for (wire, env) in [
-        ("shm", ("FI_GNIX_CMA", "1")),
-        ("copy", ("FI_GNIX_CMA", "0")),
-        ("udp", ("FI_GNIX_SHM", "0")),
-    ] {
+    for (wire, shm, cma) in [("shm", "1", "1"), ("copy", "1", "0"), ("udp", "0", "1")] {
         let out = Scenario::new("large", 2)
             .arg("16")
-            .env(env.0, env.1)
+            .env("FI_GNIX_SHM", shm)
+            .env("FI_GNIX_CMA", cma)
             .env("FI_LOG_LEVEL", "info")
             .env("FI_LOG_PROV", "gnix")
             .run();
@@ -149,6 +146,7 @@ fn wire_selection_shows_in_counters() {
     // A receiver asleep in fi_cq_sread is woken by its sender's doorbell.
     let out = Scenario::new("cq_sread", 2)
         .arg("fd")
+        .env("FI_GNIX_SHM", "1")
         .env("FI_LOG_LEVEL", "info")
         .env("FI_LOG_PROV", "gnix")
         .run();
@@ -195,7 +193,9 @@ fn fi_pingpong_runs_over_shm() {
             for (k, v) in provider_env() {
                 c.env(k, v);
             }
-            c.env("FI_LOG_LEVEL", "info").env("FI_LOG_PROV", "gnix");
+            c.env("FI_LOG_LEVEL", "info")
+                .env("FI_LOG_PROV", "gnix")
+                .env("FI_GNIX_SHM", "1");
             c.stdout(Stdio::piped()).stderr(Stdio::piped());
             c.spawn().expect("spawn fi_pingpong")
         };

@@ -80,6 +80,10 @@ pub struct Lender {
     usage: u32,
     /// Asked to give back (GIVE_BACK, GIVE_ALL bits), until it does.
     give_back: u8,
+    /// `granted` as last sent to the peer.
+    announced: u32,
+    /// The peer's last header said it is stalled.
+    peer_stalled: bool,
     /// Stalled with no loan at all: others must give back for it.
     starving: bool,
     closed: bool,
@@ -133,11 +137,13 @@ impl CreditBank {
         l.granted = l.granted.wrapping_add(n);
     }
 
-    /// A peer went away: everything it held comes back, except what its
-    /// messages still occupy until the application takes them.
+    /// A peer went away and its account with it: all its credits come
+    /// back (messages of it the application still holds are no longer
+    /// counted; their release finds no account).
     pub fn close(&mut self, l: &mut Lender) {
-        self.bank += l.loan - l.held;
-        l.loan = l.held;
+        self.bank += l.loan;
+        l.loan = 0;
+        l.held = 0;
         l.closed = true;
         self.set_starving(l, false);
     }
@@ -156,6 +162,7 @@ impl CreditBank {
     /// The credit fields of a datagram from the peer: `returned` is its
     /// cumulative give-back, `byte` its credit byte.
     pub fn on_header(&mut self, l: &mut Lender, returned: u32, byte: u8) {
+        l.peer_stalled = byte & STALLED != 0;
         let back = returned.wrapping_sub(l.returned);
         // Only what the peer holds and has not spent can come back; a
         // larger claim is garbage (or a stale header) and is ignored.
@@ -242,6 +249,26 @@ impl CreditBank {
             }
         }
         changed
+    }
+}
+
+impl Lender {
+    /// The grant `granted` went out to the peer.
+    pub fn announced(&mut self, granted: u32) {
+        self.announced = granted;
+    }
+    /// Whether the peer should hear from us: it is stalled, or a good part
+    /// of its loan came free since we last said so.
+    pub fn wants_news(&self) -> bool {
+        let fresh = self.granted.wrapping_sub(self.announced);
+        self.peer_stalled && fresh > 0 || fresh >= (self.loan / 4).max(1)
+    }
+    pub fn asked_to_give_back(&self) -> bool {
+        self.give_back != 0
+    }
+    /// Credits of this peer's messages we hold.
+    pub fn held(&self) -> u32 {
+        self.held
     }
 }
 

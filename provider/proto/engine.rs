@@ -12,6 +12,7 @@
 //! stuck behind a large pull.
 
 use super::conn::{classify_req, req_interval, Handshake, ReqVerdict};
+use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
@@ -73,6 +74,8 @@ struct Shared {
     next_msg_id: MsgId,
     rng: SplitMix,
     forced_isn: Option<u32>,
+    /// Receive budget for eager and unexpected messages (credit flow control).
+    bank: Option<CreditBank>,
 }
 
 /// `poll_transmit_vectored`: segments leave their payload in the source
@@ -247,6 +250,13 @@ struct Vc {
     rx_active: u32,
     keepalive_queued: bool,
     in_ready: bool,
+    /// Credits we lent the peer (receiving side) and borrowed from it
+    /// (sending side); a CREDIT datagram is due; when a stalled request is
+    /// repeated (CREDIT datagrams are not retransmitted).
+    lender: Lender,
+    borrower: Borrower,
+    credit_due: bool,
+    credit_retry_at: u64,
 }
 
 enum Tick {
@@ -310,6 +320,11 @@ impl Vc {
             rx_active: 0,
             keepalive_queued: false,
             in_ready: false,
+            lender: sh.bank.as_mut().map(CreditBank::open).unwrap_or_default(),
+            borrower: Borrower::new(sh.cfg.credits.map_or(0, |c| c.min_loan)),
+            // The first CREDIT tells the peer what it may send us.
+            credit_due: sh.bank.is_some(),
+            credit_retry_at: 0,
         }
     }
 
@@ -328,6 +343,7 @@ impl Vc {
     fn has_pending_work(&self) -> bool {
         !self.established()
             || self.resp_pending
+            || self.credit_due
             || !self.unacked.is_empty()
             || !self.ctrl.is_empty()
             || !self.msgs.is_empty()
@@ -367,6 +383,9 @@ impl Vc {
             );
         } else if self.awaiting_peer() && !self.keepalive_queued {
             take(self.last_heard.saturating_add(Self::keepalive_interval(cfg)));
+        }
+        if self.borrower.stalled() && !self.credit_due {
+            take(self.credit_retry_at);
         }
         t
     }
@@ -514,6 +533,17 @@ impl Vc {
                 self.rcv_window,
             ));
         }
+        if self.credit_due {
+            if let Some(bank) = &sh.bank {
+                self.credit_due = false;
+                let (granted, give) = bank.header(&self.lender);
+                let (returned, want) = self.borrower.header();
+                self.lender.announced(granted);
+                sh.stats.credits_sent += 1;
+                return Some(wire::encode_credit(buf, peer_nonce, granted, returned, give | want));
+            }
+            self.credit_due = false;
+        }
         if buf.len() < self.seg_limit {
             return None;
         }
@@ -599,6 +629,9 @@ impl Vc {
                     unacked,
                 } => {
                     let first = !*started;
+                    if first && !spend_credits(sh, &mut self.borrower, payload.len(), &mut self.credit_due) {
+                        break;
+                    }
                     let room = lim
                         - wire::SEG_HDR_LEN
                         - if first {
@@ -623,6 +656,9 @@ impl Vc {
                     return Some(f);
                 }
                 TxBody::Rndv { .. } => {
+                    if !spend_credits(sh, &mut self.borrower, 0, &mut self.credit_due) {
+                        break;
+                    }
                     self.msgs.pop_front();
                     return Some(SegFrame::Rts { id });
                 }
@@ -932,6 +968,9 @@ impl Vc {
                     len: total,
                     flags,
                 };
+                if !admit(sh, &mut self.lender, total) {
+                    return;
+                }
                 if payload.len() as u64 == total {
                     sh.events.push_back(Event::Msg {
                         peer: self.peer,
@@ -967,6 +1006,9 @@ impl Vc {
                 total,
                 key,
             } => {
+                if !admit(sh, &mut self.lender, 0) {
+                    return;
+                }
                 let rid = sh.next_rid;
                 sh.next_rid += 1;
                 sh.rx.insert(
@@ -1079,6 +1121,33 @@ fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key
     }
 }
 
+/// Sending side: takes the credits a new message of `len` bytes costs, or
+/// stalls the VC (a CREDIT datagram asks the peer for more).
+fn spend_credits(sh: &mut Shared, b: &mut Borrower, len: usize, due: &mut bool) -> bool {
+    let Some(cfg) = sh.cfg.credits else { return true };
+    let was = b.stalled();
+    if b.try_spend(cfg.cost(len)) {
+        return true;
+    }
+    if !was {
+        sh.stats.credit_stalls += 1;
+        *due = true;
+    }
+    false
+}
+
+/// Receiving side: a new message of `len` bytes from the peer, within its
+/// loan, or dropped and counted.
+fn admit(sh: &mut Shared, l: &mut Lender, len: u64) -> bool {
+    let Some(bank) = &mut sh.bank else { return true };
+    let cost = bank.cfg.cost(len.min(usize::MAX as u64) as usize);
+    if bank.on_arrival(l, cost) == Admit::OverLoan {
+        sh.stats.dropped_over_credit += 1;
+        return false;
+    }
+    true
+}
+
 fn mark_ready(ready: &mut VecDeque<SocketAddr>, vc: &mut Vc) {
     if !vc.in_ready {
         vc.in_ready = true;
@@ -1098,6 +1167,7 @@ impl Engine {
     pub fn new(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
         let mut rng = SplitMix(seed ^ 0x6E69_7867_5F70_726F);
         let hasher = KeyedState(rng.next() | 1);
+        let bank = cfg.credits.map(CreditBank::new);
         Engine {
             sh: Shared {
                 cfg,
@@ -1111,6 +1181,7 @@ impl Engine {
                 next_msg_id: 1,
                 rng,
                 forced_isn: None,
+                bank,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
@@ -1356,6 +1427,49 @@ impl Engine {
                 vc.on_ack(sh, ack, sack, now);
                 mark_ready(&mut self.ready, vc);
             }
+            Packet::Credit {
+                conn,
+                granted,
+                returned,
+                byte,
+            } => {
+                let sh = &mut self.sh;
+                let Some(vc) = self.vcs.get_mut(&from) else {
+                    sh.stats.dropped_unknown_peer += 1;
+                    return;
+                };
+                if conn != vc.local_nonce {
+                    sh.stats.dropped_stale += 1;
+                    return;
+                }
+                if !vc.established() {
+                    sh.stats.dropped_early += 1;
+                    return;
+                }
+                vc.last_heard = now;
+                let was = vc.borrower.available();
+                vc.borrower.on_header(granted, byte);
+                if let Some(bank) = &mut sh.bank {
+                    bank.on_header(&mut vc.lender, returned, byte);
+                    // A stalled peer gets an answer even when the bank had
+                    // nothing for it (its request is not retransmitted,
+                    // so it asks again; meanwhile quiet peers are asked).
+                    if byte & STALLED != 0 || vc.lender.wants_news() {
+                        vc.credit_due = true;
+                        bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender));
+                        for v in self.vcs.values_mut() {
+                            if v.lender.asked_to_give_back() {
+                                v.credit_due = true;
+                                mark_ready(&mut self.ready, v);
+                            }
+                        }
+                    }
+                }
+                let Some(vc) = self.vcs.get_mut(&from) else { return };
+                if vc.credit_due || vc.borrower.available() > was {
+                    mark_ready(&mut self.ready, vc);
+                }
+            }
             Packet::Seg {
                 conn,
                 ack,
@@ -1469,8 +1583,47 @@ impl Engine {
         self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
     }
 
+    /// Credits of messages the application has not taken yet, and the
+    /// whole budget (credit flow control on).
+    pub fn credit_usage(&self) -> Option<(u32, u32)> {
+        let bank = self.sh.bank.as_ref()?;
+        Some((self.vcs.values().map(|v| v.lender.held()).sum(), bank.cfg.total))
+    }
+
+    /// The application took a message of `len` bytes from `peer` (matched
+    /// on arrival, or later out of the unexpected queue): its credits go
+    /// back to the peer.
+    pub fn release(&mut self, peer: SocketAddr, len: u64) {
+        let Some(bank) = &mut self.sh.bank else { return };
+        let Some(vc) = self.vcs.get_mut(&peer) else { return };
+        bank.on_freed(&mut vc.lender, bank.cfg.cost(len.min(usize::MAX as u64) as usize));
+        if vc.lender.wants_news() && !vc.credit_due {
+            vc.credit_due = true;
+            mark_ready(&mut self.ready, vc);
+        }
+    }
+
     pub fn handle_timeout(&mut self, now: u64) {
         let mut failing = std::mem::take(&mut self.failing);
+        if let Some(bank) = &mut self.sh.bank {
+            if bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender)) {
+                for v in self.vcs.values_mut() {
+                    if v.lender.asked_to_give_back() {
+                        v.credit_due = true;
+                        mark_ready(&mut self.ready, v);
+                    }
+                }
+            }
+        }
+        let rto = self.sh.cfg.rto_min_ns;
+        for vc in self.vcs.values_mut() {
+            // A stalled request is repeated: CREDIT datagrams can be lost.
+            if vc.borrower.stalled() && now >= vc.credit_retry_at && vc.established() {
+                vc.credit_due = true;
+                vc.credit_retry_at = now + rto.max(1_000_000);
+                mark_ready(&mut self.ready, vc);
+            }
+        }
         for vc in self.vcs.values_mut() {
             match vc.on_timeout(&mut self.sh, now) {
                 Tick::Idle => {}
@@ -1513,11 +1666,14 @@ impl Engine {
     }
 
     fn fail_vc(&mut self, peer: SocketAddr, err: EngineError, announce: bool) {
-        let Some(vc) = self.vcs.remove(&peer) else {
+        let Some(mut vc) = self.vcs.remove(&peer) else {
             return;
         };
         self.ready.retain(|a| *a != peer);
         let sh = &mut self.sh;
+        if let Some(bank) = &mut sh.bank {
+            bank.close(&mut vc.lender);
+        }
         let mut ids: Vec<MsgId> = vc.tx.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {

@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub rndv_pull_window: u64,
     /// Rendezvous receive: bytes asked for by one GET.
     pub rndv_get_chunk: u64,
+    /// Credit flow control of eager and unexpected traffic (credit.rs);
+    /// `None` turns it off (both ends must agree).
+    pub credits: Option<credit::CreditConfig>,
 }
 
 impl Default for EngineConfig {
@@ -81,6 +84,7 @@ impl Default for EngineConfig {
             peer_timeout_ns: 20_000_000_000,
             rndv_pull_window: 8 << 20,
             rndv_get_chunk: 1 << 20,
+            credits: None,
         }
     }
 }
@@ -279,4 +283,10 @@ pub struct EngineStats {
     pub peers_failed: u64,
     pub peers_restarted: u64,
     pub keepalives_sent: u64,
+    /// CREDIT datagrams sent (grants, requests, give-backs).
+    pub credits_sent: u64,
+    /// Times a message waited because its peer had lent us no credits.
+    pub credit_stalls: u64,
+    /// Messages from a peer beyond the credits we lent it: dropped.
+    pub dropped_over_credit: u64,
 }

@@ -6,6 +6,10 @@
 //!                  the requester's nonce; REQ: 0)  20 isn u32  24 rcv_window u32   = 28
 //! ACK:             4 conn u64 (receiver's connection id)  12 ack u32
 //!                  16 sack u64                                               = 24
+//! CREDIT:          4 conn u64  12 granted u32 (cumulative credits lent to the
+//!                  receiver of this datagram)  16 returned u32 (cumulative
+//!                  credits its sender gave back)  20 credit byte u8          = 21
+//!                  (unreliable: every field is cumulative; see credit.rs)
 //! segment kinds:   ACK fields, then 24 seq u32                               = 28 + body
 //!   MSG       tag u64, data u64, flags u32, reserved u32, total u64 | payload   (first segment of an eager message)
 //!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
@@ -26,6 +30,7 @@ pub mod kind {
     pub const CONN_REQ: u8 = 1;
     pub const CONN_RESP: u8 = 2;
     pub const ACK: u8 = 3;
+    pub const CREDIT: u8 = 4;
     pub const MSG: u8 = 0x10;
     pub const MSG_CONT: u8 = 0x11;
     pub const RTS: u8 = 0x12;
@@ -37,6 +42,7 @@ pub mod kind {
 
 pub const CONN_LEN: usize = 28;
 pub const ACK_LEN: usize = 24;
+pub const CREDIT_LEN: usize = 21;
 pub const SEG_HDR_LEN: usize = 28;
 pub const MSG_BODY_LEN: usize = 32;
 pub const MSG_CONT_BODY_LEN: usize = 8;
@@ -76,6 +82,12 @@ pub enum Packet<'a> {
         conn: u64,
         ack: u32,
         sack: u64,
+    },
+    Credit {
+        conn: u64,
+        granted: u32,
+        returned: u32,
+        byte: u8,
     },
     Seg {
         conn: u64,
@@ -280,6 +292,15 @@ pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
     ACK_LEN
 }
 
+pub fn encode_credit(b: &mut [u8], conn: u64, granted: u32, returned: u32, byte: u8) -> usize {
+    put_preamble(b, kind::CREDIT);
+    put_u64(b, 4, conn);
+    put_u32(b, 12, granted);
+    put_u32(b, 16, returned);
+    b[20] = byte;
+    CREDIT_LEN
+}
+
 /// Writes segment header and frame body; returns where the payload starts.
 /// The caller copies the payload there and sends `start + payload len` bytes.
 pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
@@ -340,6 +361,17 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 conn: get_u64(b, 4),
                 ack: get_u32(b, 12),
                 sack: get_u64(b, 16),
+            })
+        }
+        kind::CREDIT => {
+            if b.len() != CREDIT_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            Ok(Packet::Credit {
+                conn: get_u64(b, 4),
+                granted: get_u32(b, 12),
+                returned: get_u32(b, 16),
+                byte: b[20],
             })
         }
         kind::MSG..=kind::NOP => {
@@ -490,6 +522,17 @@ mod tests {
                 conn: 5,
                 ack: 6,
                 sack: 7
+            })
+        );
+
+        let n = encode_credit(&mut b, 5, 6, 7, 0x83);
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::Credit {
+                conn: 5,
+                granted: 6,
+                returned: 7,
+                byte: 0x83
             })
         );
 
