@@ -13,7 +13,8 @@ use std::time::Instant;
 /// tagged_ops), unexpected eager and rendezvous messages, ordering of mixed
 /// sizes up to 4 MiB, multi-recv, truncation of a rendezvous message,
 /// peek/claim/discard, zero-length messages and directed receives with
-/// three processes (rank 0 alone in host A, ranks 1 and 2 in host B).
+/// three processes (rank 0 alone in host A, ranks 1 and 2 in host B);
+/// after them, peer failure (`peer_fail_across`) where loss allows.
 const SCENARIOS: &[(&str, usize, Option<&str>, u64)] = &[
     ("msg_ops", 2, None, 30),
     ("tagged_ops", 2, None, 30),
@@ -54,6 +55,12 @@ fn across(what: &str, loss_pct: f64, large_mib: u32) {
         let out = sc.run();
         eprintln!("[{what}] {name}: {:?}", out.elapsed);
     }
+    let modes: &[&str] = match loss_pct {
+        l if l <= 0.0 => &["mid", "idle"],
+        l if l <= 1.0 => &["mid"],
+        _ => &[],
+    };
+    peer_fail_across(&h, what, modes);
     let dropped = h.dropped(0);
     eprintln!(
         "[{what}] all scenarios in {:?}; the loss rule dropped {:?} packets",
@@ -65,6 +72,24 @@ fn across(what: &str, loss_pct: f64, large_mib: u32) {
             dropped.unwrap_or(0) > 0,
             "{loss_pct} % loss rule installed but nothing was dropped: the test did not test loss"
         );
+    }
+}
+
+/// Peer failure across the hosts: the survivor's operations complete in
+/// error within the FI_GNIX_PEER_TIMEOUT_MS bound when the peer dies
+/// mid-transfer (and while idle). The scenario's 10 s bound counts from
+/// the first send, so it includes one 8 MiB transfer: at 10 % loss that
+/// alone took up to 8 s on this loaded VM, so the 10 % run leaves it out.
+fn peer_fail_across(h: &TwoHosts, what: &str, modes: &[&str]) {
+    for &mode in modes {
+        let out = Scenario::new("peer_fail", 2)
+            .arg(mode)
+            .across(h)
+            .env("FI_GNIX_PEER_TIMEOUT_MS", "2000")
+            .killable(0)
+            .timeout(40)
+            .run();
+        eprintln!("[{what}] peer_fail {mode}: {:?}", out.elapsed);
     }
 }
 
