@@ -15,7 +15,9 @@
 //!
 //! Env knobs: `GNIX_TEST_STRICT=1` makes spec deviations fail for reference
 //! providers too (they always fail for gnix); `GNIX_TEST_TIMEOUT_SCALE=<f>`
-//! scales every hard time bound.
+//! scales every hard time bound; `GNIX_TEST_SHOW_STDERR=1` prints every
+//! client's stderr after each scenario, passed or not (e.g. with
+//! `FI_LOG_LEVEL=info FI_LOG_PROV=gnix`: the engine counters at close).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -599,6 +601,9 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                 break;
             }
         }
+    }
+    if std::env::var("GNIX_TEST_SHOW_STDERR").is_ok_and(|v| v == "1") {
+        eprintln!("[{label}] clients' stderr:\n{}", dump(&procs));
     }
     if let Some(f) = failure {
         panic!(
