@@ -688,7 +688,7 @@ fn sweep_stale_netns() {
 }
 
 impl TwoHosts {
-    /// Ok(None) with a printed reason where namespaces cannot be made (not
+    /// None, with a printed reason, where namespaces cannot be made (not
     /// root, no `ip`, no netns support): the caller skips.
     pub fn new(what: &str) -> Option<TwoHosts> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -711,27 +711,20 @@ impl TwoHosts {
             veth: ["gtveth0".into(), "gtveth1".into()],
             ip: ["10.212.0.1", "10.212.0.2"],
         };
-        let steps: Vec<Vec<String>> = vec![
-            vec!["netns".into(), "add".into(), h.ns[0].clone()],
-            vec!["netns".into(), "add".into(), h.ns[1].clone()],
-        ];
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
-        let mut steps = steps;
-        steps.push(s(&[
-            "link", "add", &h.veth[0], "netns", &h.ns[0], "type", "veth", "peer", "name", &h.veth[1], "netns", &h.ns[1],
-        ]));
+        let (ns, veth) = (&h.ns, &h.veth);
+        let mut steps = vec![
+            s(&["netns", "add", &ns[0]]),
+            s(&["netns", "add", &ns[1]]),
+            s(&[
+                "link", "add", &veth[0], "netns", &ns[0], "type", "veth", "peer", "name", &veth[1], "netns", &ns[1],
+            ]),
+        ];
         for i in 0..2 {
-            steps.push(s(&[
-                "-n",
-                &h.ns[i],
-                "addr",
-                "add",
-                &format!("{}/24", h.ip[i]),
-                "dev",
-                &h.veth[i],
-            ]));
-            steps.push(s(&["-n", &h.ns[i], "link", "set", "lo", "up"]));
-            steps.push(s(&["-n", &h.ns[i], "link", "set", &h.veth[i], "up"]));
+            let cidr = format!("{}/24", h.ip[i]);
+            steps.push(s(&["-n", &ns[i], "addr", "add", &cidr, "dev", &veth[i]]));
+            steps.push(s(&["-n", &ns[i], "link", "set", "lo", "up"]));
+            steps.push(s(&["-n", &ns[i], "link", "set", &veth[i], "up"]));
         }
         for st in &steps {
             let args: Vec<&str> = st.iter().map(String::as_str).collect();
