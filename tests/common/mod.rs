@@ -202,6 +202,8 @@ pub struct Scenario {
     pub may_be_killed: Vec<usize>,
     /// Send garbage UDP datagrams to rank 0's address while running.
     pub stray_datagrams: bool,
+    /// Paced stray datagrams: at most this many per second (0: flat out).
+    pub stray_rate: u32,
     /// Per rank: run it inside this network namespace (`ip netns exec`).
     pub rank_netns: Vec<(usize, String)>,
     /// Per rank environment, after the common one.
@@ -219,6 +221,7 @@ impl Scenario {
             skip_ok_for_gnix: false,
             may_be_killed: Vec::new(),
             stray_datagrams: false,
+            stray_rate: 0,
             rank_netns: Vec::new(),
             rank_env: Vec::new(),
         }
@@ -266,6 +269,13 @@ impl Scenario {
     }
     pub fn stray(mut self) -> Self {
         self.stray_datagrams = true;
+        self
+    }
+    /// Stray datagrams paced to `per_sec` (a flood that costs the machine
+    /// little CPU of its own, so that a slowdown is the victim's).
+    pub fn stray_paced(mut self, per_sec: u32) -> Self {
+        self.stray_datagrams = true;
+        self.stray_rate = per_sec;
         self
     }
 
@@ -337,7 +347,7 @@ pub fn sockaddr_in_from_hex(h: &str) -> Option<SocketAddrV4> {
     }
 }
 
-fn start_stray(target: SocketAddrV4) -> Stray {
+fn start_stray(target: SocketAddrV4, rate: u32) -> Stray {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let handle = thread::spawn(move || {
@@ -349,20 +359,25 @@ fn start_stray(target: SocketAddrV4) -> Stray {
             rng ^= rng << 17;
             rng
         };
-        let mut sent = 0u64;
-        let mut buf = vec![0u8; 65000];
-        while !st.load(Ordering::Relaxed) {
-            let kind = next() % 6;
+        let mut gen = |buf: &mut [u8]| -> usize {
+            let kind = next() % 7;
             let len = match kind {
                 0 => 0,
                 1 => 1 + (next() % 8) as usize,      // truncated header
                 2 => 9 + (next() % 64) as usize,     // short
                 3 => 1200 + (next() % 300) as usize, // MTU-ish
                 4 => 1 + (next() % 65000) as usize,  // anything
+                6 => 24 + (next() % 1500) as usize,  // gnix header, unknown sender
                 _ => 16 + (next() % 2000) as usize,
             };
             for x in buf[..len].iter_mut() {
                 *x = next() as u8;
+            }
+            if kind == 6 {
+                // magic "GN", version 1, a real kind: decodes, then dropped
+                // for its source (no VC) or connection id
+                buf[..3].copy_from_slice(&[0x47, 0x4e, 1]);
+                buf[3] = [3u8, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16][(next() % 8) as usize];
             }
             if kind == 5 && len >= 8 {
                 // plausible-looking: small leading fields
@@ -370,11 +385,46 @@ fn start_stray(target: SocketAddrV4) -> Stray {
                     *x = (next() % 4) as u8;
                 }
             }
-            if sock.send_to(&buf[..len], target).is_ok() {
+            len
+        };
+        // Paced: a pool made up front, so that the flood's own CPU is the
+        // sending only and a slowdown is the victim's.
+        let pool: Vec<Vec<u8>> = if rate > 0 {
+            let mut b = vec![0u8; 65000];
+            (0..512)
+                .map(|_| {
+                    let n = gen(&mut b);
+                    b[..n].to_vec()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut sent = 0u64;
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 65000];
+        let mut k = 0usize;
+        while !st.load(Ordering::Relaxed) {
+            let d: &[u8] = if pool.is_empty() {
+                let len = gen(&mut buf);
+                &buf[..len]
+            } else {
+                k += 1;
+                &pool[k % pool.len()]
+            };
+            if sock.send_to(d, target).is_ok() {
                 sent += 1;
             }
             if sent.is_multiple_of(64) {
-                thread::yield_now();
+                if rate > 0 {
+                    // pacing the flood (not synchronisation): 64 per 64/rate s
+                    let due = t0 + Duration::from_secs_f64(sent as f64 / rate as f64);
+                    if let Some(d) = due.checked_duration_since(Instant::now()) {
+                        thread::sleep(d);
+                    }
+                } else {
+                    thread::yield_now();
+                }
             }
         }
         sent
@@ -515,7 +565,7 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                                 let t =
                                     sockaddr_in_from_hex(&all[0]).expect("stray datagrams need a sockaddr_in address");
                                 eprintln!("[{label}] sending stray datagrams to {t}");
-                                stray = Some(start_stray(t));
+                                stray = Some(start_stray(t, sc.stray_rate));
                             }
                         }
                     }
