@@ -123,13 +123,16 @@ impl RecvSink for Sink {
     }
 }
 
+/// A rendezvous receive's buffer, shared with its sink.
+type RndvBuf = Arc<Mutex<Vec<u8>>>;
+
 /// What B saw of real traffic: messages by tag in arrival (matching)
 /// order, with their payload once complete (rendezvous: at `RecvDone`).
 #[derive(Default)]
 struct Seen {
     msgs: Vec<(u64, Option<Vec<u8>>)>,
     /// accepted rendezvous receives: rid, index in `msgs`, buffer
-    rndv: Vec<(u64, usize, Arc<Mutex<Vec<u8>>>)>,
+    rndv: Vec<(u64, usize, RndvBuf)>,
 }
 
 impl Seen {
