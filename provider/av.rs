@@ -8,9 +8,8 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
 use crate::getinfo::{sockaddr_to_std, std_to_sockaddr};
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -30,47 +29,234 @@ impl AsRef<Refs> for Av {
     }
 }
 
-#[derive(Default)]
+/// The peers of an AV, compact: what an AV costs before any VC exists is
+/// what a 10,000-peer job pays on every rank (DESIGN.md §3: a few dozen
+/// bytes per peer, as in the GASNet design). An IPv4 peer is one u64 in the
+/// table plus ~5 bytes of index (one u32 slot at most 3/4 full); `bench/run
+/// --av` measures it.
 struct AvInner {
-    table: Vec<Option<SocketAddr>>,
-    rev: HashMap<SocketAddr, u64>,
+    slots: Slots,
+    /// FI_SOURCE's reverse map: an open-addressing index (linear probing,
+    /// load at most 3/4) of table positions, keyed by the address stored
+    /// there. Holds the first fi_addr of each address.
+    index: Vec<u32>,
+    indexed: usize,
+    /// Inserts of an address that was already present: only when there
+    /// were some must a removal look for another fi_addr of the same peer.
+    dups: usize,
+}
+
+/// One entry per fi_addr ever handed out (removed ones stay as holes).
+enum Slots {
+    /// `1 << 48 | ip << 16 | port` while present, 0 once removed.
+    V4(Vec<u64>),
+    V6(Vec<Option<SocketAddrV6>>),
+}
+
+const EMPTY: u32 = u32::MAX;
+const V4_PRESENT: u64 = 1 << 48;
+
+fn pack_v4(a: &SocketAddrV4) -> u64 {
+    V4_PRESENT | (u32::from(*a.ip()) as u64) << 16 | a.port() as u64
+}
+
+fn unpack_v4(v: u64) -> Option<SocketAddr> {
+    (v & V4_PRESENT != 0).then(|| SocketAddr::V4(SocketAddrV4::new(((v >> 16) as u32).into(), v as u16)))
+}
+
+fn hash(s: &SocketAddr) -> u64 {
+    let k = match s {
+        SocketAddr::V4(a) => pack_v4(a),
+        SocketAddr::V6(a) => {
+            let ip = u128::from(*a.ip());
+            (ip as u64) ^ ((ip >> 64) as u64).rotate_left(29) ^ (a.port() as u64) << 7 ^ (a.scope_id() as u64) << 40
+        }
+    };
+    // Fibonacci hashing: the index takes the top bits.
+    k.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl AvInner {
+    fn new(v4: bool, count: usize) -> AvInner {
+        let cap = count.min(1 << 20);
+        AvInner {
+            slots: if v4 {
+                Slots::V4(Vec::with_capacity(cap))
+            } else {
+                Slots::V6(Vec::with_capacity(cap))
+            },
+            index: Vec::new(),
+            indexed: 0,
+            dups: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.slots {
+            Slots::V4(t) => t.len(),
+            Slots::V6(t) => t.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<SocketAddr> {
+        match &self.slots {
+            Slots::V4(t) => unpack_v4(*t.get(i)?),
+            Slots::V6(t) => t.get(i).copied().flatten().map(SocketAddr::V6),
+        }
+    }
+
+    /// Appends `s`; its family is the AV's (checked by the callers).
+    fn push(&mut self, s: SocketAddr) {
+        match (&mut self.slots, s) {
+            (Slots::V4(t), SocketAddr::V4(a)) => t.push(pack_v4(&a)),
+            (Slots::V6(t), SocketAddr::V6(a)) => t.push(Some(a)),
+            // An address of the other family: widen the table (never
+            // happens through the C API, which checks the family).
+            (Slots::V4(t), SocketAddr::V6(a)) => {
+                let mut w: Vec<Option<SocketAddrV6>> = t
+                    .iter()
+                    .map(|&v| match unpack_v4(v) {
+                        Some(SocketAddr::V4(x)) => Some(SocketAddrV6::new(x.ip().to_ipv6_mapped(), x.port(), 0, 0)),
+                        _ => None,
+                    })
+                    .collect();
+                w.push(Some(a));
+                self.slots = Slots::V6(w);
+            }
+            (Slots::V6(t), SocketAddr::V4(a)) => {
+                t.push(Some(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0)))
+            }
+        }
+    }
+
+    fn take(&mut self, i: usize) -> Option<SocketAddr> {
+        match &mut self.slots {
+            Slots::V4(t) => unpack_v4(std::mem::take(t.get_mut(i)?)),
+            Slots::V6(t) => t.get_mut(i)?.take().map(SocketAddr::V6),
+        }
+    }
+
+    fn bucket(&self, s: &SocketAddr) -> usize {
+        let bits = self.index.len().trailing_zeros();
+        (hash(s) >> (64 - bits)) as usize
+    }
+
+    /// Position in `index` of the entry for `s`, if indexed.
+    fn find(&self, s: &SocketAddr) -> Option<usize> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let mask = self.index.len() - 1;
+        let mut b = self.bucket(s);
+        loop {
+            let e = self.index[b];
+            if e == EMPTY {
+                return None;
+            }
+            if self.get(e as usize).as_ref() == Some(s) {
+                return Some(b);
+            }
+            b = (b + 1) & mask;
+        }
+    }
+
+    /// Indexes table position `i` (holding an address not yet indexed).
+    fn index_insert(&mut self, i: usize) {
+        if i >= EMPTY as usize {
+            return; // beyond 4 billion fi_addrs: no FI_SOURCE for the rest
+        }
+        if (self.indexed + 1) * 4 > self.index.len() * 3 {
+            let n = (self.index.len() * 2).max(16);
+            let old = std::mem::replace(&mut self.index, vec![EMPTY; n]);
+            for e in old.into_iter().filter(|&e| e != EMPTY) {
+                self.place(e);
+            }
+        }
+        self.place(i as u32);
+        self.indexed += 1;
+    }
+
+    fn place(&mut self, e: u32) {
+        let s = self.get(e as usize).expect("indexing a present entry");
+        let mask = self.index.len() - 1;
+        let mut b = self.bucket(&s);
+        while self.index[b] != EMPTY {
+            b = (b + 1) & mask;
+        }
+        self.index[b] = e;
+    }
+
+    /// Removes index position `b` (backward-shift deletion: no tombstones).
+    fn index_remove(&mut self, mut b: usize) {
+        let mask = self.index.len() - 1;
+        let mut j = b;
+        loop {
+            j = (j + 1) & mask;
+            let e = self.index[j];
+            if e == EMPTY {
+                break;
+            }
+            let home = self.bucket(&self.get(e as usize).expect("indexed entry present"));
+            // Entry j may move to b unless its home lies cyclically in (b, j].
+            let stays = if b <= j {
+                b < home && home <= j
+            } else {
+                b < home || home <= j
+            };
+            if !stays {
+                self.index[b] = e;
+                b = j;
+            }
+        }
+        self.index[b] = EMPTY;
+        self.indexed -= 1;
+    }
 }
 
 impl Av {
+    /// The peer behind an fi_addr, or None if unknown/removed.
     /// Changes whenever the address table does.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
-    /// The peer behind an fi_addr, or None if unknown/removed.
     pub fn lookup(&self, a: u64) -> Option<SocketAddr> {
         let i = self.inner.read().unwrap();
-        i.table.get(a as usize).copied().flatten()
+        i.get(usize::try_from(a).ok()?)
     }
     /// FI_SOURCE: the fi_addr a socket address was inserted as.
     pub fn reverse(&self, s: &SocketAddr) -> Option<u64> {
-        self.inner.read().unwrap().rev.get(s).copied()
+        let i = self.inner.read().unwrap();
+        i.find(s).map(|b| i.index[b] as u64)
     }
     pub fn insert_addr(&self, s: SocketAddr) -> u64 {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
-        let idx = i.table.len() as u64;
-        i.table.push(Some(s));
+        let idx = i.len();
+        i.push(s);
         // The first insertion of an address stays the one FI_SOURCE reports.
-        i.rev.entry(s).or_insert(idx);
-        idx
+        if i.find(&s).is_some() {
+            i.dups += 1;
+        } else {
+            i.index_insert(idx);
+        }
+        idx as u64
     }
     fn remove(&self, a: u64) -> bool {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
-        let Some(slot) = i.table.get_mut(a as usize) else {
-            return false;
-        };
-        let Some(s) = slot.take() else { return false };
-        if i.rev.get(&s) == Some(&a) {
-            i.rev.remove(&s);
+        let Ok(a) = usize::try_from(a) else { return false };
+        let Some(s) = i.get(a) else { return false };
+        // (found while the slot still holds the address the index compares)
+        let indexed_here = i.find(&s).filter(|&b| i.index[b] as usize == a);
+        i.take(a);
+        if let Some(b) = indexed_here {
+            i.index_remove(b);
             // Another fi_addr for the same peer takes over FI_SOURCE reports.
-            if let Some(other) = i.table.iter().position(|e| *e == Some(s)) {
-                i.rev.insert(s, other as u64);
+            if i.dups > 0 {
+                if let Some(other) = (0..i.len()).find(|&k| i.get(k) == Some(s)) {
+                    i.dups -= 1;
+                    i.index_insert(other);
+                }
             }
         }
         true
@@ -130,10 +316,10 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
         refs: Refs::default(),
         av_type,
         addrlen,
-        inner: RwLock::new(AvInner {
-            table: Vec::with_capacity(a.count.min(1 << 20)),
-            rev: HashMap::new(),
-        }),
+        inner: RwLock::new(AvInner::new(
+            addrlen == std::mem::size_of::<libc::sockaddr_in>(),
+            a.count,
+        )),
         generation: AtomicU64::new(0),
     });
     let c = fid_av {
@@ -373,3 +559,71 @@ static AV_OPS: Table<fi_ops_av> = Table(fi_ops_av {
     straddr: Some(straddr),
     av_set: None,
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compact table and its index against a model, with duplicates,
+    /// removals and growth, for both families.
+    #[test]
+    fn compact_table_matches_model() {
+        for v4 in [true, false] {
+            let mut t = AvInner::new(v4, 8);
+            let mut model: Vec<Option<SocketAddr>> = Vec::new();
+            let mut x: u64 = 0x1234_5678;
+            let mut rnd = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            for _ in 0..20_000 {
+                let r = rnd();
+                if r % 4 != 0 || model.is_empty() {
+                    let k = (r >> 8) % 3000; // small space: many duplicates
+                    let ip = std::net::Ipv4Addr::from(0x0a00_0000 + (k as u32 / 7));
+                    let s = if v4 {
+                        SocketAddr::from((ip, 1000 + (k % 7) as u16))
+                    } else {
+                        SocketAddr::from((ip.to_ipv6_mapped(), 1000 + (k % 7) as u16))
+                    };
+                    let idx = t.len();
+                    t.push(s);
+                    if t.find(&s).is_some() {
+                        t.dups += 1;
+                    } else {
+                        t.index_insert(idx);
+                    }
+                    model.push(Some(s));
+                } else {
+                    let a = (r >> 8) as usize % model.len();
+                    if let Some(s) = t.get(a) {
+                        let here = t.find(&s).filter(|&b| t.index[b] as usize == a);
+                        t.take(a);
+                        if let Some(b) = here {
+                            t.index_remove(b);
+                            if let Some(o) = (0..t.len()).find(|&k| t.get(k) == Some(s)) {
+                                t.index_insert(o);
+                            }
+                        }
+                    }
+                    model[a] = None;
+                }
+            }
+            for (k, m) in model.iter().enumerate() {
+                assert_eq!(t.get(k), *m);
+                if let Some(s) = m {
+                    let first = model.iter().position(|e| e == m).unwrap();
+                    let b = t.find(s).expect("present address indexed");
+                    assert_eq!(
+                        t.index[b] as usize, first,
+                        "FI_SOURCE names the first live fi_addr of {s}"
+                    );
+                }
+            }
+            let live: std::collections::HashSet<_> = model.iter().flatten().collect();
+            assert_eq!(t.indexed, live.len());
+        }
+    }
+}

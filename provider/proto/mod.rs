@@ -14,6 +14,8 @@ mod rel;
 pub mod wire;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod tests;

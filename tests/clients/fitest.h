@@ -43,6 +43,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <rdma/fabric.h>
@@ -54,7 +55,7 @@
 #include <rdma/fi_tagged.h>
 
 #define FT_VERSION FI_VERSION(1, 17)
-#define MAXP 8
+#define MAXP 32
 
 static const char *g_scn = "?";
 static const char *g_arg = "";
@@ -659,6 +660,8 @@ static void exchange(struct ctx *c, int no_insert)
 		line = read_line();
 	}
 	char *save = NULL, *tok = strtok_r(line + 6, " ", &save);
+	if (g_nprocs > MAXP)
+		FAIL("%d processes, at most %d", g_nprocs, MAXP);
 	for (int r = 0; r < g_nprocs; r++) {
 		if (!tok)
 			FAIL("short ADDRS line");

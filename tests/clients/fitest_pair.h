@@ -1442,6 +1442,144 @@ static void scn_peer_fail(void)
 	pass();
 }
 
+/* ================================================================ incast */
+
+/* kB of a /proc/self/status field (VmRSS, VmHWM) */
+static long status_kb(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char l[256];
+	long v = -1;
+	size_t n = strlen(field);
+	if (!f)
+		return -1;
+	while (fgets(l, sizeof l, f))
+		if (!strncmp(l, field, n) && l[n] == ':')
+			v = atol(l + n + 1);
+	fclose(f);
+	return v;
+}
+
+/* Every rank but 0 sends N eager messages of S bytes (arg "N,S", default
+ * 256 x 16 KiB) to rank 0 as fast as the provider takes them; rank 0 posts
+ * no receive until every sender says "sent": all its sends completed, or
+ * the provider holds them back (flow control), so everything the provider
+ * accepts meanwhile is unexpected at rank 0. Then rank 0 receives through a window of W reposted
+ * buffers and checks that each sender's sequence numbers arrive exactly once
+ * and in order, with intact payloads. Rank 0 reports its resident memory:
+ * INFO incast ... base_kb (VmRSS after set-up, its buffers touched),
+ * mid_kb (VmRSS once every sender said "sent"), hwm_kb (VmHWM at the end). */
+static void scn_incast(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	pair_open(&c, &o, "msg|tagged");
+	int n = 256;
+	size_t sz = 16384;
+	if (g_arg[0])
+		sscanf(g_arg, "%d,%zu", &n, &sz);
+	EXPECT(n > 0 && sz >= 16, "arg %s", g_arg);
+	const uint64_t TAG = 0xca57;
+	int ns = g_nprocs - 1;
+	if (g_rank == 0) {
+		enum { W = 64 };
+		char *b = xmalloc(W * sz);
+		void *d = reg(&c, b, W * sz);
+		memset(b, 0, W * sz);
+		struct fi_context2 x[W];
+		int *next = calloc(g_nprocs, sizeof *next);
+		long base = status_kb("VmRSS");
+		uint64_t t0 = now_ms();
+		oob_send_all("go");
+		for (int r = 1; r < g_nprocs; r++)
+			oob_wait_progress(r, "sent");
+		long mid = status_kb("VmRSS");
+		long total = (long)ns * n, got = 0, posted = 0;
+		for (; posted < W && posted < total; posted++)
+			POST(fi_trecv(c.ep, b + posted * sz, sz, d, FI_ADDR_UNSPEC, TAG, 0, &x[posted]));
+		while (got < total) {
+			struct comp e = cqw_ok(&c.rx);
+			int i = (int)((struct fi_context2 *)e.ctx - x);
+			EXPECT(i >= 0 && i < W, "bad op_context %p", e.ctx);
+			char *p = b + (size_t)i * sz;
+			EXPECT(e.len == sz && e.tag == TAG, "len %zu tag %#" PRIx64, e.len, e.tag);
+			uint32_t hdr[2];
+			memcpy(hdr, p, 8);
+			int r = (int)hdr[0];
+			EXPECT(r >= 1 && r < g_nprocs, "message names sender %d", r);
+			EXPECT((int)hdr[1] == next[r], "sender %d: got sequence number %u, expected %d (%s)", r, hdr[1],
+			       next[r], (int)hdr[1] < next[r] ? "duplicate" : "lost or reordered");
+			check_at("incast payload", p + 8, sz - 8, (uint32_t)(r * 100000 + hdr[1]), 8);
+			next[r]++;
+			got++;
+			memset(p, 0, 8);
+			if (posted < total) {
+				POST(fi_trecv(c.ep, p, sz, d, FI_ADDR_UNSPEC, TAG, 0, &x[i]));
+				posted++;
+			}
+		}
+		for (int r = 1; r < g_nprocs; r++)
+			EXPECT(next[r] == n, "sender %d: %d of %d messages", r, next[r], n);
+		cqw_none(&c.rx, 20);
+		long hwm = status_kb("VmHWM");
+		info("incast senders=%d msgs=%d size=%zu offered_kb=%ld base_kb=%ld mid_kb=%ld hwm_kb=%ld ms=%" PRIu64,
+		     ns, n, sz, (long)((size_t)ns * n * sz / 1024), base, mid, hwm, now_ms() - t0);
+	} else {
+		char *b = xmalloc((size_t)n * sz);
+		void *d = reg(&c, b, (size_t)n * sz);
+		for (int s = 0; s < n; s++) {
+			char *p = b + (size_t)s * sz;
+			uint32_t hdr[2] = { (uint32_t)g_rank, (uint32_t)s };
+			memcpy(p, hdr, 8);
+			for (size_t k = 8; k < sz; k++)
+				p[k] = (char)pat((uint32_t)(g_rank * 100000 + s), k);
+		}
+		struct fi_context2 *x = calloc(n, sizeof *x);
+		int *seen = calloc(n, sizeof *seen);
+		oob_wait_progress(0, "go");
+		/* "sent" once every send completed (the receiver holds it all), or
+		 * once the provider holds sends back: no completion for STALL_MS
+		 * while sends are outstanding (credit flow control). The fallback
+		 * detects back-pressure; it orders nothing. */
+		enum { STALL_MS = 2000 };
+		int said = 0, done = 0;
+		uint64_t dl = now_ms() + g_timeout_ms, last = now_ms();
+		struct comp e;
+		for (int s = 0; s < n || done < n;) {
+			int busy = 0;
+			if (s < n) {
+				ssize_t r = fi_tsend(c.ep, b + (size_t)s * sz, sz, d, c.addr[0], TAG, &x[s]);
+				if (r != -FI_EAGAIN) {
+					CHK(r);
+					s++;
+					busy = 1;
+				}
+			}
+			while (cqw_try(&c.tx, &e)) {
+				busy = 1;
+				EXPECT(!e.err, "send error %d (%s)", e.err, fi_strerror(e.err));
+				(void)ctx_index_once(&e, x, n, seen);
+				done++;
+				last = now_ms();
+			}
+			if (!said && done < s && now_ms() - last > STALL_MS) {
+				/* (measured from the last completion or the start) */
+				info("sender %d: no send completion for %d ms (%d of %d done): held back", g_rank,
+				     STALL_MS, done, s);
+				oob_send(0, "sent");
+				said = 1;
+			}
+			if (now_ms() > dl)
+				FAIL("timed out: %d of %d sends posted, %d completed", s, n, done);
+			if (!busy) /* 16 senders share the cores with the receiver */
+				sched_yield();
+		}
+		if (!said)
+			oob_send(0, "sent");
+	}
+	finish(&c);
+}
+
 #define PAIR_SCENARIOS \
 	{ "msg_ops", scn_msg_ops }, \
 	{ "tagged_ops", scn_tagged_ops }, \
@@ -1465,4 +1603,5 @@ static void scn_peer_fail(void)
 	{ "progress_auto", scn_progress_auto }, \
 	{ "pingpong", scn_pingpong }, \
 	{ "large", scn_large }, \
-	{ "peer_fail", scn_peer_fail },
+	{ "peer_fail", scn_peer_fail }, \
+	{ "incast", scn_incast },

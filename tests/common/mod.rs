@@ -15,7 +15,9 @@
 //!
 //! Env knobs: `GNIX_TEST_STRICT=1` makes spec deviations fail for reference
 //! providers too (they always fail for gnix); `GNIX_TEST_TIMEOUT_SCALE=<f>`
-//! scales every hard time bound.
+//! scales every hard time bound; `GNIX_TEST_SHOW_STDERR=1` prints every
+//! client's stderr after each scenario, passed or not (e.g. with
+//! `FI_LOG_LEVEL=info FI_LOG_PROV=gnix`: the engine counters at close).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -217,6 +219,12 @@ pub struct Scenario {
     pub may_be_killed: Vec<usize>,
     /// Send garbage UDP datagrams to rank 0's address while running.
     pub stray_datagrams: bool,
+    /// Paced stray datagrams: at most this many per second (0: flat out).
+    pub stray_rate: u32,
+    /// Per rank: run it inside this network namespace (`ip netns exec`).
+    pub rank_netns: Vec<(usize, String)>,
+    /// Per rank environment, after the common one.
+    pub rank_env: Vec<(usize, String, String)>,
 }
 
 impl Scenario {
@@ -230,7 +238,31 @@ impl Scenario {
             skip_ok_for_gnix: false,
             may_be_killed: Vec::new(),
             stray_datagrams: false,
+            stray_rate: 0,
+            rank_netns: Vec::new(),
+            rank_env: Vec::new(),
         }
+    }
+    /// Run `rank` inside network namespace `ns`.
+    pub fn netns(mut self, rank: usize, ns: &str) -> Self {
+        self.rank_netns.push((rank, ns.into()));
+        self
+    }
+    pub fn rank_env(mut self, rank: usize, k: &str, v: &str) -> Self {
+        self.rank_env.push((rank, k.into(), v.into()));
+        self
+    }
+    /// Every rank in one of the two hosts of `h`: rank 0 in host A, the
+    /// others in host B, each bound to its veth interface.
+    pub fn across(mut self, h: &TwoHosts) -> Self {
+        for r in 0..self.nprocs {
+            let side = if r == 0 { 0 } else { 1 };
+            self = self
+                .netns(r, &h.ns[side])
+                .rank_env(r, "FI_GNIX_IFACE", &h.veth[side])
+                .rank_env(r, "FI_TCP_IFACE", &h.veth[side]);
+        }
+        self
     }
     pub fn arg(mut self, a: &str) -> Self {
         self.arg = Some(a.into());
@@ -254,6 +286,13 @@ impl Scenario {
     }
     pub fn stray(mut self) -> Self {
         self.stray_datagrams = true;
+        self
+    }
+    /// Stray datagrams paced to `per_sec` (a flood that costs the machine
+    /// little CPU of its own, so that a slowdown is the victim's).
+    pub fn stray_paced(mut self, per_sec: u32) -> Self {
+        self.stray_datagrams = true;
+        self.stray_rate = per_sec;
         self
     }
 
@@ -325,7 +364,7 @@ pub fn sockaddr_in_from_hex(h: &str) -> Option<SocketAddrV4> {
     }
 }
 
-fn start_stray(target: SocketAddrV4) -> Stray {
+fn start_stray(target: SocketAddrV4, rate: u32) -> Stray {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let handle = thread::spawn(move || {
@@ -337,20 +376,25 @@ fn start_stray(target: SocketAddrV4) -> Stray {
             rng ^= rng << 17;
             rng
         };
-        let mut sent = 0u64;
-        let mut buf = vec![0u8; 65000];
-        while !st.load(Ordering::Relaxed) {
-            let kind = next() % 6;
+        let mut gen = |buf: &mut [u8]| -> usize {
+            let kind = next() % 7;
             let len = match kind {
                 0 => 0,
                 1 => 1 + (next() % 8) as usize,      // truncated header
                 2 => 9 + (next() % 64) as usize,     // short
                 3 => 1200 + (next() % 300) as usize, // MTU-ish
                 4 => 1 + (next() % 65000) as usize,  // anything
+                6 => 24 + (next() % 1500) as usize,  // gnix header, unknown sender
                 _ => 16 + (next() % 2000) as usize,
             };
             for x in buf[..len].iter_mut() {
                 *x = next() as u8;
+            }
+            if kind == 6 {
+                // magic "GN", version 1, a real kind: decodes, then dropped
+                // for its source (no VC) or connection id
+                buf[..3].copy_from_slice(&[0x47, 0x4e, 1]);
+                buf[3] = [3u8, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16][(next() % 8) as usize];
             }
             if kind == 5 && len >= 8 {
                 // plausible-looking: small leading fields
@@ -358,11 +402,46 @@ fn start_stray(target: SocketAddrV4) -> Stray {
                     *x = (next() % 4) as u8;
                 }
             }
-            if sock.send_to(&buf[..len], target).is_ok() {
+            len
+        };
+        // Paced: a pool made up front, so that the flood's own CPU is the
+        // sending only and a slowdown is the victim's.
+        let pool: Vec<Vec<u8>> = if rate > 0 {
+            let mut b = vec![0u8; 65000];
+            (0..512)
+                .map(|_| {
+                    let n = gen(&mut b);
+                    b[..n].to_vec()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut sent = 0u64;
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 65000];
+        let mut k = 0usize;
+        while !st.load(Ordering::Relaxed) {
+            let d: &[u8] = if pool.is_empty() {
+                let len = gen(&mut buf);
+                &buf[..len]
+            } else {
+                k += 1;
+                &pool[k % pool.len()]
+            };
+            if sock.send_to(d, target).is_ok() {
                 sent += 1;
             }
             if sent.is_multiple_of(64) {
-                thread::yield_now();
+                if rate > 0 {
+                    // pacing the flood (not synchronisation): 64 per 64/rate s
+                    let due = t0 + Duration::from_secs_f64(sent as f64 / rate as f64);
+                    if let Some(d) = due.checked_duration_since(Instant::now()) {
+                        thread::sleep(d);
+                    }
+                } else {
+                    thread::yield_now();
+                }
             }
         }
         sent
@@ -382,12 +461,23 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
     let (tx, rx): (Sender<Ev>, Receiver<Ev>) = channel();
     let mut procs: Vec<Proc> = Vec::new();
     for rank in 0..sc.nprocs {
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match sc.rank_netns.iter().find(|(r, _)| *r == rank) {
+            // `ip netns exec` execs the client after setns: the child's pid is the client's.
+            Some((_, ns)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         cmd.arg(&sc.name).arg(rank.to_string()).arg(sc.nprocs.to_string());
         if let Some(a) = &sc.arg {
             cmd.arg(a);
         }
         for (k, v) in env.iter().chain(sc.env.iter()) {
+            cmd.env(k, v);
+        }
+        for (_, k, v) in sc.rank_env.iter().filter(|(r, _, _)| *r == rank) {
             cmd.env(k, v);
         }
         // the client's own per-wait deadline stays below the hard bound
@@ -492,7 +582,7 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                                 let t =
                                     sockaddr_in_from_hex(&all[0]).expect("stray datagrams need a sockaddr_in address");
                                 eprintln!("[{label}] sending stray datagrams to {t}");
-                                stray = Some(start_stray(t));
+                                stray = Some(start_stray(t, sc.stray_rate));
                             }
                         }
                     }
@@ -591,6 +681,9 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
             }
         }
     }
+    if std::env::var("GNIX_TEST_SHOW_STDERR").is_ok_and(|v| v == "1") {
+        eprintln!("[{label}] clients' stderr:\n{}", dump(&procs));
+    }
     if let Some(f) = failure {
         panic!(
             "[{label}] FAILED after {:?}: {f}\n{}\ninfo: {:#?}\ndeviations: {:#?}",
@@ -631,4 +724,184 @@ pub fn pair(name: &str, arg: Option<&str>) -> Outcome {
         s = s.arg(a);
     }
     s.run()
+}
+
+/// Two "hosts" on this machine: network namespaces joined by a veth pair,
+/// 10.212.0.1/24 (A) and 10.212.0.2/24 (B). Names are unique per test
+/// process and instance; everything (namespaces, the veth pair, iptables
+/// rules inside them) is deleted on drop, also when a test panics.
+/// Namespaces left behind by a test process that was killed are removed by
+/// the next `TwoHosts::new` (their names carry the dead process's pid).
+pub struct TwoHosts {
+    pub ns: [String; 2],
+    pub veth: [String; 2],
+    pub ip: [&'static str; 2],
+}
+
+const NS_PREFIX: &str = "gnixt";
+
+fn ip_cmd(args: &[&str]) -> Result<String, String> {
+    let o = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+/// Run a command inside namespace `ns`; Err(stderr) on failure.
+pub fn netns_exec(ns: &str, args: &[&str]) -> Result<String, String> {
+    let mut v = vec!["netns", "exec", ns];
+    v.extend_from_slice(args);
+    ip_cmd(&v)
+}
+
+fn sweep_stale_netns() {
+    let Ok(list) = ip_cmd(&["netns", "list"]) else {
+        return;
+    };
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(NS_PREFIX) else {
+            continue;
+        };
+        let pid: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(pid) = pid.parse::<u32>() {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = ip_cmd(&["netns", "del", name]);
+            }
+        }
+    }
+}
+
+impl TwoHosts {
+    /// None, with a printed reason, where namespaces cannot be made (not
+    /// root, no `ip`, no netns support): the caller skips.
+    pub fn new(what: &str) -> Option<TwoHosts> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP {what}: two-host tests need root (ip netns, veth, iptables)");
+            return None;
+        }
+        if ip_cmd(&["netns", "list"]).is_err() {
+            eprintln!("SKIP {what}: `ip netns` is not available (install iproute2)");
+            return None;
+        }
+        sweep_stale_netns();
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{NS_PREFIX}{}x{n}", std::process::id());
+        // veth names live inside the namespaces (created there directly),
+        // so they need not be unique on the machine; ≤ 15 characters.
+        let h = TwoHosts {
+            ns: [format!("{tag}a"), format!("{tag}b")],
+            veth: ["gtveth0".into(), "gtveth1".into()],
+            ip: ["10.212.0.1", "10.212.0.2"],
+        };
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let (ns, veth) = (&h.ns, &h.veth);
+        let mut steps = vec![
+            s(&["netns", "add", &ns[0]]),
+            s(&["netns", "add", &ns[1]]),
+            s(&[
+                "link", "add", &veth[0], "netns", &ns[0], "type", "veth", "peer", "name", &veth[1], "netns", &ns[1],
+            ]),
+        ];
+        for i in 0..2 {
+            let cidr = format!("{}/24", h.ip[i]);
+            steps.push(s(&["-n", &ns[i], "addr", "add", &cidr, "dev", &veth[i]]));
+            steps.push(s(&["-n", &ns[i], "link", "set", "lo", "up"]));
+            steps.push(s(&["-n", &ns[i], "link", "set", &veth[i], "up"]));
+        }
+        for st in &steps {
+            let args: Vec<&str> = st.iter().map(String::as_str).collect();
+            if let Err(e) = ip_cmd(&args) {
+                drop(h);
+                if args[0] == "netns" && args[1] == "add" {
+                    eprintln!("SKIP {what}: cannot create a network namespace ({e})");
+                    return None;
+                }
+                panic!("two-host setup failed: {e}");
+            }
+        }
+        // Wait until both ends report carrier (bounded): the state is real,
+        // there is nothing else to wait on.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for i in 0..2 {
+            loop {
+                let out = ip_cmd(&["-n", &h.ns[i], "-o", "link", "show", &h.veth[i]]).unwrap_or_default();
+                if out.contains("LOWER_UP") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "veth {} in {} never came up: {out}",
+                    h.veth[i],
+                    h.ns[i]
+                );
+                thread::sleep(Duration::from_millis(5)); // polling a state, not synchronising
+            }
+        }
+        eprintln!(
+            "[{what}] hosts {} ({} on {}) <-veth-> {} ({} on {})",
+            h.ns[0], h.ip[0], h.veth[0], h.ns[1], h.ip[1], h.veth[1]
+        );
+        Some(h)
+    }
+
+    /// Random loss of `pct` % of the packets host `side` receives: a DROP
+    /// rule on its INPUT chain (netem is not available; a DROP on OUTPUT
+    /// makes sendmsg fail instead of losing). Returns the iptables error
+    /// where the statistic match is unavailable.
+    pub fn input_loss(&self, side: usize, pct: f64) -> Result<(), String> {
+        if pct <= 0.0 {
+            return Ok(());
+        }
+        let p = format!("{:.4}", pct / 100.0);
+        netns_exec(
+            &self.ns[side],
+            &[
+                "iptables",
+                "-w",
+                "-A",
+                "INPUT",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ],
+        )
+        .map(|_| ())
+    }
+
+    /// Packets dropped by the loss rule of host `side` so far.
+    pub fn dropped(&self, side: usize) -> Option<u64> {
+        let out = netns_exec(&self.ns[side], &["iptables", "-w", "-L", "INPUT", "-v", "-n", "-x"]).ok()?;
+        out.lines()
+            .filter(|l| l.contains("DROP") && l.contains("statistic"))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .next()
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        // Deleting a namespace takes its veth end (and so the pair) and its
+        // iptables rules with it.
+        for ns in &self.ns {
+            let _ = ip_cmd(&["netns", "del", ns]);
+        }
+    }
 }
