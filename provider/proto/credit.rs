@@ -122,13 +122,13 @@ impl CreditBank {
         self.bank
     }
 
-    /// A new peer: its minimum loan, if the bank has it (else what is left;
-    /// the peer stalls and asks, and quiet peers are asked to give back).
+    /// A new peer. Its minimum loan waits for its first request: a
+    /// connection request costs nothing to forge, and credits lent to a
+    /// forged peer would never come back. A real peer's first message
+    /// stalls once and asks (one round trip, usually overlapped with the
+    /// handshake's).
     pub fn open(&mut self) -> Lender {
-        let mut l = Lender::default();
-        let g = self.cfg.min_loan.min(self.bank);
-        self.lend(&mut l, g);
-        l
+        Lender::default()
     }
 
     fn lend(&mut self, l: &mut Lender, n: u32) {
@@ -173,7 +173,8 @@ impl CreditBank {
             l.give_back = 0;
         }
         if byte & STALLED != 0 && !l.closed {
-            let want = 1u32 << (byte & WANT_MASK);
+            // At least the minimum loan (a peer's first request).
+            let want = (1u32 << (byte & WANT_MASK)).max(self.cfg.min_loan.saturating_sub(l.loan));
             let room = self.cfg.max_loan.saturating_sub(l.loan);
             // Peers that have a loan leave a reserve for newcomers' minimum
             // loans; a peer with nothing takes what there is.
@@ -488,6 +489,12 @@ mod tests {
     fn a_sender_over_its_loan_is_refused() {
         let mut bank = CreditBank::new(cfg());
         let mut l = bank.open();
+        assert_eq!(
+            bank.on_arrival(&mut l, 1),
+            Admit::OverLoan,
+            "nothing before the first request"
+        );
+        bank.on_header(&mut l, 0, STALLED);
         for _ in 0..10 {
             assert_eq!(bank.on_arrival(&mut l, 1), Admit::Ok);
         }

@@ -533,16 +533,8 @@ impl Vc {
                 self.rcv_window,
             ));
         }
-        if self.credit_due {
-            if let Some(bank) = &sh.bank {
-                self.credit_due = false;
-                let (granted, give) = bank.header(&self.lender);
-                let (returned, want) = self.borrower.header();
-                self.lender.announced(granted);
-                sh.stats.credits_sent += 1;
-                return Some(wire::encode_credit(buf, peer_nonce, granted, returned, give | want));
-            }
-            self.credit_due = false;
+        if self.credit_due && sh.bank.is_some() {
+            return Some(self.credit_datagram(sh, peer_nonce, buf));
         }
         if buf.len() < self.seg_limit {
             return None;
@@ -596,6 +588,10 @@ impl Vc {
                 return Some(n);
             }
         }
+        // A message that just stalled for credits asks for them now.
+        if self.credit_due && sh.bank.is_some() {
+            return Some(self.credit_datagram(sh, peer_nonce, buf));
+        }
         if self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)) {
             let (ack, sack) = self.ack_fields();
             self.clear_ack();
@@ -603,6 +599,18 @@ impl Vc {
             return Some(wire::encode_ack(buf, peer_nonce, ack, sack));
         }
         None
+    }
+
+    /// A CREDIT datagram: what we lend the peer, what we give back, and
+    /// whether we are stalled or want credits back.
+    fn credit_datagram(&mut self, sh: &mut Shared, peer_nonce: u64, buf: &mut [u8]) -> usize {
+        self.credit_due = false;
+        let Some(bank) = &sh.bank else { return 0 };
+        let (granted, give) = bank.header(&self.lender);
+        let (returned, want) = self.borrower.header();
+        self.lender.announced(granted);
+        sh.stats.credits_sent += 1;
+        wire::encode_credit(buf, peer_nonce, granted, returned, give | want)
     }
 
     /// Next new frame, or None when every queue is empty.

@@ -1310,6 +1310,22 @@ fn credits_bound_incast_memory() {
         }
         peak = peak.max(sim.eng(0).credit_usage().unwrap().0);
     });
+    if std::env::var("GNIX_DEBUG_INCAST").is_ok() {
+        eprintln!(
+            "after phase 1: usage {:?} held {}",
+            sim.eng(0).credit_usage(),
+            held.len()
+        );
+        for s in 1..n {
+            eprintln!(
+                "sender {s}: got {} stalls {} credits_sent {}",
+                got[s].len(),
+                sim.nodes[s].engine.stats().credit_stalls,
+                sim.nodes[s].engine.stats().credits_sent
+            );
+        }
+        eprintln!("receiver credits_sent {}", sim.nodes[0].engine.stats().credits_sent);
+    }
     // ... then it takes what it holds, and each message as it arrives.
     for (p, l) in held.drain(..) {
         sim.eng(0).release(p, l);
