@@ -411,6 +411,9 @@ struct PostedQ<R> {
     buckets: HashMap<BucketKey, Ends>,
     masks: MaskSet,
     next_seq: u64,
+    /// Posted receives with a source filter: without any, a message looks
+    /// up one bucket per mask instead of two.
+    directed: usize,
 }
 
 impl<R> PostedQ<R> {
@@ -421,6 +424,7 @@ impl<R> PostedQ<R> {
             buckets: HashMap::default(),
             masks: MaskSet::new(),
             next_seq: 0,
+            directed: 0,
         }
     }
 
@@ -436,13 +440,15 @@ impl<R> PostedQ<R> {
         self.slab.push_back(&mut self.order, idx, P_ORDER);
         self.slab.push_to(&mut self.buckets, bucket_key(&spec), idx, P_BUCKET);
         self.masks.add(spec.ignore);
+        self.directed += spec.src.is_some() as usize;
         RecvKey { idx, gen }
     }
 
     fn find(&self, src: SrcAddr, tag: u64) -> Option<u32> {
         let mut best: Option<(u64, u32)> = None;
+        let filters: &[Option<SrcAddr>] = if self.directed > 0 { &[Some(src), None] } else { &[None] };
         for &(mask, _) in &self.masks.masks {
-            for filter in [Some(src), None] {
+            for &filter in filters {
                 if let Some(ends) = self.buckets.get(&(mask, tag & !mask, filter)) {
                     let seq = self.slab.get(ends.head).seq;
                     if best.is_none_or(|(s, _)| seq < s) {
@@ -460,6 +466,7 @@ impl<R> PostedQ<R> {
         self.slab
             .unlink_from(&mut self.buckets, &bucket_key(&spec), idx, P_BUCKET);
         self.masks.remove(spec.ignore);
+        self.directed -= spec.src.is_some() as usize;
         self.slab.remove(idx)
     }
 
@@ -471,6 +478,7 @@ impl<R> PostedQ<R> {
         self.order = Ends::EMPTY;
         self.buckets = HashMap::default();
         self.masks.clear();
+        self.directed = 0;
         out
     }
 }
@@ -584,6 +592,11 @@ impl<U> UnexpQ<U> {
 
     /// Oldest unclaimed message matching `spec`.
     fn find(&self, spec: &MatchSpec) -> Option<u32> {
+        if self.open.head == NIL {
+            // Nothing unclaimed (the usual case when receives are posted
+            // ahead): no index to consult.
+            return None;
+        }
         if spec.ignore == 0 {
             let ends = match spec.src {
                 Some(src) => self.by_src_tag.get(&(src, spec.tag)),
