@@ -20,7 +20,9 @@ use crate::nic::udp::{RecvBatch, UdpWire};
 const RX_BATCH: usize = 16;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
-use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, RecvSink, SendMode, SendSource};
+use crate::proto::{
+    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, Placement, RecvSink, SendMode, SendSource,
+};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -138,6 +140,22 @@ impl RecvSink for IovSink {
             src = &src[n..];
             offset = 0;
         }
+    }
+    fn region(&mut self, mut offset: usize, len: usize) -> Option<&mut [u8]> {
+        for &(base, l) in &self.iov {
+            if offset < l {
+                // SAFETY: [base, base+l) is a posted receive buffer the
+                // application keeps valid until the receive completes, which
+                // outlives this borrow of the sink (the engine holds the sink
+                // until then); offset + the returned length <= l, and the
+                // &mut self borrow keeps us from handing out another.
+                return Some(unsafe {
+                    std::slice::from_raw_parts_mut((base + offset) as *mut u8, len.min(l - offset))
+                });
+            }
+            offset -= l;
+        }
+        None
     }
 }
 
@@ -666,7 +684,27 @@ impl Ep {
         // cheapest way to find out. Once something arrived, batches of
         // recvmmsg, a few at most so one call stays short under a flood.
         let mut first = true;
+        let mut placed = 0;
         for _ in 0..8 {
+            // Rendezvous data is being pulled: receive the next datagram
+            // with its payload straight into the receive buffer it is
+            // probably for (see Engine::rdata_placement), one per call.
+            if placed < 16 {
+                match self.recv_placed(st, now) {
+                    Some(true) => {
+                        placed += 1;
+                        now = now_ns();
+                        let produced = self.handle_events(st);
+                        self.flush(st, now);
+                        if produced {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(false) => break,
+                    None => {}
+                }
+            }
             let EpState { engine, wire, rx, .. } = &mut *st;
             let r = if first {
                 wire.recv_one(rx).map(usize::from)
@@ -707,6 +745,32 @@ impl Ep {
         // rendezvous accepted by fi_recv) and a datagram the socket refused.
         self.handle_events(st);
         self.flush(st, now);
+    }
+
+    /// One datagram received by guess (`Engine::rdata_placement`): None if
+    /// there is no guess to make, else whether a datagram arrived.
+    fn recv_placed(&self, st: &mut EpState, now: u64) -> Option<bool> {
+        let EpState { engine, wire, rx, .. } = st;
+        let (p, region) = engine.rdata_placement()?;
+        let (n, from) = match wire.recv_split(rx, Placement::HEAD_LEN, region) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Some(false),
+            Err(e) => {
+                crate::debug!(FI_LOG_EP_DATA, "recv: {}", e);
+                return Some(false);
+            }
+        };
+        let len = n.saturating_sub(Placement::HEAD_LEN);
+        if p.matches(rx.head(), len).is_some() {
+            engine.handle_datagram_placed(from, rx.head(), &p, len, now);
+        } else {
+            rx.gather(region);
+            engine.placement_missed();
+            if let Some((bytes, from)) = rx.get(0) {
+                engine.handle_datagram(from, bytes, now);
+            }
+        }
+        Some(true)
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we

@@ -148,6 +148,66 @@ impl UdpWire {
         Ok(r as usize)
     }
 
+    /// Receives one datagram split across three buffers: its first
+    /// `head_len` bytes into the batch's head buffer, the next ones into
+    /// `region` (an application buffer, so bulk data is not copied again),
+    /// the rest into a batch buffer. Ok(None) when nothing is queued;
+    /// otherwise the datagram's length and sender. `gather` reassembles it.
+    pub fn recv_split(
+        &self,
+        batch: &mut RecvBatch,
+        head_len: usize,
+        region: &mut [u8],
+    ) -> io::Result<Option<(usize, SocketAddr)>> {
+        let head_len = head_len.min(batch.head.len());
+        let mut iov = [
+            libc::iovec {
+                iov_base: batch.head.as_mut_ptr() as *mut libc::c_void,
+                iov_len: head_len,
+            },
+            libc::iovec {
+                iov_base: region.as_mut_ptr() as *mut libc::c_void,
+                iov_len: region.len(),
+            },
+            libc::iovec {
+                iov_base: batch.bufs[1].as_mut_ptr() as *mut libc::c_void,
+                iov_len: batch.bufs[1].len(),
+            },
+        ];
+        // SAFETY: msghdr is plain data; zero is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = &mut batch.names[0] as *mut libc::sockaddr_storage as *mut libc::c_void;
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        // SAFETY: the iovecs describe three distinct writable buffers we
+        // hold exclusive borrows of for the whole call (batch.head,
+        // region, batch.bufs[1]) and the name points at batch.names[0].
+        let r = unsafe { libc::recvmsg(self.fd(), &mut msg, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[0].
+        let from = unsafe {
+            crate::getinfo::sockaddr_to_std(
+                &batch.names[0] as *const libc::sockaddr_storage as *const u8,
+                msg.msg_namelen as usize,
+            )
+        };
+        let n = r as usize;
+        batch.split = (n, head_len, region.len());
+        batch.filled = 0;
+        Ok(from.map(|f| {
+            batch.split_from = Some(f);
+            (n, f)
+        }))
+    }
+
     /// One datagram gathered from a header and a payload elsewhere in
     /// memory (the application's buffer), without assembling it first.
     /// Ok(false) as for `send`.
@@ -230,6 +290,10 @@ pub struct RecvBatch {
     filled: usize,
     /// Set by `recv_one` (which fills no mmsghdr).
     one: Option<(usize, SocketAddr)>,
+    /// `recv_split`: the header part, and (length, head length, region length).
+    head: [u8; 64],
+    split: (usize, usize, usize),
+    split_from: Option<SocketAddr>,
 }
 
 // SAFETY: the raw pointers inside point only into the batch's own vectors
@@ -238,6 +302,8 @@ unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
     pub fn new(slots: usize) -> RecvBatch {
+        // recv_split needs a second buffer for what overflows the region.
+        let slots = slots.max(2);
         RecvBatch {
             slots,
             bufs: (0..slots).map(|_| vec![0u8; 65536]).collect(),
@@ -247,7 +313,33 @@ impl RecvBatch {
             hdrs: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
             filled: 0,
             one: None,
+            head: [0; 64],
+            split: (0, 0, 0),
+            split_from: None,
         }
+    }
+
+    /// The header part of the last `recv_split` datagram.
+    pub fn head(&self) -> &[u8] {
+        let (n, h, _) = self.split;
+        &self.head[..n.min(h)]
+    }
+
+    /// Reassembles the last `recv_split` datagram (given the region it was
+    /// received into) so that `get(0)` returns it whole.
+    pub fn gather(&mut self, region: &[u8]) {
+        let (n, h, r) = self.split;
+        let Some(from) = self.split_from.take() else { return };
+        let hn = n.min(h);
+        let rn = (n - hn).min(r);
+        let tail = n - hn - rn;
+        let (first, rest) = self.bufs.split_at_mut(1);
+        let dst = &mut first[0];
+        dst[..hn].copy_from_slice(&self.head[..hn]);
+        dst[hn..hn + rn].copy_from_slice(&region[..rn]);
+        dst[hn + rn..n].copy_from_slice(&rest[0][..tail]);
+        self.one = Some((n, from));
+        self.filled = 1;
     }
 
     /// Datagram `i` of the last receive and its sender.

@@ -73,6 +73,34 @@ struct Shared {
     next_msg_id: MsgId,
     rng: SplitMix,
     forced_isn: Option<u32>,
+    /// Accepted rendezvous receives in the order their GETs went out, which
+    /// is the order their data comes back in: what `rdata_placement` guesses from.
+    pull_order: VecDeque<RndvId>,
+    /// While `handle_datagram_placed` runs: (rid, offset, len) of RDATA
+    /// whose payload the wire already put into the sink.
+    in_place: Option<(RndvId, u64, usize)>,
+}
+
+/// Where the payload of the next datagram goes if it is the RDATA segment
+/// the engine expects next (`Engine::rdata_placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub rid: RndvId,
+    pub offset: u64,
+    /// Length of the region handed out.
+    pub len: usize,
+}
+
+impl Placement {
+    /// Bytes of header the wire receives apart from the payload.
+    pub const HEAD_LEN: usize = wire::RDATA_HEAD_LEN;
+
+    /// Whether a datagram whose first `HEAD_LEN` bytes are `head`, followed
+    /// by `len` bytes received into the region, is the guessed segment.
+    pub fn matches(&self, head: &[u8], len: usize) -> Option<wire::RDataHead> {
+        let h = wire::decode_rdata_head(head)?;
+        (h.rid == self.rid && h.offset == self.offset && len > 0 && len <= self.len).then_some(h)
+    }
 }
 
 /// `poll_transmit_vectored`: segments leave their payload in the source
@@ -114,6 +142,11 @@ struct Accepted {
     /// Bytes below this have been asked for with GET.
     requested: u64,
     received: u64,
+    /// End of the highest range received: nothing at or above it has been
+    /// written, so the wire may receive straight into it on a guess.
+    high: u64,
+    /// RDATA payload per segment we expect (our own segment size for the peer).
+    seg_room: usize,
 }
 
 enum TxBody {
@@ -1023,7 +1056,12 @@ impl Vc {
     }
 
     fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) {
-        let len = payload.len() as u64;
+        // Already in the sink (`handle_datagram_placed`): account for it, do not copy.
+        let placed = match sh.in_place {
+            Some((r, o, l)) if r == rid && o == offset && payload.is_empty() => Some(l),
+            _ => None,
+        };
+        let len = placed.unwrap_or(payload.len()) as u64;
         let Some(rx) = sh.rx.get_mut(&rid) else {
             sh.stats.dropped_rndv += 1;
             return;
@@ -1037,8 +1075,11 @@ impl Vc {
             sh.stats.dropped_rndv += 1;
             return;
         }
-        acc.sink.write_at(offset as usize, payload);
+        if placed.is_none() {
+            acc.sink.write_at(offset as usize, payload);
+        }
         acc.received += len;
+        acc.high = acc.high.max(end);
         if acc.received == acc.want {
             let rx = sh.rx.remove(&rid).expect("receive just looked up");
             let acc = rx.accepted.expect("receive is accepted");
@@ -1111,6 +1152,8 @@ impl Engine {
                 next_msg_id: 1,
                 rng,
                 forced_isn: None,
+                pull_order: VecDeque::new(),
+                in_place: None,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
@@ -1277,8 +1320,11 @@ impl Engine {
                 want,
                 requested: 0,
                 received: 0,
+                high: 0,
+                seg_room: vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN,
             });
             vc.rx_active += 1;
+            sh.pull_order.push_back(rid);
             pump_gets(&mut vc.ctrl, &sh.cfg, rid, key, acc);
         }
         mark_ready(&mut self.ready, vc);
@@ -1362,26 +1408,115 @@ impl Engine {
                 sack,
                 seq,
                 frame,
-            } => {
-                let sh = &mut self.sh;
-                let Some(vc) = self.vcs.get_mut(&from) else {
-                    sh.stats.dropped_unknown_peer += 1;
-                    return;
-                };
-                if conn != vc.local_nonce {
-                    sh.stats.dropped_stale += 1;
-                    return;
-                }
-                if !vc.established() {
-                    sh.stats.dropped_early += 1;
-                    return;
-                }
-                vc.last_heard = now;
-                vc.on_ack(sh, ack, sack, now);
-                vc.on_seg(sh, seq, frame, bytes[3], &bytes[wire::SEG_HDR_LEN..], now);
-                mark_ready(&mut self.ready, vc);
-            }
+            } => self.on_seg_packet(
+                from,
+                (conn, ack, sack, seq),
+                frame,
+                bytes[3],
+                &bytes[wire::SEG_HDR_LEN..],
+                now,
+            ),
         }
+    }
+
+    fn on_seg_packet(
+        &mut self,
+        from: SocketAddr,
+        (conn, ack, sack, seq): (u64, u32, u64, u32),
+        frame: Frame<'_>,
+        kind: u8,
+        body: &[u8],
+        now: u64,
+    ) {
+        let sh = &mut self.sh;
+        let Some(vc) = self.vcs.get_mut(&from) else {
+            sh.stats.dropped_unknown_peer += 1;
+            return;
+        };
+        if conn != vc.local_nonce {
+            sh.stats.dropped_stale += 1;
+            return;
+        }
+        if !vc.established() {
+            sh.stats.dropped_early += 1;
+            return;
+        }
+        vc.last_heard = now;
+        vc.on_ack(sh, ack, sack, now);
+        vc.on_seg(sh, seq, frame, kind, body, now);
+        mark_ready(&mut self.ready, vc);
+    }
+
+    /// A guess at where the payload of the next datagram belongs: the next
+    /// unreceived bytes of the oldest rendezvous receive still pulling,
+    /// which is what a sender serving our GETs in order sends next. The
+    /// wire receives the datagram with its header in a buffer of its own and
+    /// its payload straight into the returned slice of the receive buffer,
+    /// then calls `handle_datagram_placed`. A wrong guess only ever
+    /// scribbles on bytes nobody has received yet (at or above the
+    /// receive's high mark), which the right data overwrites later.
+    pub fn rdata_placement(&mut self) -> Option<(Placement, &mut [u8])> {
+        let sh = &mut self.sh;
+        while let Some(&rid) = sh.pull_order.front() {
+            if sh.rx.get(&rid).is_some_and(|r| r.accepted.is_some()) {
+                break;
+            }
+            sh.pull_order.pop_front();
+        }
+        let rid = *sh.pull_order.front()?;
+        let acc = sh.rx.get_mut(&rid)?.accepted.as_mut()?;
+        if acc.high >= acc.requested {
+            return None;
+        }
+        let want = ((acc.requested - acc.high) as usize).min(acc.seg_room);
+        let offset = acc.high;
+        let region = acc.sink.region(offset as usize, want)?;
+        if region.is_empty() {
+            return None;
+        }
+        let p = Placement {
+            rid,
+            offset,
+            len: region.len(),
+        };
+        Some((p, region))
+    }
+
+    /// The datagram received after `rdata_placement` was not the guessed
+    /// segment (counted; the caller hands it to `handle_datagram`).
+    pub fn placement_missed(&mut self) {
+        self.sh.stats.placement_misses += 1;
+    }
+
+    /// A datagram received after `rdata_placement` returned `p`: `head` is
+    /// its first `RDATA_HEAD_LEN` bytes, and the `len` bytes after them went
+    /// into the region of `p`. Processes it and returns true when it is the
+    /// RDATA segment that was guessed (and fitted); false otherwise, in
+    /// which case nothing happened and the caller reassembles the datagram
+    /// for `handle_datagram`.
+    pub fn handle_datagram_placed(
+        &mut self,
+        from: SocketAddr,
+        head: &[u8],
+        p: &Placement,
+        len: usize,
+        now: u64,
+    ) -> bool {
+        let Some(h) = p.matches(head, len) else {
+            return false;
+        };
+        self.sh.stats.datagrams_in += 1;
+        self.sh.stats.bytes_in += (head.len() + len) as u64;
+        self.sh.stats.rdata_placed += 1;
+        self.sh.in_place = Some((h.rid, h.offset, len));
+        let frame = Frame::RData {
+            rid: h.rid,
+            offset: h.offset,
+            payload: &[],
+        };
+        self.on_seg_packet(from, (h.conn, h.ack, h.sack, h.seq), frame, wire::kind::RDATA, &[], now);
+        self.sh.in_place = None;
+        true
     }
 
     fn on_conn_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {

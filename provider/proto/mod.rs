@@ -17,7 +17,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Transmit};
+pub use engine::{Engine, Placement, Transmit};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -119,6 +119,12 @@ impl SendSource for Vec<u8> {
 pub trait RecvSink: Send {
     fn capacity(&self) -> usize;
     fn write_at(&mut self, offset: usize, src: &[u8]);
+    /// Up to `len` bytes from `offset` as one writable slice (shorter where
+    /// the buffer is not contiguous), so the wire can receive into it
+    /// directly; None if the sink cannot offer that.
+    fn region(&mut self, _offset: usize, _len: usize) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 impl RecvSink for Vec<u8> {
@@ -127,6 +133,10 @@ impl RecvSink for Vec<u8> {
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) {
         self[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn region(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?.min(self.len());
+        self.get_mut(offset..end)
     }
 }
 
@@ -278,4 +288,9 @@ pub struct EngineStats {
     pub peers_failed: u64,
     pub peers_restarted: u64,
     pub keepalives_sent: u64,
+    /// RDATA payloads the wire received straight into their receive
+    /// buffer (`Engine::rdata_placement`), and datagrams that were not the
+    /// guessed segment and were reassembled instead.
+    pub rdata_placed: u64,
+    pub placement_misses: u64,
 }

@@ -449,6 +449,35 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
     }
 }
 
+/// Bytes of an RDATA segment before its payload.
+pub const RDATA_HEAD_LEN: usize = SEG_HDR_LEN + RDATA_BODY_LEN;
+
+/// The fields of an RDATA segment header received apart from its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RDataHead {
+    pub conn: u64,
+    pub ack: u32,
+    pub sack: u64,
+    pub seq: u32,
+    pub rid: u64,
+    pub offset: u64,
+}
+
+/// Decodes `b` as the header of an RDATA segment, or None if it is not one.
+pub fn decode_rdata_head(b: &[u8]) -> Option<RDataHead> {
+    if b.len() != RDATA_HEAD_LEN || b[0..2] != MAGIC.to_le_bytes() || b[2] != VERSION || b[3] != kind::RDATA {
+        return None;
+    }
+    Some(RDataHead {
+        conn: get_u64(b, 4),
+        ack: get_u32(b, 12),
+        sack: get_u64(b, 16),
+        seq: get_u32(b, 24),
+        rid: get_u64(b, SEG_HDR_LEN),
+        offset: get_u64(b, SEG_HDR_LEN + 8),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
