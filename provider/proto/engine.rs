@@ -370,6 +370,23 @@ impl Vc {
             || self.rx_active > 0
     }
 
+    /// Whether `transmit` could produce a datagram now (conservative:
+    /// true may still find the window closed). Whatever makes this true
+    /// later (an ACK, a timer, a new send) marks the VC ready again.
+    fn may_transmit(&self) -> bool {
+        match self.hs {
+            Handshake::Connecting { req_due, .. } => req_due,
+            Handshake::Established => {
+                self.resp_pending
+                    || self.ack_pending
+                    || !self.rtx.is_empty()
+                    || !self.ctrl.is_empty()
+                    || !self.msgs.is_empty()
+                    || !self.rdata.is_empty()
+            }
+        }
+    }
+
     fn awaiting_peer(&self) -> bool {
         !self.tx.is_empty() || self.rx_active > 0
     }
@@ -1548,8 +1565,12 @@ impl Engine {
             };
             vc.in_ready = false;
             if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
-                vc.in_ready = true;
-                self.ready.push_back(addr);
+                // Only a VC with more queued comes round again: the call
+                // that would find nothing cost as much as the one that sent.
+                if vc.may_transmit() {
+                    vc.in_ready = true;
+                    self.ready.push_back(addr);
+                }
                 self.sh.stats.datagrams_out += 1;
                 self.sh.stats.bytes_out += n as u64;
                 return Some((addr, n));
