@@ -14,7 +14,7 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
 use crate::getinfo::std_to_sockaddr;
-use crate::nic::udp::{RecvBatch, UdpWire};
+use crate::nic::udp::{RecvBatch, TxBatch, UdpWire};
 
 /// Datagrams taken from the socket per syscall.
 const RX_BATCH: usize = 16;
@@ -259,11 +259,9 @@ struct EpState {
     multi: IdMap<MultiBuf>,
     next_multi: u64,
     min_multi_recv: usize,
-    txbuf: Vec<u8>,
+    /// Datagrams on their way out, and those the socket had no room for.
+    txbuf: TxBatch,
     rx: RecvBatch,
-    /// A datagram the socket had no room for, sent before anything newer.
-    stalled: Option<(usize, SocketAddr)>,
-    stalled_buf: Vec<u8>,
 }
 
 pub struct Ep {
@@ -325,9 +323,8 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
     let engine = Engine::new(engine_config(dom, &wire), wire.local_addr(), seed());
     Ok(EpState {
         engine,
-        txbuf: vec![0; 65536],
+        txbuf: TxBatch::default(),
         rx: RecvBatch::new(RX_BATCH),
-        stalled_buf: vec![0; 65536],
         wire,
         tme_msg: Tme::new(),
         tme_tag: Tme::new(),
@@ -336,7 +333,6 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         multi: IdMap::default(),
         next_multi: 1,
         min_multi_recv: 64,
-        stalled: None,
     })
 }
 
@@ -624,55 +620,54 @@ impl Ep {
     }
 
     /// Sends what the engine has queued, as long as the socket takes it.
+    /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
+    /// path) leave as one GSO send; payloads go from the send buffers
+    /// straight into the socket.
     fn flush(&self, st: &mut EpState, now: u64) {
-        if let Some((n, to)) = st.stalled {
-            match st.wire.send(&st.stalled_buf[..n], to) {
-                Ok(false) => return,
-                Ok(true) => st.stalled = None,
-                Err(e) => {
-                    crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e);
-                    st.stalled = None;
-                }
-            }
-        }
         let EpState {
-            engine,
-            wire,
-            txbuf,
-            stalled,
-            stalled_buf,
-            ..
+            engine, wire, txbuf, ..
         } = st;
-        while let Some(t) = engine.poll_transmit_vectored(now, txbuf) {
+        if !wire.send_batch(txbuf) {
+            return;
+        }
+        txbuf.rewind();
+        loop {
+            if txbuf.full() {
+                if !wire.send_batch(txbuf) {
+                    return;
+                }
+                txbuf.rewind();
+            }
+            let Some(t) = engine.poll_transmit_vectored(now, txbuf.slot()) else {
+                break;
+            };
             let (h, n, to) = (t.hdr_len, t.len, t.to);
-            let r = match t.payload {
-                None => wire.send(&txbuf[..n], to),
+            let payload: &[u8] = match t.payload {
+                None => &[],
                 Some((src, off)) => match src.contiguous(off, n - h) {
-                    // Bulk data goes from the application's buffer straight
-                    // into the socket: no copy behind the header first.
-                    Some(p) => wire.send2(&txbuf[..h], p, to),
+                    Some(p) => p,
                     None => {
-                        src.read_at(off, &mut txbuf[h..n]);
-                        wire.send(&txbuf[..n], to)
+                        src.read_at(off, &mut txbuf.slot()[h..n]);
+                        &[]
                     }
                 },
             };
-            match r {
-                Ok(true) => {}
-                Ok(false) => {
-                    stalled_buf[..h].copy_from_slice(&txbuf[..h]);
-                    if let Some((src, off)) = t.payload {
-                        src.read_at(off, &mut stalled_buf[h..n]);
-                    } else {
-                        stalled_buf[h..n].copy_from_slice(&txbuf[h..n]);
-                    }
-                    *stalled = Some((n, to));
-                    return;
-                }
-                // Unreachable networks and the like: the reliability layer
-                // retransmits and eventually declares the peer dead.
-                Err(e) => crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e),
+            let hdr_len = if payload.is_empty() { n } else { h };
+            if !txbuf.fits(to, n, wire.gso()) && !wire.send_batch(txbuf) {
+                // The socket is full: keep this one too and stop.
+                // SAFETY: send_batch below sends or stashes (copies) it.
+                unsafe { txbuf.push(to, hdr_len, payload) };
+                wire.send_batch(txbuf);
+                return;
             }
+            // SAFETY: the payload lives in a send source the engine keeps,
+            // unmoved and unchanged, until that send completes, which only
+            // an incoming ACK or FIN can do; none is handled before this
+            // batch is sent or stashed by send_batch within this call.
+            unsafe { txbuf.push(to, hdr_len, payload) };
+        }
+        if wire.send_batch(txbuf) {
+            txbuf.rewind();
         }
     }
 
@@ -725,8 +720,10 @@ impl Ep {
                 now = now_ns();
             }
             for i in 0..n {
-                if let Some((bytes, from)) = rx.get(i) {
-                    engine.handle_datagram(from, bytes, now);
+                if let Some((bytes, from, seg)) = rx.get(i) {
+                    for d in bytes.chunks(seg) {
+                        engine.handle_datagram(from, d, now);
+                    }
                 }
             }
             let produced = self.handle_events(st);
@@ -761,13 +758,15 @@ impl Ep {
             }
         };
         let len = n.saturating_sub(Placement::HEAD_LEN);
-        if p.matches(rx.head(), len).is_some() {
+        if !rx.split_coalesced() && p.matches(rx.head(), len).is_some() {
             engine.handle_datagram_placed(from, rx.head(), &p, len, now);
         } else {
             rx.gather(region);
             engine.placement_missed();
-            if let Some((bytes, from)) = rx.get(0) {
-                engine.handle_datagram(from, bytes, now);
+            if let Some((bytes, from, seg)) = rx.get(0) {
+                for d in bytes.chunks(seg) {
+                    engine.handle_datagram(from, d, now);
+                }
             }
         }
         Some(true)
@@ -782,7 +781,7 @@ impl Ep {
         st.engine.flush_acks();
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
-        while (st.engine.has_unacked() || st.stalled.is_some()) && now_ns() < deadline {
+        while (st.engine.has_unacked() || st.txbuf.stalled()) && now_ns() < deadline {
             let mut pfd = libc::pollfd {
                 fd: st.wire.fd(),
                 events: libc::POLLIN,
@@ -839,7 +838,7 @@ impl Progress for Ep {
         };
         let t = st.engine.poll_timeout();
         // A stalled datagram needs another try soon even without input.
-        if st.stalled.is_some() {
+        if st.txbuf.stalled() {
             return Some(now_ns() + 50_000);
         }
         t

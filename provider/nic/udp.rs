@@ -7,9 +7,26 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
+/// linux/udp.h (not in libc for glibc targets).
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
+/// Most segments one GSO send carries (the kernel allows 64 or more).
+const GSO_MAX_SEGS: usize = 64;
+/// Most bytes one GSO send carries: one IP datagram's worth.
+const GSO_MAX_BYTES: usize = 65_000;
+/// Room for one cmsg carrying an int (the GRO segment size).
+const CMSG_SPACE: usize = 64;
+
 pub struct UdpWire {
     sock: std::net::UdpSocket,
     local: SocketAddr,
+    /// UDP_GRO is on: the kernel may hand us several datagrams of one
+    /// sender as one, with their common size in a control message.
+    gro: bool,
+    /// UDP_SEGMENT works: a run of equal-sized datagrams to one peer goes
+    /// down the stack (and across a veth or a NIC with segmentation
+    /// offload) as one, instead of one syscall and one skb each.
+    gso: std::cell::Cell<bool>,
     /// Largest datagram the interface carries without IP fragmentation.
     pub max_datagram: usize,
     /// The same towards peers on this host, which the kernel routes
@@ -64,6 +81,7 @@ impl UdpWire {
                 setsockopt_int(fd, libc::SOL_SOCKET, plain, buf);
             }
         }
+        let gro = setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
         let local = sock.local_addr()?;
         let hdr = if local.is_ipv4() { 28 } else { 48 };
         let limit = 65507 - if local.is_ipv4() { 0 } else { 20 };
@@ -75,6 +93,8 @@ impl UdpWire {
         Ok(UdpWire {
             sock,
             local,
+            gro,
+            gso: std::cell::Cell::new(true),
             max_datagram: max_datagram.clamp(512, limit),
             local_max_datagram: local_max_datagram.clamp(512, limit),
         })
@@ -93,9 +113,16 @@ impl UdpWire {
     /// that finds the socket empty (no msghdr/iovec import), and an empty
     /// socket is what a polling application sees almost every time.
     pub fn recv_one(&self, batch: &mut RecvBatch) -> io::Result<bool> {
+        if self.gro {
+            // Coalesced datagrams need the control message that says where
+            // one ends, which recvfrom cannot return; recvmsg is the next
+            // cheapest (recvmmsg of one costs more).
+            return self.recv_msg(batch);
+        }
         match self.sock.recv_from(&mut batch.bufs[0]) {
             Ok((n, from)) => {
                 batch.one = Some((n, from));
+                batch.gso[0] = 0;
                 batch.filled = 1;
                 Ok(true)
             }
@@ -109,7 +136,48 @@ impl UdpWire {
     /// datagram plus the EAGAIN one that ends the loop, which would sit
     /// between a message's arrival and its completion.
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
-        let n = batch.slots;
+        self.recv_batch_n(batch, batch.slots)
+    }
+
+    fn recv_msg(&self, batch: &mut RecvBatch) -> io::Result<bool> {
+        let mut iov = libc::iovec {
+            iov_base: batch.bufs[0].as_mut_ptr() as *mut libc::c_void,
+            iov_len: batch.bufs[0].len(),
+        };
+        // SAFETY: msghdr is plain data; zero is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = &mut batch.names[0] as *mut libc::sockaddr_storage as *mut libc::c_void;
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = batch.ctrl[0].as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = CMSG_SPACE as _;
+        // SAFETY: the iovec, name and control buffer point into `batch`,
+        // which we borrow exclusively for the whole call.
+        let r = unsafe { libc::recvmsg(self.fd(), &mut msg, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[0].
+        let from = unsafe {
+            crate::getinfo::sockaddr_to_std(
+                &batch.names[0] as *const libc::sockaddr_storage as *const u8,
+                msg.msg_namelen as usize,
+            )
+        };
+        let Some(from) = from else { return Ok(false) };
+        batch.gso[0] = gro_size(&msg);
+        batch.one = Some((r as usize, from));
+        batch.filled = 1;
+        Ok(true)
+    }
+
+    fn recv_batch_n(&self, batch: &mut RecvBatch, n: usize) -> io::Result<usize> {
         for i in 0..n {
             batch.iov[i] = libc::iovec {
                 iov_base: batch.bufs[i].as_mut_ptr() as *mut libc::c_void,
@@ -120,8 +188,8 @@ impl UdpWire {
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
             h.msg_iov = &mut batch.iov[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            h.msg_control = batch.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = CMSG_SPACE as _;
             h.msg_flags = 0;
         }
         // SAFETY: every header points at storage owned by `batch` (names,
@@ -145,6 +213,9 @@ impl UdpWire {
         }
         batch.filled = r as usize;
         batch.one = None;
+        for i in 0..batch.filled {
+            batch.gso[i] = gro_size(&batch.hdrs[i].msg_hdr);
+        }
         Ok(r as usize)
     }
 
@@ -180,9 +251,12 @@ impl UdpWire {
         msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = iov.len() as _;
+        msg.msg_control = batch.ctrl[0].as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = CMSG_SPACE as _;
         // SAFETY: the iovecs describe three distinct writable buffers we
         // hold exclusive borrows of for the whole call (batch.head,
-        // region, batch.bufs[1]) and the name points at batch.names[0].
+        // region, batch.bufs[1]); the name and control buffer point at
+        // batch.names[0] and batch.ctrl[0].
         let r = unsafe { libc::recvmsg(self.fd(), &mut msg, libc::MSG_DONTWAIT) };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -201,6 +275,7 @@ impl UdpWire {
         };
         let n = r as usize;
         batch.split = (n, head_len, region.len());
+        batch.gso[0] = gro_size(&msg);
         batch.filled = 0;
         Ok(from.map(|f| {
             batch.split_from = Some(f);
@@ -269,6 +344,101 @@ impl UdpWire {
         }
     }
 
+    /// Sends what `tx` holds: first what an earlier call could not send,
+    /// then the batch being built. false when the socket buffer is full
+    /// (what is left stays in `tx`, copied, for the next call). Either way
+    /// the batch being built is empty afterwards.
+    pub fn send_batch(&self, tx: &mut TxBatch) -> bool {
+        while let Some(&(start, len, to, seg)) = tx.pending.front() {
+            let iov = [libc::iovec {
+                iov_base: tx.pending_buf[start..].as_ptr() as *mut libc::c_void,
+                iov_len: len,
+            }];
+            match self.sendmsg_gso(&iov, to, seg) {
+                Ok(false) => {
+                    tx.stash();
+                    tx.reset();
+                    return false;
+                }
+                Ok(true) => {}
+                Err(e) => crate::debug!(crate::ffi::FI_LOG_EP_DATA, "sendmsg {}: {}", to, e),
+            }
+            tx.pending.pop_front();
+        }
+        tx.pending_buf.clear();
+        let Some(to) = tx.to else {
+            return true;
+        };
+        let seg = if tx.count > 1 { tx.seg } else { 0 };
+        let r = self.sendmsg_gso(&tx.iov, to, seg);
+        let sent = match r {
+            Ok(sent) => sent,
+            Err(e) => {
+                crate::debug!(crate::ffi::FI_LOG_EP_DATA, "sendmsg {}: {}", to, e);
+                true
+            }
+        };
+        if !sent {
+            tx.stash();
+        }
+        tx.reset();
+        sent
+    }
+
+    /// One sendmsg of the gathered `iov` to `to`, cut into `seg`-byte
+    /// datagrams by the kernel if `seg` is nonzero. Ok(false) when the
+    /// socket buffer is full. A kernel or device that refuses UDP_SEGMENT
+    /// turns it off for this socket; that batch is lost to the reliability
+    /// layer, which resends it.
+    fn sendmsg_gso(&self, iov: &[libc::iovec], to: SocketAddr, seg: usize) -> io::Result<bool> {
+        let (name, namelen) = sockaddr_of(to);
+        let mut ctrl = [0u64; CMSG_SPACE / 8];
+        // SAFETY: msghdr is plain data; zero is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = &name as *const libc::sockaddr_storage as *mut libc::c_void;
+        msg.msg_namelen = namelen;
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        if seg > 0 {
+            msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+            // SAFETY: CMSG_SPACE only computes a size.
+            msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+            // SAFETY: msg_control points at `ctrl`, 8-aligned and larger
+            // than CMSG_SPACE(2), so the first header and its 2-byte data fit.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg as u16);
+            }
+        }
+        // SAFETY: msg points at the address, the control buffer and the
+        // caller's iovecs, which describe readable memory for the whole
+        // call (TxBatch's contract); the kernel only reads them.
+        let r = unsafe { libc::sendmsg(self.fd(), &msg, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(false);
+        }
+        if seg > 0
+            && matches!(
+                e.raw_os_error(),
+                Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+            )
+        {
+            self.gso.set(false);
+        }
+        Err(e)
+    }
+
+    pub fn gso(&self) -> bool {
+        self.gso.get()
+    }
+
     /// Ok(false) when the socket buffer is full (retry later; the
     /// reliability layer retransmits if we drop it instead).
     pub fn send(&self, buf: &[u8], to: SocketAddr) -> io::Result<bool> {
@@ -287,6 +457,9 @@ pub struct RecvBatch {
     iov: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<[u64; CMSG_SPACE / 8]>,
+    /// Per slot: size of the datagrams the kernel coalesced into it (GRO), or 0.
+    gso: Vec<usize>,
     filled: usize,
     /// Set by `recv_one` (which fills no mmsghdr).
     one: Option<(usize, SocketAddr)>,
@@ -311,6 +484,8 @@ impl RecvBatch {
             iov: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
             names: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
             hdrs: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            ctrl: vec![[0; CMSG_SPACE / 8]; slots],
+            gso: vec![0; slots],
             filled: 0,
             one: None,
             head: [0; 64],
@@ -342,13 +517,16 @@ impl RecvBatch {
         self.filled = 1;
     }
 
-    /// Datagram `i` of the last receive and its sender.
-    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+    /// Slot `i` of the last receive, its sender, and the size of the
+    /// datagrams in it: one datagram, or several of that size (the last
+    /// may be shorter) that the kernel coalesced.
+    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, usize)> {
         if i >= self.filled {
             return None;
         }
         if let Some((n, from)) = self.one {
-            return Some((&self.bufs[0][..n], from));
+            let seg = if self.gso[0] > 0 { self.gso[0] } else { n.max(1) };
+            return Some((&self.bufs[0][..n], from, seg));
         }
         let len = self.hdrs[i].msg_len as usize;
         // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[i].
@@ -358,6 +536,200 @@ impl RecvBatch {
                 self.hdrs[i].msg_hdr.msg_namelen as usize,
             )
         }?;
-        Some((&self.bufs[i][..len.min(self.bufs[i].len())], from))
+        let bytes = &self.bufs[i][..len.min(self.bufs[i].len())];
+        let seg = if self.gso[i] > 0 {
+            self.gso[i]
+        } else {
+            bytes.len().max(1)
+        };
+        Some((bytes, from, seg))
+    }
+
+    /// Whether the last `recv_split` datagram was several coalesced ones.
+    pub fn split_coalesced(&self) -> bool {
+        self.gso[0] > 0 && self.gso[0] < self.split.0
+    }
+}
+
+/// The GRO segment size in a received message's control data, or 0.
+fn gro_size(h: &libc::msghdr) -> usize {
+    if h.msg_controllen == 0 || h.msg_control.is_null() {
+        return 0;
+    }
+    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
+    // well-formed cmsg headers; the CMSG_* macros stay within them.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32);
+                return v.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
+}
+
+fn sockaddr_of(to: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; zero is a valid value.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match to {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut name as *mut libc::sockaddr_storage as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut name as *mut libc::sockaddr_storage as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: a.ip().octets(),
+            };
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (name, len as libc::socklen_t)
+}
+
+/// Datagrams on their way to the socket: runs of equal-sized datagrams to
+/// one peer are gathered (headers here, payloads where they live) into one
+/// GSO send. Also holds, copied, what the socket had no room for.
+pub struct TxBatch {
+    /// Headers, and whole datagrams whose payload had to be copied.
+    arena: Vec<u8>,
+    used: usize,
+    iov: Vec<libc::iovec>,
+    to: Option<SocketAddr>,
+    seg: usize,
+    count: usize,
+    total: usize,
+    /// The last datagram was shorter than `seg`: nothing may follow it.
+    closed: bool,
+    pending_buf: Vec<u8>,
+    /// (start in pending_buf, length, destination, GSO size or 0)
+    pending: std::collections::VecDeque<(usize, usize, SocketAddr, usize)>,
+}
+
+// SAFETY: the iovecs point into the batch's own arena or at payloads the
+// caller promised stay valid until the batch is sent; they are only used by
+// the thread that holds the endpoint (and so the batch).
+unsafe impl Send for TxBatch {}
+
+/// Space a slot must offer: the largest datagram any VC may build.
+const SLOT: usize = 65_536;
+
+impl Default for TxBatch {
+    fn default() -> Self {
+        TxBatch {
+            arena: vec![0; 2 * SLOT],
+            used: 0,
+            iov: Vec::with_capacity(2 * GSO_MAX_SEGS),
+            to: None,
+            seg: 0,
+            count: 0,
+            total: 0,
+            closed: false,
+            pending_buf: Vec::new(),
+            pending: Default::default(),
+        }
+    }
+}
+
+impl TxBatch {
+    /// Whether datagrams the socket refused are waiting.
+    pub fn stalled(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether the batch has no room for another slot (send it, then `rewind`).
+    pub fn full(&self) -> bool {
+        self.used + SLOT > self.arena.len()
+    }
+
+    /// Reuses the arena from the start; only once the batch is empty
+    /// (sent or stashed), and not between `slot` and `push`.
+    pub fn rewind(&mut self) {
+        debug_assert!(self.to.is_none());
+        if self.to.is_none() {
+            self.used = 0;
+        }
+    }
+
+    /// Where the next datagram is built (at least 64 KiB).
+    pub fn slot(&mut self) -> &mut [u8] {
+        &mut self.arena[self.used..self.used + SLOT]
+    }
+
+    /// Whether a datagram of `len` bytes to `to` can join the batch.
+    pub fn fits(&self, to: SocketAddr, len: usize, gso: bool) -> bool {
+        self.to.is_none()
+            || (gso
+                && self.to == Some(to)
+                && !self.closed
+                && len <= self.seg
+                && self.count < GSO_MAX_SEGS
+                && self.total + len <= GSO_MAX_BYTES)
+    }
+
+    /// Adds the datagram built in the current slot: its first `hdr_len`
+    /// bytes there, then `payload` (empty if the slot holds it all).
+    /// Call `fits` first.
+    ///
+    /// # Safety
+    /// `payload` must stay valid and unchanged until the batch is sent or
+    /// stashed (`UdpWire::send_batch`).
+    pub unsafe fn push(&mut self, to: SocketAddr, hdr_len: usize, payload: &[u8]) {
+        let len = hdr_len + payload.len();
+        if self.to.is_none() {
+            self.to = Some(to);
+            self.seg = len;
+        } else if len < self.seg {
+            self.closed = true;
+        }
+        self.iov.push(libc::iovec {
+            iov_base: self.arena[self.used..].as_mut_ptr() as *mut libc::c_void,
+            iov_len: hdr_len,
+        });
+        if !payload.is_empty() {
+            self.iov.push(libc::iovec {
+                iov_base: payload.as_ptr() as *mut libc::c_void,
+                iov_len: payload.len(),
+            });
+        }
+        self.used += hdr_len;
+        self.count += 1;
+        self.total += len;
+    }
+
+    /// Copies the batch into the pending queue (the socket refused it).
+    fn stash(&mut self) {
+        let Some(to) = self.to else { return };
+        let start = self.pending_buf.len();
+        for v in &self.iov {
+            // SAFETY: every iovec points at arena bytes or at a payload
+            // the caller keeps valid until the batch is sent or stashed (push).
+            let b = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+            self.pending_buf.extend_from_slice(b);
+        }
+        let seg = if self.count > 1 { self.seg } else { 0 };
+        self.pending.push_back((start, self.total, to, seg));
+    }
+
+    fn reset(&mut self) {
+        self.iov.clear();
+        self.to = None;
+        self.count = 0;
+        self.total = 0;
+        self.closed = false;
     }
 }
