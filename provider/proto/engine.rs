@@ -373,12 +373,12 @@ impl Vc {
     /// Whether `transmit` could produce a datagram now (conservative:
     /// true may still find the window closed). Whatever makes this true
     /// later (an ACK, a timer, a new send) marks the VC ready again.
-    fn may_transmit(&self) -> bool {
+    fn may_transmit(&self, now: u64) -> bool {
         match self.hs {
             Handshake::Connecting { req_due, .. } => req_due,
             Handshake::Established => {
                 self.resp_pending
-                    || self.ack_pending
+                    || (self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)))
                     || !self.rtx.is_empty()
                     || !self.ctrl.is_empty()
                     || !self.msgs.is_empty()
@@ -1417,7 +1417,9 @@ impl Engine {
                 }
                 vc.last_heard = now;
                 vc.on_ack(sh, ack, sack, now);
-                mark_ready(&mut self.ready, vc);
+                if vc.may_transmit(now) {
+                    mark_ready(&mut self.ready, vc);
+                }
             }
             Packet::Seg {
                 conn,
@@ -1461,7 +1463,11 @@ impl Engine {
         vc.last_heard = now;
         vc.on_ack(sh, ack, sack, now);
         vc.on_seg(sh, seq, frame, kind, body, now);
-        mark_ready(&mut self.ready, vc);
+        // Not for a delayed ACK alone: its timer marks the VC when it is due,
+        // and a reply sent before then carries it anyway.
+        if vc.may_transmit(now) {
+            mark_ready(&mut self.ready, vc);
+        }
     }
 
     /// A guess at where the payload of the next datagram belongs: the next
@@ -1567,7 +1573,7 @@ impl Engine {
             if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
                 // Only a VC with more queued comes round again: the call
                 // that would find nothing cost as much as the one that sent.
-                if vc.may_transmit() {
+                if vc.may_transmit(now) {
                     vc.in_ready = true;
                     self.ready.push_back(addr);
                 }
