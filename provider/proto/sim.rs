@@ -95,6 +95,10 @@ pub struct Sim {
     /// header apart, payload straight into the guessed region
     /// (`Engine::rdata_placement`), whether the guess is right or not.
     pub placed: bool,
+    /// A loss takes this many consecutive datagrams of its sender (a
+    /// firewall dropping one GSO packet drops every datagram in it).
+    pub burst: usize,
+    burst_left: Vec<usize>,
 }
 
 /// (arrival time, tie-break, destination node, source address, bytes)
@@ -136,6 +140,8 @@ impl Sim {
             record: None,
             wire_free_at: vec![0; n],
             placed: false,
+            burst: 1,
+            burst_left: vec![0; n],
         }
     }
 
@@ -167,7 +173,12 @@ impl Sim {
         if self.nodes[src].down || self.nodes[dst].down {
             return;
         }
+        if self.burst_left[src] > 0 {
+            self.burst_left[src] -= 1;
+            return;
+        }
         if self.rng.chance(self.link.loss_pct) {
+            self.burst_left[src] = self.burst.max(1) - 1;
             return;
         }
         let copies = if self.rng.chance(self.link.dup_pct) { 2 } else { 1 };
