@@ -43,6 +43,11 @@ const RTO_BURST: usize = 8;
 /// every time a descheduled peer lets the timer fire for nothing.
 const RTO_BURST_BYTES: usize = 128 << 10;
 
+/// Segments smaller than this are not received in place: the copy saved
+/// is small, and receiving one datagram per call would forgo recvmmsg
+/// batches and GRO (which coalesces small-MTU bulk into 64 KiB receives).
+const PLACEMENT_MIN_SEG: usize = 16 << 10;
+
 use crate::hash::KeyedState;
 
 type Map<K, V> = HashMap<K, V, KeyedState>;
@@ -1488,7 +1493,7 @@ impl Engine {
         }
         let rid = *sh.pull_order.front()?;
         let acc = sh.rx.get_mut(&rid)?.accepted.as_mut()?;
-        if acc.high >= acc.requested {
+        if acc.high >= acc.requested || acc.seg_room < PLACEMENT_MIN_SEG {
             return None;
         }
         let want = ((acc.requested - acc.high) as usize).min(acc.seg_room);
@@ -1590,14 +1595,34 @@ impl Engine {
     /// every byte of bulk data. The source must be read before the engine
     /// is used again.
     pub fn poll_transmit_vectored(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit<'_>> {
-        self.sh.zc = Zc {
+        let Engine { sh, vcs, ready, .. } = self;
+        sh.zc = Zc {
             on: true,
             deferred: None,
         };
-        let r = self.poll_transmit(now, buf);
-        self.sh.zc.on = false;
-        let (to, len) = r?;
-        let Some(d) = self.sh.zc.deferred.take() else {
+        // poll_transmit's loop, keeping hold of the VC so the payload's
+        // source is found without looking the VC up again (bulk data pays
+        // this per segment).
+        let mut hit = None;
+        while let Some(addr) = ready.pop_front() {
+            let Some(vc) = vcs.get_mut(&addr) else {
+                continue;
+            };
+            vc.in_ready = false;
+            if let Some(n) = vc.transmit(sh, now, buf) {
+                if vc.may_transmit(now) {
+                    vc.in_ready = true;
+                    ready.push_back(addr);
+                }
+                sh.stats.datagrams_out += 1;
+                sh.stats.bytes_out += n as u64;
+                hit = Some((addr, n));
+                break;
+            }
+        }
+        sh.zc.on = false;
+        let (to, len) = hit?;
+        let Some(d) = sh.zc.deferred.take() else {
             return Some(Transmit {
                 to,
                 len,
@@ -1605,8 +1630,7 @@ impl Engine {
                 payload: None,
             });
         };
-        let m = self
-            .vcs
+        let m = vcs
             .get(&to)
             .and_then(|vc| vc.tx.get(&d.id))
             .expect("a deferred payload's message is in its VC");
