@@ -19,6 +19,7 @@ use super::{
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Reassembly of an eager message never reserves more than this up front,
 /// whatever total length the first segment claims.
@@ -114,6 +115,10 @@ impl Placement {
 struct Zc {
     on: bool,
     deferred: Option<Deferred>,
+    /// The rendezvous source of the segment being built, set afresh in
+    /// every poll (never trusted across polls: after its FIN a source must
+    /// not be read again), so bulk data is not looked up twice per segment.
+    src: Option<(MsgId, Arc<dyn SendSource>)>,
 }
 
 #[derive(Clone, Copy)]
@@ -165,7 +170,8 @@ enum TxBody {
         unacked: u32,
     },
     Rndv {
-        src: Box<dyn SendSource>,
+        /// Shared with the GETs being served (`RDataJob`).
+        src: Arc<dyn SendSource>,
         len: u64,
     },
 }
@@ -234,6 +240,7 @@ struct RDataJob {
     rid: RndvId,
     next: u64,
     end: u64,
+    src: Arc<dyn SendSource>,
 }
 
 struct Reasm {
@@ -692,6 +699,7 @@ impl Vc {
                 offset: job.next,
                 len: len as u32,
             };
+            sh.zc.src = Some((job.key, job.src.clone()));
             job.next += len;
             if job.next == job.end {
                 self.rdata.pop_front();
@@ -760,13 +768,17 @@ impl Vc {
                 wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
             }
             SegFrame::RData { key, rid, offset, len } => {
-                let Some(TxMsg {
-                    body: TxBody::Rndv { src, .. },
-                    ..
-                }) = self.tx.get(&key)
-                else {
-                    return nop(buf);
-                };
+                // Fresh data: next_frame put its GET's source in zc.src. A
+                // retransmission looks it up, and finds it gone after FIN.
+                if !matches!(&zc.src, Some((k, _)) if *k == key) {
+                    match self.tx.get(&key) {
+                        Some(TxMsg {
+                            body: TxBody::Rndv { src, .. },
+                            ..
+                        }) => zc.src = Some((key, src.clone())),
+                        _ => return nop(buf),
+                    }
+                }
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
                 let l = len as usize;
                 if zc.on && l > 0 {
@@ -775,7 +787,7 @@ impl Vc {
                         off: offset as usize,
                         hdr_len: at,
                     });
-                } else {
+                } else if let Some((_, src)) = &zc.src {
                     src.read_at(offset as usize, &mut buf[at..at + l]);
                 }
                 at + l
@@ -1047,7 +1059,7 @@ impl Vc {
             }
             Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
                 Some(TxMsg {
-                    body: TxBody::Rndv { len: total, .. },
+                    body: TxBody::Rndv { len: total, src },
                     ..
                 }) if offset + len <= *total => {
                     self.rdata.push_back(RDataJob {
@@ -1055,6 +1067,7 @@ impl Vc {
                         rid,
                         next: offset,
                         end: offset + len,
+                        src: src.clone(),
                     });
                 }
                 _ => sh.stats.dropped_malformed += 1,
@@ -1297,7 +1310,10 @@ impl Engine {
                 unacked: 0,
             }
         } else {
-            TxBody::Rndv { src, len: len as u64 }
+            TxBody::Rndv {
+                src: Arc::from(src),
+                len: len as u64,
+            }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };
         let vc = self.vc_for_send(peer, now);
@@ -1570,6 +1586,7 @@ impl Engine {
     }
 
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        self.sh.zc.src = None;
         while let Some(addr) = self.ready.pop_front() {
             let Some(vc) = self.vcs.get_mut(&addr) else {
                 continue;
@@ -1595,34 +1612,12 @@ impl Engine {
     /// every byte of bulk data. The source must be read before the engine
     /// is used again.
     pub fn poll_transmit_vectored(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit<'_>> {
-        let Engine { sh, vcs, ready, .. } = self;
-        sh.zc = Zc {
-            on: true,
-            deferred: None,
-        };
-        // poll_transmit's loop, keeping hold of the VC so the payload's
-        // source is found without looking the VC up again (bulk data pays
-        // this per segment).
-        let mut hit = None;
-        while let Some(addr) = ready.pop_front() {
-            let Some(vc) = vcs.get_mut(&addr) else {
-                continue;
-            };
-            vc.in_ready = false;
-            if let Some(n) = vc.transmit(sh, now, buf) {
-                if vc.may_transmit(now) {
-                    vc.in_ready = true;
-                    ready.push_back(addr);
-                }
-                sh.stats.datagrams_out += 1;
-                sh.stats.bytes_out += n as u64;
-                hit = Some((addr, n));
-                break;
-            }
-        }
-        sh.zc.on = false;
-        let (to, len) = hit?;
-        let Some(d) = sh.zc.deferred.take() else {
+        self.sh.zc.on = true;
+        self.sh.zc.deferred = None;
+        let r = self.poll_transmit(now, buf);
+        self.sh.zc.on = false;
+        let (to, len) = r?;
+        let Some(d) = self.sh.zc.deferred.take() else {
             return Some(Transmit {
                 to,
                 len,
@@ -1630,13 +1625,20 @@ impl Engine {
                 payload: None,
             });
         };
-        let m = vcs
-            .get(&to)
-            .and_then(|vc| vc.tx.get(&d.id))
-            .expect("a deferred payload's message is in its VC");
-        let src: &dyn SendSource = match &m.body {
-            TxBody::Eager { payload, .. } => &**payload,
-            TxBody::Rndv { src, .. } => &**src,
+        let src: &dyn SendSource = match &self.sh.zc.src {
+            // Rendezvous data: no lookup (bulk data pays this per segment).
+            Some((k, src)) if *k == d.id => &**src,
+            _ => {
+                let m = self
+                    .vcs
+                    .get(&to)
+                    .and_then(|vc| vc.tx.get(&d.id))
+                    .expect("a deferred payload's message is in its VC");
+                match &m.body {
+                    TxBody::Eager { payload, .. } => &**payload,
+                    TxBody::Rndv { src, .. } => &**src,
+                }
+            }
         };
         Some(Transmit {
             to,

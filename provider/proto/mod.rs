@@ -88,7 +88,7 @@ impl Default for EngineConfig {
 /// builds a segment (eager) or when the receiver pulls (rendezvous),
 /// possibly several times for the same range (retransmission), until the
 /// send completes; it never copies the payload up front.
-pub trait SendSource: Send {
+pub trait SendSource: Send + Sync {
     fn len(&self) -> usize;
     fn read_at(&self, offset: usize, dst: &mut [u8]);
     /// `len` bytes from `offset` as one slice, if they are contiguous in
