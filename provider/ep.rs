@@ -719,6 +719,7 @@ impl Ep {
             if !first {
                 now = now_ns();
             }
+            wire.tune_gro(rx, n, now);
             for i in 0..n {
                 if let Some((bytes, from, seg)) = rx.get(i) {
                     for d in bytes.chunks(seg) {

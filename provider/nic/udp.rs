@@ -17,12 +17,25 @@ const GSO_MAX_BYTES: usize = 65_000;
 /// Room for one cmsg carrying an int (the GRO segment size).
 const CMSG_SPACE: usize = 64;
 
+/// GRO goes off again after this long without a coalesced receive.
+const GRO_IDLE_NS: u64 = 20_000_000;
+
 pub struct UdpWire {
     sock: std::net::UdpSocket,
     local: SocketAddr,
+    /// UDP_GRO may be turned on (`tune_gro`): not on a loopback address,
+    /// whose peers are all on this host and never send GSO runs.
+    gro_capable: bool,
     /// UDP_GRO is on: the kernel may hand us several datagrams of one
-    /// sender as one, with their common size in a control message.
-    gro: bool,
+    /// sender as one, with their common size in a control message, which
+    /// recvfrom cannot return: receives need recvmsg, ~0.2 µs dearer on an
+    /// 8-byte ping-pong. So it is on only while bulk data arrives.
+    gro: std::cell::Cell<bool>,
+    /// GRO was turned off, but datagrams coalesced before that may still
+    /// be queued: keep reading control messages until the socket is empty.
+    gro_drain: std::cell::Cell<bool>,
+    /// When a coalesced receive was last seen.
+    gro_seen: std::cell::Cell<u64>,
     /// UDP_SEGMENT works: a run of equal-sized datagrams to one peer goes
     /// down the stack (and across a veth or a NIC with segmentation
     /// offload) as one, instead of one syscall and one skb each.
@@ -81,12 +94,6 @@ impl UdpWire {
                 setsockopt_int(fd, libc::SOL_SOCKET, plain, buf);
             }
         }
-        // GRO pays off only for peers that send GSO runs, which peers on
-        // this host never do (they get 64 KiB datagrams); on a loopback
-        // address every peer is on this host, and the control message GRO
-        // needs would make each receive dearer (recvmsg, not recvfrom:
-        // ~0.2 µs on an 8-byte ping-pong).
-        let gro = !addr.ip().is_loopback() && setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
         let local = sock.local_addr()?;
         let hdr = if local.is_ipv4() { 28 } else { 48 };
         let limit = 65507 - if local.is_ipv4() { 0 } else { 20 };
@@ -98,7 +105,10 @@ impl UdpWire {
         Ok(UdpWire {
             sock,
             local,
-            gro,
+            gro_capable: !addr.ip().is_loopback(),
+            gro: std::cell::Cell::new(false),
+            gro_drain: std::cell::Cell::new(false),
+            gro_seen: std::cell::Cell::new(0),
             gso: std::cell::Cell::new(true),
             max_datagram: max_datagram.clamp(512, limit),
             local_max_datagram: local_max_datagram.clamp(512, limit),
@@ -118,11 +128,15 @@ impl UdpWire {
     /// that finds the socket empty (no msghdr/iovec import), and an empty
     /// socket is what a polling application sees almost every time.
     pub fn recv_one(&self, batch: &mut RecvBatch) -> io::Result<bool> {
-        if self.gro {
+        if self.gro.get() || self.gro_drain.get() {
             // Coalesced datagrams need the control message that says where
-            // one ends, which recvfrom cannot return; recvmsg is the next
-            // cheapest (recvmmsg of one costs more).
-            return self.recv_msg(batch);
+            // one ends; recvmsg is the next cheapest (recvmmsg of one costs more).
+            let got = self.recv_msg(batch)?;
+            if !got && !self.gro.get() {
+                // Empty once since GRO went off: nothing coalesced is left.
+                self.gro_drain.set(false);
+            }
+            return Ok(got);
         }
         match self.sock.recv_from(&mut batch.bufs[0]) {
             Ok((n, from)) => {
@@ -403,6 +417,28 @@ impl UdpWire {
             self.gso.set(false);
         }
         Err(e)
+    }
+
+    /// After a receive of `n` slots into `batch`: turns GRO on when a
+    /// receive fills the whole batch (bulk arriving as separate small
+    /// datagrams), off once nothing coalesced arrived for GRO_IDLE_NS.
+    pub fn tune_gro(&self, batch: &RecvBatch, n: usize, now: u64) {
+        if !self.gro_capable {
+            return;
+        }
+        if self.gro.get() {
+            if (0..n).any(|i| batch.gso[i] > 0) {
+                self.gro_seen.set(now);
+            } else if now.saturating_sub(self.gro_seen.get()) > GRO_IDLE_NS
+                && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 0)
+            {
+                self.gro.set(false);
+                self.gro_drain.set(true);
+            }
+        } else if n >= batch.slots && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1) {
+            self.gro.set(true);
+            self.gro_seen.set(now);
+        }
     }
 
     pub fn gso(&self) -> bool {
