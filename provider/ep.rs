@@ -297,6 +297,10 @@ fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
         local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
         local_max_datagram: wire.local_max_datagram,
         rndv_threshold: t.rndv_threshold,
+        // Peers are assumed to get the receive buffer we got: more in flight
+        // than it holds is lost in bursts (an unprivileged process gets
+        // net.core.rmem_max, 208 KiB on a stock kernel, under the 4 MiB default).
+        window_bytes: EngineConfig::default().window_bytes.min(wire.rcvbuf.max(64 << 10)),
         max_retrans: t.max_retrans,
         peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
         ..EngineConfig::default()

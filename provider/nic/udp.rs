@@ -45,6 +45,9 @@ pub struct UdpWire {
     /// The same towards peers on this host, which the kernel routes
     /// through loopback whatever interface they are bound to.
     pub local_max_datagram: usize,
+    /// Bytes of datagrams the receive buffer holds (what SO_RCVBUF granted,
+    /// which without privileges is capped by net.core.rmem_max).
+    pub rcvbuf: usize,
 }
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, val: i32) -> bool {
@@ -94,6 +97,21 @@ impl UdpWire {
                 setsockopt_int(fd, libc::SOL_SOCKET, plain, buf);
             }
         }
+        let mut got: i32 = 0;
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: reads an int of the size given into `got`.
+        let ok = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &mut got as *mut i32 as *mut libc::c_void,
+                &mut len,
+            )
+        } == 0;
+        // The kernel reports twice what it grants for data (the rest is
+        // its bookkeeping per datagram).
+        let rcvbuf = if ok && got > 0 { got as usize / 2 } else { sockbuf };
         let local = sock.local_addr()?;
         let hdr = if local.is_ipv4() { 28 } else { 48 };
         let limit = 65507 - if local.is_ipv4() { 0 } else { 20 };
@@ -112,6 +130,7 @@ impl UdpWire {
             gso: std::cell::Cell::new(true),
             max_datagram: max_datagram.clamp(512, limit),
             local_max_datagram: local_max_datagram.clamp(512, limit),
+            rcvbuf,
         })
     }
 
