@@ -631,11 +631,17 @@ impl Ep {
         let EpState {
             engine, wire, txbuf, ..
         } = st;
-        if !wire.send_batch(txbuf) {
+        // The common case of a polling application: nothing to send.
+        if engine.transmit_idle() && !txbuf.stalled() {
             return;
         }
-        txbuf.rewind();
-        loop {
+        if txbuf.stalled() {
+            if !wire.send_batch(txbuf) {
+                return;
+            }
+            txbuf.rewind();
+        }
+        while !engine.transmit_idle() {
             if txbuf.full() {
                 if !wire.send_batch(txbuf) {
                     return;
@@ -670,7 +676,7 @@ impl Ep {
             // batch is sent or stashed by send_batch within this call.
             unsafe { txbuf.push(to, hdr_len, payload) };
         }
-        if wire.send_batch(txbuf) {
+        if txbuf.building() && wire.send_batch(txbuf) {
             txbuf.rewind();
         }
     }
@@ -688,7 +694,7 @@ impl Ep {
             // Rendezvous data is being pulled: receive the next datagram
             // with its payload straight into the receive buffer it is
             // probably for (see Engine::rdata_placement), one per call.
-            if placed < 16 {
+            if placed < 16 && st.engine.pulling() {
                 match self.recv_placed(st, now) {
                     Some(true) => {
                         placed += 1;

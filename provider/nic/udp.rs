@@ -666,6 +666,11 @@ impl TxBatch {
         !self.pending.is_empty()
     }
 
+    /// Whether a batch is being built (not sent yet).
+    pub fn building(&self) -> bool {
+        self.to.is_some()
+    }
+
     /// Whether the batch has no room for another slot (send it, then `rewind`).
     pub fn full(&self) -> bool {
         self.used + SLOT > self.arena.len()

@@ -1648,6 +1648,18 @@ impl Engine {
         })
     }
 
+    /// Whether a rendezvous receive is pulling data (`rdata_placement` may
+    /// have a guess): lets a polling caller skip it cheaply.
+    pub fn pulling(&self) -> bool {
+        !self.sh.pull_order.is_empty()
+    }
+
+    /// Whether `poll_transmit` could return anything (no VC is marked
+    /// ready): lets a polling caller skip it cheaply.
+    pub fn transmit_idle(&self) -> bool {
+        self.ready.is_empty()
+    }
+
     pub fn poll_event(&mut self) -> Option<Event> {
         self.sh.events.pop_front()
     }
