@@ -729,7 +729,7 @@ impl Ep {
             if !first {
                 now = now_ns();
             }
-            wire.tune_gro(rx, n, now);
+            wire.tune_gro(rx, n);
             for i in 0..n {
                 if let Some((bytes, from, seg)) = rx.get(i) {
                     for d in bytes.chunks(seg) {

@@ -17,9 +17,6 @@ const GSO_MAX_BYTES: usize = 65_000;
 /// Room for one cmsg carrying an int (the GRO segment size).
 const CMSG_SPACE: usize = 64;
 
-/// GRO goes off again after this long without a coalesced receive.
-const GRO_IDLE_NS: u64 = 20_000_000;
-
 pub struct UdpWire {
     sock: std::net::UdpSocket,
     local: SocketAddr,
@@ -29,13 +26,11 @@ pub struct UdpWire {
     /// UDP_GRO is on: the kernel may hand us several datagrams of one
     /// sender as one, with their common size in a control message, which
     /// recvfrom cannot return: receives need recvmsg, ~0.2 µs dearer on an
-    /// 8-byte ping-pong. So it is on only while bulk data arrives.
+    /// 8-byte ping-pong. So it goes on only once bulk data arrives, and
+    /// stays on: the kernel stops attaching the segment size as soon as
+    /// GRO is off, also to runs it coalesced before, so turning it off
+    /// could hand us several datagrams as one.
     gro: std::cell::Cell<bool>,
-    /// GRO was turned off, but datagrams coalesced before that may still
-    /// be queued: keep reading control messages until the socket is empty.
-    gro_drain: std::cell::Cell<bool>,
-    /// When a coalesced receive was last seen.
-    gro_seen: std::cell::Cell<u64>,
     /// UDP_SEGMENT works: a run of equal-sized datagrams to one peer goes
     /// down the stack (and across a veth or a NIC with segmentation
     /// offload) as one, instead of one syscall and one skb each.
@@ -125,8 +120,6 @@ impl UdpWire {
             local,
             gro_capable: !addr.ip().is_loopback(),
             gro: std::cell::Cell::new(false),
-            gro_drain: std::cell::Cell::new(false),
-            gro_seen: std::cell::Cell::new(0),
             gso: std::cell::Cell::new(true),
             max_datagram: max_datagram.clamp(512, limit),
             local_max_datagram: local_max_datagram.clamp(512, limit),
@@ -147,15 +140,10 @@ impl UdpWire {
     /// that finds the socket empty (no msghdr/iovec import), and an empty
     /// socket is what a polling application sees almost every time.
     pub fn recv_one(&self, batch: &mut RecvBatch) -> io::Result<bool> {
-        if self.gro.get() || self.gro_drain.get() {
+        if self.gro.get() {
             // Coalesced datagrams need the control message that says where
             // one ends; recvmsg is the next cheapest (recvmmsg of one costs more).
-            let got = self.recv_msg(batch)?;
-            if !got && !self.gro.get() {
-                // Empty once since GRO went off: nothing coalesced is left.
-                self.gro_drain.set(false);
-            }
-            return Ok(got);
+            return self.recv_msg(batch);
         }
         match self.sock.recv_from(&mut batch.bufs[0]) {
             Ok((n, from)) => {
@@ -438,26 +426,23 @@ impl UdpWire {
         Err(e)
     }
 
-    /// After a receive of `n` slots into `batch`: turns GRO on when a
-    /// receive fills the whole batch (bulk arriving as separate small
-    /// datagrams), off once nothing coalesced arrived for GRO_IDLE_NS.
-    pub fn tune_gro(&self, batch: &RecvBatch, n: usize, now: u64) {
-        if !self.gro_capable {
-            return;
-        }
-        if self.gro.get() {
-            if (0..n).any(|i| batch.gso[i] > 0) {
-                self.gro_seen.set(now);
-            } else if now.saturating_sub(self.gro_seen.get()) > GRO_IDLE_NS
-                && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 0)
-            {
-                self.gro.set(false);
-                self.gro_drain.set(true);
-            }
-        } else if n >= batch.slots && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1) {
+    /// After a receive of `n` slots into `batch`: turns GRO on (for good)
+    /// when a receive fills the whole batch, i.e. bulk data arrives as
+    /// separate small datagrams.
+    pub fn tune_gro(&self, batch: &RecvBatch, n: usize) {
+        if self.gro_capable
+            && !self.gro.get()
+            && n >= batch.slots
+            && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1)
+        {
             self.gro.set(true);
-            self.gro_seen.set(now);
         }
+    }
+
+    #[cfg(test)]
+    fn force_gro(&self) {
+        assert!(setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1));
+        self.gro.set(true);
     }
 
     pub fn gso(&self) -> bool {
@@ -751,5 +736,114 @@ impl TxBatch {
         self.count = 0;
         self.total = 0;
         self.closed = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_readable(w: &UdpWire) {
+        let mut pfd = libc::pollfd {
+            fd: w.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, 5_000) };
+        assert_eq!(r, 1, "nothing arrived");
+    }
+
+    /// A run of equal-sized datagrams (the last shorter) leaves as one GSO
+    /// send, arrives coalesced at a socket with GRO, and is cut back into
+    /// exactly the datagrams sent, in order.
+    #[test]
+    fn gso_run_arrives_as_the_datagrams_sent() {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = UdpWire::bind(addr, "lo", 1 << 20, 0).unwrap();
+        let b = UdpWire::bind(addr, "lo", 1 << 20, 0).unwrap();
+        b.force_gro();
+        let to = b.local_addr();
+        let sizes: Vec<usize> = (0..10).map(|i| if i == 9 { 500 } else { 1000 }).collect();
+        let mut tx = TxBatch::default();
+        for (i, &n) in sizes.iter().enumerate() {
+            let slot = tx.slot();
+            for (j, byte) in slot[..n].iter_mut().enumerate() {
+                *byte = (i * 31 + j) as u8;
+            }
+            assert!(tx.fits(to, n, a.gso()));
+            // SAFETY: no separate payload; the slot holds the whole datagram.
+            unsafe { tx.push(to, n, &[]) };
+        }
+        assert!(a.send_batch(&mut tx));
+        assert!(!tx.building() && !tx.stalled());
+
+        let mut rx = RecvBatch::new(4);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut coalesced = false;
+        while got.len() < sizes.len() {
+            wait_readable(&b);
+            let n = b.recv_batch(&mut rx).unwrap();
+            for i in 0..n {
+                let (bytes, from, seg) = rx.get(i).unwrap();
+                assert_eq!(from, a.local_addr());
+                coalesced |= seg < bytes.len();
+                got.extend(bytes.chunks(seg).map(<[u8]>::to_vec));
+            }
+        }
+        assert!(coalesced, "the run was not received coalesced (no GSO/GRO?)");
+        assert_eq!(got.len(), sizes.len());
+        for (i, d) in got.iter().enumerate() {
+            assert_eq!(d.len(), sizes[i], "datagram {i}");
+            assert!(
+                d.iter().enumerate().all(|(j, &x)| x == (i * 31 + j) as u8),
+                "datagram {i}"
+            );
+        }
+    }
+
+    /// recv_one (the polling path) also cuts up a coalesced run.
+    #[test]
+    fn recv_one_cuts_up_a_coalesced_run() {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = UdpWire::bind(addr, "lo", 1 << 20, 0).unwrap();
+        let b = UdpWire::bind(addr, "lo", 1 << 20, 0).unwrap();
+        b.force_gro();
+        let mut tx = TxBatch::default();
+        for i in 0..8u8 {
+            tx.slot()[..700].fill(i);
+            // SAFETY: no separate payload; the slot holds the whole datagram.
+            unsafe { tx.push(b.local_addr(), 700, &[]) };
+        }
+        assert!(a.send_batch(&mut tx));
+        let mut rx = RecvBatch::new(2);
+        let mut got = Vec::new();
+        while got.len() < 8 {
+            wait_readable(&b);
+            assert!(b.recv_one(&mut rx).unwrap());
+            let (bytes, _, seg) = rx.get(0).unwrap();
+            got.extend(bytes.chunks(seg).map(|d| (d.len(), d[0])));
+        }
+        assert_eq!(got, (0..8u8).map(|i| (700, i)).collect::<Vec<_>>());
+        assert!(!b.recv_one(&mut rx).unwrap());
+    }
+
+    /// A datagram of another size or to another peer closes the run.
+    #[test]
+    fn runs_break_on_size_and_peer() {
+        let mut tx = TxBatch::default();
+        let p: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let q: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        assert!(tx.fits(p, 100, true));
+        // SAFETY: no separate payload.
+        unsafe { tx.push(p, 100, &[]) };
+        assert!(tx.fits(p, 100, true));
+        assert!(!tx.fits(q, 100, true));
+        assert!(!tx.fits(p, 101, true));
+        assert!(!tx.fits(p, 100, false));
+        assert!(tx.fits(p, 60, true));
+        // SAFETY: as above.
+        unsafe { tx.push(p, 60, &[]) };
+        assert!(!tx.fits(p, 60, true), "nothing follows a short datagram");
     }
 }
