@@ -15,7 +15,7 @@ use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
 use crate::getinfo::std_to_sockaddr;
 use crate::nic::shm::{self, Incoming, Pull, ShmConfig, ShmEvent, ShmRts, ShmWire};
-use crate::nic::udp::{RecvBatch, UdpWire};
+use crate::nic::udp::{RecvBatch, TxBatch, UdpWire};
 
 /// Datagrams taken from the socket per syscall.
 const RX_BATCH: usize = 16;
@@ -26,7 +26,9 @@ const UDP_HOT_NS: u64 = 1_000_000;
 const UDP_IDLE_POLL_NS: u64 = 50_000;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
-use crate::proto::{Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, RecvSink, SendMode, SendSource};
+use crate::proto::{
+    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, Placement, RecvSink, SendMode, SendSource,
+};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -144,6 +146,22 @@ impl RecvSink for IovSink {
             src = &src[n..];
             offset = 0;
         }
+    }
+    fn region(&mut self, mut offset: usize, len: usize) -> Option<&mut [u8]> {
+        for &(base, l) in &self.iov {
+            if offset < l {
+                // SAFETY: [base, base+l) is a posted receive buffer the
+                // application keeps valid until the receive completes, which
+                // outlives this borrow of the sink (the engine holds the sink
+                // until then); offset + the returned length <= l, and the
+                // &mut self borrow keeps us from handing out another.
+                return Some(unsafe {
+                    std::slice::from_raw_parts_mut((base + offset) as *mut u8, len.min(l - offset))
+                });
+            }
+            offset -= l;
+        }
+        None
     }
 }
 
@@ -283,11 +301,9 @@ struct EpState {
     multi: IdMap<MultiBuf>,
     next_multi: u64,
     min_multi_recv: usize,
-    txbuf: Vec<u8>,
+    /// Datagrams on their way out, and those the socket had no room for.
+    txbuf: TxBatch,
     rx: RecvBatch,
-    /// A datagram the socket had no room for, sent before anything newer.
-    stalled: Option<(usize, SocketAddr)>,
-    stalled_buf: Vec<u8>,
 }
 
 pub struct Ep {
@@ -323,6 +339,10 @@ fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
         local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
         local_max_datagram: wire.local_max_datagram,
         rndv_threshold: t.rndv_threshold,
+        // Peers are assumed to get the receive buffer we got: more in flight
+        // than it holds is lost in bursts (an unprivileged process gets
+        // net.core.rmem_max, 208 KiB on a stock kernel, under the 4 MiB default).
+        window_bytes: EngineConfig::default().window_bytes.min(wire.rcvbuf.max(64 << 10)),
         max_retrans: t.max_retrans,
         peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
         credits: credit_config(crate::params::params()),
@@ -392,9 +412,8 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         udp_next: 0,
         udp_hot: 0,
         src_cache: None,
-        txbuf: vec![0; 65536],
+        txbuf: TxBatch::default(),
         rx: RecvBatch::new(RX_BATCH),
-        stalled_buf: vec![0; 65536],
         wire,
         tme_msg: Tme::new(),
         tme_tag: Tme::new(),
@@ -403,7 +422,6 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         multi: IdMap::default(),
         next_multi: 1,
         min_multi_recv: 64,
-        stalled: None,
     })
 }
 
@@ -824,55 +842,60 @@ impl Ep {
     }
 
     /// Sends what the engine has queued, as long as the socket takes it.
+    /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
+    /// path) leave as one GSO send; payloads go from the send buffers
+    /// straight into the socket.
     fn flush(&self, st: &mut EpState, now: u64) {
-        if let Some((n, to)) = st.stalled {
-            match st.wire.send(&st.stalled_buf[..n], to) {
-                Ok(false) => return,
-                Ok(true) => st.stalled = None,
-                Err(e) => {
-                    crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e);
-                    st.stalled = None;
-                }
-            }
-        }
         let EpState {
-            engine,
-            wire,
-            txbuf,
-            stalled,
-            stalled_buf,
-            ..
+            engine, wire, txbuf, ..
         } = st;
-        while let Some(t) = engine.poll_transmit_vectored(now, txbuf) {
+        // The common case of a polling application: nothing to send.
+        if engine.transmit_idle() && !txbuf.stalled() {
+            return;
+        }
+        if txbuf.stalled() {
+            if !wire.send_batch(txbuf) {
+                return;
+            }
+            txbuf.rewind();
+        }
+        while !engine.transmit_idle() {
+            if txbuf.full() {
+                if !wire.send_batch(txbuf) {
+                    return;
+                }
+                txbuf.rewind();
+            }
+            let Some(t) = engine.poll_transmit_vectored(now, txbuf.slot()) else {
+                break;
+            };
             let (h, n, to) = (t.hdr_len, t.len, t.to);
-            let r = match t.payload {
-                None => wire.send(&txbuf[..n], to),
+            let payload: &[u8] = match t.payload {
+                None => &[],
                 Some((src, off)) => match src.contiguous(off, n - h) {
-                    // Bulk data goes from the application's buffer straight
-                    // into the socket: no copy behind the header first.
-                    Some(p) => wire.send2(&txbuf[..h], p, to),
+                    Some(p) => p,
                     None => {
-                        src.read_at(off, &mut txbuf[h..n]);
-                        wire.send(&txbuf[..n], to)
+                        src.read_at(off, &mut txbuf.slot()[h..n]);
+                        &[]
                     }
                 },
             };
-            match r {
-                Ok(true) => {}
-                Ok(false) => {
-                    stalled_buf[..h].copy_from_slice(&txbuf[..h]);
-                    if let Some((src, off)) = t.payload {
-                        src.read_at(off, &mut stalled_buf[h..n]);
-                    } else {
-                        stalled_buf[h..n].copy_from_slice(&txbuf[h..n]);
-                    }
-                    *stalled = Some((n, to));
-                    return;
-                }
-                // Unreachable networks and the like: the reliability layer
-                // retransmits and eventually declares the peer dead.
-                Err(e) => crate::debug!(FI_LOG_EP_DATA, "sendto {}: {}", to, e),
+            let hdr_len = if payload.is_empty() { n } else { h };
+            if !txbuf.fits(to, n, wire.gso()) && !wire.send_batch(txbuf) {
+                // The socket is full: keep this one too and stop.
+                // SAFETY: send_batch below sends or stashes (copies) it.
+                unsafe { txbuf.push(to, hdr_len, payload) };
+                wire.send_batch(txbuf);
+                return;
             }
+            // SAFETY: the payload lives in a send source the engine keeps,
+            // unmoved and unchanged, until that send completes, which only
+            // an incoming ACK or FIN can do; none is handled before this
+            // batch is sent or stashed by send_batch within this call.
+            unsafe { txbuf.push(to, hdr_len, payload) };
+        }
+        if txbuf.building() && wire.send_batch(txbuf) {
+            txbuf.rewind();
         }
     }
 
@@ -886,7 +909,27 @@ impl Ep {
         // cheapest way to find out. Once something arrived, batches of
         // recvmmsg, a few at most so one call stays short under a flood.
         let mut first = true;
+        let mut placed = 0;
         for _ in 0..rounds {
+            // Rendezvous data is being pulled: receive the next datagram
+            // with its payload straight into the receive buffer it is
+            // probably for (see Engine::rdata_placement), one per call.
+            if placed < 16 && st.engine.pulling() {
+                match self.recv_placed(st, now) {
+                    Some(true) => {
+                        placed += 1;
+                        now = now_ns();
+                        let produced = self.handle_events(st);
+                        self.flush(st, now);
+                        if produced {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(false) => break,
+                    None => {}
+                }
+            }
             let EpState {
                 engine,
                 wire,
@@ -912,11 +955,15 @@ impl Ep {
             if !first {
                 now = now_ns();
             }
+            wire.tune_gro(rx, n);
             for i in 0..n {
-                if let Some((bytes, from)) = rx.get(i) {
-                    if !shm::is_doorbell(bytes) {
-                        *udp_hot = now;
-                        engine.handle_datagram(from, bytes, now);
+                if let Some((bytes, from, seg)) = rx.get(i) {
+                    if shm::is_doorbell(bytes) {
+                        continue;
+                    }
+                    *udp_hot = now;
+                    for d in bytes.chunks(seg) {
+                        engine.handle_datagram(from, d, now);
                     }
                 }
             }
@@ -942,6 +989,34 @@ impl Ep {
         self.flush(st, now);
     }
 
+    /// One datagram received by guess (`Engine::rdata_placement`): None if
+    /// there is no guess to make, else whether a datagram arrived.
+    fn recv_placed(&self, st: &mut EpState, now: u64) -> Option<bool> {
+        let EpState { engine, wire, rx, .. } = st;
+        let (p, region) = engine.rdata_placement()?;
+        let (n, from) = match wire.recv_split(rx, Placement::HEAD_LEN, region) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Some(false),
+            Err(e) => {
+                crate::debug!(FI_LOG_EP_DATA, "recv: {}", e);
+                return Some(false);
+            }
+        };
+        let len = n.saturating_sub(Placement::HEAD_LEN);
+        if !rx.split_coalesced() && p.matches(rx.head(), len).is_some() {
+            engine.handle_datagram_placed(from, rx.head(), &p, len, now);
+        } else {
+            rx.gather(region);
+            engine.placement_missed();
+            if let Some((bytes, from, seg)) = rx.get(0) {
+                for d in bytes.chunks(seg) {
+                    engine.handle_datagram(from, d, now);
+                }
+            }
+        }
+        Some(true)
+    }
+
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
     /// sent is acknowledged, so a peer's last message is neither lost nor
     /// left to time out because we went away first.
@@ -951,7 +1026,7 @@ impl Ep {
         st.engine.flush_acks();
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
-        while (st.engine.has_unacked() || st.stalled.is_some() || st.shm.as_ref().is_some_and(|w| w.backlogged() > 0))
+        while (st.engine.has_unacked() || st.txbuf.stalled() || st.shm.as_ref().is_some_and(|w| w.backlogged() > 0))
             && now_ns() < deadline
         {
             let mut pfd = libc::pollfd {
@@ -1011,7 +1086,7 @@ impl Progress for Ep {
         };
         let t = st.engine.poll_timeout();
         // A stalled datagram needs another try soon even without input.
-        if st.stalled.is_some() {
+        if st.txbuf.stalled() {
             return Some(now_ns() + 50_000);
         }
         match st.shm.as_ref().and_then(|w| w.next_deadline(now_ns())) {
@@ -2227,16 +2302,25 @@ static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
     injectdata: Some(tag_injectdata),
 });
 
-/// Doorbells for sleeping local peers, over our UDP socket.
+/// Doorbells for sleeping local peers, over our UDP socket. One that the
+/// socket cannot take now stays queued (a sleeper must not miss it);
+/// `next_deadline` brings us back soon.
 fn ring_bells(st: &mut EpState) {
     let EpState { shm, wire, .. } = st;
     let Some(w) = shm.as_mut().filter(|w| !w.bells.is_empty()) else {
         return;
     };
-    for a in w.bells.drain(..) {
-        w.stats.doorbells += 1;
-        if let Err(e) = wire.send(shm::DOORBELL, a) {
-            crate::debug!(FI_LOG_EP_DATA, "doorbell to {}: {}", a, e);
+    let mut stats = w.stats;
+    w.bells.retain(|&a| match wire.send_one(shm::DOORBELL, a) {
+        Ok(()) => {
+            stats.doorbells += 1;
+            false
         }
-    }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+        Err(e) => {
+            crate::debug!(FI_LOG_EP_DATA, "doorbell to {}: {}", a, e);
+            false
+        }
+    });
+    w.stats = stats;
 }

@@ -20,6 +20,7 @@ use super::{
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Reassembly of an eager message never reserves more than this up front,
 /// whatever total length the first segment claims.
@@ -43,6 +44,11 @@ const RTO_BURST: usize = 8;
 /// loopback-sized 64 KiB segments eight would be half a megabyte resent
 /// every time a descheduled peer lets the timer fire for nothing.
 const RTO_BURST_BYTES: usize = 128 << 10;
+
+/// Segments smaller than this are not received in place: the copy saved
+/// is small, and receiving one datagram per call would forgo recvmmsg
+/// batches and GRO (which coalesces small-MTU bulk into 64 KiB receives).
+const PLACEMENT_MIN_SEG: usize = 16 << 10;
 
 use crate::hash::KeyedState;
 
@@ -76,6 +82,34 @@ struct Shared {
     forced_isn: Option<u32>,
     /// Receive budget for eager and unexpected messages (credit flow control).
     bank: Option<CreditBank>,
+    /// Accepted rendezvous receives in the order their GETs went out, which
+    /// is the order their data comes back in: what `rdata_placement` guesses from.
+    pull_order: VecDeque<RndvId>,
+    /// While `handle_datagram_placed` runs: (rid, offset, len) of RDATA
+    /// whose payload the wire already put into the sink.
+    in_place: Option<(RndvId, u64, usize)>,
+}
+
+/// Where the payload of the next datagram goes if it is the RDATA segment
+/// the engine expects next (`Engine::rdata_placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub rid: RndvId,
+    pub offset: u64,
+    /// Length of the region handed out.
+    pub len: usize,
+}
+
+impl Placement {
+    /// Bytes of header the wire receives apart from the payload.
+    pub const HEAD_LEN: usize = wire::RDATA_HEAD_LEN;
+
+    /// Whether a datagram whose first `HEAD_LEN` bytes are `head`, followed
+    /// by `len` bytes received into the region, is the guessed segment.
+    pub fn matches(&self, head: &[u8], len: usize) -> Option<wire::RDataHead> {
+        let h = wire::decode_rdata_head(head)?;
+        (h.rid == self.rid && h.offset == self.offset && len > 0 && len <= self.len).then_some(h)
+    }
 }
 
 /// `poll_transmit_vectored`: segments leave their payload in the source
@@ -84,6 +118,10 @@ struct Shared {
 struct Zc {
     on: bool,
     deferred: Option<Deferred>,
+    /// The rendezvous source of the segment being built, set afresh in
+    /// every poll (never trusted across polls: after its FIN a source must
+    /// not be read again), so bulk data is not looked up twice per segment.
+    src: Option<(MsgId, Arc<dyn SendSource>)>,
 }
 
 #[derive(Clone, Copy)]
@@ -117,6 +155,11 @@ struct Accepted {
     /// Bytes below this have been asked for with GET.
     requested: u64,
     received: u64,
+    /// End of the highest range received: nothing at or above it has been
+    /// written, so the wire may receive straight into it on a guess.
+    high: u64,
+    /// RDATA payload per segment we expect (our own segment size for the peer).
+    seg_room: usize,
 }
 
 enum TxBody {
@@ -130,7 +173,8 @@ enum TxBody {
         unacked: u32,
     },
     Rndv {
-        src: Box<dyn SendSource>,
+        /// Shared with the GETs being served (`RDataJob`).
+        src: Arc<dyn SendSource>,
         len: u64,
     },
 }
@@ -199,6 +243,7 @@ struct RDataJob {
     rid: RndvId,
     next: u64,
     end: u64,
+    src: Arc<dyn SendSource>,
 }
 
 struct Reasm {
@@ -351,6 +396,24 @@ impl Vc {
             || !self.tx.is_empty()
             || self.ack_pending
             || self.rx_active > 0
+    }
+
+    /// Whether `transmit` could produce a datagram now (conservative:
+    /// true may still find the window closed). Whatever makes this true
+    /// later (an ACK, a timer, a new send) marks the VC ready again.
+    fn may_transmit(&self, now: u64) -> bool {
+        match self.hs {
+            Handshake::Connecting { req_due, .. } => req_due,
+            Handshake::Established => {
+                self.resp_pending
+                    || self.credit_due
+                    || (self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)))
+                    || !self.rtx.is_empty()
+                    || !self.ctrl.is_empty()
+                    || !self.msgs.is_empty()
+                    || !self.rdata.is_empty()
+            }
+        }
     }
 
     fn awaiting_peer(&self) -> bool {
@@ -681,6 +744,7 @@ impl Vc {
                 offset: job.next,
                 len: len as u32,
             };
+            sh.zc.src = Some((job.key, job.src.clone()));
             job.next += len;
             if job.next == job.end {
                 self.rdata.pop_front();
@@ -749,13 +813,17 @@ impl Vc {
                 wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
             }
             SegFrame::RData { key, rid, offset, len } => {
-                let Some(TxMsg {
-                    body: TxBody::Rndv { src, .. },
-                    ..
-                }) = self.tx.get(&key)
-                else {
-                    return nop(buf);
-                };
+                // Fresh data: next_frame put its GET's source in zc.src. A
+                // retransmission looks it up, and finds it gone after FIN.
+                if !matches!(&zc.src, Some((k, _)) if *k == key) {
+                    match self.tx.get(&key) {
+                        Some(TxMsg {
+                            body: TxBody::Rndv { src, .. },
+                            ..
+                        }) => zc.src = Some((key, src.clone())),
+                        _ => return nop(buf),
+                    }
+                }
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
                 let l = len as usize;
                 if zc.on && l > 0 {
@@ -764,7 +832,7 @@ impl Vc {
                         off: offset as usize,
                         hdr_len: at,
                     });
-                } else {
+                } else if let Some((_, src)) = &zc.src {
                     src.read_at(offset as usize, &mut buf[at..at + l]);
                 }
                 at + l
@@ -1042,7 +1110,7 @@ impl Vc {
             }
             Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
                 Some(TxMsg {
-                    body: TxBody::Rndv { len: total, .. },
+                    body: TxBody::Rndv { len: total, src },
                     ..
                 }) if offset + len <= *total => {
                     self.rdata.push_back(RDataJob {
@@ -1050,6 +1118,7 @@ impl Vc {
                         rid,
                         next: offset,
                         end: offset + len,
+                        src: src.clone(),
                     });
                 }
                 _ => sh.stats.dropped_malformed += 1,
@@ -1073,7 +1142,12 @@ impl Vc {
     }
 
     fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) {
-        let len = payload.len() as u64;
+        // Already in the sink (`handle_datagram_placed`): account for it, do not copy.
+        let placed = match sh.in_place {
+            Some((r, o, l)) if r == rid && o == offset && payload.is_empty() => Some(l),
+            _ => None,
+        };
+        let len = placed.unwrap_or(payload.len()) as u64;
         let Some(rx) = sh.rx.get_mut(&rid) else {
             sh.stats.dropped_rndv += 1;
             return;
@@ -1087,8 +1161,11 @@ impl Vc {
             sh.stats.dropped_rndv += 1;
             return;
         }
-        acc.sink.write_at(offset as usize, payload);
+        if placed.is_none() {
+            acc.sink.write_at(offset as usize, payload);
+        }
         acc.received += len;
+        acc.high = acc.high.max(end);
         if acc.received == acc.want {
             let rx = sh.rx.remove(&rid).expect("receive just looked up");
             let acc = rx.accepted.expect("receive is accepted");
@@ -1190,6 +1267,8 @@ impl Engine {
                 rng,
                 forced_isn: None,
                 bank,
+                pull_order: VecDeque::new(),
+                in_place: None,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
@@ -1311,7 +1390,10 @@ impl Engine {
                 unacked: 0,
             }
         } else {
-            TxBody::Rndv { src, len: len as u64 }
+            TxBody::Rndv {
+                src: Arc::from(src),
+                len: len as u64,
+            }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };
         let vc = self.vc_for_send(peer, now);
@@ -1356,8 +1438,11 @@ impl Engine {
                 want,
                 requested: 0,
                 received: 0,
+                high: 0,
+                seg_room: vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN,
             });
             vc.rx_active += 1;
+            sh.pull_order.push_back(rid);
             pump_gets(&mut vc.ctrl, &sh.cfg, rid, key, acc);
         }
         mark_ready(&mut self.ready, vc);
@@ -1433,7 +1518,9 @@ impl Engine {
                 }
                 vc.last_heard = now;
                 vc.on_ack(sh, ack, sack, now);
-                mark_ready(&mut self.ready, vc);
+                if vc.may_transmit(now) {
+                    mark_ready(&mut self.ready, vc);
+                }
             }
             Packet::Credit {
                 conn,
@@ -1484,26 +1571,119 @@ impl Engine {
                 sack,
                 seq,
                 frame,
-            } => {
-                let sh = &mut self.sh;
-                let Some(vc) = self.vcs.get_mut(&from) else {
-                    sh.stats.dropped_unknown_peer += 1;
-                    return;
-                };
-                if conn != vc.local_nonce {
-                    sh.stats.dropped_stale += 1;
-                    return;
-                }
-                if !vc.established() {
-                    sh.stats.dropped_early += 1;
-                    return;
-                }
-                vc.last_heard = now;
-                vc.on_ack(sh, ack, sack, now);
-                vc.on_seg(sh, seq, frame, bytes[3], &bytes[wire::SEG_HDR_LEN..], now);
-                mark_ready(&mut self.ready, vc);
-            }
+            } => self.on_seg_packet(
+                from,
+                (conn, ack, sack, seq),
+                frame,
+                bytes[3],
+                &bytes[wire::SEG_HDR_LEN..],
+                now,
+            ),
         }
+    }
+
+    fn on_seg_packet(
+        &mut self,
+        from: SocketAddr,
+        (conn, ack, sack, seq): (u64, u32, u64, u32),
+        frame: Frame<'_>,
+        kind: u8,
+        body: &[u8],
+        now: u64,
+    ) {
+        let sh = &mut self.sh;
+        let Some(vc) = self.vcs.get_mut(&from) else {
+            sh.stats.dropped_unknown_peer += 1;
+            return;
+        };
+        if conn != vc.local_nonce {
+            sh.stats.dropped_stale += 1;
+            return;
+        }
+        if !vc.established() {
+            sh.stats.dropped_early += 1;
+            return;
+        }
+        vc.last_heard = now;
+        vc.on_ack(sh, ack, sack, now);
+        vc.on_seg(sh, seq, frame, kind, body, now);
+        // Not for a delayed ACK alone: its timer marks the VC when it is due,
+        // and a reply sent before then carries it anyway.
+        if vc.may_transmit(now) {
+            mark_ready(&mut self.ready, vc);
+        }
+    }
+
+    /// A guess at where the payload of the next datagram belongs: the next
+    /// unreceived bytes of the oldest rendezvous receive still pulling,
+    /// which is what a sender serving our GETs in order sends next. The
+    /// wire receives the datagram with its header in a buffer of its own and
+    /// its payload straight into the returned slice of the receive buffer,
+    /// then calls `handle_datagram_placed`. A wrong guess only ever
+    /// scribbles on bytes nobody has received yet (at or above the
+    /// receive's high mark), which the right data overwrites later.
+    pub fn rdata_placement(&mut self) -> Option<(Placement, &mut [u8])> {
+        let sh = &mut self.sh;
+        while let Some(&rid) = sh.pull_order.front() {
+            if sh.rx.get(&rid).is_some_and(|r| r.accepted.is_some()) {
+                break;
+            }
+            sh.pull_order.pop_front();
+        }
+        let rid = *sh.pull_order.front()?;
+        let acc = sh.rx.get_mut(&rid)?.accepted.as_mut()?;
+        if acc.high >= acc.requested || acc.seg_room < PLACEMENT_MIN_SEG {
+            return None;
+        }
+        let want = ((acc.requested - acc.high) as usize).min(acc.seg_room);
+        let offset = acc.high;
+        let region = acc.sink.region(offset as usize, want)?;
+        if region.is_empty() {
+            return None;
+        }
+        let p = Placement {
+            rid,
+            offset,
+            len: region.len(),
+        };
+        Some((p, region))
+    }
+
+    /// The datagram received after `rdata_placement` was not the guessed
+    /// segment (counted; the caller hands it to `handle_datagram`).
+    pub fn placement_missed(&mut self) {
+        self.sh.stats.placement_misses += 1;
+    }
+
+    /// A datagram received after `rdata_placement` returned `p`: `head` is
+    /// its first `RDATA_HEAD_LEN` bytes, and the `len` bytes after them went
+    /// into the region of `p`. Processes it and returns true when it is the
+    /// RDATA segment that was guessed (and fitted); false otherwise, in
+    /// which case nothing happened and the caller reassembles the datagram
+    /// for `handle_datagram`.
+    pub fn handle_datagram_placed(
+        &mut self,
+        from: SocketAddr,
+        head: &[u8],
+        p: &Placement,
+        len: usize,
+        now: u64,
+    ) -> bool {
+        let Some(h) = p.matches(head, len) else {
+            return false;
+        };
+        self.sh.stats.datagrams_in += 1;
+        self.sh.stats.bytes_in += (head.len() + len) as u64;
+        self.sh.stats.rdata_placed += 1;
+        self.sh.in_place = Some((h.rid, h.offset, len));
+        let frame = Frame::RData {
+            rid: h.rid,
+            offset: h.offset,
+            payload: &[],
+        };
+        self.on_seg_packet(from, (h.conn, h.ack, h.sack, h.seq), frame, wire::kind::RDATA, &[], now);
+        self.sh.in_place = None;
+        true
     }
 
     fn on_conn_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
@@ -1529,14 +1709,19 @@ impl Engine {
     }
 
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        self.sh.zc.src = None;
         while let Some(addr) = self.ready.pop_front() {
             let Some(vc) = self.vcs.get_mut(&addr) else {
                 continue;
             };
             vc.in_ready = false;
             if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
-                vc.in_ready = true;
-                self.ready.push_back(addr);
+                // Only a VC with more queued comes round again: the call
+                // that would find nothing cost as much as the one that sent.
+                if vc.may_transmit(now) {
+                    vc.in_ready = true;
+                    self.ready.push_back(addr);
+                }
                 self.sh.stats.datagrams_out += 1;
                 self.sh.stats.bytes_out += n as u64;
                 return Some((addr, n));
@@ -1550,10 +1735,8 @@ impl Engine {
     /// every byte of bulk data. The source must be read before the engine
     /// is used again.
     pub fn poll_transmit_vectored(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit<'_>> {
-        self.sh.zc = Zc {
-            on: true,
-            deferred: None,
-        };
+        self.sh.zc.on = true;
+        self.sh.zc.deferred = None;
         let r = self.poll_transmit(now, buf);
         self.sh.zc.on = false;
         let (to, len) = r?;
@@ -1565,14 +1748,20 @@ impl Engine {
                 payload: None,
             });
         };
-        let m = self
-            .vcs
-            .get(&to)
-            .and_then(|vc| vc.tx.get(&d.id))
-            .expect("a deferred payload's message is in its VC");
-        let src: &dyn SendSource = match &m.body {
-            TxBody::Eager { payload, .. } => &**payload,
-            TxBody::Rndv { src, .. } => &**src,
+        let src: &dyn SendSource = match &self.sh.zc.src {
+            // Rendezvous data: no lookup (bulk data pays this per segment).
+            Some((k, src)) if *k == d.id => &**src,
+            _ => {
+                let m = self
+                    .vcs
+                    .get(&to)
+                    .and_then(|vc| vc.tx.get(&d.id))
+                    .expect("a deferred payload's message is in its VC");
+                match &m.body {
+                    TxBody::Eager { payload, .. } => &**payload,
+                    TxBody::Rndv { src, .. } => &**src,
+                }
+            }
         };
         Some(Transmit {
             to,
@@ -1580,6 +1769,18 @@ impl Engine {
             hdr_len: d.hdr_len,
             payload: Some((src, d.off)),
         })
+    }
+
+    /// Whether a rendezvous receive is pulling data (`rdata_placement` may
+    /// have a guess): lets a polling caller skip it cheaply.
+    pub fn pulling(&self) -> bool {
+        !self.sh.pull_order.is_empty()
+    }
+
+    /// Whether `poll_transmit` could return anything (no VC is marked
+    /// ready): lets a polling caller skip it cheaply.
+    pub fn transmit_idle(&self) -> bool {
+        self.ready.is_empty()
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

@@ -20,7 +20,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Transmit};
+pub use engine::{Engine, Placement, Transmit};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -95,7 +95,7 @@ impl Default for EngineConfig {
 /// builds a segment (eager) or when the receiver pulls (rendezvous),
 /// possibly several times for the same range (retransmission), until the
 /// send completes; it never copies the payload up front.
-pub trait SendSource: Send {
+pub trait SendSource: Send + Sync {
     fn len(&self) -> usize;
     fn read_at(&self, offset: usize, dst: &mut [u8]);
     /// `len` bytes from `offset` as one slice, if they are contiguous in
@@ -126,6 +126,12 @@ impl SendSource for Vec<u8> {
 pub trait RecvSink: Send {
     fn capacity(&self) -> usize;
     fn write_at(&mut self, offset: usize, src: &[u8]);
+    /// Up to `len` bytes from `offset` as one writable slice (shorter where
+    /// the buffer is not contiguous), so the wire can receive into it
+    /// directly; None if the sink cannot offer that.
+    fn region(&mut self, _offset: usize, _len: usize) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 impl RecvSink for Vec<u8> {
@@ -134,6 +140,10 @@ impl RecvSink for Vec<u8> {
     }
     fn write_at(&mut self, offset: usize, src: &[u8]) {
         self[offset..offset + src.len()].copy_from_slice(src);
+    }
+    fn region(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?.min(self.len());
+        self.get_mut(offset..end)
     }
 }
 
@@ -291,4 +301,9 @@ pub struct EngineStats {
     pub credit_stalls: u64,
     /// Messages from a peer beyond the credits we lent it: dropped.
     pub dropped_over_credit: u64,
+    /// RDATA payloads the wire received straight into their receive
+    /// buffer (`Engine::rdata_placement`), and datagrams that were not the
+    /// guessed segment and were reassembled instead.
+    pub rdata_placed: u64,
+    pub placement_misses: u64,
 }

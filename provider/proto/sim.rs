@@ -1,10 +1,11 @@
 //! Test support: a seeded PRNG and a simulated network of engines in
 //! virtual time, with a link that drops, duplicates, delays and reorders.
 
-use super::{Engine, EngineConfig, Event, RecvSink, SendSource};
+use super::{Engine, EngineConfig, Event, Placement, RecvSink, SendSource};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 /// splitmix64: tiny, seeded, good enough for test schedules.
 #[derive(Clone)]
@@ -90,6 +91,14 @@ pub struct Sim {
     pub record: Option<Vec<(usize, SocketAddr, Vec<u8>)>>,
     /// Bytes of datagrams injected by `inject`, delivered like real ones.
     pub wire_free_at: Vec<u64>,
+    /// Receive the way the endpoint does while it pulls rendezvous data:
+    /// header apart, payload straight into the guessed region
+    /// (`Engine::rdata_placement`), whether the guess is right or not.
+    pub placed: bool,
+    /// A loss takes this many consecutive datagrams of its sender (a
+    /// firewall dropping one GSO packet drops every datagram in it).
+    pub burst: usize,
+    burst_left: Vec<usize>,
 }
 
 /// (arrival time, tie-break, destination node, source address, bytes)
@@ -130,6 +139,9 @@ impl Sim {
             buf: vec![0u8; 70_000],
             record: None,
             wire_free_at: vec![0; n],
+            placed: false,
+            burst: 1,
+            burst_left: vec![0; n],
         }
     }
 
@@ -161,7 +173,12 @@ impl Sim {
         if self.nodes[src].down || self.nodes[dst].down {
             return;
         }
+        if self.burst_left[src] > 0 {
+            self.burst_left[src] -= 1;
+            return;
+        }
         if self.rng.chance(self.link.loss_pct) {
+            self.burst_left[src] = self.burst.max(1) - 1;
             return;
         }
         let copies = if self.rng.chance(self.link.dup_pct) { 2 } else { 1 };
@@ -224,7 +241,11 @@ impl Sim {
             let Reverse((_, _, dst, from, bytes)) = self.queue.pop().expect("peeked");
             if !self.nodes[dst].down {
                 let now = self.now;
-                self.nodes[dst].engine.handle_datagram(from, &bytes, now);
+                if self.placed {
+                    deliver_split(&mut self.nodes[dst].engine, from, &bytes, now);
+                } else {
+                    self.nodes[dst].engine.handle_datagram(from, &bytes, now);
+                }
             }
         }
         for n in &mut self.nodes {
@@ -272,6 +293,51 @@ impl Sim {
                 return;
             }
         }
+    }
+}
+
+/// What the endpoint's `recv_split` does with a datagram: with a guess
+/// outstanding, the bytes after the header land in the guessed region
+/// whatever the datagram turns out to be.
+fn deliver_split(e: &mut Engine, from: SocketAddr, bytes: &[u8], now: u64) {
+    let Some((p, region)) = e.rdata_placement() else {
+        e.handle_datagram(from, bytes, now);
+        return;
+    };
+    let h = Placement::HEAD_LEN.min(bytes.len());
+    let len = bytes.len() - h;
+    let r = len.min(region.len());
+    region[..r].copy_from_slice(&bytes[h..h + r]);
+    if p.matches(&bytes[..h], len).is_some() {
+        e.handle_datagram_placed(from, &bytes[..h], &p, len, now);
+    } else {
+        e.placement_missed();
+        e.handle_datagram(from, bytes, now);
+    }
+}
+
+/// A sink that is a plain buffer (so it offers regions) and hands its
+/// contents to `out` when the engine lets go of it.
+pub struct BufSink {
+    pub buf: Vec<u8>,
+    pub out: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl RecvSink for BufSink {
+    fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        self.buf.write_at(offset, src)
+    }
+    fn region(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        self.buf.region(offset, len)
+    }
+}
+
+impl Drop for BufSink {
+    fn drop(&mut self) {
+        *self.out.lock().unwrap() = Some(std::mem::take(&mut self.buf));
     }
 }
 

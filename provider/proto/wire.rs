@@ -304,11 +304,16 @@ pub fn encode_credit(b: &mut [u8], conn: u64, granted: u32, returned: u32, byte:
 /// Writes segment header and frame body; returns where the payload starts.
 /// The caller copies the payload there and sends `start + payload len` bytes.
 pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
-    put_preamble(b, head.kind());
-    put_u64(b, 4, conn);
-    put_u32(b, 12, ack);
-    put_u64(b, 16, sack);
-    put_u32(b, 24, seq);
+    // One bounds check for the fixed header instead of one per field: this
+    // runs for every segment of bulk data.
+    let h: &mut [u8; SEG_HDR_LEN] = (&mut b[..SEG_HDR_LEN]).try_into().expect("slice of SEG_HDR_LEN");
+    h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+    h[2] = VERSION;
+    h[3] = head.kind();
+    h[4..12].copy_from_slice(&conn.to_le_bytes());
+    h[12..16].copy_from_slice(&ack.to_le_bytes());
+    h[16..24].copy_from_slice(&sack.to_le_bytes());
+    h[24..28].copy_from_slice(&seq.to_le_bytes());
     head.write_body(&mut b[SEG_HDR_LEN..]);
     SEG_HDR_LEN + head.body_len()
 }
@@ -479,6 +484,35 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
         }
         _ => Err(DecodeError::BadKind),
     }
+}
+
+/// Bytes of an RDATA segment before its payload.
+pub const RDATA_HEAD_LEN: usize = SEG_HDR_LEN + RDATA_BODY_LEN;
+
+/// The fields of an RDATA segment header received apart from its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RDataHead {
+    pub conn: u64,
+    pub ack: u32,
+    pub sack: u64,
+    pub seq: u32,
+    pub rid: u64,
+    pub offset: u64,
+}
+
+/// Decodes `b` as the header of an RDATA segment, or None if it is not one.
+pub fn decode_rdata_head(b: &[u8]) -> Option<RDataHead> {
+    if b.len() != RDATA_HEAD_LEN || b[0..2] != MAGIC.to_le_bytes() || b[2] != VERSION || b[3] != kind::RDATA {
+        return None;
+    }
+    Some(RDataHead {
+        conn: get_u64(b, 4),
+        ack: get_u32(b, 12),
+        sack: get_u64(b, 16),
+        seq: get_u32(b, 24),
+        rid: get_u64(b, SEG_HDR_LEN),
+        offset: get_u64(b, SEG_HDR_LEN + 8),
+    })
 }
 
 #[cfg(test)]

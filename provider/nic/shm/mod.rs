@@ -945,7 +945,7 @@ impl ShmWire {
     /// for ring space (a consumer freeing slots rings no bell), at the next
     /// liveness check while operations wait on peers.
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
-        if self.queued > 0 || self.pushing > 0 {
+        if self.queued > 0 || self.pushing > 0 || !self.bells.is_empty() {
             Some(now + 50_000)
         } else if self.busy() {
             Some(self.last_check + CHECK_EVERY_NS)
