@@ -254,9 +254,11 @@ impl CreditBank {
 }
 
 impl Lender {
-    /// The grant `granted` went out to the peer.
+    /// The grant `granted` went out to the peer: its request is answered
+    /// (if it is still stalled, it asks again).
     pub fn announced(&mut self, granted: u32) {
         self.announced = granted;
+        self.peer_stalled = false;
     }
     /// Whether the peer should hear from us: it is stalled, or a good part
     /// of its loan came free since we last said so.
@@ -284,6 +286,10 @@ pub struct Borrower {
     /// Credits wanted by the message at the head of the queue, if stalled.
     want: u32,
     min_loan: u32,
+    /// What the last stall asked for: each stall asks twice as much (a
+    /// busy stream's loan grows like a congestion window, not by one
+    /// message per round trip).
+    ask: u32,
 }
 
 impl Borrower {
@@ -313,6 +319,10 @@ impl Borrower {
             self.want = 0;
             true
         } else {
+            if self.want == 0 {
+                let need = cost - self.available();
+                self.ask = need.max(self.ask.saturating_mul(2)).min(1 << 15);
+            }
             self.want = self.want.max(cost);
             false
         }
@@ -336,7 +346,7 @@ impl Borrower {
     /// stalled request.
     pub fn header(&self) -> (u32, u8) {
         let byte = if self.want > 0 {
-            let need = self.want.saturating_sub(self.available()).max(1);
+            let need = self.want.saturating_sub(self.available()).max(self.ask).max(1);
             let log = (32 - (need - 1).leading_zeros()).min(15) as u8;
             STALLED | log
         } else {
