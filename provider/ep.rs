@@ -60,7 +60,9 @@ impl std::hash::Hasher for IdHasher {
 type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// A list of application buffers, as (address, length).
-type Iov = Vec<(usize, usize)>;
+/// Buffer list of one operation: inline up to two entries, so the usual
+/// single-buffer send or receive allocates nothing.
+type Iov = smallvec::SmallVec<[(usize, usize); 2]>;
 
 fn iov_len(iov: &[(usize, usize)]) -> usize {
     iov.iter().map(|v| v.1).sum()
@@ -236,7 +238,7 @@ impl MultiBuf {
         let slice = Posted {
             ctx: self.ctx,
             tag: 0,
-            iov: vec![(self.base + off, n)],
+            iov: smallvec::smallvec![(self.base + off, n)],
             flags: self.flags,
             multi: Some(id),
         };
@@ -1926,7 +1928,7 @@ unsafe extern "C" fn rx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_rx_attr, _: *mut 
 
 unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if count == 0 {
-        return Some(Vec::new());
+        return Some(Iov::new());
     }
     if iov.is_null() {
         return None;
@@ -1941,9 +1943,9 @@ unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
 
 fn one(buf: *const c_void, len: usize) -> Iov {
     if len == 0 {
-        Vec::new()
+        Iov::new()
     } else {
-        vec![(buf as usize, len)]
+        smallvec::smallvec![(buf as usize, len)]
     }
 }
 

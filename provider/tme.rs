@@ -369,15 +369,26 @@ struct MaskSet {
     pos: HashMap<u64, usize>,
 }
 
+/// Exact tags (mask 0) are nearly every receive: their count lives in
+/// `masks[0]` for good, so posting and matching one touch no map.
 impl MaskSet {
     fn new() -> Self {
         MaskSet {
-            masks: Vec::new(),
+            masks: vec![(0, 0)],
             pos: HashMap::default(),
         }
     }
 
+    /// The masks in use.
+    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.masks.iter().filter(|m| m.1 > 0).map(|m| m.0)
+    }
+
     fn add(&mut self, mask: u64) {
+        if mask == 0 {
+            self.masks[0].1 += 1;
+            return;
+        }
         match self.pos.get(&mask) {
             Some(&i) => self.masks[i].1 += 1,
             None => {
@@ -388,6 +399,11 @@ impl MaskSet {
     }
 
     fn remove(&mut self, mask: u64) {
+        if mask == 0 {
+            self.masks[0].1 -= 1;
+            return;
+        }
+        // i >= 1: the swap below never moves the exact-tag entry.
         let i = self.pos[&mask];
         self.masks[i].1 -= 1;
         if self.masks[i].1 == 0 {
@@ -400,7 +416,8 @@ impl MaskSet {
     }
 
     fn clear(&mut self) {
-        self.masks.clear();
+        self.masks.truncate(1);
+        self.masks[0].1 = 0;
         self.pos.clear();
     }
 }
@@ -414,6 +431,10 @@ struct PostedQ<R> {
     /// Posted receives with a source filter: without any, a message looks
     /// up one bucket per mask instead of two.
     directed: usize,
+    /// Buckets left empty in the map: a ping-pong posts and matches the
+    /// same tag over and over, and keeping its bucket spares a map insert
+    /// and remove per message; they are swept once they are many.
+    empty_buckets: usize,
 }
 
 impl<R> PostedQ<R> {
@@ -425,6 +446,7 @@ impl<R> PostedQ<R> {
             masks: MaskSet::new(),
             next_seq: 0,
             directed: 0,
+            empty_buckets: 0,
         }
     }
 
@@ -438,7 +460,15 @@ impl<R> PostedQ<R> {
             recv,
         });
         self.slab.push_back(&mut self.order, idx, P_ORDER);
-        self.slab.push_to(&mut self.buckets, bucket_key(&spec), idx, P_BUCKET);
+        let ends = match self.buckets.entry(bucket_key(&spec)) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let e = o.into_mut();
+                self.empty_buckets -= e.is_empty() as usize;
+                e
+            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Ends::EMPTY),
+        };
+        self.slab.push_back(ends, idx, P_BUCKET);
         self.masks.add(spec.ignore);
         self.directed += spec.src.is_some() as usize;
         RecvKey { idx, gen }
@@ -447,9 +477,9 @@ impl<R> PostedQ<R> {
     fn find(&self, src: SrcAddr, tag: u64) -> Option<u32> {
         let mut best: Option<(u64, u32)> = None;
         let filters: &[Option<SrcAddr>] = if self.directed > 0 { &[Some(src), None] } else { &[None] };
-        for &(mask, _) in &self.masks.masks {
+        for mask in self.masks.iter() {
             for &filter in filters {
-                if let Some(ends) = self.buckets.get(&(mask, tag & !mask, filter)) {
+                if let Some(ends) = self.buckets.get(&(mask, tag & !mask, filter)).filter(|e| !e.is_empty()) {
                     let seq = self.slab.get(ends.head).seq;
                     if best.is_none_or(|(s, _)| seq < s) {
                         best = Some((seq, ends.head));
@@ -463,8 +493,18 @@ impl<R> PostedQ<R> {
     fn remove(&mut self, idx: u32) -> PEntry<R> {
         let spec = self.slab.get(idx).spec;
         self.slab.unlink(&mut self.order, idx, P_ORDER);
-        self.slab
-            .unlink_from(&mut self.buckets, &bucket_key(&spec), idx, P_BUCKET);
+        let ends = self
+            .buckets
+            .get_mut(&bucket_key(&spec))
+            .expect("tme: posted entry without a bucket");
+        self.slab.unlink(ends, idx, P_BUCKET);
+        if ends.is_empty() {
+            self.empty_buckets += 1;
+            if self.empty_buckets > 64 && self.empty_buckets * 2 > self.buckets.len() {
+                self.buckets.retain(|_, e| !e.is_empty());
+                self.empty_buckets = 0;
+            }
+        }
         self.masks.remove(spec.ignore);
         self.directed -= spec.src.is_some() as usize;
         self.slab.remove(idx)
@@ -479,6 +519,7 @@ impl<R> PostedQ<R> {
         self.buckets = HashMap::default();
         self.masks.clear();
         self.directed = 0;
+        self.empty_buckets = 0;
         out
     }
 }
@@ -1114,8 +1155,24 @@ mod tests {
         assert_eq!(arrive(&mut t, 3, 1), None);
         assert!(t.is_empty());
         // A wildcard mask disappears with its last entry.
-        assert!(t.posted.masks.masks.is_empty());
-        assert!(t.posted.buckets.is_empty());
+        assert!(t.posted.masks.iter().next().is_none());
+        assert!(t.posted.buckets.values().all(|e| e.is_empty()));
+    }
+
+    #[test]
+    fn emptied_buckets_are_swept() {
+        let mut t = T::new();
+        for tag in 0..10_000u64 {
+            posted_key(t.post(MatchSpec::exact(tag, None), 1));
+            assert_eq!(arrive(&mut t, 3, tag), Some(1));
+        }
+        assert!(t.posted.buckets.len() < 200, "{} buckets kept", t.posted.buckets.len());
+        // The same tag over and over keeps its (empty) bucket.
+        for _ in 0..1000 {
+            posted_key(t.post(MatchSpec::exact(7, None), 2));
+            assert_eq!(arrive(&mut t, 3, 7), Some(2));
+        }
+        assert!(t.is_empty());
     }
 
     #[test]
