@@ -1206,6 +1206,42 @@ fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key
     }
 }
 
+/// The VC a post-handshake datagram (ACK, CREDIT, segment) belongs to:
+/// from a peer we have a VC with, carrying our connection id for it, after
+/// the handshake. Anything else is counted and dropped.
+fn live_vc<'a>(
+    vcs: &'a mut Map<SocketAddr, Vc>,
+    sh: &mut Shared,
+    from: SocketAddr,
+    conn: u64,
+    now: u64,
+) -> Option<&'a mut Vc> {
+    let Some(vc) = vcs.get_mut(&from) else {
+        sh.stats.dropped_unknown_peer += 1;
+        return None;
+    };
+    if conn != vc.local_nonce {
+        sh.stats.dropped_stale += 1;
+        return None;
+    }
+    if !vc.established() {
+        sh.stats.dropped_early += 1;
+        return None;
+    }
+    vc.last_heard = now;
+    Some(vc)
+}
+
+/// The bank asked peers to give credits back: tell them.
+fn ask_give_backs(vcs: &mut Map<SocketAddr, Vc>, ready: &mut VecDeque<SocketAddr>) {
+    for v in vcs.values_mut() {
+        if v.lender.asked_to_give_back() {
+            v.credit_due = true;
+            mark_ready(ready, v);
+        }
+    }
+}
+
 /// Sending side: takes the credits a new message of `len` bytes costs, or
 /// stalls the VC (a CREDIT datagram asks the peer for more).
 fn spend_credits(sh: &mut Shared, b: &mut Borrower, len: usize, due: &mut bool) -> bool {
@@ -1504,19 +1540,9 @@ impl Engine {
             }
             Packet::Ack { conn, ack, sack } => {
                 let sh = &mut self.sh;
-                let Some(vc) = self.vcs.get_mut(&from) else {
-                    sh.stats.dropped_unknown_peer += 1;
+                let Some(vc) = live_vc(&mut self.vcs, sh, from, conn, now) else {
                     return;
                 };
-                if conn != vc.local_nonce {
-                    sh.stats.dropped_stale += 1;
-                    return;
-                }
-                if !vc.established() {
-                    sh.stats.dropped_early += 1;
-                    return;
-                }
-                vc.last_heard = now;
                 vc.on_ack(sh, ack, sack, now);
                 if vc.may_transmit(now) {
                     mark_ready(&mut self.ready, vc);
@@ -1529,19 +1555,9 @@ impl Engine {
                 byte,
             } => {
                 let sh = &mut self.sh;
-                let Some(vc) = self.vcs.get_mut(&from) else {
-                    sh.stats.dropped_unknown_peer += 1;
+                let Some(vc) = live_vc(&mut self.vcs, sh, from, conn, now) else {
                     return;
                 };
-                if conn != vc.local_nonce {
-                    sh.stats.dropped_stale += 1;
-                    return;
-                }
-                if !vc.established() {
-                    sh.stats.dropped_early += 1;
-                    return;
-                }
-                vc.last_heard = now;
                 let was = vc.borrower.available();
                 vc.borrower.on_header(granted, byte);
                 if let Some(bank) = &mut sh.bank {
@@ -1551,12 +1567,8 @@ impl Engine {
                     // so it asks again; meanwhile quiet peers are asked).
                     if byte & STALLED != 0 || vc.lender.wants_news() {
                         vc.credit_due = true;
-                        bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender));
-                        for v in self.vcs.values_mut() {
-                            if v.lender.asked_to_give_back() {
-                                v.credit_due = true;
-                                mark_ready(&mut self.ready, v);
-                            }
+                        if bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender)) {
+                            ask_give_backs(&mut self.vcs, &mut self.ready);
                         }
                     }
                 }
@@ -1592,19 +1604,9 @@ impl Engine {
         now: u64,
     ) {
         let sh = &mut self.sh;
-        let Some(vc) = self.vcs.get_mut(&from) else {
-            sh.stats.dropped_unknown_peer += 1;
+        let Some(vc) = live_vc(&mut self.vcs, sh, from, conn, now) else {
             return;
         };
-        if conn != vc.local_nonce {
-            sh.stats.dropped_stale += 1;
-            return;
-        }
-        if !vc.established() {
-            sh.stats.dropped_early += 1;
-            return;
-        }
-        vc.last_heard = now;
         vc.on_ack(sh, ack, sack, now);
         vc.on_seg(sh, seq, frame, kind, body, now);
         // Not for a delayed ACK alone: its timer marks the VC when it is due,
@@ -1816,12 +1818,7 @@ impl Engine {
         let mut failing = std::mem::take(&mut self.failing);
         if let Some(bank) = &mut self.sh.bank {
             if bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender)) {
-                for v in self.vcs.values_mut() {
-                    if v.lender.asked_to_give_back() {
-                        v.credit_due = true;
-                        mark_ready(&mut self.ready, v);
-                    }
-                }
+                ask_give_backs(&mut self.vcs, &mut self.ready);
             }
         }
         let rto = self.sh.cfg.rto_min_ns;
