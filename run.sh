@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build gnix, show that libfabric loads it, and move data
-# between two processes over it, with latency and bandwidth printed next to
-# libfabric's tcp;ofi_rxm (same client, same run).
+# between two processes over it — on the shm wire (the default between local
+# processes) and on the udp wire — with latency and bandwidth printed next to
+# libfabric's shm and tcp;ofi_rxm (same client, same run).
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/deps.sh
@@ -13,5 +14,5 @@ export FI_PROVIDER_PATH=$PWD/$dir
 echo "== fi_info -p gnix"
 fi_info -p gnix
 echo
-echo "== two processes over gnix (udp wire), next to tcp;ofi_rxm"
-exec python3 bench/run --quick --providers gnix-udp,tcp --sizes 8,1k,64k,1m "$@"
+echo "== two processes over gnix (shm and udp wires), next to shm and tcp;ofi_rxm"
+exec python3 bench/run --quick --no-mpi --providers gnix,shm,gnix-udp,tcp --sizes 8,1k,64k,1m "$@"
