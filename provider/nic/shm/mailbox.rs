@@ -14,7 +14,7 @@
 //!         32 claims u64 (bumped by every claim)    64 sleeping u32
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
-//!         8 sender address (family u16, port u16, ip 16 B)
+//!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
 //!         128 slots[depth], slot_size bytes each
 //! slot    0 seq u64  8 kind u8  12 len u32  16 32 bytes of kind fields
 //!         48 payload (len bytes)
@@ -25,6 +25,8 @@
 //! is `p`, published when it is `p + 1`; the consumer hands it back by
 //! storing `p + depth`. The producer keeps its position privately and the
 //! consumer its own, so the only shared words are the slots themselves.
+//! On the first lap of a claimed ring every slot is free by construction
+//! (zeros never read as published), so claiming touches no slot pages.
 //!
 //! A peer is trusted with nothing: every field read from a slot is checked
 //! against the mapping's geometry before use, and the geometry itself is
@@ -435,9 +437,15 @@ impl Outbox {
             return Ok(None);
         };
         let roff = geo.ring_off(ring);
-        for i in 0..geo.depth {
-            map.u64_at(roff + RING_HDR + i * geo.slot_size)
-                .store(i as u64, Ordering::Relaxed);
+        // A ring never used is all zeros: no slot reads as published, and
+        // the first lap needs no "free" marks (see `slot`), so its pages
+        // are not touched (faulted in) before they carry messages. A ring
+        // an earlier producer used is reset.
+        if map.u32_at(roff + 28).swap(1, Ordering::Relaxed) != 0 {
+            for i in 0..geo.depth {
+                map.u64_at(roff + RING_HDR + i * geo.slot_size)
+                    .store(i as u64, Ordering::Relaxed);
+            }
         }
         map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
         map.write(roff + 8, &encode_addr(me));
@@ -460,7 +468,8 @@ impl Outbox {
     pub fn slot(&mut self) -> Option<SlotWriter<'_>> {
         let idx = (self.tail % self.geo.depth as u64) as usize;
         let off = self.geo.ring_off(self.ring) + RING_HDR + idx * self.geo.slot_size;
-        if self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
+        // First lap: every slot is free (fresh or reset ring, see connect).
+        if self.tail >= self.geo.depth as u64 && self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
             return None;
         }
         Some(SlotWriter { out: self, off })
