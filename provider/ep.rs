@@ -1102,7 +1102,7 @@ impl Progress for Ep {
         let Ok(mut st) = self.state.try_lock() else { return true };
         // Whatever woke us may be a doorbell: read the socket next pass.
         st.udp_next = 0;
-        st.shm.as_mut().map_or(true, ShmWire::arm)
+        st.shm.as_mut().is_none_or(ShmWire::arm)
     }
 }
 

@@ -209,13 +209,13 @@ impl Mapping {
 
     /// An aligned word inside the mapping.
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.len && off % 4 == 0);
+        assert!(off + 4 <= self.len && off.is_multiple_of(4));
         // SAFETY: in bounds and aligned (checked above); the mapping lives
         // as long as `self`; AtomicU32 has the layout of u32.
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: as u32_at.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
@@ -405,7 +405,7 @@ impl Outbox {
         };
         let sane = (1..=MAX_RINGS).contains(&geo.nrings)
             && (2..=1 << 16).contains(&geo.depth)
-            && geo.slot_size % 64 == 0
+            && geo.slot_size.is_multiple_of(64)
             && (SLOT_HDR + 64..=(1 << 20)).contains(&geo.slot_size)
             && geo.file_len() == flen;
         let owner_pid = word(24) as u32;
