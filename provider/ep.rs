@@ -167,6 +167,37 @@ impl RecvSink for IovSink {
     }
 }
 
+/// A small send's own copy of its payload, in one allocation with its box
+/// (a `Vec` would be a second one on every inject).
+struct SmallCopy {
+    len: usize,
+    buf: [u8; SmallCopy::CAP],
+}
+
+impl SmallCopy {
+    const CAP: usize = 64;
+    fn of(src: &IovSource) -> SmallCopy {
+        let mut c = SmallCopy {
+            len: src.len,
+            buf: [0; SmallCopy::CAP],
+        };
+        src.read_at(0, &mut c.buf[..src.len]);
+        c
+    }
+}
+
+impl SendSource for SmallCopy {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.buf[offset..offset + dst.len()]);
+    }
+    fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.buf[..self.len].get(offset..offset + len)
+    }
+}
+
 /// A posted receive (the receive half of a FabReq).
 struct Posted {
     ctx: usize,
@@ -1255,7 +1286,9 @@ impl Ep {
         // The engine reads the payload at transmission time, and again for
         // a retransmission; only a send whose buffer is the application's
         // again before it is acknowledged needs a copy.
-        let src: Box<dyn SendSource> = if inject_complete {
+        let src: Box<dyn SendSource> = if inject_complete && len <= SmallCopy::CAP {
+            Box::new(SmallCopy::of(&IovSource { iov: a.iov, len }))
+        } else if inject_complete {
             let mut v = vec![0u8; len];
             IovSource { iov: a.iov, len }.read_at(0, &mut v);
             Box::new(v)
