@@ -2345,7 +2345,7 @@ fn ring_bells(st: &mut EpState) {
     let Some(w) = shm.as_mut().filter(|w| !w.bells.is_empty()) else {
         return;
     };
-    let mut stats = w.stats;
+    let stats = &mut w.stats;
     w.bells.retain(|&a| match wire.send_one(shm::DOORBELL, a) {
         Ok(()) => {
             stats.doorbells += 1;
@@ -2357,5 +2357,4 @@ fn ring_bells(st: &mut EpState) {
             false
         }
     });
-    w.stats = stats;
 }

@@ -75,8 +75,7 @@ pub struct Lender {
     held: u32,
     /// Cumulative credits the peer has given back (from its headers).
     returned: u32,
-    /// Cumulative credits the peer has spent, as we count arrivals.
-    spent: u32,
+    /// Credits spent by the peer this epoch (halved at each epoch end).
     usage: u32,
     /// Asked to give back (GIVE_BACK, GIVE_ALL bits), until it does.
     give_back: u8,
@@ -197,7 +196,6 @@ impl CreditBank {
             return Admit::OverLoan;
         }
         l.held += cost;
-        l.spent = l.spent.wrapping_add(cost);
         l.usage = l.usage.saturating_add(cost);
         Admit::Ok
     }

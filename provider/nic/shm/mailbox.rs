@@ -785,29 +785,59 @@ impl Drop for Mailbox {
     }
 }
 
+/// A piece of memory, (address, length), in this process or another.
+pub type Range = (u64, u64);
+
+/// The pieces covering bytes `off..off + n` of the concatenation of `v`.
+pub fn sub_ranges(v: &[Range], mut off: u64, mut n: u64) -> Vec<Range> {
+    let mut out = Vec::new();
+    for &(a, l) in v {
+        if n == 0 {
+            break;
+        }
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let take = (l - off).min(n);
+        out.push((a + off, take));
+        n -= take;
+        off = 0;
+    }
+    out
+}
+
 /// Reads `remote` ranges of process `pid` into `local` ranges of ours
 /// (cross-memory attach), as far as both go. Returns the bytes read.
-pub fn cma_read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io::Result<usize> {
+pub fn cma_read(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
     cma(pid, local, remote, false)
 }
 
 /// Writes `local` ranges of ours into `remote` ranges of process `pid`.
-pub fn cma_write(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> io::Result<usize> {
+pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
     cma(pid, local, remote, true)
 }
 
-fn cma(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)], write: bool) -> io::Result<usize> {
-    let want = local
-        .iter()
-        .map(|l| l.1)
-        .sum::<usize>()
-        .min(remote.iter().fold(0usize, |a, r| a.saturating_add(r.1 as usize)));
-    let mut done = 0;
+/// iovecs of at most this many pieces per syscall (far below IOV_MAX).
+const IOV_BATCH: usize = 64;
+
+fn iovecs(v: &[Range], skip: u64, max: u64) -> Vec<libc::iovec> {
+    sub_ranges(v, skip, max)
+        .into_iter()
+        .take(IOV_BATCH)
+        .map(|(a, l)| libc::iovec {
+            iov_base: a as usize as *mut libc::c_void,
+            iov_len: l as usize,
+        })
+        .collect()
+}
+
+fn cma(pid: u32, local: &[Range], remote: &[Range], write: bool) -> io::Result<usize> {
+    let sum = |v: &[Range]| v.iter().fold(0u64, |a, r| a.saturating_add(r.1));
+    let want = sum(local).min(sum(remote));
+    let mut done = 0u64;
     while done < want {
-        let (liov, riov) = (
-            iov_from(local, done, want - done),
-            iov_from_u64(remote, done, want - done),
-        );
+        let (liov, riov) = (iovecs(local, done, want - done), iovecs(remote, done, want - done));
         // SAFETY: `liov` describes buffers of this process that the caller
         // owns (posted receive buffers to read into, or a send's source to
         // write from); `riov` is memory of the other process, which the
@@ -833,41 +863,9 @@ fn cma(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)], write: bool) -
         if n == 0 {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
-        done += n as usize;
+        done += n as u64;
     }
-    Ok(done)
-}
-
-const IOV_BATCH: usize = 64;
-
-fn iov_from(v: &[(usize, usize)], skip: usize, max: usize) -> Vec<libc::iovec> {
-    ranges(v.iter().map(|&(a, l)| (a as u64, l as u64)), skip, max)
-}
-fn iov_from_u64(v: &[(u64, u64)], skip: usize, max: usize) -> Vec<libc::iovec> {
-    ranges(v.iter().copied(), skip, max)
-}
-fn ranges(v: impl Iterator<Item = (u64, u64)>, mut skip: usize, mut max: usize) -> Vec<libc::iovec> {
-    let mut out = Vec::new();
-    for (a, l) in v {
-        let l = l as usize;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let n = (l - skip).min(max);
-        if n > 0 {
-            out.push(libc::iovec {
-                iov_base: (a as usize + skip) as *mut libc::c_void,
-                iov_len: n,
-            });
-        }
-        skip = 0;
-        max -= n;
-        if max == 0 || out.len() == IOV_BATCH {
-            break;
-        }
-    }
-    out
+    Ok(done as usize)
 }
 
 #[cfg(test)]
@@ -961,7 +959,10 @@ mod tests {
         let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         let mut a = vec![0u8; 3000];
         let mut b = vec![0u8; 7000];
-        let local = [(a.as_mut_ptr() as usize, a.len()), (b.as_mut_ptr() as usize, b.len())];
+        let local = [
+            (a.as_mut_ptr() as u64, a.len() as u64),
+            (b.as_mut_ptr() as u64, b.len() as u64),
+        ];
         let remote = [(src.as_ptr() as u64, 4000u64), (src.as_ptr() as u64 + 4000, 6000)];
         assert_eq!(cma_read(std::process::id(), &local, &remote).unwrap(), 10_000);
         assert_eq!(&a[..], &src[..3000]);

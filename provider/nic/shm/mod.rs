@@ -27,7 +27,7 @@ pub mod mailbox;
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::hash::KeyedState;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
-use mailbox::{kind, InSlot, Liveness, Mailbox, Outbox};
+use mailbox::{kind, sub_ranges, InSlot, Liveness, Mailbox, Outbox, Range};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
@@ -73,7 +73,7 @@ pub struct ShmRts {
     pub pid: u32,
     pub key: u64,
     pub hdr: MsgHdr,
-    pub iov: Vec<(u64, u64)>,
+    pub iov: Vec<Range>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ struct TxRndv {
     peer: usize,
     src: Box<dyn SendSource>,
     /// Where `src`'s bytes are in our memory (what the RTS advertised).
-    addrs: Vec<(u64, u64)>,
+    addrs: Vec<Range>,
     /// Pushing: the receiver's rid and the next offset to push.
     push: Option<(u64, usize)>,
 }
@@ -129,8 +129,8 @@ struct RxSplit {
     pid: u32,
     at: usize,
     total: usize,
-    local: Vec<(usize, usize)>,
-    remote: Vec<(u64, u64)>,
+    local: Vec<Range>,
+    remote: Vec<Range>,
 }
 
 /// A receive the sender pushes into (no cross-memory attach).
@@ -190,14 +190,14 @@ fn cma_refused(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES | libc::ENOSYS))
 }
 
-fn encode_iov(iov: &[(u64, u64)], dst: &mut [u8]) {
+fn encode_iov(iov: &[Range], dst: &mut [u8]) {
     for (c, &(a, l)) in dst.chunks_mut(16).zip(iov) {
         c[0..8].copy_from_slice(&a.to_le_bytes());
         c[8..16].copy_from_slice(&l.to_le_bytes());
     }
 }
 
-fn decode_iov(p: &[u8]) -> Vec<(u64, u64)> {
+fn decode_iov(p: &[u8]) -> Vec<Range> {
     p.chunks_exact(16)
         .map(|c| {
             (
@@ -206,25 +206,6 @@ fn decode_iov(p: &[u8]) -> Vec<(u64, u64)> {
             )
         })
         .collect()
-}
-
-/// The ranges covering bytes `off..off + n` of the concatenation of `v`.
-fn sub_ranges(v: &[(u64, u64)], mut off: u64, mut n: u64) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for &(a, l) in v {
-        if n == 0 {
-            break;
-        }
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let take = (l - off).min(n);
-        out.push((a + off, take));
-        n -= take;
-        off = 0;
-    }
-    out
 }
 
 fn put(f: &mut [u8; 32], at: usize, v: u64) {
@@ -389,7 +370,7 @@ impl ShmWire {
         ix: usize,
         hdr: &MsgHdr,
         src: Box<dyn SendSource>,
-        remote: &[(u64, u64)],
+        remote: &[Range],
     ) -> Result<u64, i32> {
         let need = remote.len() * 16;
         if need > self.eager_max() {
@@ -424,7 +405,7 @@ impl ShmWire {
         self.control_iov(to, kind, a, b, 0, &[]);
     }
 
-    fn control_iov(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64, c: u64, iov: &[(u64, u64)]) {
+    fn control_iov(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64, c: u64, iov: &[Range]) {
         let Some(ix) = self.route(to) else {
             crate::warn!(
                 crate::ffi::FI_LOG_EP_DATA,
@@ -632,7 +613,8 @@ impl ShmWire {
 
     /// A matched RTS: pull its data into `local` (the posted buffers).
     pub fn pull(&mut self, rts: &ShmRts, local: &[(usize, usize)], sink: Box<dyn RecvSink>) -> Pull {
-        let cap: usize = local.iter().map(|l| l.1).sum();
+        let local: Vec<Range> = local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
+        let cap = local.iter().map(|l| l.1 as usize).sum::<usize>();
         if cap == 0 || rts.hdr.len == 0 {
             self.control(rts.peer, kind::FIN, rts.key, 0);
             return Pull::Done(0);
@@ -640,11 +622,11 @@ impl ShmWire {
         if self.cfg.cma && !self.no_cma.contains_key(&rts.peer) {
             let total = cap.min(rts.hdr.len as usize);
             if total >= SPLIT_MIN {
-                if let Some(p) = self.pull_split(rts, local, total) {
+                if let Some(p) = self.pull_split(rts, &local, total) {
                     return p;
                 }
             }
-            match mailbox::cma_read(rts.pid, local, &rts.iov) {
+            match mailbox::cma_read(rts.pid, &local, &rts.iov) {
                 Ok(n) => {
                     self.stats.pulled += 1;
                     self.control(rts.peer, kind::FIN, rts.key, 0);
@@ -689,21 +671,16 @@ impl ShmWire {
     /// second half into our buffers (CTW) and pull the first half
     /// meanwhile. `None`: not possible here (too many buffer pieces for
     /// one slot); pull it all.
-    fn pull_split(&mut self, rts: &ShmRts, local: &[(usize, usize)], total: usize) -> Option<Pull> {
+    fn pull_split(&mut self, rts: &ShmRts, local: &[Range], total: usize) -> Option<Pull> {
         let at = (total / 2) & !4095;
-        let local64: Vec<(u64, u64)> = local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
-        let theirs = sub_ranges(&local64, at as u64, (total - at) as u64);
+        let theirs = sub_ranges(local, at as u64, (total - at) as u64);
         if theirs.len() * 16 > self.eager_max() {
             return None;
         }
         let rid = self.next_id;
         self.next_id += 1;
         self.control_iov(rts.peer, kind::CTW, rts.key, rid, at as u64, &theirs);
-        let mine: Vec<(usize, usize)> = sub_ranges(&local64, 0, at as u64)
-            .into_iter()
-            .map(|(a, l)| (a as usize, l as usize))
-            .collect();
-        let head = sub_ranges(&rts.iov, 0, at as u64);
+        let (mine, head) = (sub_ranges(local, 0, at as u64), sub_ranges(&rts.iov, 0, at as u64));
         match mailbox::cma_read(rts.pid, &mine, &head) {
             Ok(_) => {
                 self.stats.pulled += 1;
@@ -736,7 +713,7 @@ impl ShmWire {
 
     /// The sender's half of a split receive: write it where the receiver
     /// said, then tell it.
-    fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, theirs: &[(u64, u64)]) {
+    fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, theirs: &[Range]) {
         if !self.tx_from(key, from) {
             return;
         }
@@ -746,11 +723,7 @@ impl ShmWire {
         let n = theirs.iter().fold(0u64, |a, x| a.saturating_add(x.1));
         let status = match at.checked_add(n) {
             Some(end) if end <= t.src.len() as u64 => {
-                let mine: Vec<(usize, usize)> = sub_ranges(&t.addrs, at, n)
-                    .into_iter()
-                    .map(|(a, l)| (a as usize, l as usize))
-                    .collect();
-                match mailbox::cma_write(pid, &mine, theirs) {
+                match mailbox::cma_write(pid, &sub_ranges(&t.addrs, at, n), theirs) {
                     Ok(w) if w as u64 == n => {
                         self.stats.pushed_cma += 1;
                         0
@@ -771,13 +744,11 @@ impl ShmWire {
         }
         let Some(sp) = self.split.remove(&rid) else { return };
         let ok = status == 0 || {
-            let local64: Vec<(u64, u64)> = sp.local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
             let n = (sp.total - sp.at) as u64;
-            let mine: Vec<(usize, usize)> = sub_ranges(&local64, sp.at as u64, n)
-                .into_iter()
-                .map(|(a, l)| (a as usize, l as usize))
-                .collect();
-            let tail = sub_ranges(&sp.remote, sp.at as u64, n);
+            let (mine, tail) = (
+                sub_ranges(&sp.local, sp.at as u64, n),
+                sub_ranges(&sp.remote, sp.at as u64, n),
+            );
             mailbox::cma_read(sp.pid, &mine, &tail).is_ok()
         };
         self.events.push_back(if ok {
