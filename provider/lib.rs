@@ -15,6 +15,7 @@ pub mod hash;
 pub mod params;
 pub mod progress;
 pub mod proto;
+pub mod rng;
 pub mod tme;
 
 pub mod av;

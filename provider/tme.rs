@@ -1232,22 +1232,10 @@ mod tests {
 
     // --- randomized model test ------------------------------------------------
 
-    /// splitmix64: tiny, seedable, good enough for test generation.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn pick<X: Copy>(&mut self, xs: &[X]) -> X {
-            xs[self.below(xs.len() as u64) as usize]
-        }
+    use crate::rng::SplitMix as Rng;
+
+    fn pick<X: Copy>(rng: &mut Rng, xs: &[X]) -> X {
+        xs[rng.below(xs.len() as u64) as usize]
     }
 
     /// Posted receive in the model: (id, remaining uses). Uses > 1 plays a
@@ -1291,7 +1279,7 @@ mod tests {
         const MASKS: [u64; 8] = [0, 0, 0, 0, 1, 0b110, !0, 0xffff_0000_0000_0000];
         let tag = rng.below(6) | if rng.below(4) == 0 { 1 << 60 } else { 0 };
         let src = if rng.below(2) == 0 { None } else { Some(rng.below(4)) };
-        MatchSpec::new(tag, rng.pick(&MASKS), src)
+        MatchSpec::new(tag, pick(rng, &MASKS), src)
     }
 
     fn random_arrival(rng: &mut Rng) -> (SrcAddr, u64) {

@@ -51,20 +51,9 @@ const RTO_BURST_BYTES: usize = 128 << 10;
 const PLACEMENT_MIN_SEG: usize = 16 << 10;
 
 use crate::hash::KeyedState;
+use crate::rng::SplitMix;
 
 type Map<K, V> = HashMap<K, V, KeyedState>;
-
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
 
 /// Engine state the VCs share; split from the VC map so a VC method can
 /// borrow both.
@@ -313,12 +302,12 @@ enum Tick {
 impl Vc {
     fn new(sh: &mut Shared, peer: SocketAddr, now: u64) -> Vc {
         let local_nonce = loop {
-            let n = sh.rng.next();
+            let n = sh.rng.next_u64();
             if n != 0 {
                 break n;
             }
         };
-        let snd_isn = sh.forced_isn.unwrap_or(sh.rng.next() as u32);
+        let snd_isn = sh.forced_isn.unwrap_or(sh.rng.next_u64() as u32);
         let first_seq = SEQ_BASE + snd_isn as u64;
         Vc {
             peer,
@@ -1287,7 +1276,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
         let mut rng = SplitMix(seed ^ 0x6E69_7867_5F70_726F);
-        let hasher = KeyedState(rng.next() | 1);
+        let hasher = KeyedState(rng.next_u64() | 1);
         let bank = cfg.credits.map(CreditBank::new);
         Engine {
             sh: Shared {

@@ -28,34 +28,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-    fn fill(&mut self, b: &mut [u8]) {
-        for c in b.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
+use crate::rng::SplitMix as Rng;
 
 fn budget(share_num: u32, share_den: u32) -> Duration {
     let secs: f64 = std::env::var("GNIX_FUZZ_SECS")
@@ -163,8 +136,8 @@ struct Pair {
 impl Pair {
     fn new(rng: &mut Rng) -> Pair {
         Pair {
-            a: Engine::new(config(), addr_a(), rng.next()),
-            b: Engine::new(config(), addr_b(), rng.next()),
+            a: Engine::new(config(), addr_a(), rng.next_u64()),
+            b: Engine::new(config(), addr_b(), rng.next_u64()),
             now: 1_000_000,
             buf: vec![0u8; 70_000],
             to_b: VecDeque::new(),
@@ -195,7 +168,7 @@ impl Pair {
         }
         for _ in 0..64 {
             let Some(d) = self.to_b.pop_front() else { break };
-            if rng.chance(loss) {
+            if rng.chance(loss as f64) {
                 continue;
             }
             match wire::decode(&d) {
@@ -206,14 +179,14 @@ impl Pair {
                 }
                 _ => {}
             }
-            if corpus.len() < 4096 && rng.chance(30) {
+            if corpus.len() < 4096 && rng.chance(30.0) {
                 corpus.push(d.clone());
             }
             self.b.handle_datagram(addr_a(), &d, self.now);
         }
         for _ in 0..64 {
             let Some(d) = self.to_a.pop_front() else { break };
-            if !rng.chance(loss) {
+            if !rng.chance(loss as f64) {
                 self.a.handle_datagram(addr_b(), &d, self.now);
             }
         }
@@ -300,34 +273,39 @@ fn hdr(tag: u64) -> MsgHdr {
 /// Datagrams of every kind from the encoders, with random fields.
 fn synthetic(rng: &mut Rng) -> Vec<u8> {
     let mut b = vec![0u8; 2048];
-    let conn = rng.next();
-    let (ack, sack, seq) = (rng.next() as u32, rng.next(), rng.next() as u32);
+    let conn = rng.next_u64();
+    let (ack, sack, seq) = (rng.next_u64() as u32, rng.next_u64(), rng.next_u64() as u32);
     let n = match rng.below(10) {
-        0 => wire::encode_conn_req(&mut b, rng.next() | 1, rng.next() as u32, 1 + rng.below(8192) as u32),
+        0 => wire::encode_conn_req(
+            &mut b,
+            rng.next_u64() | 1,
+            rng.next_u64() as u32,
+            1 + rng.below(8192) as u32,
+        ),
         1 => wire::encode_conn_resp(
             &mut b,
-            rng.next() | 1,
-            rng.next() | 1,
-            rng.next() as u32,
+            rng.next_u64() | 1,
+            rng.next_u64() | 1,
+            rng.next_u64() as u32,
             1 + rng.below(8192) as u32,
         ),
         2 => wire::encode_ack(&mut b, conn, ack, sack),
         k => {
             let head = match k {
                 3 => FrameHead::Msg {
-                    tag: rng.next(),
-                    data: rng.next(),
-                    flags: rng.next() as u32,
+                    tag: rng.next_u64(),
+                    data: rng.next_u64(),
+                    flags: rng.next_u64() as u32,
                     total: rng.below(100_000),
                 },
                 4 => FrameHead::MsgCont {
                     offset: rng.below(100_000),
                 },
                 5 => FrameHead::Rts {
-                    tag: rng.next(),
-                    data: rng.next(),
-                    flags: rng.next() as u32,
-                    total: rng.next() >> rng.below(64),
+                    tag: rng.next_u64(),
+                    data: rng.next_u64(),
+                    flags: rng.next_u64() as u32,
+                    total: rng.next_u64() >> rng.below(64),
                     key: rng.below(64),
                 },
                 6 => FrameHead::Get {
@@ -411,7 +389,7 @@ fn mutate(rng: &mut Rng, base: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
             9 if len >= 28 => {
                 // a segment field by position: ack (12), sack (16), seq (24)
                 let at = [12usize, 16, 24][rng.below(3) as usize];
-                let v = rng.next() as u32;
+                let v = rng.next_u64() as u32;
                 b[at..at + 4].copy_from_slice(&v.to_le_bytes());
             }
             10 => {
@@ -613,7 +591,7 @@ fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
     loop {
         let base = &corpus[rng.below(corpus.len() as u64) as usize];
         let d = mutate(rng, base, corpus);
-        let from = if rng.chance(70) { addr_a() } else { stranger(rng) };
+        let from = if rng.chance(70.0) { addr_a() } else { stranger(rng) };
         let ok = match wire::decode(&d) {
             Err(_) => true,
             Ok(Packet::ConnReq { .. }) | Ok(Packet::ConnResp { .. }) => false,
@@ -648,7 +626,7 @@ fn fuzz_engine_datagrams() {
             let mut steps = 0u64;
             loop {
                 // real traffic A -> B, lossy, plus junk
-                if (sent.len() as u64) < nmsgs && rng.chance(10) {
+                if (sent.len() as u64) < nmsgs && rng.chance(10.0) {
                     let tag = sent.len() as u64;
                     let v = payload(seed ^ round << 16 ^ tag, msg_len(&mut rng));
                     p.a.send(addr_b(), hdr(tag), Box::new(v.clone()), SendMode::Eager, p.now)
@@ -662,11 +640,11 @@ fn fuzz_engine_datagrams() {
                         let base = &corpus[rng.below(corpus.len() as u64) as usize];
                         let mut d = mutate(&mut rng, base, &corpus);
                         // aim at the live connection: its id, a nearby sequence number
-                        if d.len() >= 12 && d[3] >= wire::kind::ACK && rng.chance(70) {
+                        if d.len() >= 12 && d[3] >= wire::kind::ACK && rng.chance(70.0) {
                             if let Some(c) = p.b_conn {
                                 d[4..12].copy_from_slice(&c.to_le_bytes());
                             }
-                            if d.len() >= 28 && d[3] != wire::kind::ACK && rng.chance(50) {
+                            if d.len() >= 28 && d[3] != wire::kind::ACK && rng.chance(50.0) {
                                 let s = p.last_seq.wrapping_add(rng.below(64) as u32).wrapping_sub(16);
                                 d[24..28].copy_from_slice(&s.to_le_bytes());
                             }
