@@ -172,25 +172,46 @@ impl UdpWire {
     }
 
     fn recv_msg(&self, batch: &mut RecvBatch) -> io::Result<bool> {
-        let mut iov = libc::iovec {
+        let mut iov = [libc::iovec {
             iov_base: batch.bufs[0].as_mut_ptr() as *mut libc::c_void,
             iov_len: batch.bufs[0].len(),
+        }];
+        let Some((n, from, gso)) = self.recvmsg_slot0(batch, &mut iov)? else {
+            return Ok(false);
         };
+        let Some(from) = from else { return Ok(false) };
+        batch.gso[0] = gso;
+        batch.one = Some((n, from));
+        batch.filled = 1;
+        Ok(true)
+    }
+
+    /// One recvmsg into `iov` (buffers the caller holds exclusively), the
+    /// sender's address into the batch's first name slot and the GRO
+    /// segment size from its first control buffer. None when nothing is
+    /// queued; else the datagram's length, its sender (None if the address
+    /// is not one we read) and the GRO segment size (0: one datagram).
+    fn recvmsg_slot0(
+        &self,
+        batch: &mut RecvBatch,
+        iov: &mut [libc::iovec],
+    ) -> io::Result<Option<(usize, Option<SocketAddr>, usize)>> {
         // SAFETY: msghdr is plain data; zero is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_name = &mut batch.names[0] as *mut libc::sockaddr_storage as *mut libc::c_void;
         msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
         msg.msg_control = batch.ctrl[0].as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = CMSG_SPACE as _;
-        // SAFETY: the iovec, name and control buffer point into `batch`,
-        // which we borrow exclusively for the whole call.
+        // SAFETY: the iovecs describe writable buffers the caller holds
+        // exclusive borrows of for the whole call; the name and control
+        // buffer point at batch.names[0] and batch.ctrl[0], borrowed here.
         let r = unsafe { libc::recvmsg(self.fd(), &mut msg, libc::MSG_DONTWAIT) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(false)
+                Ok(None)
             } else {
                 Err(e)
             };
@@ -202,11 +223,7 @@ impl UdpWire {
                 msg.msg_namelen as usize,
             )
         };
-        let Some(from) = from else { return Ok(false) };
-        batch.gso[0] = gro_size(&msg);
-        batch.one = Some((r as usize, from));
-        batch.filled = 1;
-        Ok(true)
+        Ok(Some((r as usize, from, gro_size(&msg))))
     }
 
     fn recv_batch_n(&self, batch: &mut RecvBatch, n: usize) -> io::Result<usize> {
@@ -277,37 +294,11 @@ impl UdpWire {
                 iov_len: batch.bufs[1].len(),
             },
         ];
-        // SAFETY: msghdr is plain data; zero is a valid value.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_name = &mut batch.names[0] as *mut libc::sockaddr_storage as *mut libc::c_void;
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len() as _;
-        msg.msg_control = batch.ctrl[0].as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = CMSG_SPACE as _;
-        // SAFETY: the iovecs describe three distinct writable buffers we
-        // hold exclusive borrows of for the whole call (batch.head,
-        // region, batch.bufs[1]); the name and control buffer point at
-        // batch.names[0] and batch.ctrl[0].
-        let r = unsafe { libc::recvmsg(self.fd(), &mut msg, libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[0].
-        let from = unsafe {
-            crate::getinfo::sockaddr_to_std(
-                &batch.names[0] as *const libc::sockaddr_storage as *const u8,
-                msg.msg_namelen as usize,
-            )
+        let Some((n, from, gso)) = self.recvmsg_slot0(batch, &mut iov)? else {
+            return Ok(None);
         };
-        let n = r as usize;
         batch.split = (n, head_len, region.len());
-        batch.gso[0] = gro_size(&msg);
+        batch.gso[0] = gso;
         batch.filled = 0;
         Ok(from.map(|f| {
             batch.split_from = Some(f);
