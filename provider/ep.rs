@@ -411,7 +411,7 @@ fn seed() -> u64 {
 
 fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
     let p = crate::params::params();
-    let wire = UdpWire::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu).map_err(|e| {
+    let wire = UdpWire::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu, p.udp_connect).map_err(|e| {
         crate::warn!(FI_LOG_EP_CTRL, "cannot bind a UDP socket to {}: {}", addr, e);
         if e.kind() == std::io::ErrorKind::AddrInUse {
             -FI_EADDRINUSE
@@ -470,7 +470,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         return Err(-FI_EINVAL);
     }
     let st = new_state(dom, o.src)?;
-    let fd = st.wire.fd();
+    let fd = st.wire.wait_fd();
     let ep = Arc::new_cyclic(|me| Ep {
         domain: ParentRef::new(dom),
         me: me.clone(),
@@ -794,6 +794,17 @@ impl Ep {
                         "peer {} is unreachable; its operations completed in error",
                         peer
                     );
+                    st.wire.disconnect(peer);
+                    let all = st.wire.connected_count() >= st.engine.peer_count();
+                    st.wire.set_main_rarely(all);
+                }
+                Event::PeerUp { peer } => {
+                    if let Err(e) = st.wire.connect(peer) {
+                        // The main socket carries this peer instead.
+                        crate::info!(FI_LOG_EP_CTRL, "no connected socket for {}: {}", peer, e);
+                    }
+                    let all = st.wire.connected_count() >= st.engine.peer_count();
+                    st.wire.set_main_rarely(all);
                 }
             }
         }
@@ -1063,7 +1074,7 @@ impl Ep {
             && now_ns() < deadline
         {
             let mut pfd = libc::pollfd {
-                fd: st.wire.fd(),
+                fd: st.wire.wait_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -1920,7 +1931,7 @@ unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
     }
     match new_state(&ep.domain, a) {
         Ok(ns) => {
-            ep.fd.store(ns.wire.fd(), Ordering::Relaxed);
+            ep.fd.store(ns.wire.wait_fd(), Ordering::Relaxed);
             *st = ns;
             0
         }

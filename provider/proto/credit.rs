@@ -375,7 +375,7 @@ mod tests {
 
     /// Deterministic loss: drop about one header in `every`.
     fn lost(k: usize, every: usize) -> bool {
-        every != 0 && (k.wrapping_mul(0x9E37_79B9) >> 7) % every == 0
+        every != 0 && (k.wrapping_mul(0x9E37_79B9) >> 7).is_multiple_of(every)
     }
 
     /// One receiver, `n` senders; each step every sender tries to send one

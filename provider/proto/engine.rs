@@ -1525,6 +1525,7 @@ impl Engine {
                 if vc.peer_nonce.is_none() {
                     vc.establish(&sh.cfg, nonce, isn, window, now);
                     mark_ready(&mut self.ready, vc);
+                    sh.events.push_back(Event::PeerUp { peer: from });
                 }
             }
             Packet::Ack { conn, ack, sack } => {
@@ -1693,7 +1694,10 @@ impl Engine {
         let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
         match verdict {
             ReqVerdict::Duplicate => vc.last_heard = now,
-            _ => vc.establish(&sh.cfg, nonce, isn, window, now),
+            _ => {
+                vc.establish(&sh.cfg, nonce, isn, window, now);
+                sh.events.push_back(Event::PeerUp { peer: from });
+            }
         }
         vc.resp_pending = true;
         mark_ready(&mut self.ready, vc);

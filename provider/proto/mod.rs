@@ -242,6 +242,11 @@ pub enum Event {
     PeerFailed {
         peer: SocketAddr,
     },
+    /// A VC to `peer` was established (or re-established after the peer
+    /// restarted).
+    PeerUp {
+        peer: SocketAddr,
+    },
 }
 
 impl fmt::Debug for Event {
@@ -253,6 +258,7 @@ impl fmt::Debug for Event {
             Event::SendFailed { id, err } => write!(f, "SendFailed({id}, {err})"),
             Event::RecvFailed { rid, err, .. } => write!(f, "RecvFailed({rid}, {err})"),
             Event::PeerFailed { peer } => write!(f, "PeerFailed({peer})"),
+            Event::PeerUp { peer } => write!(f, "PeerUp({peer})"),
         }
     }
 }

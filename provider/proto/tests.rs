@@ -13,6 +13,7 @@ struct Log {
     recv_done: Vec<(RndvId, usize)>,
     recv_failed: Vec<(RndvId, EngineError)>,
     peer_failed: Vec<SocketAddr>,
+    peer_up: Vec<SocketAddr>,
 }
 
 impl Log {
@@ -33,6 +34,7 @@ impl Log {
             Event::RecvDone { rid, written, .. } => self.recv_done.push((rid, written)),
             Event::RecvFailed { rid, err, .. } => self.recv_failed.push((rid, err)),
             Event::PeerFailed { peer } => self.peer_failed.push(peer),
+            Event::PeerUp { peer } => self.peer_up.push(peer),
         }
     }
 }
@@ -697,6 +699,7 @@ fn unknown_and_stale_datagrams_are_counted() {
     let n = wire::encode_seg_head(&mut b, 12345, 0, 0, 100, &wire::FrameHead::Nop);
     e.handle_datagram(addr(1), &b[..n], 0);
     assert_eq!(e.stats().dropped_stale, 1);
+    assert!(matches!(e.poll_event(), Some(Event::PeerUp { peer }) if peer == addr(1)));
     assert!(e.poll_event().is_none());
 }
 
@@ -1254,7 +1257,7 @@ fn credits_exactly_once_in_order_under_loss() {
         let count = 400u64;
         let mut ids = [Vec::new(), Vec::new()];
         for k in 0..count {
-            for s in 0..2 {
+            for (s, ids) in ids.iter_mut().enumerate() {
                 let len = (k as usize * 37) % 5000;
                 let id = sim
                     .eng(s)
@@ -1266,7 +1269,7 @@ fn credits_exactly_once_in_order_under_loss() {
                         0,
                     )
                     .unwrap();
-                ids[s].push(id);
+                ids.push(id);
             }
         }
         let mut log = logs(2);
@@ -1342,10 +1345,10 @@ fn credits_bound_incast_memory() {
             sim.eng(0).credit_usage(),
             held.len()
         );
-        for s in 1..n {
+        for (s, got) in got.iter().enumerate().skip(1) {
             eprintln!(
                 "sender {s}: got {} stalls {} credits_sent {}",
-                got[s].len(),
+                got.len(),
                 sim.nodes[s].engine.stats().credit_stalls,
                 sim.nodes[s].engine.stats().credits_sent
             );
@@ -1380,9 +1383,9 @@ fn credits_bound_incast_memory() {
         peak >= total / 2,
         "the budget was hardly used ({peak}): is the test idle?"
     );
-    for s in 1..n {
-        assert_eq!(got[s].len() as u64, per, "sender {s}");
-        for (k, (h, v)) in got[s].iter().enumerate() {
+    for (s, got) in got.iter().enumerate().skip(1) {
+        assert_eq!(got.len() as u64, per, "sender {s}");
+        for (k, (h, v)) in got.iter().enumerate() {
             assert_eq!(h.tag, k as u64);
             assert!(*v == payload(s as u64, k as u64, 1000 + (k % 7) * 700));
         }
