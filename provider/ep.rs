@@ -212,7 +212,7 @@ struct Posted {
 /// Where a message's payload is, on either wire.
 enum Body {
     /// In our memory (an eager message, or one that arrived unexpected).
-    Eager(Vec<u8>),
+    Eager(crate::proto::Payload),
     /// Rendezvous over UDP: the engine pulls it once accepted.
     Rndv(u64),
     /// Rendezvous over shm: in the sender's memory.
@@ -731,7 +731,7 @@ impl Ep {
         let Some(m) = tme.match_incoming(src, tag) else {
             // The slot goes back to its sender: keep a copy.
             let body = match body {
-                Body::ShmSlot(slot) => Body::Eager(st.shm.as_ref().expect("shm wire").payload(&slot).to_vec()),
+                Body::ShmSlot(slot) => Body::Eager(st.shm.as_ref().expect("shm wire").payload(&slot).into()),
                 b => b,
             };
             tme.push_unexpected(

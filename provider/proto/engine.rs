@@ -16,7 +16,7 @@ use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
-    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, RecvSink, RndvId, SendMode, SendSource,
+    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendMode, SendSource,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -1040,7 +1040,7 @@ impl Vc {
                     sh.events.push_back(Event::Msg {
                         peer: self.peer,
                         hdr,
-                        body: MsgBody::Eager(payload.to_vec()),
+                        body: MsgBody::Eager(Payload::from_slice(payload)),
                     });
                 } else if total > MAX_EAGER_LEN {
                     sh.stats.dropped_malformed += 1;
@@ -1058,7 +1058,7 @@ impl Vc {
                         sh.events.push_back(Event::Msg {
                             peer: self.peer,
                             hdr: r.hdr,
-                            body: MsgBody::Eager(r.buf),
+                            body: MsgBody::Eager(Payload::from_vec(r.buf)),
                         });
                     }
                 }

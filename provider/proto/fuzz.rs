@@ -216,7 +216,7 @@ impl Pair {
                     hdr,
                     body: MsgBody::Eager(v),
                     ..
-                } => self.seen.msgs.push((hdr.tag, Some(v))),
+                } => self.seen.msgs.push((hdr.tag, Some(v.into_vec()))),
                 Event::Msg {
                     hdr,
                     body: MsgBody::Rndv(rid),

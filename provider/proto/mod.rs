@@ -197,8 +197,14 @@ impl fmt::Display for EngineError {
 
 impl std::error::Error for EngineError {}
 
+/// An eager message's bytes: up to `INLINE_PAYLOAD` of them inline, so a
+/// small message costs no allocation between the datagram and the
+/// receive buffer it is copied into.
+pub type Payload = smallvec::SmallVec<[u8; INLINE_PAYLOAD]>;
+pub const INLINE_PAYLOAD: usize = 64;
+
 pub enum MsgBody {
-    Eager(Vec<u8>),
+    Eager(Payload),
     Rndv(RndvId),
 }
 

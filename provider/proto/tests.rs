@@ -23,7 +23,7 @@ impl Log {
                 peer,
                 hdr,
                 body: MsgBody::Eager(v),
-            } => self.msgs.push((peer, hdr, v)),
+            } => self.msgs.push((peer, hdr, v.into_vec())),
             Event::Msg {
                 peer,
                 hdr,
@@ -1334,7 +1334,7 @@ fn credits_bound_incast_memory() {
             },
         ) = (i, ev)
         {
-            got[sim.index_of(peer).unwrap()].push((hdr, v));
+            got[sim.index_of(peer).unwrap()].push((hdr, v.into_vec()));
             held.push((peer, hdr.len));
         }
         peak = peak.max(sim.eng(0).credit_usage().unwrap().0);
@@ -1371,7 +1371,7 @@ fn credits_bound_incast_memory() {
                 },
             ) = (i, ev)
             {
-                got[sim.index_of(peer).unwrap()].push((hdr, v));
+                got[sim.index_of(peer).unwrap()].push((hdr, v.into_vec()));
                 sim.eng(0).release(peer, hdr.len);
             }
             peak = peak.max(sim.eng(0).credit_usage().unwrap().0);
