@@ -1084,10 +1084,11 @@ impl Ep {
         }
         crate::info!(
             FI_LOG_EP_CTRL,
-            "endpoint {} closing: {:?} {:?}",
+            "endpoint {} closing: {:?} {:?} connected_sockets: {}",
             st.wire.local_addr(),
             st.engine.stats(),
-            st.shm.as_ref().map(|w| w.stats)
+            st.shm.as_ref().map(|w| w.stats),
+            st.wire.connected_count()
         );
     }
 

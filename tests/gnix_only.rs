@@ -143,6 +143,23 @@ fn wire_selection_shows_in_counters() {
             }
         }
     }
+    // Over udp each rank gave its peer a connected socket, unless told not to.
+    for (connect, want) in [("16", 1), ("0", 0)] {
+        let out = Scenario::new("tagged_ops", 2)
+            .env("FI_GNIX_SHM", "0")
+            .env("FI_GNIX_UDP_CONNECT", connect)
+            .env("FI_LOG_LEVEL", "info")
+            .env("FI_LOG_PROV", "gnix")
+            .run();
+        for (rank, log) in out.stderr.iter().enumerate() {
+            let n = log
+                .lines()
+                .find(|l| l.contains("closing:"))
+                .and_then(|l| l.split("connected_sockets: ").nth(1))
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            assert_eq!(n, Some(want), "FI_GNIX_UDP_CONNECT={connect}, rank {rank}:\n{log}");
+        }
+    }
     // A receiver asleep in fi_cq_sread is woken by its sender's doorbell.
     let out = Scenario::new("cq_sread", 2)
         .arg("fd")

@@ -312,7 +312,7 @@ impl UdpWire {
     /// the main socket already holds from the peer are still read there,
     /// so a few may arrive out of order once: the VC reorders them.
     pub fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
-        if !self.may_connect() || self.is_connected(peer) || peer.is_ipv4() != self.local.is_ipv4() {
+        if !self.may_connect() || self.is_connected(peer) || peer == self.local || peer.is_ipv4() != self.local.is_ipv4() {
             return Ok(());
         }
         let domain = if self.local.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };

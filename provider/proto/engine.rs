@@ -291,6 +291,8 @@ struct Vc {
     borrower: Borrower,
     credit_due: bool,
     credit_retry_at: u64,
+    /// `Event::PeerUp` was emitted for this incarnation of the VC.
+    up_announced: bool,
 }
 
 enum Tick {
@@ -359,10 +361,12 @@ impl Vc {
             // The first CREDIT tells the peer what it may send us.
             credit_due: sh.bank.is_some(),
             credit_retry_at: 0,
+            up_announced: false,
         }
     }
 
     fn establish(&mut self, cfg: &EngineConfig, nonce: u64, isn: u32, window: u32, now: u64) {
+        self.up_announced = false;
         self.peer_nonce = Some(nonce);
         self.rcv_nxt = SEQ_BASE + isn as u64;
         self.snd_window = cfg.window_segments.min(window).clamp(1, MAX_WINDOW);
@@ -1218,6 +1222,12 @@ fn live_vc<'a>(
         return None;
     }
     vc.last_heard = now;
+    if !vc.up_announced {
+        // The peer echoed our connection id: it is real, not a CONN_REQ
+        // with a forged source address (which costs nothing to send).
+        vc.up_announced = true;
+        sh.events.push_back(Event::PeerUp { peer: from });
+    }
     Some(vc)
 }
 
@@ -1525,6 +1535,8 @@ impl Engine {
                 if vc.peer_nonce.is_none() {
                     vc.establish(&sh.cfg, nonce, isn, window, now);
                     mark_ready(&mut self.ready, vc);
+                    // It echoed our connection id (checked above).
+                    vc.up_announced = true;
                     sh.events.push_back(Event::PeerUp { peer: from });
                 }
             }
@@ -1694,10 +1706,9 @@ impl Engine {
         let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
         match verdict {
             ReqVerdict::Duplicate => vc.last_heard = now,
-            _ => {
-                vc.establish(&sh.cfg, nonce, isn, window, now);
-                sh.events.push_back(Event::PeerUp { peer: from });
-            }
+            // PeerUp waits for the first datagram that echoes our
+            // connection id (live_vc).
+            _ => vc.establish(&sh.cfg, nonce, isn, window, now),
         }
         vc.resp_pending = true;
         mark_ready(&mut self.ready, vc);
