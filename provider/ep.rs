@@ -943,9 +943,23 @@ impl Ep {
         }
     }
 
-    /// One pass: receive, run due timers, transmit. `now` is the caller's
-    /// clock reading (one clock_gettime per pass, not one per step).
+    /// One pass: run due timers and transmit what is queued, then receive
+    /// (and answer). Timers come first so that a datagram that completes
+    /// something for the application goes straight back to it, with
+    /// nothing between. `now` is the caller's clock reading (one
+    /// clock_gettime per pass, not one per step).
     fn progress_locked(&self, st: &mut EpState, mut now: u64) {
+        if st.udp_hot != 0 {
+            // (udp_hot == 0: the udp engine never sent or received, so it
+            // has no timers and nothing queued.)
+            if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+                st.engine.handle_timeout(now);
+            }
+            // Also what data calls queued without transmitting (FI_MORE, a
+            // rendezvous accepted by fi_recv) and a datagram the socket refused.
+            self.handle_events(st);
+            self.flush(st, now);
+        }
         let shm_any = self.progress_shm(st, now);
         let rounds = if !shm_any && self.udp_due(st, now) { 8 } else { 0 };
         // First one datagram with a plain recvfrom: a polling application
@@ -1020,17 +1034,6 @@ impl Ep {
             }
             first = false;
         }
-        if st.udp_hot == 0 {
-            // The udp engine never sent or received: no timers, nothing queued.
-            return;
-        }
-        if st.engine.poll_timeout().is_some_and(|t| t <= now) {
-            st.engine.handle_timeout(now);
-        }
-        // Also what data calls queued without transmitting (FI_MORE, a
-        // rendezvous accepted by fi_recv) and a datagram the socket refused.
-        self.handle_events(st);
-        self.flush(st, now);
     }
 
     /// One datagram received by guess (`Engine::rdata_placement`): None if

@@ -20,6 +20,7 @@ const MAIN_POLL_EVERY: u32 = 8;
 /// More sockets than this: one epoll_wait says which have datagrams,
 /// rather than a recvfrom on each.
 const DIRECT_POLL_MAX: usize = 2;
+const _: () = assert!(DIRECT_POLL_MAX <= 8, "recv_any polls directly at most 8 sockets");
 /// Room for one cmsg carrying an int (the GRO segment size).
 const CMSG_SPACE: usize = 64;
 
@@ -379,36 +380,34 @@ impl UdpWire {
     /// others': the rest are still polled.
     fn recv_any<T>(&self, mut recv: impl FnMut(&std::net::UdpSocket) -> io::Result<Option<T>>) -> io::Result<Option<T>> {
         let n = self.socks();
-        let mut err = None;
+        let mut ready = [0usize; 8];
+        let mut count = 0;
         if n > DIRECT_POLL_MAX {
             let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
             // SAFETY: `evs` has room for the 8 events asked for.
             let r = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 0) };
             for ev in evs.iter().take(r.max(0) as usize) {
                 let fd = ev.u64 as RawFd;
-                let Some(i) = (0..n).find(|&i| self.sock_at(i).as_raw_fd() == fd) else {
-                    continue;
-                };
-                match recv(self.sock_at(i)) {
-                    Ok(Some(r)) => {
-                        self.hot.set(i);
-                        return Ok(Some(r));
-                    }
-                    Ok(None) => {}
-                    Err(e) => err = Some(e),
+                if let Some(i) = (0..n).find(|&i| self.sock_at(i).as_raw_fd() == fd) {
+                    ready[count] = i;
+                    count += 1;
                 }
             }
-            return err.map_or(Ok(None), Err);
-        }
-        let mut last = n;
-        if self.main_rarely {
-            let p = self.polls.get().wrapping_add(1);
-            self.polls.set(p);
-            if !p.is_multiple_of(MAIN_POLL_EVERY) {
-                last = n - 1;
+        } else {
+            count = n;
+            if self.main_rarely {
+                let p = self.polls.get().wrapping_add(1);
+                self.polls.set(p);
+                if !p.is_multiple_of(MAIN_POLL_EVERY) {
+                    count = n - 1;
+                }
+            }
+            for (i, r) in ready.iter_mut().enumerate().take(count) {
+                *r = i;
             }
         }
-        for i in 0..last {
+        let mut err = None;
+        for &i in &ready[..count] {
             match recv(self.sock_at(i)) {
                 Ok(Some(r)) => {
                     self.hot.set(i);
