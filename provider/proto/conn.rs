@@ -22,8 +22,10 @@ pub enum ReqVerdict {
     Duplicate,
     /// We are connecting too: adopt the peer's nonce and answer.
     Simultaneous,
-    /// A different nonce on an established VC: the peer restarted. Fail the
-    /// old VC's operations, then accept.
+    /// A different nonce on an established VC: the peer restarted, or the
+    /// request is forged. The engine challenges the old VC first (see
+    /// `engine::Challenge`); if it stays silent, fail its operations, then
+    /// accept.
     Restarted,
 }
 

@@ -293,12 +293,33 @@ struct Vc {
     credit_retry_at: u64,
     /// `Event::PeerUp` was emitted for this incarnation of the VC.
     up_announced: bool,
+    challenge: Option<Challenge>,
 }
 
 enum Tick {
     Idle,
     Ready,
     Fail,
+    /// A challenged CONN_REQ went unrefuted: the peer did restart.
+    Restart(Challenge),
+}
+
+/// A CONN_REQ with a new connection id arrived on an established VC. It
+/// means the peer restarted, or someone who knows its address but not our
+/// connection id forged it (which costs one datagram). So before failing
+/// everything in flight to that peer, the old VC is probed (RFC 5961's
+/// challenge ACK, in spirit): if the peer we know acknowledges something
+/// sent after the request came, the request was not its, and is dropped;
+/// if nothing is heard by `until`, the restart is accepted.
+#[derive(Clone, Copy, Debug)]
+struct Challenge {
+    nonce: u64,
+    isn: u32,
+    window: u32,
+    until: u64,
+    /// Our next sequence number when the challenge began: a cumulative
+    /// ACK beyond it proves the old incarnation alive now.
+    floor: u64,
 }
 
 impl Vc {
@@ -362,6 +383,7 @@ impl Vc {
             credit_due: sh.bank.is_some(),
             credit_retry_at: 0,
             up_announced: false,
+            challenge: None,
         }
     }
 
@@ -443,6 +465,9 @@ impl Vc {
         if self.borrower.stalled() && !self.credit_due {
             take(self.credit_retry_at);
         }
+        if let Some(c) = self.challenge {
+            take(c.until);
+        }
         t
     }
 
@@ -468,6 +493,9 @@ impl Vc {
             *req_due = true;
             *next_req_at = u64::MAX;
             return Tick::Ready;
+        }
+        if let Some(c) = self.challenge.filter(|c| now >= c.until) {
+            return Tick::Restart(c);
         }
         let mut tick = Tick::Idle;
         if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
@@ -916,6 +944,12 @@ impl Vc {
             } else {
                 Some(now + self.rtt.rto(&sh.cfg))
             };
+        }
+        if self.challenge.is_some_and(|c| self.snd_una > c.floor) {
+            // The peer we know acknowledged what we sent after the
+            // CONN_REQ came: it is alive and did not send that request.
+            self.challenge = None;
+            sh.stats.conn_reqs_refuted += 1;
         }
     }
 
@@ -1697,21 +1731,55 @@ impl Engine {
             return;
         }
         let existing = self.vcs.get(&from).map(|v| v.peer_nonce);
-        let verdict = classify_req(existing, nonce);
-        if verdict == ReqVerdict::Restarted {
-            self.sh.stats.peers_restarted += 1;
-            self.fail_vc(from, EngineError::PeerRestarted, true);
+        match classify_req(existing, nonce) {
+            ReqVerdict::Restarted => self.challenge(from, nonce, isn, window, now),
+            ReqVerdict::Duplicate => self.accept_req(from, nonce, isn, window, true, now),
+            _ => self.accept_req(from, nonce, isn, window, false, now),
         }
+    }
+
+    /// Establishes the VC a CONN_REQ asks for (unless `duplicate`: it is
+    /// established, our CONN_RESP was lost) and answers it. PeerUp waits for
+    /// the first datagram that echoes our connection id (live_vc).
+    fn accept_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, duplicate: bool, now: u64) {
         let sh = &mut self.sh;
         let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
-        match verdict {
-            ReqVerdict::Duplicate => vc.last_heard = now,
-            // PeerUp waits for the first datagram that echoes our
-            // connection id (live_vc).
-            _ => vc.establish(&sh.cfg, nonce, isn, window, now),
+        if duplicate {
+            vc.last_heard = now;
+        } else {
+            vc.establish(&sh.cfg, nonce, isn, window, now);
         }
         vc.resp_pending = true;
         mark_ready(&mut self.ready, vc);
+    }
+
+    /// A CONN_REQ with a new connection id on an established VC (see
+    /// `Challenge`): probe the old VC with a reliable no-op, and decide
+    /// when its answer comes or the time is up. Further requests only
+    /// update what is accepted then; they neither probe again nor
+    /// postpone the decision.
+    fn challenge(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
+        let sh = &mut self.sh;
+        let Some(vc) = self.vcs.get_mut(&from) else { return };
+        let floor = vc.snd_nxt;
+        let until = now + 2 * vc.rtt.rto(&sh.cfg).max(sh.cfg.rto_min_ns);
+        match &mut vc.challenge {
+            Some(c) => {
+                (c.nonce, c.isn, c.window) = (nonce, isn, window);
+            }
+            None => {
+                sh.stats.conn_reqs_challenged += 1;
+                vc.challenge = Some(Challenge {
+                    nonce,
+                    isn,
+                    window,
+                    until,
+                    floor,
+                });
+                vc.ctrl.push_back(SegFrame::Nop);
+                mark_ready(&mut self.ready, vc);
+            }
+        }
     }
 
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
@@ -1834,17 +1902,24 @@ impl Engine {
                 mark_ready(&mut self.ready, vc);
             }
         }
+        let mut restarts = Vec::new();
         for vc in self.vcs.values_mut() {
             match vc.on_timeout(&mut self.sh, now) {
                 Tick::Idle => {}
                 Tick::Ready => mark_ready(&mut self.ready, vc),
                 Tick::Fail => failing.push(vc.peer),
+                Tick::Restart(c) => restarts.push((vc.peer, c)),
             }
         }
         for addr in failing.drain(..) {
             self.fail_vc(addr, EngineError::PeerUnreachable, true);
         }
         self.failing = failing;
+        for (addr, c) in restarts {
+            self.sh.stats.peers_restarted += 1;
+            self.fail_vc(addr, EngineError::PeerRestarted, true);
+            self.accept_req(addr, c.nonce, c.isn, c.window, false, now);
+        }
     }
 
     pub fn has_pending_work(&self) -> bool {

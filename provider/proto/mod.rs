@@ -306,6 +306,11 @@ pub struct EngineStats {
     pub conn_resps_sent: u64,
     pub peers_failed: u64,
     pub peers_restarted: u64,
+    /// CONN_REQs with a new connection id on an established VC, probed
+    /// before anything is failed, and those the old peer refuted by
+    /// answering the probe (so they were not its).
+    pub conn_reqs_challenged: u64,
+    pub conn_reqs_refuted: u64,
     pub keepalives_sent: u64,
     /// CREDIT datagrams sent (grants, requests, give-backs).
     pub credits_sent: u64,

@@ -579,6 +579,52 @@ fn peer_restart_at_same_address() {
     assert_eq!(log[1].msgs[0].1.tag, 4);
 }
 
+/// A CONN_REQ with a new connection id from a live peer's address (a
+/// forgery: the source address costs nothing to fake) is challenged, the
+/// real peer answers the probe, and nothing is failed: a rendezvous send
+/// in flight survives and the VC keeps working both ways. A stream of such
+/// requests changes nothing either.
+#[test]
+fn forged_conn_req_from_a_live_peer_is_refuted() {
+    let mut sim = Sim::new(2, test_config(), Link::clean(), 43);
+    sim.eng(0)
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0)
+        .unwrap();
+    let mut log = logs(2);
+    sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
+    assert_eq!(log[1].msgs.len(), 1);
+    let now = sim.now;
+    let pending = sim
+        .eng(0)
+        .send(addr(1), hdr(2), Box::new(vec![0u8; 1 << 20]), SendMode::Rendezvous, now)
+        .unwrap();
+    sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
+    for k in 0..5u64 {
+        let mut forged = vec![0u8; 64];
+        let n = wire::encode_conn_req(&mut forged, 0xF0F0 + k, 7, 64);
+        forged.truncate(n);
+        sim.inject(addr(1), 0, forged, k * 1_000_000);
+    }
+    let mut log = logs(2);
+    sim.run_for(1_000_000_000, |_, i, ev| log[i].record(ev));
+    assert!(log[0].peer_failed.is_empty());
+    assert!(!log[0].send_failed.iter().any(|f| f.0 == pending));
+    let st = sim.nodes[0].engine.stats();
+    assert_eq!(st.peers_restarted, 0);
+    assert!(st.conn_reqs_challenged >= 1);
+    assert_eq!(st.conn_reqs_challenged, st.conn_reqs_refuted);
+    // The pending rendezvous is still deliverable, and the VC carries more.
+    let now = sim.now;
+    let id = sim
+        .eng(1)
+        .send(addr(0), hdr(3), Box::new(vec![3u8; 10]), SendMode::Eager, now)
+        .unwrap();
+    sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
+    assert_eq!(log[1].send_done, vec![id]);
+    assert_eq!(log[0].msgs.last().map(|m| m.1.tag), Some(3));
+    assert!(sim.nodes[0].engine.is_connected(addr(1)));
+}
+
 #[test]
 fn restarted_receiver_drops_old_incarnation_data() {
     // Node 0 keeps sending to node 1's old incarnation; the new node 1
@@ -809,9 +855,11 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
 /// connection id and a fresh in-window sequence number is, by design,
 /// indistinguishable from genuine traffic (the UDP checksum guards against
 /// corruption, the random nonce against blind forgery), and a CONN_REQ with
-/// a new nonce from the peer's address legitimately means "restarted"; so
-/// mutations reach the engine either from another address, with a corrupted
-/// connection id, or as exact replays.
+/// a new nonce from the peer's address may mean "restarted" (it is
+/// challenged, see forged_conn_req_from_a_live_peer_is_refuted, but on a
+/// lossy link the probe can go unanswered); so mutations reach the engine
+/// either from another address, with a corrupted connection id, or as
+/// exact replays.
 fn hostile(
     rng: &mut Rng,
     rec: &[(usize, SocketAddr, Vec<u8>)],
