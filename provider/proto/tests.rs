@@ -527,10 +527,11 @@ fn handshake_to_nobody_fails() {
     assert!(sim.now <= 110_000_000);
 }
 
-#[test]
-fn peer_restart_at_same_address() {
-    let cfg = test_config();
-    let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 41);
+/// Two nodes with an established VC (one eager message delivered) and a
+/// rendezvous send from node 0 pending at node 1 (announced, never
+/// accepted): the simulation and the pending send's id.
+fn vc_with_pending_rndv(seed: u64) -> (Sim, MsgId) {
+    let mut sim = Sim::new(2, test_config(), Link::clean(), seed);
     sim.eng(0)
         .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0)
         .unwrap();
@@ -539,7 +540,6 @@ fn peer_restart_at_same_address() {
     assert_eq!(log[1].msgs.len(), 1);
     // Each end announced the VC once, when the other had echoed its id.
     assert_eq!((&log[0].peer_up, &log[1].peer_up), (&vec![addr(1)], &vec![addr(0)]));
-    // Node 0 has a rendezvous send pending at node 1 (never accepted).
     let now = sim.now;
     let pending = sim
         .eng(0)
@@ -547,6 +547,13 @@ fn peer_restart_at_same_address() {
         .unwrap();
     sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
     assert_eq!(log[1].rndv.len(), 1);
+    (sim, pending)
+}
+
+#[test]
+fn peer_restart_at_same_address() {
+    let cfg = test_config();
+    let (mut sim, pending) = vc_with_pending_rndv(41);
     // Node 1 restarts; a datagram of its old incarnation still in flight.
     let mut stale = vec![0u8; 64];
     let n = wire::encode_ack(&mut stale, 0x1234, 0, 0);
@@ -586,19 +593,7 @@ fn peer_restart_at_same_address() {
 /// requests changes nothing either.
 #[test]
 fn forged_conn_req_from_a_live_peer_is_refuted() {
-    let mut sim = Sim::new(2, test_config(), Link::clean(), 43);
-    sim.eng(0)
-        .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Eager, 0)
-        .unwrap();
-    let mut log = logs(2);
-    sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
-    assert_eq!(log[1].msgs.len(), 1);
-    let now = sim.now;
-    let pending = sim
-        .eng(0)
-        .send(addr(1), hdr(2), Box::new(vec![0u8; 1 << 20]), SendMode::Rendezvous, now)
-        .unwrap();
-    sim.run_for(100_000_000, |_, i, ev| log[i].record(ev));
+    let (mut sim, pending) = vc_with_pending_rndv(43);
     for k in 0..5u64 {
         let mut forged = vec![0u8; 64];
         let n = wire::encode_conn_req(&mut forged, 0xF0F0 + k, 7, 64);
