@@ -795,16 +795,14 @@ impl Ep {
                         peer
                     );
                     st.wire.disconnect(peer);
-                    let all = st.wire.connected_count() >= st.engine.peer_count();
-                    st.wire.set_main_rarely(all);
+                    st.wire.set_peer_count(st.engine.peer_count());
                 }
                 Event::PeerUp { peer } => {
                     if let Err(e) = st.wire.connect(peer) {
                         // The main socket carries this peer instead.
                         crate::info!(FI_LOG_EP_CTRL, "no connected socket for {}: {}", peer, e);
                     }
-                    let all = st.wire.connected_count() >= st.engine.peer_count();
-                    st.wire.set_main_rarely(all);
+                    st.wire.set_peer_count(st.engine.peer_count());
                 }
             }
         }

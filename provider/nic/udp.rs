@@ -50,11 +50,12 @@ pub struct UdpWire {
     /// fd is readable while any socket in it is), so that sockets come and
     /// go without the wait objects and the progress thread knowing.
     epoll: std::os::fd::OwnedFd,
-    /// Every peer we talk to has a connected socket: the main socket only
-    /// gets new peers' first datagrams (and shm doorbells), and is polled
-    /// once in `MAIN_POLL_EVERY` receives instead of doubling the syscalls
-    /// of every empty poll.
-    main_rarely: bool,
+    /// How many peers the endpoint talks to (`set_peer_count`). When every
+    /// one has a connected socket the main socket only gets new peers'
+    /// first datagrams (and shm doorbells), and is polled once in
+    /// `MAIN_POLL_EVERY` receives instead of doubling the syscalls of every
+    /// empty poll.
+    peers: usize,
     polls: std::cell::Cell<u32>,
     sockbuf: usize,
     /// UDP_GRO may be turned on (`tune_gro`): not on a loopback address,
@@ -254,7 +255,7 @@ impl UdpWire {
             max_connected,
             hot: std::cell::Cell::new(0),
             epoll,
-            main_rarely: false,
+            peers: 0,
             polls: std::cell::Cell::new(0),
             sockbuf,
             gro_capable: !addr.ip().is_loopback(),
@@ -299,12 +300,12 @@ impl UdpWire {
     }
 
     /// Whether `peer` has a connected socket.
-    pub fn is_connected(&self, peer: SocketAddr) -> bool {
+    fn is_connected(&self, peer: SocketAddr) -> bool {
         self.connected.iter().any(|c| c.peer == peer)
     }
 
     /// Whether another peer may get a connected socket.
-    pub fn may_connect(&self) -> bool {
+    fn may_connect(&self) -> bool {
         self.connected.len() < self.max_connected
     }
 
@@ -353,7 +354,6 @@ impl UdpWire {
             // Closing the fd also takes it out of the epoll set.
             self.connected.swap_remove(i);
             self.hot.set(0);
-            self.main_rarely &= !self.connected.is_empty();
         }
     }
 
@@ -362,10 +362,14 @@ impl UdpWire {
         self.connected.len()
     }
 
-    /// Tells the wire whether every peer we talk to has a connected socket
-    /// (see `main_rarely`).
-    pub fn set_main_rarely(&mut self, rarely: bool) {
-        self.main_rarely = rarely && !self.connected.is_empty();
+    /// Tells the wire how many peers the endpoint talks to (see `peers`).
+    pub fn set_peer_count(&mut self, peers: usize) {
+        self.peers = peers;
+    }
+
+    /// Every peer has a connected socket (see `peers`).
+    fn main_rarely(&self) -> bool {
+        !self.connected.is_empty() && self.connected.len() >= self.peers
     }
 
     /// One small datagram outside the transmit batch (the shm wire's
@@ -395,7 +399,7 @@ impl UdpWire {
             }
         } else {
             count = n;
-            if self.main_rarely {
+            if self.main_rarely() {
                 let p = self.polls.get().wrapping_add(1);
                 self.polls.set(p);
                 if !p.is_multiple_of(MAIN_POLL_EVERY) {
@@ -595,11 +599,11 @@ impl UdpWire {
     /// layer, which resends it.
     fn sendmsg_gso(&self, iov: &[libc::iovec], to: SocketAddr, seg: usize) -> io::Result<bool> {
         let (fd, connected) = self.sock_for(to);
-        let (name, namelen) = sockaddr_of(to);
-        let (name_ptr, namelen) = if connected {
-            (std::ptr::null(), 0)
-        } else {
-            (&name as *const libc::sockaddr_storage, namelen)
+        // A connected socket sends without naming the destination.
+        let name = (!connected).then(|| sockaddr_of(to));
+        let (name_ptr, namelen) = match &name {
+            Some((n, len)) => (n as *const libc::sockaddr_storage, *len),
+            None => (std::ptr::null(), 0),
         };
         if let ([one], 0) = (iov, seg) {
             // One contiguous datagram (small messages): sendto spares the
@@ -1132,7 +1136,7 @@ mod tests {
         let c = bind_lo(0);
         a.connect(b.local_addr()).unwrap();
         assert!(a.is_connected(b.local_addr()));
-        a.set_main_rarely(false);
+        a.set_peer_count(2);
         let mut rx = RecvBatch::new(2);
         send_to(&b, &[1], a.local_addr());
         send_to(&c, &[2], a.local_addr());
@@ -1155,7 +1159,7 @@ mod tests {
         let mut a = bind_lo(8);
         let peers: Vec<UdpWire> = (0..4).map(|_| bind_lo(0)).collect();
         a.connect(peers[0].local_addr()).unwrap();
-        a.set_main_rarely(true);
+        a.set_peer_count(1);
         let mut rx = RecvBatch::new(2);
         send_to(&peers[1], &[9], a.local_addr());
         assert_eq!(recv(&a, &mut rx), (9, peers[1].local_addr()));

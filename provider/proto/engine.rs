@@ -1761,8 +1761,6 @@ impl Engine {
     fn challenge(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
         let sh = &mut self.sh;
         let Some(vc) = self.vcs.get_mut(&from) else { return };
-        let floor = vc.snd_nxt;
-        let until = now + 2 * vc.rtt.rto(&sh.cfg).max(sh.cfg.rto_min_ns);
         match &mut vc.challenge {
             Some(c) => {
                 (c.nonce, c.isn, c.window) = (nonce, isn, window);
@@ -1773,8 +1771,8 @@ impl Engine {
                     nonce,
                     isn,
                     window,
-                    until,
-                    floor,
+                    until: now + 2 * vc.rtt.rto(&sh.cfg).max(sh.cfg.rto_min_ns),
+                    floor: vc.snd_nxt,
                 });
                 vc.ctrl.push_back(SegFrame::Nop);
                 mark_ready(&mut self.ready, vc);
