@@ -160,6 +160,38 @@ impl AvInner {
         }
     }
 
+    /// Appends `s`, returning its position (the fi_addr). The first
+    /// insertion of an address stays the one FI_SOURCE reports.
+    fn add(&mut self, s: SocketAddr) -> usize {
+        let idx = self.len();
+        self.push(s);
+        if self.find(&s).is_some() {
+            self.dups += 1;
+        } else {
+            self.index_insert(idx);
+        }
+        idx
+    }
+
+    /// Empties position `a`; false if it held no address.
+    fn remove_at(&mut self, a: usize) -> bool {
+        let Some(s) = self.get(a) else { return false };
+        // (found while the slot still holds the address the index compares)
+        let indexed_here = self.find(&s).filter(|&b| self.index[b] as usize == a);
+        self.take(a);
+        if let Some(b) = indexed_here {
+            self.index_remove(b);
+            // Another fi_addr for the same peer takes over FI_SOURCE reports.
+            if self.dups > 0 {
+                if let Some(other) = (0..self.len()).find(|&k| self.get(k) == Some(s)) {
+                    self.dups -= 1;
+                    self.index_insert(other);
+                }
+            }
+        }
+        true
+    }
+
     /// Indexes table position `i` (holding an address not yet indexed).
     fn index_insert(&mut self, i: usize) {
         if i >= EMPTY as usize {
@@ -231,35 +263,12 @@ impl Av {
     pub fn insert_addr(&self, s: SocketAddr) -> u64 {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
-        let idx = i.len();
-        i.push(s);
-        // The first insertion of an address stays the one FI_SOURCE reports.
-        if i.find(&s).is_some() {
-            i.dups += 1;
-        } else {
-            i.index_insert(idx);
-        }
-        idx as u64
+        i.add(s) as u64
     }
     fn remove(&self, a: u64) -> bool {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
-        let Ok(a) = usize::try_from(a) else { return false };
-        let Some(s) = i.get(a) else { return false };
-        // (found while the slot still holds the address the index compares)
-        let indexed_here = i.find(&s).filter(|&b| i.index[b] as usize == a);
-        i.take(a);
-        if let Some(b) = indexed_here {
-            i.index_remove(b);
-            // Another fi_addr for the same peer takes over FI_SOURCE reports.
-            if i.dups > 0 {
-                if let Some(other) = (0..i.len()).find(|&k| i.get(k) == Some(s)) {
-                    i.dups -= 1;
-                    i.index_insert(other);
-                }
-            }
-        }
-        true
+        usize::try_from(a).is_ok_and(|a| i.remove_at(a))
     }
 }
 
@@ -588,26 +597,11 @@ mod tests {
                     } else {
                         SocketAddr::from((ip.to_ipv6_mapped(), 1000 + (k % 7) as u16))
                     };
-                    let idx = t.len();
-                    t.push(s);
-                    if t.find(&s).is_some() {
-                        t.dups += 1;
-                    } else {
-                        t.index_insert(idx);
-                    }
+                    assert_eq!(t.add(s), model.len());
                     model.push(Some(s));
                 } else {
                     let a = (r >> 8) as usize % model.len();
-                    if let Some(s) = t.get(a) {
-                        let here = t.find(&s).filter(|&b| t.index[b] as usize == a);
-                        t.take(a);
-                        if let Some(b) = here {
-                            t.index_remove(b);
-                            if let Some(o) = (0..t.len()).find(|&k| t.get(k) == Some(s)) {
-                                t.index_insert(o);
-                            }
-                        }
-                    }
+                    assert_eq!(t.remove_at(a), model[a].is_some());
                     model[a] = None;
                 }
             }

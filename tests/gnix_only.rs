@@ -104,14 +104,21 @@ fn fi_info_lists_gnix_parameters() {
     }
 }
 
-/// The closing endpoint's log line reports what each wire carried:
-/// `ShmStats { sent, received, pulled, pushed, .. }`, or `None` without shm.
-fn shm_stat(log: &str, field: &str) -> Option<u64> {
+/// A number on the closing endpoint's log line: `field: N` after `after`
+/// (field names repeat across the line's parts: `sent` is in both
+/// EngineStats and ShmStats).
+fn closing_stat(log: &str, after: &str, field: &str) -> Option<u64> {
     let line = log.lines().find(|l| l.contains("closing:"))?;
-    let at = line.find("ShmStats")?;
+    let at = line.find(after)?;
     let rest = &line[at..];
     let v = rest.split(&format!("{field}: ")).nth(1)?;
     v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// What the shm wire carried: `ShmStats { sent, received, pulled, pushed,
+/// .. }`, or `None` without shm.
+fn shm_stat(log: &str, field: &str) -> Option<u64> {
+    closing_stat(log, "ShmStats", field)
 }
 
 /// Each wire is the one that carries the data: shm pulls large messages
@@ -152,11 +159,7 @@ fn wire_selection_shows_in_counters() {
             .env("FI_LOG_PROV", "gnix")
             .run();
         for (rank, log) in out.stderr.iter().enumerate() {
-            let n = log
-                .lines()
-                .find(|l| l.contains("closing:"))
-                .and_then(|l| l.split("connected_sockets: ").nth(1))
-                .and_then(|v| v.trim().parse::<u64>().ok());
+            let n = closing_stat(log, "closing:", "connected_sockets");
             assert_eq!(n, Some(want), "FI_GNIX_UDP_CONNECT={connect}, rank {rank}:\n{log}");
         }
     }

@@ -1353,6 +1353,22 @@ fn credits_exactly_once_in_order_under_loss() {
 /// receiver's held messages never exceed its budget whatever the number of
 /// senders; the senders queue (they neither drop nor spin); once the
 /// receiver takes what it holds, every message arrives exactly once.
+
+/// An eager message delivered at node 0 (the incast receiver): its
+/// sender, header and payload.
+fn eager_at_receiver(node: usize, ev: Event) -> Option<(SocketAddr, MsgHdr, Vec<u8>)> {
+    match (node, ev) {
+        (
+            0,
+            Event::Msg {
+                peer,
+                hdr,
+                body: MsgBody::Eager(v),
+            },
+        ) => Some((peer, hdr, v.into_vec())),
+        _ => None,
+    }
+}
 #[test]
 fn credits_bound_incast_memory() {
     let n = 17;
@@ -1372,16 +1388,8 @@ fn credits_bound_incast_memory() {
     let mut peak = 0u32;
     // 50 ms during which the application takes nothing ...
     sim.run_for(50_000_000, |sim, i, ev| {
-        if let (
-            0,
-            Event::Msg {
-                peer,
-                hdr,
-                body: MsgBody::Eager(v),
-            },
-        ) = (i, ev)
-        {
-            got[sim.index_of(peer).unwrap()].push((hdr, v.into_vec()));
+        if let Some((peer, hdr, v)) = eager_at_receiver(i, ev) {
+            got[sim.index_of(peer).unwrap()].push((hdr, v));
             held.push((peer, hdr.len));
         }
         peak = peak.max(sim.eng(0).credit_usage().unwrap().0);
@@ -1409,16 +1417,8 @@ fn credits_bound_incast_memory() {
     sim.run(
         300_000_000_000,
         |sim, i, ev| {
-            if let (
-                0,
-                Event::Msg {
-                    peer,
-                    hdr,
-                    body: MsgBody::Eager(v),
-                },
-            ) = (i, ev)
-            {
-                got[sim.index_of(peer).unwrap()].push((hdr, v.into_vec()));
+            if let Some((peer, hdr, v)) = eager_at_receiver(i, ev) {
+                got[sim.index_of(peer).unwrap()].push((hdr, v));
                 sim.eng(0).release(peer, hdr.len);
             }
             peak = peak.max(sim.eng(0).credit_usage().unwrap().0);

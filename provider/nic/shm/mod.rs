@@ -885,26 +885,16 @@ impl ShmWire {
     }
 
     fn fail_rx_from(&mut self, peer: SocketAddr, err: i32) {
-        let dead: Vec<u64> = self
-            .split
-            .iter()
-            .filter(|(_, r)| r.from == peer)
-            .map(|(&k, _)| k)
-            .collect();
-        for rid in dead {
-            self.split.remove(&rid);
-            self.events.push_back(ShmEvent::RecvFailed { rid, err });
-        }
-        let dead: Vec<u64> = self
-            .rx
-            .iter()
-            .filter(|(_, r)| r.from == peer)
-            .map(|(&k, _)| k)
-            .collect();
-        for rid in dead {
-            self.rx.remove(&rid);
-            self.events.push_back(ShmEvent::RecvFailed { rid, err });
-        }
+        let events = &mut self.events;
+        let mut fail = |rid: u64, from: SocketAddr| {
+            let dead = from == peer;
+            if dead {
+                events.push_back(ShmEvent::RecvFailed { rid, err });
+            }
+            !dead
+        };
+        self.split.retain(|&rid, r| fail(rid, r.from));
+        self.rx.retain(|&rid, r| fail(rid, r.from));
     }
 
     /// Anything in flight that needs `pump` to run.
