@@ -1349,11 +1349,6 @@ fn credits_exactly_once_in_order_under_loss() {
     }
 }
 
-/// Incast: 16 senders to one receiver that takes nothing for a while. The
-/// receiver's held messages never exceed its budget whatever the number of
-/// senders; the senders queue (they neither drop nor spin); once the
-/// receiver takes what it holds, every message arrives exactly once.
-
 /// An eager message delivered at node 0 (the incast receiver): its
 /// sender, header and payload.
 fn eager_at_receiver(node: usize, ev: Event) -> Option<(SocketAddr, MsgHdr, Vec<u8>)> {
@@ -1369,6 +1364,11 @@ fn eager_at_receiver(node: usize, ev: Event) -> Option<(SocketAddr, MsgHdr, Vec<
         _ => None,
     }
 }
+
+/// Incast: 16 senders to one receiver that takes nothing for a while. The
+/// receiver's held messages never exceed its budget whatever the number of
+/// senders; the senders queue (they neither drop nor spin); once the
+/// receiver takes what it holds, every message arrives exactly once.
 #[test]
 fn credits_bound_incast_memory() {
     let n = 17;
