@@ -37,27 +37,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-/// Keys are ids we or the engine hand out, counting up from 1, never
-/// chosen by a peer: one multiply spreads them well enough, where SipHash
-/// cost a visible share of every send and receive.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// Keys are ids we or the engine hand out: the provider's fast keyed
+/// hash (crate::hash), where SipHash cost a visible share of every send and
+/// receive.
+type IdMap<V> = HashMap<u64, V, crate::hash::KeyedState>;
 
 /// A list of application buffers, as (address, length).
 /// Buffer list of one operation: inline up to two entries, so the usual

@@ -1,4 +1,5 @@
-//! Keyed fast hashing for the provider's hot maps (engine, matching).
+//! Keyed fast hashing for the provider's hot maps (engine, matching, the
+//! endpoint's operation ids, the shm wire).
 
 use std::hash::{BuildHasher, Hasher};
 
