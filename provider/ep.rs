@@ -24,10 +24,15 @@ const SHM_BATCH: usize = 32;
 /// The UDP side counts as active this long after its last datagram.
 const UDP_HOT_NS: u64 = 1_000_000;
 const UDP_IDLE_POLL_NS: u64 = 50_000;
+/// Eager payloads up to this size are copied into the datagram when sent
+/// at once (`Engine::send_now`); larger ones leave from the application's
+/// buffer through the flush's gather I/O.
+const DIRECT_COPY_MAX: usize = 4096;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
 use crate::proto::{
-    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, Placement, RecvSink, SendMode, SendSource,
+    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, Payload, Placement, RecvSink, SendMode, SendPayload,
+    SendSource,
 };
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::collections::HashMap;
@@ -147,37 +152,6 @@ impl RecvSink for IovSink {
             offset -= l;
         }
         None
-    }
-}
-
-/// A small send's own copy of its payload, in one allocation with its box
-/// (a `Vec` would be a second one on every inject).
-struct SmallCopy {
-    len: usize,
-    buf: [u8; SmallCopy::CAP],
-}
-
-impl SmallCopy {
-    const CAP: usize = 64;
-    fn of(src: &IovSource) -> SmallCopy {
-        let mut c = SmallCopy {
-            len: src.len,
-            buf: [0; SmallCopy::CAP],
-        };
-        src.read_at(0, &mut c.buf[..src.len]);
-        c
-    }
-}
-
-impl SendSource for SmallCopy {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn read_at(&self, offset: usize, dst: &mut [u8]) {
-        dst.copy_from_slice(&self.buf[offset..offset + dst.len()]);
-    }
-    fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        self.buf[..self.len].get(offset..offset + len)
     }
 }
 
@@ -1282,16 +1256,35 @@ impl Ep {
         // The engine reads the payload at transmission time, and again for
         // a retransmission; only a send whose buffer is the application's
         // again before it is acknowledged needs a copy.
-        let src: Box<dyn SendSource> = if inject_complete && len <= SmallCopy::CAP {
-            Box::new(SmallCopy::of(&IovSource { iov: a.iov, len }))
-        } else if inject_complete {
-            let mut v = vec![0u8; len];
-            IovSource { iov: a.iov, len }.read_at(0, &mut v);
-            Box::new(v)
+        let src = if inject_complete {
+            // Inline in the message up to INLINE_PAYLOAD bytes.
+            let mut copy = Payload::from_elem(0, len);
+            IovSource { iov: a.iov, len }.read_at(0, &mut copy);
+            SendPayload::Copied(copy)
         } else {
-            Box::new(IovSource { iov: a.iov, len })
+            SendPayload::Source(Box::new(IovSource { iov: a.iov, len }))
         };
-        let id = match st.engine.send(peer, hdr, src, mode, now) {
+        // A send that is not batched (FI_MORE) while nothing else waits
+        // goes to the socket at once (Engine::send_now), except bulk eager
+        // data, which the flush sends from the application's buffer.
+        let now_or_queue = a.flags & FI_MORE == 0
+            && (!eager || len <= DIRECT_COPY_MAX)
+            && st.engine.transmit_idle()
+            && !st.txbuf.stalled();
+        let r = if now_or_queue {
+            let EpState {
+                engine, wire, txbuf, ..
+            } = &mut *st;
+            engine.send_now(peer, hdr, src, mode, now, txbuf.slot()).map(|(id, n)| {
+                if let Some(n) = n {
+                    wire.send_slot(txbuf, peer, n);
+                }
+                id
+            })
+        } else {
+            st.engine.send(peer, hdr, src, mode, now)
+        };
+        let id = match r {
             Ok(id) => id,
             Err(e) => {
                 crate::warn!(FI_LOG_EP_DATA, "send to {}: {}", peer, e);

@@ -592,6 +592,28 @@ impl UdpWire {
         sent
     }
 
+    /// Sends the datagram built in `tx`'s current slot, `len` bytes to
+    /// `to`, at once and on its own (a latency-bound send needs no batch).
+    /// If the socket buffer is full it is kept, copied, for the next
+    /// `send_batch`. Only while no batch is being built or waiting.
+    pub fn send_slot(&self, tx: &mut TxBatch, to: SocketAddr, len: usize) {
+        debug_assert!(!tx.building() && !tx.stalled());
+        let slot = &tx.arena[tx.used..tx.used + len];
+        let iov = [libc::iovec {
+            iov_base: slot.as_ptr() as *mut libc::c_void,
+            iov_len: len,
+        }];
+        match self.sendmsg_gso(&iov, to, 0) {
+            Ok(true) => {}
+            Ok(false) => {
+                let start = tx.pending_buf.len();
+                tx.pending_buf.extend_from_slice(&tx.arena[tx.used..tx.used + len]);
+                tx.pending.push_back((start, len, to, 0));
+            }
+            Err(e) => crate::debug!(crate::ffi::FI_LOG_EP_DATA, "sendmsg {}: {}", to, e),
+        }
+    }
+
     /// One sendmsg of the gathered `iov` to `to`, cut into `seg`-byte
     /// datagrams by the kernel if `seg` is nonzero. Ok(false) when the
     /// socket buffer is full. A kernel or device that refuses UDP_SEGMENT

@@ -16,7 +16,8 @@ use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
-    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendMode, SendSource,
+    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendMode, SendPayload,
+    SendSource,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -155,7 +156,7 @@ enum TxBody {
     Eager {
         /// Read again for each (re)transmission: the caller keeps it valid
         /// until SendDone (a copy when it cannot, e.g. for an inject).
-        payload: Box<dyn SendSource>,
+        payload: SendPayload,
         next_off: usize,
         started: bool,
         segmented: bool,
@@ -1437,10 +1438,11 @@ impl Engine {
         &mut self,
         peer: SocketAddr,
         hdr: MsgHdr,
-        src: Box<dyn SendSource>,
+        src: impl Into<SendPayload>,
         mode: SendMode,
         now: u64,
     ) -> Result<MsgId, EngineError> {
+        let src = src.into();
         if peer.ip().is_unspecified() || peer.port() == 0 {
             return Err(EngineError::InvalidAddress);
         }
@@ -1460,7 +1462,10 @@ impl Engine {
             }
         } else {
             TxBody::Rndv {
-                src: Arc::from(src),
+                src: match src {
+                    SendPayload::Source(b) => Arc::from(b),
+                    SendPayload::Copied(p) => Arc::new(p.to_vec()),
+                },
                 len: len as u64,
             }
         };
@@ -1473,6 +1478,33 @@ impl Engine {
             self.ready.push_back(peer);
         }
         Ok(id)
+    }
+
+    /// `send`, then, when no other VC is waiting to transmit, one
+    /// transmission from the message's VC straight into `buf`, payload
+    /// copied (nothing deferred): a latency-bound application's message
+    /// leaves without the round trip through the ready queue and the
+    /// caller's flush loop. Returns the length of the datagram for `peer`
+    /// written into `buf`, if any: usually the message itself, or what was
+    /// due ahead of it (a retransmission, a CONN_REQ). What the VC still has
+    /// queued is left for `poll_transmit`. Meant for small payloads (the
+    /// copy) and rendezvous requests.
+    pub fn send_now(
+        &mut self,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        src: impl Into<SendPayload>,
+        mode: SendMode,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Result<(MsgId, Option<usize>), EngineError> {
+        let alone = self.ready.is_empty();
+        let id = self.send(peer, hdr, src, mode, now)?;
+        if !alone {
+            return Ok((id, None));
+        }
+        // The VC `send` just marked is the only one ready.
+        Ok((id, self.poll_transmit(now, buf).map(|(_, n)| n)))
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
@@ -1830,7 +1862,7 @@ impl Engine {
                     .and_then(|vc| vc.tx.get(&d.id))
                     .expect("a deferred payload's message is in its VC");
                 match &m.body {
-                    TxBody::Eager { payload, .. } => &**payload,
+                    TxBody::Eager { payload, .. } => payload,
                     TxBody::Rndv { src, .. } => &**src,
                 }
             }

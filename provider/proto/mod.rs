@@ -120,6 +120,42 @@ impl SendSource for Vec<u8> {
     }
 }
 
+/// A send's payload as the engine holds it until the send completes.
+pub enum SendPayload {
+    /// The engine's own copy of a small payload (an inject): held inline
+    /// in the message, no allocation of its own.
+    Copied(Payload),
+    /// Read from the source whenever a segment is built or data is pulled.
+    Source(Box<dyn SendSource>),
+}
+
+impl SendSource for SendPayload {
+    fn len(&self) -> usize {
+        match self {
+            SendPayload::Copied(p) => p.len(),
+            SendPayload::Source(s) => s.len(),
+        }
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        match self {
+            SendPayload::Copied(p) => dst.copy_from_slice(&p[offset..offset + dst.len()]),
+            SendPayload::Source(s) => s.read_at(offset, dst),
+        }
+    }
+    fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        match self {
+            SendPayload::Copied(p) => p.get(offset..offset + len),
+            SendPayload::Source(s) => s.contiguous(offset, len),
+        }
+    }
+}
+
+impl<T: SendSource + 'static> From<Box<T>> for SendPayload {
+    fn from(b: Box<T>) -> SendPayload {
+        SendPayload::Source(b)
+    }
+}
+
 /// Where a rendezvous receive's data goes. Each byte below
 /// `min(message length, capacity())` is written exactly once, in no
 /// particular order.

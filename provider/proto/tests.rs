@@ -214,7 +214,7 @@ fn rndv_run(
 ) -> (usize, EngineStats) {
     let len = src.len();
     let mut sim = Sim::new(2, cfg, link, seed);
-    let id = sim.eng(0).send(addr(1), hdr(9), src, SendMode::Rendezvous, 0).unwrap();
+    let id = sim.eng(0).send(addr(1), hdr(9), SendPayload::Source(src), SendMode::Rendezvous, 0).unwrap();
     let mut log = logs(2);
     sim.run(
         600_000_000_000,
