@@ -252,7 +252,8 @@ struct SendReq {
     ctx: usize,
     flags: u64,
     len: usize,
-    /// Completion already reported (inject, FI_INJECT_COMPLETE).
+    /// Completion already reported (an shm inject; on the udp wire such a
+    /// send is not kept here at all: see `SendPayload::Copied`).
     reported: bool,
 }
 
@@ -317,6 +318,15 @@ pub struct Ep {
 }
 
 type Obj = FidObj<fid_ep, Ep>;
+
+impl EpState {
+    /// Transmit slots in use: sends in flight (those the application still
+    /// awaits, and completed ones the engine holds until acknowledged) and
+    /// shm frames waiting for ring space.
+    fn tx_busy(&self) -> usize {
+        self.sends.len() + self.engine.quiet_in_flight() + self.shm.as_ref().map_or(0, ShmWire::backlogged)
+    }
+}
 
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
     Obj::get(p, FI_CLASS_EP)
@@ -1218,10 +1228,9 @@ impl Ep {
         // Sends in flight and shm frames waiting for ring space both take
         // a transmit slot: a receiver that stops reading cannot make us
         // buffer without bound.
-        let busy = |st: &EpState| st.sends.len() + st.shm.as_ref().map_or(0, ShmWire::backlogged);
-        if busy(&st) >= self.tx_size {
+        if st.tx_busy() >= self.tx_size {
             self.progress_locked(&mut st, now);
-            if busy(&st) >= self.tx_size {
+            if st.tx_busy() >= self.tx_size {
                 return -FI_EAGAIN as isize;
             }
         }
@@ -1301,7 +1310,7 @@ impl Ep {
             } else {
                 self.complete_send(b, &req, None);
             }
-            st.sends.insert(id, SendReq { reported: true, ..req });
+            // The engine counts it until acknowledged (quiet_in_flight).
         } else {
             st.sends.insert(id, req);
         }
@@ -1862,7 +1871,7 @@ unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
     let Some(ep) = from_fid(e as *const c_void) else {
         return -FI_EINVAL as isize;
     };
-    ep.tx_size.saturating_sub(ep.lock().sends.len()) as isize
+    ep.tx_size.saturating_sub(ep.lock().tx_busy()) as isize
 }
 
 unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i32 {

@@ -78,6 +78,19 @@ struct Shared {
     /// While `handle_datagram_placed` runs: (rid, offset, len) of RDATA
     /// whose payload the wire already put into the sink.
     in_place: Option<(RndvId, u64, usize)>,
+    /// Quiet messages (`SendPayload::Copied`) not yet acknowledged.
+    quiet_in_flight: usize,
+}
+
+impl Shared {
+    /// A message left the engine, acknowledged (eager) or finished (FIN).
+    fn send_done(&mut self, id: MsgId, quiet: bool) {
+        if quiet {
+            self.quiet_in_flight -= 1;
+        } else {
+            self.events.push_back(Event::SendDone { id });
+        }
+    }
 }
 
 /// Where the payload of the next datagram goes if it is the RDATA segment
@@ -172,6 +185,9 @@ enum TxBody {
 struct TxMsg {
     hdr: MsgHdr,
     body: TxBody,
+    /// Completed to the application when it was sent (its payload is the
+    /// engine's own copy): no SendDone or SendFailed event.
+    quiet: bool,
 }
 
 /// What a sequence number carries, by reference to the data it came from,
@@ -790,6 +806,7 @@ impl Vc {
                 let Some(TxMsg {
                     hdr,
                     body: TxBody::Eager { payload, .. },
+                    ..
                 }) = self.tx.get(&id)
                 else {
                     return nop(buf);
@@ -821,6 +838,7 @@ impl Vc {
                 let Some(TxMsg {
                     hdr,
                     body: TxBody::Rndv { len, .. },
+                    ..
                 }) = self.tx.get(&id)
                 else {
                     return nop(buf);
@@ -876,8 +894,9 @@ impl Vc {
             {
                 *unacked -= 1;
                 if *unacked == 0 && *segmented {
-                    self.tx.remove(&id);
-                    sh.events.push_back(Event::SendDone { id });
+                    if let Some(m) = self.tx.remove(&id) {
+                        sh.send_done(id, m.quiet);
+                    }
                 }
             }
         }
@@ -1157,11 +1176,11 @@ impl Vc {
                     body: TxBody::Rndv { .. },
                     ..
                 }) => {
-                    self.tx.remove(&key);
+                    let quiet = self.tx.remove(&key).is_some_and(|m| m.quiet);
                     // A receiver that discarded mid-pull leaves GETs we
                     // need not answer any more.
                     self.rdata.retain(|j| j.key != key);
-                    sh.events.push_back(Event::SendDone { id: key });
+                    sh.send_done(key, quiet);
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
@@ -1339,6 +1358,7 @@ impl Engine {
                 bank,
                 pull_order: VecDeque::new(),
                 in_place: None,
+                quiet_in_flight: 0,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
@@ -1407,6 +1427,12 @@ impl Engine {
         out
     }
 
+    /// Quiet messages (`SendPayload::Copied`) still in flight: the caller
+    /// hears nothing more of them, but they hold memory until acknowledged.
+    pub fn quiet_in_flight(&self) -> usize {
+        self.sh.quiet_in_flight
+    }
+
     /// Number of VCs (connecting or established).
     pub fn peer_count(&self) -> usize {
         self.vcs.len()
@@ -1443,6 +1469,7 @@ impl Engine {
         now: u64,
     ) -> Result<MsgId, EngineError> {
         let src = src.into();
+        let quiet = matches!(src, SendPayload::Copied(_));
         if peer.ip().is_unspecified() || peer.port() == 0 {
             return Err(EngineError::InvalidAddress);
         }
@@ -1470,8 +1497,9 @@ impl Engine {
             }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };
+        self.sh.quiet_in_flight += quiet as usize;
         let vc = self.vc_for_send(peer, now);
-        vc.tx.insert(id, TxMsg { hdr, body });
+        vc.tx.insert(id, TxMsg { hdr, body, quiet });
         vc.msgs.push_back(id);
         if !vc.in_ready {
             vc.in_ready = true;
@@ -1989,7 +2017,9 @@ impl Engine {
         if let Some(bank) = &mut sh.bank {
             bank.close(&mut vc.lender);
         }
-        let mut ids: Vec<MsgId> = vc.tx.keys().copied().collect();
+        let quiet = vc.tx.values().filter(|m| m.quiet).count();
+        sh.quiet_in_flight -= quiet;
+        let mut ids: Vec<MsgId> = vc.tx.iter().filter(|(_, m)| !m.quiet).map(|(&id, _)| id).collect();
         ids.sort_unstable();
         for id in ids {
             sh.events.push_back(Event::SendFailed { id, err });

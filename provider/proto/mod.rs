@@ -122,8 +122,11 @@ impl SendSource for Vec<u8> {
 
 /// A send's payload as the engine holds it until the send completes.
 pub enum SendPayload {
-    /// The engine's own copy of a small payload (an inject): held inline
-    /// in the message, no allocation of its own.
+    /// The engine's own copy of the payload (an inject, or a send with
+    /// inject-complete semantics), held inline in the message up to
+    /// `INLINE_PAYLOAD` bytes. The caller has completed such a send
+    /// already: the engine emits no SendDone or SendFailed for it
+    /// (`Engine::quiet_in_flight` counts them until acknowledged).
     Copied(Payload),
     /// Read from the source whenever a segment is built or data is pulled.
     Source(Box<dyn SendSource>),

@@ -508,6 +508,54 @@ fn peer_death_fails_everything() {
     assert_eq!(log[1].msgs.len(), 1);
 }
 
+/// Sends the caller completed at once (`SendPayload::Copied`) are
+/// delivered like any other but produce no event at the sender; the engine
+/// counts them until acknowledged, and a dead peer drops them from the
+/// count without a SendFailed.
+#[test]
+fn quiet_sends_are_counted_not_reported() {
+    let cfg = EngineConfig {
+        peer_timeout_ns: 100_000_000,
+        ..test_config()
+    };
+    let mut sim = Sim::new(2, cfg, Link::lossy(10.0), 41);
+    let quiet = |k: u64, len: usize| SendPayload::Copied(Payload::from_vec(payload(41, k, len)));
+    for k in 0..30u64 {
+        // Inline, heap-held, and multi-segment copies.
+        let len = [8, 500, 3000][k as usize % 3];
+        sim.eng(0).send(addr(1), hdr(k), quiet(k, len), SendMode::Eager, 0).unwrap();
+    }
+    let loud = sim
+        .eng(0)
+        .send(addr(1), hdr(99), Box::new(vec![7u8; 10]), SendMode::Eager, 0)
+        .unwrap();
+    assert_eq!(sim.eng(0).quiet_in_flight(), 30);
+    let mut log = logs(2);
+    sim.run(
+        10_000_000_000,
+        |_, i, ev| log[i].record(ev),
+        |sim| sim.nodes[0].engine.quiet_in_flight() == 0 && !sim.nodes[0].engine.has_unacked(),
+    );
+    assert_eq!(sim.eng(0).quiet_in_flight(), 0);
+    assert_eq!(log[0].send_done, vec![loud]);
+    assert_eq!(log[1].msgs.len(), 31);
+    for (k, (_, h, v)) in log[1].msgs.iter().take(30).enumerate() {
+        assert_eq!(h.tag, k as u64);
+        assert_eq!(*v, payload(41, k as u64, [8, 500, 3000][k % 3]));
+    }
+    // The peer dies with quiet sends outstanding.
+    sim.nodes[1].down = true;
+    let now = sim.now;
+    for k in 0..3u64 {
+        sim.eng(0).send(addr(1), hdr(k), quiet(k, 8), SendMode::Eager, now).unwrap();
+    }
+    let mut log = logs(2);
+    sim.run(1_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[0].peer_failed, vec![addr(1)]);
+    assert!(log[0].send_failed.is_empty() && log[0].send_done.is_empty());
+    assert_eq!(sim.eng(0).quiet_in_flight(), 0);
+}
+
 #[test]
 fn handshake_to_nobody_fails() {
     let cfg = EngineConfig {
