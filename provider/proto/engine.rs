@@ -702,6 +702,14 @@ impl Vc {
         None
     }
 
+    /// `transmit`, counted in the engine's statistics.
+    fn transmit_counted(&mut self, sh: &mut Shared, now: u64, buf: &mut [u8]) -> Option<usize> {
+        let n = self.transmit(sh, now, buf)?;
+        sh.stats.datagrams_out += 1;
+        sh.stats.bytes_out += n as u64;
+        Some(n)
+    }
+
     /// A CREDIT datagram: what we lend the peer, what we give back, and
     /// whether we are stalled or want credits back.
     fn credit_datagram(&mut self, sh: &mut Shared, peer_nonce: u64, buf: &mut [u8]) -> usize {
@@ -1322,6 +1330,19 @@ fn admit(sh: &mut Shared, l: &mut Lender, len: u64) -> bool {
     true
 }
 
+/// The VC to `peer`, created (connecting) if there is none.
+fn vc_for_send<'a>(vcs: &'a mut Map<SocketAddr, Vc>, sh: &mut Shared, peer: SocketAddr, now: u64) -> &'a mut Vc {
+    vcs.entry(peer).or_insert_with(|| {
+        let mut vc = Vc::new(sh, peer, now);
+        if peer == sh.local {
+            // Talking to ourselves: one VC is both ends, no handshake.
+            let (nonce, isn) = (vc.local_nonce, vc.snd_isn);
+            vc.establish(&sh.cfg, nonce, isn, vc.rcv_window, now);
+        }
+        vc
+    })
+}
+
 fn mark_ready(ready: &mut VecDeque<SocketAddr>, vc: &mut Vc) {
     if !vc.in_ready {
         vc.in_ready = true;
@@ -1447,19 +1468,6 @@ impl Engine {
         self.vcs.get(&peer).and_then(|v| v.rtt.srtt())
     }
 
-    fn vc_for_send(&mut self, peer: SocketAddr, now: u64) -> &mut Vc {
-        let sh = &mut self.sh;
-        self.vcs.entry(peer).or_insert_with(|| {
-            let mut vc = Vc::new(sh, peer, now);
-            if peer == sh.local {
-                // Talking to ourselves: one VC is both ends, no handshake.
-                let (nonce, isn) = (vc.local_nonce, vc.snd_isn);
-                vc.establish(&sh.cfg, nonce, isn, vc.rcv_window, now);
-            }
-            vc
-        })
-    }
-
     pub fn send(
         &mut self,
         peer: SocketAddr,
@@ -1468,44 +1476,7 @@ impl Engine {
         mode: SendMode,
         now: u64,
     ) -> Result<MsgId, EngineError> {
-        let src = src.into();
-        let quiet = matches!(src, SendPayload::Copied(_));
-        if peer.ip().is_unspecified() || peer.port() == 0 {
-            return Err(EngineError::InvalidAddress);
-        }
-        if self.sh.cfg.max_datagram < wire::MIN_DATAGRAM {
-            return Err(EngineError::DatagramTooSmall);
-        }
-        let id = self.sh.next_msg_id;
-        self.sh.next_msg_id += 1;
-        let len = src.len();
-        let body = if mode == SendMode::Eager && len <= self.sh.cfg.rndv_threshold {
-            TxBody::Eager {
-                payload: src,
-                next_off: 0,
-                started: false,
-                segmented: false,
-                unacked: 0,
-            }
-        } else {
-            TxBody::Rndv {
-                src: match src {
-                    SendPayload::Source(b) => Arc::from(b),
-                    SendPayload::Copied(p) => Arc::new(p.to_vec()),
-                },
-                len: len as u64,
-            }
-        };
-        let hdr = MsgHdr { len: len as u64, ..hdr };
-        self.sh.quiet_in_flight += quiet as usize;
-        let vc = self.vc_for_send(peer, now);
-        vc.tx.insert(id, TxMsg { hdr, body, quiet });
-        vc.msgs.push_back(id);
-        if !vc.in_ready {
-            vc.in_ready = true;
-            self.ready.push_back(peer);
-        }
-        Ok(id)
+        self.submit(peer, hdr, src.into(), mode, now, None).map(|(id, _)| id)
     }
 
     /// `send`, then, when no other VC is waiting to transmit, one
@@ -1526,13 +1497,66 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
     ) -> Result<(MsgId, Option<usize>), EngineError> {
-        let alone = self.ready.is_empty();
-        let id = self.send(peer, hdr, src, mode, now)?;
-        if !alone {
-            return Ok((id, None));
+        self.submit(peer, hdr, src.into(), mode, now, Some(buf))
+    }
+
+    fn submit(
+        &mut self,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        src: SendPayload,
+        mode: SendMode,
+        now: u64,
+        buf: Option<&mut [u8]>,
+    ) -> Result<(MsgId, Option<usize>), EngineError> {
+        if peer.ip().is_unspecified() || peer.port() == 0 {
+            return Err(EngineError::InvalidAddress);
         }
-        // The VC `send` just marked is the only one ready.
-        Ok((id, self.poll_transmit(now, buf).map(|(_, n)| n)))
+        if self.sh.cfg.max_datagram < wire::MIN_DATAGRAM {
+            return Err(EngineError::DatagramTooSmall);
+        }
+        let quiet = matches!(src, SendPayload::Copied(_));
+        let sh = &mut self.sh;
+        let id = sh.next_msg_id;
+        sh.next_msg_id += 1;
+        let len = src.len();
+        let body = if mode == SendMode::Eager && len <= sh.cfg.rndv_threshold {
+            TxBody::Eager {
+                payload: src,
+                next_off: 0,
+                started: false,
+                segmented: false,
+                unacked: 0,
+            }
+        } else {
+            TxBody::Rndv {
+                src: match src {
+                    SendPayload::Source(b) => Arc::from(b),
+                    SendPayload::Copied(p) => Arc::new(p.to_vec()),
+                },
+                len: len as u64,
+            }
+        };
+        let hdr = MsgHdr { len: len as u64, ..hdr };
+        sh.quiet_in_flight += quiet as usize;
+        let alone = self.ready.is_empty();
+        let vc = vc_for_send(&mut self.vcs, sh, peer, now);
+        vc.tx.insert(id, TxMsg { hdr, body, quiet });
+        vc.msgs.push_back(id);
+        let sent = match buf {
+            // The only VC with anything to send: it goes now.
+            Some(buf) if alone && !vc.in_ready => {
+                sh.zc.src = None;
+                vc.transmit_counted(sh, now, buf)
+            }
+            _ => None,
+        };
+        // As poll_transmit: after a transmission only a VC with more to
+        // send is queued.
+        if sent.is_none() || vc.may_transmit(now) {
+            mark_ready(&mut self.ready, vc);
+        }
+        Ok((id, sent))
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
@@ -1847,15 +1871,13 @@ impl Engine {
                 continue;
             };
             vc.in_ready = false;
-            if let Some(n) = vc.transmit(&mut self.sh, now, buf) {
+            if let Some(n) = vc.transmit_counted(&mut self.sh, now, buf) {
                 // Only a VC with more queued comes round again: the call
                 // that would find nothing cost as much as the one that sent.
                 if vc.may_transmit(now) {
                     vc.in_ready = true;
                     self.ready.push_back(addr);
                 }
-                self.sh.stats.datagrams_out += 1;
-                self.sh.stats.bytes_out += n as u64;
                 return Some((addr, n));
             }
         }

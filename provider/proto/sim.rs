@@ -136,6 +136,13 @@ impl Sim {
             .push(Reverse((self.now + delay, self.counter, to, from, bytes)));
     }
 
+    /// A datagram node `src` sends outside `flush` (`Engine::send_now`
+    /// hands it to its caller), subject to the link like any other.
+    pub fn emit_from(&mut self, src: usize, to: SocketAddr, bytes: &[u8]) {
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.emit(src, to, bytes.len());
+    }
+
     fn emit(&mut self, src: usize, to: SocketAddr, n: usize) {
         if let Some(r) = &mut self.record {
             r.push((src, to, self.buf[..n].to_vec()));
