@@ -313,6 +313,9 @@ pub struct Ep {
     binds: OnceLock<Bindings>,
     enabled: AtomicBool,
     fd: AtomicI32,
+    /// The wire's sockets are in its wait fd's epoll set (`UdpWire::watch`,
+    /// done by the first sleeper's `arm_wakeup`).
+    watched: AtomicBool,
     last_app: AtomicU64,
     state: Mutex<EpState>,
 }
@@ -454,6 +457,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         binds: OnceLock::new(),
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
+        watched: AtomicBool::new(false),
         last_app: AtomicU64::new(0),
         state: Mutex::new(st),
     });
@@ -1038,6 +1042,8 @@ impl Ep {
         st.engine.flush_acks();
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
+        // Without its sockets the wait fd could not cut a poll short.
+        let _ = st.wire.watch();
         while (st.engine.has_unacked() || st.txbuf.stalled() || st.shm.as_ref().is_some_and(|w| w.backlogged() > 0))
             && now_ns() < deadline
         {
@@ -1109,8 +1115,16 @@ impl Progress for Ep {
     }
     fn arm_wakeup(&self) -> bool {
         // Contended: the holder is progressing, and next_deadline said
-        // to look again soon.
-        let Ok(mut st) = self.state.try_lock() else { return true };
+        // to look again soon; but an epoll set not watching our sockets
+        // yet would not wake us at all.
+        let Ok(mut st) = self.state.try_lock() else {
+            return self.watched.load(Ordering::Acquire);
+        };
+        if let Err(e) = st.wire.watch() {
+            crate::warn!(FI_LOG_EP_CTRL, "cannot watch the endpoint's sockets: {}", e);
+            return false;
+        }
+        self.watched.store(true, Ordering::Release);
         // Whatever woke us may be a doorbell: read the socket next pass.
         st.udp_next = 0;
         st.shm.as_mut().is_none_or(ShmWire::arm)
@@ -1919,6 +1933,10 @@ unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
     match new_state(&ep.domain, a) {
         Ok(ns) => {
             ep.fd.store(ns.wire.wait_fd(), Ordering::Relaxed);
+            if ep.watched.load(Ordering::Acquire) {
+                // A sleeper of the old wire may sleep on the new one.
+                let _ = ns.wire.watch();
+            }
             *st = ns;
             0
         }

@@ -50,6 +50,11 @@ pub struct UdpWire {
     /// fd is readable while any socket in it is), so that sockets come and
     /// go without the wait objects and the progress thread knowing.
     epoll: std::os::fd::OwnedFd,
+    /// Whether the sockets are in `epoll` (`watch`). Not until someone
+    /// sleeps or there are too many sockets to poll directly: a socket in
+    /// an epoll set costs every arriving datagram an epoll callback in the
+    /// kernel, measurable on a ping-pong that only ever polls.
+    watched: std::cell::Cell<bool>,
     /// How many peers the endpoint talks to (`set_peer_count`). When every
     /// one has a connected socket the main socket only gets new peers'
     /// first datagrams (and shm doorbells), and is polled once in
@@ -224,7 +229,6 @@ impl UdpWire {
             }
             <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(e)
         };
-        epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd)?;
         let mut got: i32 = 0;
         let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
         // SAFETY: reads an int of the size given into `got`.
@@ -255,6 +259,7 @@ impl UdpWire {
             max_connected,
             hot: std::cell::Cell::new(0),
             epoll,
+            watched: std::cell::Cell::new(false),
             peers: 0,
             polls: std::cell::Cell::new(0),
             sockbuf,
@@ -271,9 +276,23 @@ impl UdpWire {
         self.local
     }
 
-    /// What a sleeper waits on: readable while any of our sockets is.
+    /// What a sleeper waits on: readable while any of our sockets is, once
+    /// `watch` was called (before sleeping on it).
     pub fn wait_fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
+    }
+
+    /// Puts our sockets, and from now on every new one, into the epoll set
+    /// `wait_fd` returns: whoever is about to sleep on it calls this first.
+    pub fn watch(&self) -> io::Result<()> {
+        if self.watched.get() {
+            return Ok(());
+        }
+        for i in 0..self.socks() {
+            epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, self.sock_at(i).as_raw_fd())?;
+        }
+        self.watched.set(true);
+        Ok(())
     }
 
     fn fd(&self) -> RawFd {
@@ -341,9 +360,15 @@ impl UdpWire {
             return Err(io::Error::last_os_error());
         }
         sock.connect(peer)?;
-        epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd)?;
+        if self.watched.get() {
+            epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd)?;
+        }
         self.connected.push(Connected { peer, sock });
         self.hot.set(0);
+        if self.socks() > DIRECT_POLL_MAX {
+            // recv_any asks the epoll set which sockets have data.
+            self.watch()?;
+        }
         Ok(())
     }
 
@@ -1020,6 +1045,7 @@ mod tests {
     use super::*;
 
     fn wait_readable(w: &UdpWire) {
+        w.watch().unwrap();
         let mut pfd = libc::pollfd {
             fd: w.wait_fd(),
             events: libc::POLLIN,
