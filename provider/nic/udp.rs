@@ -333,10 +333,18 @@ impl UdpWire {
     /// the main socket already holds from the peer are still read there,
     /// so a few may arrive out of order once: the VC reorders them.
     pub fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
-        if !self.may_connect() || self.is_connected(peer) || peer == self.local || peer.is_ipv4() != self.local.is_ipv4() {
+        if !self.may_connect()
+            || self.is_connected(peer)
+            || peer == self.local
+            || peer.is_ipv4() != self.local.is_ipv4()
+        {
             return Ok(());
         }
-        let domain = if self.local.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        let domain = if self.local.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
         // SAFETY: socket() has no memory preconditions; the fd is owned by
         // the UdpSocket from here on (closed on every error path by its drop).
         let sock = unsafe {
@@ -407,7 +415,10 @@ impl UdpWire {
     /// one gives a datagram; remembers which in `hot`. A connected socket's
     /// error (ECONNREFUSED when its peer's port is closed) is not the
     /// others': the rest are still polled.
-    fn recv_any<T>(&self, mut recv: impl FnMut(&std::net::UdpSocket) -> io::Result<Option<T>>) -> io::Result<Option<T>> {
+    fn recv_any<T>(
+        &self,
+        mut recv: impl FnMut(&std::net::UdpSocket) -> io::Result<Option<T>>,
+    ) -> io::Result<Option<T>> {
         let n = self.socks();
         let mut ready = [0usize; 8];
         let mut count = 0;
@@ -1196,7 +1207,10 @@ mod tests {
         // The kernel delivered b's datagram to the connected socket.
         send_to(&b, &[4], a.local_addr());
         wait_readable(&a);
-        assert_eq!(recv_from(&a.connected[0].sock, &mut [0u8; 8]).unwrap().map(|r| r.1), Some(b.local_addr()));
+        assert_eq!(
+            recv_from(&a.connected[0].sock, &mut [0u8; 8]).unwrap().map(|r| r.1),
+            Some(b.local_addr())
+        );
     }
 
     /// With the main socket polled rarely a new peer still gets through,
@@ -1220,7 +1234,11 @@ mod tests {
         }
         let mut got: Vec<_> = (0..4).map(|_| recv(&a, &mut rx)).collect();
         got.sort();
-        let want: Vec<_> = peers.iter().enumerate().map(|(i, p)| (i as u8, p.local_addr())).collect();
+        let want: Vec<_> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u8, p.local_addr()))
+            .collect();
         assert_eq!(got, want);
         a.disconnect(peers[2].local_addr());
         assert_eq!(a.connected_count(), 3);

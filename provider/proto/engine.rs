@@ -16,8 +16,8 @@ use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
-    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendMode, SendPayload,
-    SendSource,
+    EngineConfig, EngineError, EngineStats, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendMode,
+    SendPayload, SendSource,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;

@@ -219,7 +219,10 @@ fn send_now_hands_back_the_datagram() {
             }
             let (now, k) = (sim.now, h.tag + 1);
             let src = SendPayload::Copied(Payload::from_vec(payload(43, k, 8 + k as usize % 50)));
-            let (_, n) = sim.eng(i).send_now(addr(1 - i), hdr(k), src, SendMode::Eager, now, &mut buf).unwrap();
+            let (_, n) = sim
+                .eng(i)
+                .send_now(addr(1 - i), hdr(k), src, SendMode::Eager, now, &mut buf)
+                .unwrap();
             if let Some(n) = n {
                 direct += 1;
                 sim.emit_from(i, addr(1 - i), &buf[..n]);
@@ -239,8 +242,20 @@ fn send_now_hands_back_the_datagram() {
     }
     // Node 2 has something queued: node 0's next message waits its turn.
     let now = sim.now;
-    sim.eng(0).send(addr(2), hdr(500), Box::new(vec![1u8; 8]), SendMode::Eager, now).unwrap();
-    let (_, n) = sim.eng(0).send_now(addr(1), hdr(501), Box::new(vec![2u8; 8]), SendMode::Eager, now, &mut buf).unwrap();
+    sim.eng(0)
+        .send(addr(2), hdr(500), Box::new(vec![1u8; 8]), SendMode::Eager, now)
+        .unwrap();
+    let (_, n) = sim
+        .eng(0)
+        .send_now(
+            addr(1),
+            hdr(501),
+            Box::new(vec![2u8; 8]),
+            SendMode::Eager,
+            now,
+            &mut buf,
+        )
+        .unwrap();
     assert_eq!(n, None);
     let mut log = logs(3);
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
@@ -276,7 +291,10 @@ fn rndv_run(
 ) -> (usize, EngineStats) {
     let len = src.len();
     let mut sim = Sim::new(2, cfg, link, seed);
-    let id = sim.eng(0).send(addr(1), hdr(9), SendPayload::Source(src), SendMode::Rendezvous, 0).unwrap();
+    let id = sim
+        .eng(0)
+        .send(addr(1), hdr(9), SendPayload::Source(src), SendMode::Rendezvous, 0)
+        .unwrap();
     let mut log = logs(2);
     sim.run(
         600_000_000_000,
@@ -585,7 +603,9 @@ fn quiet_sends_are_counted_not_reported() {
     for k in 0..30u64 {
         // Inline, heap-held, and multi-segment copies.
         let len = [8, 500, 3000][k as usize % 3];
-        sim.eng(0).send(addr(1), hdr(k), quiet(k, len), SendMode::Eager, 0).unwrap();
+        sim.eng(0)
+            .send(addr(1), hdr(k), quiet(k, len), SendMode::Eager, 0)
+            .unwrap();
     }
     let loud = sim
         .eng(0)
@@ -609,7 +629,9 @@ fn quiet_sends_are_counted_not_reported() {
     sim.nodes[1].down = true;
     let now = sim.now;
     for k in 0..3u64 {
-        sim.eng(0).send(addr(1), hdr(k), quiet(k, 8), SendMode::Eager, now).unwrap();
+        sim.eng(0)
+            .send(addr(1), hdr(k), quiet(k, 8), SendMode::Eager, now)
+            .unwrap();
     }
     let mut log = logs(2);
     sim.run(1_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
