@@ -1287,13 +1287,10 @@ impl Ep {
         } else {
             SendPayload::Source(Box::new(IovSource { iov: a.iov, len }))
         };
-        // A send that is not batched (FI_MORE) while nothing else waits
-        // goes to the socket at once (Engine::send_now), except bulk eager
+        // A send that is not batched (FI_MORE) may go to the socket at once
+        // (Engine::send_now: if nothing else waits), except bulk eager
         // data, which the flush sends from the application's buffer.
-        let now_or_queue = a.flags & FI_MORE == 0
-            && (!eager || len <= DIRECT_COPY_MAX)
-            && st.engine.transmit_idle()
-            && !st.txbuf.stalled();
+        let now_or_queue = a.flags & FI_MORE == 0 && (!eager || len <= DIRECT_COPY_MAX) && !st.txbuf.stalled();
         let r = if now_or_queue {
             let EpState {
                 engine, wire, txbuf, ..

@@ -643,7 +643,7 @@ impl UdpWire {
             Ok(true) => {}
             Ok(false) => {
                 let start = tx.pending_buf.len();
-                tx.pending_buf.extend_from_slice(&tx.arena[tx.used..tx.used + len]);
+                tx.pending_buf.extend_from_slice(slot);
                 tx.pending.push_back((start, len, to, 0));
             }
             Err(e) => crate::debug!(crate::ffi::FI_LOG_EP_DATA, "sendmsg {}: {}", to, e),

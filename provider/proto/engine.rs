@@ -1545,7 +1545,7 @@ impl Engine {
         vc.msgs.push_back(id);
         let sent = match buf {
             // The only VC with anything to send: it goes now.
-            Some(buf) if alone && !vc.in_ready => {
+            Some(buf) if alone => {
                 sh.zc.src = None;
                 vc.transmit_counted(sh, now, buf)
             }
@@ -2039,9 +2039,14 @@ impl Engine {
         if let Some(bank) = &mut sh.bank {
             bank.close(&mut vc.lender);
         }
-        let quiet = vc.tx.values().filter(|m| m.quiet).count();
-        sh.quiet_in_flight -= quiet;
-        let mut ids: Vec<MsgId> = vc.tx.iter().filter(|(_, m)| !m.quiet).map(|(&id, _)| id).collect();
+        let mut ids = Vec::new();
+        for (&id, m) in &vc.tx {
+            if m.quiet {
+                sh.quiet_in_flight -= 1;
+            } else {
+                ids.push(id);
+            }
+        }
         ids.sort_unstable();
         for id in ids {
             sh.events.push_back(Event::SendFailed { id, err });
