@@ -246,11 +246,11 @@ impl AvInner {
 }
 
 impl Av {
-    /// The peer behind an fi_addr, or None if unknown/removed.
     /// Changes whenever the address table does.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+    /// The peer behind an fi_addr, or None if unknown/removed.
     pub fn lookup(&self, a: u64) -> Option<SocketAddr> {
         let i = self.inner.read().unwrap();
         i.get(usize::try_from(a).ok()?)
@@ -580,15 +580,9 @@ mod tests {
         for v4 in [true, false] {
             let mut t = AvInner::new(v4, 8);
             let mut model: Vec<Option<SocketAddr>> = Vec::new();
-            let mut x: u64 = 0x1234_5678;
-            let mut rnd = || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut rng = crate::rng::SplitMix::new(0x1234_5678);
             for _ in 0..20_000 {
-                let r = rnd();
+                let r = rng.next_u64();
                 if r % 4 != 0 || model.is_empty() {
                     let k = (r >> 8) % 3000; // small space: many duplicates
                     let ip = std::net::Ipv4Addr::from(0x0a00_0000 + (k as u32 / 7));
