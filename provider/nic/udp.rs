@@ -612,8 +612,7 @@ impl UdpWire {
         let Some(to) = tx.to else {
             return true;
         };
-        let seg = if tx.count > 1 { tx.seg } else { 0 };
-        let r = self.sendmsg_gso(&tx.iov, to, seg);
+        let r = self.sendmsg_gso(&tx.iov, to, tx.gso_size());
         let sent = match r {
             Ok(sent) => sent,
             Err(e) => {
@@ -836,19 +835,21 @@ impl RecvBatch {
         if i >= self.filled {
             return None;
         }
-        if let Some((n, from)) = self.one {
-            let seg = if self.gso[0] > 0 { self.gso[0] } else { n.max(1) };
-            return Some((&self.bufs[0][..n], from, seg));
-        }
-        let len = self.hdrs[i].msg_len as usize;
-        // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[i].
-        let from = unsafe {
-            crate::getinfo::sockaddr_to_std(
-                &self.names[i] as *const libc::sockaddr_storage as *const u8,
-                self.hdrs[i].msg_hdr.msg_namelen as usize,
-            )
-        }?;
-        let bytes = &self.bufs[i][..len.min(self.bufs[i].len())];
+        // (With `one` set the batch holds one slot: i is 0.)
+        let (bytes, from) = match self.one {
+            Some((n, from)) => (&self.bufs[0][..n], from),
+            None => {
+                let len = self.hdrs[i].msg_len as usize;
+                // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[i].
+                let from = unsafe {
+                    crate::getinfo::sockaddr_to_std(
+                        &self.names[i] as *const libc::sockaddr_storage as *const u8,
+                        self.hdrs[i].msg_hdr.msg_namelen as usize,
+                    )
+                }?;
+                (&self.bufs[i][..len.min(self.bufs[i].len())], from)
+            }
+        };
         let seg = if self.gso[i] > 0 {
             self.gso[i]
         } else {
@@ -1038,8 +1039,16 @@ impl TxBatch {
             let b = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
             self.pending_buf.extend_from_slice(b);
         }
-        let seg = if self.count > 1 { self.seg } else { 0 };
-        self.pending.push_back((start, self.total, to, seg));
+        self.pending.push_back((start, self.total, to, self.gso_size()));
+    }
+
+    /// The UDP_SEGMENT size the batch goes out with: 0 for a lone datagram.
+    fn gso_size(&self) -> usize {
+        if self.count > 1 {
+            self.seg
+        } else {
+            0
+        }
     }
 
     fn reset(&mut self) {
@@ -1072,9 +1081,7 @@ mod tests {
     /// exactly the datagrams sent, in order.
     #[test]
     fn gso_run_arrives_as_the_datagrams_sent() {
-        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = UdpWire::bind(addr, "lo", 1 << 20, 0, 0).unwrap();
-        let b = UdpWire::bind(addr, "lo", 1 << 20, 0, 0).unwrap();
+        let (a, b) = (bind_lo(0), bind_lo(0));
         b.force_gro();
         let to = b.local_addr();
         let sizes: Vec<usize> = (0..10).map(|i| if i == 9 { 500 } else { 1000 }).collect();
@@ -1118,9 +1125,7 @@ mod tests {
     /// recv_one (the polling path) also cuts up a coalesced run.
     #[test]
     fn recv_one_cuts_up_a_coalesced_run() {
-        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = UdpWire::bind(addr, "lo", 1 << 20, 0, 0).unwrap();
-        let b = UdpWire::bind(addr, "lo", 1 << 20, 0, 0).unwrap();
+        let (a, b) = (bind_lo(0), bind_lo(0));
         b.force_gro();
         let mut tx = TxBatch::default();
         for i in 0..8u8 {
