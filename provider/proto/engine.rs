@@ -417,6 +417,16 @@ impl Vc {
         self.hs == Handshake::Established
     }
 
+    /// The peer echoed our connection id: it is real, not a CONN_REQ with
+    /// a forged source address (which costs nothing to send). PeerUp goes
+    /// out once per incarnation of the VC (`establish` resets it).
+    fn announce_up(&mut self, sh: &mut Shared) {
+        if !self.up_announced {
+            self.up_announced = true;
+            sh.events.push_back(Event::PeerUp { peer: self.peer });
+        }
+    }
+
     fn has_pending_work(&self) -> bool {
         !self.established()
             || self.resp_pending
@@ -1284,17 +1294,16 @@ fn live_vc<'a>(
         return None;
     }
     vc.last_heard = now;
-    if !vc.up_announced {
-        // The peer echoed our connection id: it is real, not a CONN_REQ
-        // with a forged source address (which costs nothing to send).
-        vc.up_announced = true;
-        sh.events.push_back(Event::PeerUp { peer: from });
-    }
+    vc.announce_up(sh);
     Some(vc)
 }
 
-/// The bank asked peers to give credits back: tell them.
-fn ask_give_backs(vcs: &mut Map<SocketAddr, Vc>, ready: &mut VecDeque<SocketAddr>) {
+/// The bank's epoch bookkeeping; the peers it asks to give credits back
+/// are told.
+fn tick_bank(bank: &mut CreditBank, vcs: &mut Map<SocketAddr, Vc>, ready: &mut VecDeque<SocketAddr>, now: u64) {
+    if !bank.tick(now, vcs.values_mut().map(|v| &mut v.lender)) {
+        return;
+    }
     for v in vcs.values_mut() {
         if v.lender.asked_to_give_back() {
             v.credit_due = true;
@@ -1654,8 +1663,7 @@ impl Engine {
                     vc.establish(&sh.cfg, nonce, isn, window, now);
                     mark_ready(&mut self.ready, vc);
                     // It echoed our connection id (checked above).
-                    vc.up_announced = true;
-                    sh.events.push_back(Event::PeerUp { peer: from });
+                    vc.announce_up(sh);
                 }
             }
             Packet::Ack { conn, ack, sack } => {
@@ -1687,9 +1695,7 @@ impl Engine {
                     // so it asks again; meanwhile quiet peers are asked).
                     if byte & STALLED != 0 || vc.lender.wants_news() {
                         vc.credit_due = true;
-                        if bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender)) {
-                            ask_give_backs(&mut self.vcs, &mut self.ready);
-                        }
+                        tick_bank(bank, &mut self.vcs, &mut self.ready, now);
                     }
                 }
                 let Some(vc) = self.vcs.get_mut(&from) else { return };
@@ -1969,9 +1975,7 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: u64) {
         let mut failing = std::mem::take(&mut self.failing);
         if let Some(bank) = &mut self.sh.bank {
-            if bank.tick(now, self.vcs.values_mut().map(|v| &mut v.lender)) {
-                ask_give_backs(&mut self.vcs, &mut self.ready);
-            }
+            tick_bank(bank, &mut self.vcs, &mut self.ready, now);
         }
         let rto = self.sh.cfg.rto_min_ns;
         for vc in self.vcs.values_mut() {
