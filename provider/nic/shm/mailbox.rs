@@ -788,6 +788,11 @@ impl Drop for Mailbox {
 /// A piece of memory, (address, length), in this process or another.
 pub type Range = (u64, u64);
 
+/// Bytes in all of `v` (saturating: the lengths may come from a peer).
+pub fn ranges_len(v: &[Range]) -> u64 {
+    v.iter().fold(0u64, |a, r| a.saturating_add(r.1))
+}
+
 /// The pieces covering bytes `off..off + n` of the concatenation of `v`.
 pub fn sub_ranges(v: &[Range], mut off: u64, mut n: u64) -> Vec<Range> {
     let mut out = Vec::new();
@@ -833,8 +838,7 @@ fn iovecs(v: &[Range], skip: u64, max: u64) -> Vec<libc::iovec> {
 }
 
 fn cma(pid: u32, local: &[Range], remote: &[Range], write: bool) -> io::Result<usize> {
-    let sum = |v: &[Range]| v.iter().fold(0u64, |a, r| a.saturating_add(r.1));
-    let want = sum(local).min(sum(remote));
+    let want = ranges_len(local).min(ranges_len(remote));
     let mut done = 0u64;
     while done < want {
         let (liov, riov) = (iovecs(local, done, want - done), iovecs(remote, done, want - done));

@@ -27,7 +27,7 @@ pub mod mailbox;
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::hash::KeyedState;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
-use mailbox::{kind, sub_ranges, InSlot, Liveness, Mailbox, Outbox, Range};
+use mailbox::{kind, ranges_len, sub_ranges, InSlot, Liveness, Mailbox, Outbox, Range};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
@@ -720,7 +720,7 @@ impl ShmWire {
         let Some(t) = self.tx.get(&key) else { return };
         let Some(p) = self.peers[t.peer].as_ref() else { return };
         let (to, pid) = (p.addr, p.out.owner_pid());
-        let n = theirs.iter().fold(0u64, |a, x| a.saturating_add(x.1));
+        let n = ranges_len(theirs);
         let status = match at.checked_add(n) {
             Some(end) if end <= t.src.len() as u64 => {
                 match mailbox::cma_write(pid, &sub_ranges(&t.addrs, at, n), theirs) {
