@@ -583,7 +583,7 @@ mod tests {
             let mut rng = crate::rng::SplitMix::new(0x1234_5678);
             for _ in 0..20_000 {
                 let r = rng.next_u64();
-                if r % 4 != 0 || model.is_empty() {
+                if !r.is_multiple_of(4) || model.is_empty() {
                     let k = (r >> 8) % 3000; // small space: many duplicates
                     let ip = std::net::Ipv4Addr::from(0x0a00_0000 + (k as u32 / 7));
                     let s = if v4 {
