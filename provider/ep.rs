@@ -32,7 +32,7 @@ use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
 use crate::proto::{
     Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, Payload, Placement, RecvSink, SendMode, SendPayload,
-    SendSource,
+    SendSource, Transmit, TxOut,
 };
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::collections::HashMap;
@@ -872,40 +872,14 @@ impl Ep {
             }
             txbuf.rewind();
         }
-        while !engine.transmit_idle() {
-            if txbuf.full() {
-                if !wire.send_batch(txbuf) {
-                    return;
-                }
-                txbuf.rewind();
-            }
-            let Some(t) = engine.poll_transmit_vectored(now, txbuf.slot()) else {
-                break;
-            };
-            let (h, n, to) = (t.hdr_len, t.len, t.to);
-            let payload: &[u8] = match t.payload {
-                None => &[],
-                Some((src, off)) => match src.contiguous(off, n - h) {
-                    Some(p) => p,
-                    None => {
-                        src.read_at(off, &mut txbuf.slot()[h..n]);
-                        &[]
-                    }
-                },
-            };
-            let hdr_len = if payload.is_empty() { n } else { h };
-            if !txbuf.fits(to, n, wire.gso()) && !wire.send_batch(txbuf) {
-                // The socket is full: keep this one too and stop.
-                // SAFETY: send_batch below sends or stashes (copies) it.
-                unsafe { txbuf.push(to, hdr_len, payload) };
-                wire.send_batch(txbuf);
-                return;
-            }
-            // SAFETY: the payload lives in a send source the engine keeps,
-            // unmoved and unchanged, until that send completes, which only
-            // an incoming ACK or FIN can do; none is handled before this
-            // batch is sent or stashed by send_batch within this call.
-            unsafe { txbuf.push(to, hdr_len, payload) };
+        let mut out = FlushOut {
+            wire,
+            txbuf,
+            refused: false,
+        };
+        engine.poll_transmit_burst(now, &mut out);
+        if out.refused {
+            return;
         }
         if txbuf.building() && wire.send_batch(txbuf) {
             txbuf.rewind();
@@ -2370,4 +2344,55 @@ fn ring_bells(st: &mut EpState) {
             false
         }
     });
+}
+
+/// `Ep::flush`'s side of `Engine::poll_transmit_burst`: datagrams join
+/// the batch (GSO runs to one peer), which goes to the socket when full.
+struct FlushOut<'a> {
+    wire: &'a UdpWire,
+    txbuf: &'a mut TxBatch,
+    /// The socket refused a batch (it was stashed): stop for this pass.
+    refused: bool,
+}
+
+impl TxOut for FlushOut<'_> {
+    fn slot(&mut self) -> Option<&mut [u8]> {
+        if self.txbuf.full() {
+            if !self.wire.send_batch(self.txbuf) {
+                self.refused = true;
+                return None;
+            }
+            self.txbuf.rewind();
+        }
+        Some(self.txbuf.slot())
+    }
+
+    fn commit(&mut self, t: Transmit<'_>) -> bool {
+        let (h, n, to) = (t.hdr_len, t.len, t.to);
+        let payload: &[u8] = match t.payload {
+            None => &[],
+            Some((src, off)) => match src.contiguous(off, n - h) {
+                Some(p) => p,
+                None => {
+                    src.read_at(off, &mut self.txbuf.slot()[h..n]);
+                    &[]
+                }
+            },
+        };
+        let hdr_len = if payload.is_empty() { n } else { h };
+        if !self.txbuf.fits(to, n, self.wire.gso()) && !self.wire.send_batch(self.txbuf) {
+            // The socket is full: keep this one too and stop.
+            // SAFETY: send_batch below sends or stashes (copies) it.
+            unsafe { self.txbuf.push(to, hdr_len, payload) };
+            self.wire.send_batch(self.txbuf);
+            self.refused = true;
+            return false;
+        }
+        // SAFETY: the payload lives in a send source the engine keeps,
+        // unmoved and unchanged, until that send completes, which only an
+        // incoming ACK or FIN can do; none is handled before this batch is
+        // sent or stashed by send_batch within the same flush.
+        unsafe { self.txbuf.push(to, hdr_len, payload) };
+        true
+    }
 }

@@ -115,7 +115,7 @@ impl Placement {
     }
 }
 
-/// `poll_transmit_vectored`: segments leave their payload in the source
+/// `poll_transmit_burst`: segments leave their payload in the source
 /// and say where it is instead of copying it behind the header.
 #[derive(Default)]
 struct Zc {
@@ -134,7 +134,7 @@ struct Deferred {
     hdr_len: usize,
 }
 
-/// One datagram from `poll_transmit_vectored`: `buf[..hdr_len]`, then (if
+/// One datagram from `poll_transmit_burst`: `buf[..hdr_len]`, then (if
 /// `payload` is set) `len - hdr_len` bytes of the source from the offset.
 pub struct Transmit<'a> {
     pub to: SocketAddr,
@@ -142,6 +142,18 @@ pub struct Transmit<'a> {
     pub hdr_len: usize,
     pub payload: Option<(&'a dyn SendSource, usize)>,
 }
+
+/// Where `Engine::poll_transmit_burst` puts the datagrams it builds.
+pub trait TxOut {
+    /// Where the next datagram is built (room for the largest segment of
+    /// any VC), or None to stop.
+    fn slot(&mut self) -> Option<&mut [u8]>;
+    /// Takes the datagram just built in the slot; false to stop.
+    fn commit(&mut self, t: Transmit<'_>) -> bool;
+}
+
+/// Datagrams one VC sends in a row before the next ready VC's turn.
+const BURST: usize = 64;
 
 /// An announced rendezvous receive.
 struct RxRndv {
@@ -800,7 +812,11 @@ impl Vc {
                 offset: job.next,
                 len: len as u32,
             };
-            sh.zc.src = Some((job.key, job.src.clone()));
+            // One clone per burst, not per segment: the source stays
+            // valid for the whole call (no FIN is handled during it).
+            if !matches!(&sh.zc.src, Some((k, _)) if *k == job.key) {
+                sh.zc.src = Some((job.key, job.src.clone()));
+            }
             job.next += len;
             if job.next == job.end {
                 self.rdata.pop_front();
@@ -1890,45 +1906,82 @@ impl Engine {
         None
     }
 
-    /// `poll_transmit`, except that a payload is not copied into `buf`:
-    /// the caller sends it from the source (gather I/O), saving a copy of
-    /// every byte of bulk data. The source must be read before the engine
-    /// is used again.
-    pub fn poll_transmit_vectored(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit<'_>> {
+    /// Builds datagrams into `out` until no VC has anything to send or
+    /// `out` says stop. As `poll_transmit`, except that a payload is not
+    /// copied behind its header: `out` sends it from the source (gather
+    /// I/O), saving a copy of every byte of bulk data; a source is valid
+    /// only until `commit` returns. A VC sends up to `BURST` datagrams in
+    /// a row, with one lookup, before the next ready VC's turn: bulk data
+    /// over a 1500-byte MTU is hundreds of segments per MiB, and the
+    /// per-datagram round through the ready queue cost as much as the
+    /// segment itself.
+    pub fn poll_transmit_burst(&mut self, now: u64, out: &mut dyn TxOut) {
+        // A source found in one call is never trusted in the next: after
+        // its FIN it must not be read again.
+        self.sh.zc.src = None;
         self.sh.zc.on = true;
-        self.sh.zc.deferred = None;
-        let r = self.poll_transmit(now, buf);
-        self.sh.zc.on = false;
-        let (to, len) = r?;
-        let Some(d) = self.sh.zc.deferred.take() else {
-            return Some(Transmit {
-                to,
-                len,
-                hdr_len: len,
-                payload: None,
-            });
-        };
-        let src: &dyn SendSource = match &self.sh.zc.src {
-            // Rendezvous data: no lookup (bulk data pays this per segment).
-            Some((k, src)) if *k == d.id => &**src,
-            _ => {
-                let m = self
-                    .vcs
-                    .get(&to)
-                    .and_then(|vc| vc.tx.get(&d.id))
-                    .expect("a deferred payload's message is in its VC");
-                match &m.body {
-                    TxBody::Eager { payload, .. } => payload,
-                    TxBody::Rndv { src, .. } => &**src,
+        while let Some(&addr) = self.ready.front() {
+            let Some(vc) = self.vcs.get_mut(&addr) else {
+                self.ready.pop_front();
+                continue;
+            };
+            let (mut sent, mut idle, mut stop) = (0, false, false);
+            while sent < BURST {
+                let Some(buf) = out.slot() else {
+                    stop = true;
+                    break;
+                };
+                self.sh.zc.deferred = None;
+                let Some(len) = vc.transmit_counted(&mut self.sh, now, buf) else {
+                    idle = true;
+                    break;
+                };
+                sent += 1;
+                let hdr_len = self.sh.zc.deferred.map_or(len, |d| d.hdr_len);
+                let payload = self.sh.zc.deferred.map(|d| {
+                    let src: &dyn SendSource = match &self.sh.zc.src {
+                        // Rendezvous data: no lookup (bulk data pays this per segment).
+                        Some((k, src)) if *k == d.id => &**src,
+                        _ => match &vc
+                            .tx
+                            .get(&d.id)
+                            .expect("a deferred payload's message is in its VC")
+                            .body
+                        {
+                            TxBody::Eager { payload, .. } => payload,
+                            TxBody::Rndv { src, .. } => &**src,
+                        },
+                    };
+                    (src, d.off)
+                });
+                let t = Transmit {
+                    to: addr,
+                    len,
+                    hdr_len,
+                    payload,
+                };
+                if !out.commit(t) {
+                    stop = true;
+                    break;
                 }
             }
-        };
-        Some(Transmit {
-            to,
-            len,
-            hdr_len: d.hdr_len,
-            payload: Some((src, d.off)),
-        })
+            if stop && sent == 0 {
+                break;
+            }
+            // Only a VC with more queued comes round again: the call that
+            // would find nothing cost as much as the one that sent.
+            self.ready.pop_front();
+            vc.in_ready = !idle && vc.may_transmit(now);
+            if vc.in_ready {
+                self.ready.push_back(addr);
+            }
+            if stop {
+                break;
+            }
+        }
+        self.sh.zc.on = false;
+        self.sh.zc.deferred = None;
+        self.sh.zc.src = None;
     }
 
     /// Whether a rendezvous receive is pulling data (`rdata_placement` may

@@ -20,7 +20,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Placement, Transmit};
+pub use engine::{Engine, Placement, Transmit, TxOut};
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! Test support: a seeded PRNG and a simulated network of engines in
 //! virtual time, with a link that drops, duplicates, delays and reorders.
 
-use super::{Engine, EngineConfig, Event, Placement, RecvSink, SendSource};
+use super::{Engine, EngineConfig, Event, Placement, RecvSink, SendSource, Transmit, TxOut};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
@@ -70,6 +70,11 @@ pub struct Sim {
     /// firewall dropping one GSO packet drops every datagram in it).
     pub burst: usize,
     burst_left: Vec<usize>,
+    /// Most datagrams a node hands over per flush (0: no limit), the way a
+    /// full socket buffer stops the endpoint: alternately by refusing a
+    /// slot and by refusing a datagram already built.
+    pub tx_cap: usize,
+    flushes: u64,
 }
 
 /// (arrival time, tie-break, destination node, source address, bytes)
@@ -113,6 +118,8 @@ impl Sim {
             placed: false,
             burst: 1,
             burst_left: vec![0; n],
+            tx_cap: 0,
+            flushes: 0,
         }
     }
 
@@ -181,20 +188,24 @@ impl Sim {
     /// Drains every node's transmit queue onto the link.
     pub fn flush(&mut self) {
         for i in 0..self.nodes.len() {
-            let mut guard = 0u32;
-            // The vectored path, as the endpoint uses it; the payload is
+            // The burst path, as the endpoint uses it; the payload is
             // gathered behind the header the way the socket would.
-            while let Some(t) = self.nodes[i].engine.poll_transmit_vectored(self.now, &mut self.buf) {
-                let (to, n, h) = (t.to, t.len, t.hdr_len);
-                if let Some((src, off)) = t.payload {
-                    match src.contiguous(off, n - h) {
-                        Some(p) => self.buf[h..n].copy_from_slice(p),
-                        None => src.read_at(off, &mut self.buf[h..n]),
-                    }
-                }
-                self.emit(i, to, n);
-                guard += 1;
-                assert!(guard < 1_000_000, "node {i} transmits without end");
+            self.flushes += 1;
+            let cap = match self.tx_cap {
+                0 => 1_000_000,
+                c => c,
+            };
+            let mut out = SimOut {
+                buf: std::mem::take(&mut self.buf),
+                datagrams: Vec::new(),
+                cap,
+                refuse_built: self.flushes.is_multiple_of(2),
+            };
+            self.nodes[i].engine.poll_transmit_burst(self.now, &mut out);
+            assert!(out.datagrams.len() < 1_000_000, "node {i} transmits without end");
+            self.buf = out.buf;
+            for (to, d) in out.datagrams {
+                self.emit_from(i, to, &d);
             }
         }
     }
@@ -358,5 +369,35 @@ impl RecvSink for PatternSink {
             assert_eq!(b, pattern_byte(offset + i, self.salt), "corrupt byte at {}", offset + i);
         }
         self.written += src.len();
+    }
+}
+
+/// Collects what one node's engine transmits in a flush.
+struct SimOut {
+    buf: Vec<u8>,
+    datagrams: Vec<(SocketAddr, Vec<u8>)>,
+    /// Datagrams taken before saying stop (also the bound that makes an
+    /// engine transmitting without end fail `flush`'s assertion).
+    cap: usize,
+    /// Stop by refusing the datagram that reaches the cap once built (it
+    /// is kept, as a socket's stash keeps it), not the next slot.
+    refuse_built: bool,
+}
+
+impl TxOut for SimOut {
+    fn slot(&mut self) -> Option<&mut [u8]> {
+        (self.datagrams.len() < self.cap).then_some(&mut self.buf[..])
+    }
+
+    fn commit(&mut self, t: Transmit<'_>) -> bool {
+        let (n, h) = (t.len, t.hdr_len);
+        if let Some((src, off)) = t.payload {
+            match src.contiguous(off, n - h) {
+                Some(p) => self.buf[h..n].copy_from_slice(p),
+                None => src.read_at(off, &mut self.buf[h..n]),
+            }
+        }
+        self.datagrams.push((t.to, self.buf[..n].to_vec()));
+        !(self.refuse_built && self.datagrams.len() == self.cap)
     }
 }

@@ -1109,6 +1109,77 @@ fn many_peers_round_robin() {
     }
 }
 
+/// Endpoints whose socket takes only a few datagrams per flush (the burst
+/// path stopped by a refused slot or a refused datagram, alternately)
+/// still deliver every eager message once and in order, and every
+/// rendezvous, to every peer, under loss.
+#[test]
+fn short_flushes_lose_nothing() {
+    let n = 3;
+    let mut sim = Sim::new(n, test_config(), Link::lossy(2.0), 73);
+    sim.tx_cap = 3;
+    let big = 200_000;
+    for s in 0..n {
+        for d in (0..n).filter(|&d| d != s) {
+            for k in 0..10 {
+                sim.eng(s)
+                    .send(
+                        addr(d),
+                        hdr(k),
+                        Box::new(payload(s as u64, k, 2_900 * (k as usize % 3))),
+                        SendMode::Eager,
+                        0,
+                    )
+                    .unwrap();
+            }
+            let src = Box::new(PatternSource { len: big, salt: 7 });
+            sim.eng(s)
+                .send(addr(d), hdr(99), SendPayload::Source(src), SendMode::Rendezvous, 0)
+                .unwrap();
+        }
+    }
+    let mut log = logs(n);
+    sim.run(
+        60_000_000_000,
+        |sim, i, ev| {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                ..
+            } = &ev
+            {
+                let now = sim.now;
+                let sink = Box::new(PatternSink {
+                    cap: big,
+                    salt: 7,
+                    written: 0,
+                });
+                sim.eng(i).accept(*rid, sink, now);
+            }
+            log[i].record(ev);
+        },
+        |_| false,
+    );
+    for (d, l) in log.iter().enumerate() {
+        let mut done = l.recv_done.clone();
+        done.sort();
+        assert_eq!(done, l.rndv.iter().map(|r| (r.2, big)).collect::<Vec<_>>());
+        assert_eq!(l.rndv.len(), n - 1);
+        assert_eq!(l.send_done.len(), 11 * (n - 1));
+        for s in (0..n).filter(|&s| s != d) {
+            let got: Vec<(u64, &[u8])> = l
+                .msgs
+                .iter()
+                .filter(|m| m.0 == addr(s))
+                .map(|m| (m.1.tag, &m.2[..]))
+                .collect();
+            let want: Vec<Vec<u8>> = (0..10)
+                .map(|k| payload(s as u64, k, 2_900 * (k as usize % 3)))
+                .collect();
+            assert_eq!(got, (0..10).zip(want.iter().map(|v| &v[..])).collect::<Vec<_>>());
+        }
+    }
+}
+
 /// Virtual time of one rendezvous transfer of `len` bytes over a 1472-byte
 /// MTU link of about 1 GB/s and 20 µs latency.
 fn timed_transfer(len: usize, loss: f64, seed: u64) -> (u64, EngineStats) {
