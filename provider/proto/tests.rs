@@ -780,6 +780,30 @@ fn restarted_receiver_drops_old_incarnation_data() {
     assert!(sim.nodes[1].engine.stats().dropped_unknown_peer > 0);
 }
 
+/// Runs `sim` for up to `deadline_ns` of virtual time, accepting every
+/// announced rendezvous into a `PatternSink` of `cap` bytes and `salt`;
+/// returns every node's events.
+fn run_accepting(sim: &mut Sim, deadline_ns: u64, cap: usize, salt: u8) -> Vec<Log> {
+    let mut log = logs(sim.nodes.len());
+    sim.run(
+        deadline_ns,
+        |sim, i, ev| {
+            if let Event::Msg {
+                body: MsgBody::Rndv(rid),
+                ..
+            } = &ev
+            {
+                let now = sim.now;
+                let sink = Box::new(PatternSink { cap, salt, written: 0 });
+                sim.eng(i).accept(*rid, sink, now);
+            }
+            log[i].record(ev);
+        },
+        |_| false,
+    );
+    log
+}
+
 #[test]
 fn send_to_self() {
     let mut sim = Sim::new(1, test_config(), Link::clean(), 51);
@@ -798,30 +822,7 @@ fn send_to_self() {
             0,
         )
         .unwrap();
-    let mut log = logs(1);
-    sim.run(
-        1_000_000_000,
-        |sim, i, ev| {
-            if let Event::Msg {
-                body: MsgBody::Rndv(rid),
-                ..
-            } = &ev
-            {
-                let now = sim.now;
-                sim.eng(i).accept(
-                    *rid,
-                    Box::new(PatternSink {
-                        cap: 300_000,
-                        salt: 2,
-                        written: 0,
-                    }),
-                    now,
-                );
-            }
-            log[i].record(ev);
-        },
-        |_| false,
-    );
+    let log = run_accepting(&mut sim, 1_000_000_000, 300_000, 2);
     let mut done = log[0].send_done.clone();
     done.sort_unstable();
     assert_eq!(done, vec![a, b]);
@@ -1077,25 +1078,25 @@ fn mutate(rng: &mut Rng, d: &mut Vec<u8>) {
     }
 }
 
+/// Queues `count` eager messages (tags 0..count, body `body(sender, k)`)
+/// from every node to every other node.
+fn send_all_pairs(sim: &mut Sim, count: u64, body: impl Fn(usize, u64) -> Vec<u8>) {
+    let n = sim.nodes.len();
+    for s in 0..n {
+        for d in (0..n).filter(|&d| d != s) {
+            for k in 0..count {
+                let p = Box::new(body(s, k));
+                sim.eng(s).send(addr(d), hdr(k), p, SendMode::Eager, 0).unwrap();
+            }
+        }
+    }
+}
+
 #[test]
 fn many_peers_round_robin() {
     let n = 5;
     let mut sim = Sim::new(n, test_config(), Link::lossy(3.0), 71);
-    for s in 0..n {
-        for d in (0..n).filter(|&d| d != s) {
-            for k in 0..20 {
-                sim.eng(s)
-                    .send(
-                        addr(d),
-                        hdr(k),
-                        Box::new(vec![s as u8; 700 * (k as usize % 4)]),
-                        SendMode::Eager,
-                        0,
-                    )
-                    .unwrap();
-            }
-        }
-    }
+    send_all_pairs(&mut sim, 20, |s, k| vec![s as u8; 700 * (k as usize % 4)]);
     let mut log = logs(n);
     sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
     for (d, l) in log.iter().enumerate() {
@@ -1119,46 +1120,16 @@ fn short_flushes_lose_nothing() {
     let mut sim = Sim::new(n, test_config(), Link::lossy(2.0), 73);
     sim.tx_cap = 3;
     let big = 200_000;
+    send_all_pairs(&mut sim, 10, |s, k| payload(s as u64, k, 2_900 * (k as usize % 3)));
     for s in 0..n {
         for d in (0..n).filter(|&d| d != s) {
-            for k in 0..10 {
-                sim.eng(s)
-                    .send(
-                        addr(d),
-                        hdr(k),
-                        Box::new(payload(s as u64, k, 2_900 * (k as usize % 3))),
-                        SendMode::Eager,
-                        0,
-                    )
-                    .unwrap();
-            }
             let src = Box::new(PatternSource { len: big, salt: 7 });
             sim.eng(s)
                 .send(addr(d), hdr(99), SendPayload::Source(src), SendMode::Rendezvous, 0)
                 .unwrap();
         }
     }
-    let mut log = logs(n);
-    sim.run(
-        60_000_000_000,
-        |sim, i, ev| {
-            if let Event::Msg {
-                body: MsgBody::Rndv(rid),
-                ..
-            } = &ev
-            {
-                let now = sim.now;
-                let sink = Box::new(PatternSink {
-                    cap: big,
-                    salt: 7,
-                    written: 0,
-                });
-                sim.eng(i).accept(*rid, sink, now);
-            }
-            log[i].record(ev);
-        },
-        |_| false,
-    );
+    let log = run_accepting(&mut sim, 60_000_000_000, big, 7);
     for (d, l) in log.iter().enumerate() {
         let mut done = l.recv_done.clone();
         done.sort();
