@@ -143,6 +143,37 @@ pub struct Transmit<'a> {
     pub payload: Option<(&'a dyn SendSource, usize)>,
 }
 
+impl Transmit<'_> {
+    /// Copies the payload, if any, behind the header already in `buf`:
+    /// the whole datagram in `buf[..len]`.
+    pub fn gather_into(&self, buf: &mut [u8]) {
+        if let Some((src, off)) = self.payload {
+            src.read_at(off, &mut buf[self.hdr_len..self.len]);
+        }
+    }
+}
+
+/// `Engine::poll_transmit`'s output: one datagram, copied whole into `buf`.
+struct OneOut<'b> {
+    buf: &'b mut [u8],
+    sent: Option<(SocketAddr, usize)>,
+}
+
+impl TxOut for OneOut<'_> {
+    fn slot(&mut self) -> Option<&mut [u8]> {
+        match self.sent {
+            None => Some(&mut *self.buf),
+            Some(_) => None,
+        }
+    }
+
+    fn commit(&mut self, t: Transmit<'_>) -> bool {
+        t.gather_into(self.buf);
+        self.sent = Some((t.to, t.len));
+        false
+    }
+}
+
 /// Where `Engine::poll_transmit_burst` puts the datagrams it builds.
 pub trait TxOut {
     /// Where the next datagram is built (room for the largest segment of
@@ -1886,24 +1917,12 @@ impl Engine {
         }
     }
 
+    /// The next datagram, payload included, in `buf`: `poll_transmit_burst`
+    /// taking one datagram at a time (the tests' and the fuzzer's way in).
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
-        self.sh.zc.src = None;
-        while let Some(addr) = self.ready.pop_front() {
-            let Some(vc) = self.vcs.get_mut(&addr) else {
-                continue;
-            };
-            vc.in_ready = false;
-            if let Some(n) = vc.transmit_counted(&mut self.sh, now, buf) {
-                // Only a VC with more queued comes round again: the call
-                // that would find nothing cost as much as the one that sent.
-                if vc.may_transmit(now) {
-                    vc.in_ready = true;
-                    self.ready.push_back(addr);
-                }
-                return Some((addr, n));
-            }
-        }
-        None
+        let mut one = OneOut { buf, sent: None };
+        self.poll_transmit_burst(now, &mut one);
+        one.sent
     }
 
     /// Builds datagrams into `out` until no VC has anything to send or
@@ -1937,23 +1956,25 @@ impl Engine {
                     break;
                 };
                 sent += 1;
-                let hdr_len = self.sh.zc.deferred.map_or(len, |d| d.hdr_len);
-                let payload = self.sh.zc.deferred.map(|d| {
-                    let src: &dyn SendSource = match &self.sh.zc.src {
-                        // Rendezvous data: no lookup (bulk data pays this per segment).
-                        Some((k, src)) if *k == d.id => &**src,
-                        _ => match &vc
-                            .tx
-                            .get(&d.id)
-                            .expect("a deferred payload's message is in its VC")
-                            .body
-                        {
-                            TxBody::Eager { payload, .. } => payload,
-                            TxBody::Rndv { src, .. } => &**src,
-                        },
-                    };
-                    (src, d.off)
-                });
+                let (hdr_len, payload) = match self.sh.zc.deferred {
+                    None => (len, None),
+                    Some(d) => {
+                        let src: &dyn SendSource = match &self.sh.zc.src {
+                            // Rendezvous data: no lookup (bulk data pays this per segment).
+                            Some((k, src)) if *k == d.id => &**src,
+                            _ => match &vc
+                                .tx
+                                .get(&d.id)
+                                .expect("a deferred payload's message is in its VC")
+                                .body
+                            {
+                                TxBody::Eager { payload, .. } => payload,
+                                TxBody::Rndv { src, .. } => &**src,
+                            },
+                        };
+                        (d.hdr_len, Some((src, d.off)))
+                    }
+                };
                 let t = Transmit {
                     to: addr,
                     len,

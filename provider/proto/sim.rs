@@ -390,14 +390,8 @@ impl TxOut for SimOut {
     }
 
     fn commit(&mut self, t: Transmit<'_>) -> bool {
-        let (n, h) = (t.len, t.hdr_len);
-        if let Some((src, off)) = t.payload {
-            match src.contiguous(off, n - h) {
-                Some(p) => self.buf[h..n].copy_from_slice(p),
-                None => src.read_at(off, &mut self.buf[h..n]),
-            }
-        }
-        self.datagrams.push((t.to, self.buf[..n].to_vec()));
+        t.gather_into(&mut self.buf);
+        self.datagrams.push((t.to, self.buf[..t.len].to_vec()));
         !(self.refuse_built && self.datagrams.len() == self.cap)
     }
 }
