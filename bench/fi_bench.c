@@ -18,10 +18,14 @@
  *
  * Output (rank 1 only, one record per line, "key=value" fields):
  *     INFO prov=... fabric=... domain=... inject=... max_msg=... mr_mode=...
- *     LAT  size=8 iters=10000 usec=0.270
+ *     LAT  size=8 iters=10000 usec=0.270 med=0.265 p90=0.281 max=3.100
  *     BW   size=8 window=64 windows=1000 msgs=64000 mbps=123.4 mmsgs=15.4
  *     SKIP size=... reason=...
  *     DONE
+ * LAT's usec is the mean one-way latency over all iterations (what bench/run
+ * reports, as fabtests does); med, p90 and max are quantiles of the
+ * iterations' own round trips / 2, which show whether a mean was pulled up
+ * by a few stalls or by a slow spell as a whole.
  * Errors go to stderr as "ERROR ..." and the exit status is non-zero.
  *
  * Options:
@@ -202,6 +206,12 @@ static void send_blocking(size_t len, uint64_t tag)
 		wait_tx(tx_posted);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
 static long lat_iters(size_t size)
 {
 	long it = size ? (long)((1UL << 26) / size) : 10000;
@@ -263,14 +273,21 @@ static void run_lat(size_t size)
 	long iters = lat_iters(size), warm = iters / 10 < 2 ? 2 : iters / 10;
 	double t0 = 0;
 
+	double *rtt = calloc((size_t)iters, sizeof *rtt), ti = 0;
+	if (!rtt)
+		die("calloc of %ld round-trip times failed", iters);
 	verify(size);
 	for (long i = 0; i < iters + warm; i++) {
 		if (i == warm)
 			t0 = now_us();
 		if (rank == 1) {
+			if (i >= warm)
+				ti = now_us();
 			post_recv(size, TAG_DATA, rx_buf);
 			send_blocking(size, TAG_DATA);
 			wait_rx(rx_posted);
+			if (i >= warm)
+				rtt[i - warm] = now_us() - ti;
 		} else {
 			post_recv(size, TAG_DATA, rx_buf);
 			wait_rx(rx_posted);
@@ -279,10 +296,13 @@ static void run_lat(size_t size)
 	}
 	double dt = now_us() - t0;
 	if (rank == 1) {
-		printf("LAT size=%zu iters=%ld usec=%.3f\n", size, iters,
-		       dt / iters / 2.0);
+		qsort(rtt, (size_t)iters, sizeof *rtt, cmp_double);
+		printf("LAT size=%zu iters=%ld usec=%.3f med=%.3f p90=%.3f max=%.3f\n",
+		       size, iters, dt / iters / 2.0, rtt[iters / 2] / 2.0,
+		       rtt[iters * 9 / 10] / 2.0, rtt[iters - 1] / 2.0);
 		fflush(stdout);
 	}
+	free(rtt);
 }
 
 static void run_bw(size_t size)
