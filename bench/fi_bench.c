@@ -42,23 +42,7 @@
  *                as fabtests does)
  *   -T SECONDS   hard timeout (default 120); the process aborts after it
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_tagged.h>
+#include "fi_common.h"
 
 #define TAG_DATA 0x1111ULL
 #define TAG_ACK 0x2222ULL
@@ -76,7 +60,6 @@ static void *tx_desc, *rx_desc;
 static char *tx_buf, *rx_buf;
 static size_t buf_size;
 static fi_addr_t peer = FI_ADDR_UNSPEC;
-static int rank = -1;
 static int quick;
 static int use_inject = 1;
 static int window = 64;
@@ -85,42 +68,6 @@ static int window = 64;
 static struct fi_context2 tx_ctx[MAX_WINDOW + 1];
 static struct fi_context2 rx_ctx[MAX_WINDOW + 1];
 static uint64_t tx_done, rx_done; /* completion counters */
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "ERROR rank=%d ", rank);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	fflush(stdout);
-	_exit(2);
-}
-
-#define CHK(call)                                                              \
-	do {                                                                   \
-		int _r = (int)(call);                                          \
-		if (_r)                                                        \
-			die("%s:%d %s = %d (%s)", __FILE__, __LINE__, #call,   \
-			    _r, fi_strerror(-_r));                             \
-	} while (0)
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-	static const char msg[] = "ERROR timeout\n";
-	if (write(2, msg, sizeof(msg) - 1) < 0) {
-	}
-	_exit(3);
-}
 
 /* Read the CQ once; count completions.  Returns number of entries. */
 static int progress(void)
@@ -206,12 +153,6 @@ static void send_blocking(size_t len, uint64_t tag)
 		wait_tx(tx_posted);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 static long lat_iters(size_t size)
 {
 	long it = size ? (long)((1UL << 26) / size) : 10000;
@@ -235,19 +176,6 @@ static long bw_windows(size_t size)
 	if (quick)
 		it = it / 10 < 2 ? 2 : it / 10;
 	return it;
-}
-
-static void fill(char *buf, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = (char)(seed + i * 7);
-}
-
-static void check(const char *buf, size_t len, unsigned seed, const char *what)
-{
-	for (size_t i = 0; i < len; i++)
-		if (buf[i] != (char)(seed + i * 7))
-			die("%s: data mismatch at byte %zu of %zu", what, i, len);
 }
 
 /* one round of data verification before timing a size */
@@ -348,17 +276,6 @@ static void fabric_sync(void)
 	wait_rx(rx_posted);
 }
 
-static size_t parse_size(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (*end == 'k' || *end == 'K')
-		v *= 1024;
-	else if (*end == 'm' || *end == 'M')
-		v *= 1024 * 1024;
-	return (size_t)v;
-}
-
 static void exchange_addresses(void)
 {
 	char name[512];
@@ -455,31 +372,7 @@ int main(int argc, char **argv)
 		free(dup);
 	}
 
-	struct fi_info *hints = fi_allocinfo();
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED;
-	hints->mode = FI_CONTEXT | FI_CONTEXT2;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT |
-				      FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-				      FI_MR_VIRT_ADDR;
-	hints->domain_attr->threading = FI_THREAD_DOMAIN;
-	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
-	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
-	hints->tx_attr->op_flags = 0;
-	if (prov && *prov)
-		hints->fabric_attr->prov_name = strdup(prov);
-
-	int ret = fi_getinfo(FI_VERSION(1, 17), src, NULL, src ? FI_SOURCE : 0,
-			     hints, &info);
-	if (ret == -FI_ENODATA) {
-		/* provider only offers auto progress: accept it */
-		hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
-		ret = fi_getinfo(FI_VERSION(1, 17), src, NULL,
-				 src ? FI_SOURCE : 0, hints, &info);
-	}
-	if (ret)
-		die("fi_getinfo(prov=%s): %d (%s)", prov ? prov : "any", ret,
-		    fi_strerror(-ret));
+	info = rdm_tagged_info(prov, src);
 
 	CHK(fi_fabric(info->fabric_attr, &fabric, NULL));
 	CHK(fi_domain(fabric, info, &domain, NULL));
@@ -559,6 +452,5 @@ int main(int argc, char **argv)
 	fi_close(&domain->fid);
 	fi_close(&fabric->fid);
 	fi_freeinfo(info);
-	fi_freeinfo(hints);
 	return 0;
 }

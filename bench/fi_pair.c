@@ -40,23 +40,7 @@
  *   -n          never use fi_tinject
  *   -T SECONDS  hard timeout (default 120)
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_tagged.h>
+#include "fi_common.h"
 
 #define TAG_DATA 0x3333ULL
 
@@ -79,44 +63,7 @@ struct side {
 static struct side sides[2];
 static char *tx_buf, *rx_buf;
 static size_t buf_size;
-static int rank = -1;
 static int use_inject = 1;
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "ERROR rank=%d ", rank);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	fflush(stdout);
-	_exit(2);
-}
-
-#define CHK(call)                                                              \
-	do {                                                                   \
-		int _r = (int)(call);                                          \
-		if (_r)                                                        \
-			die("%s:%d %s = %d (%s)", __FILE__, __LINE__, #call,   \
-			    _r, fi_strerror(-_r));                             \
-	} while (0)
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-	static const char msg[] = "ERROR timeout\n";
-	if (write(2, msg, sizeof(msg) - 1) < 0) {
-	}
-	_exit(3);
-}
 
 static void progress(struct side *s)
 {
@@ -225,19 +172,6 @@ static void sync_side(struct side *s)
 	wait_rx(s);
 }
 
-static void fill(char *buf, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = (char)(seed + i * 7);
-}
-
-static void check(const char *buf, size_t len, unsigned seed, const char *what)
-{
-	for (size_t i = 0; i < len; i++)
-		if (buf[i] != (char)(seed + i * 7))
-			die("%s: data mismatch at byte %zu of %zu", what, i, len);
-}
-
 /* One exchange with contents checked in both directions. */
 static void verify(struct side *s, size_t len)
 {
@@ -255,12 +189,6 @@ static void verify(struct side *s, size_t len)
 		fill(tx_buf, len, 23);
 		send_post(s, len);
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 /* Sorts xs in place; the element at quantile q (0..1). */
@@ -333,17 +261,6 @@ static void run_size(size_t size, long blocks, int quick)
 	free(ratio);
 }
 
-static size_t parse_size(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (*end == 'k' || *end == 'K')
-		v *= 1024;
-	else if (*end == 'm' || *end == 'M')
-		v *= 1024 * 1024;
-	return (size_t)v;
-}
-
 static void reg_buf(struct side *s, void *buf, uint64_t access, struct fid_mr **mr,
 		    void **desc, uint64_t key)
 {
@@ -360,26 +277,7 @@ static void reg_buf(struct side *s, void *buf, uint64_t access, struct fid_mr **
 
 static void open_side(struct side *s, const char *src)
 {
-	struct fi_info *hints = fi_allocinfo();
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED;
-	hints->mode = FI_CONTEXT | FI_CONTEXT2;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT |
-				      FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-				      FI_MR_VIRT_ADDR;
-	hints->domain_attr->threading = FI_THREAD_DOMAIN;
-	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
-	hints->fabric_attr->prov_name = strdup(s->prov);
-	int ret = fi_getinfo(FI_VERSION(1, 17), src, NULL, src ? FI_SOURCE : 0,
-			     hints, &s->info);
-	if (ret == -FI_ENODATA) {
-		hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
-		ret = fi_getinfo(FI_VERSION(1, 17), src, NULL, src ? FI_SOURCE : 0,
-				 hints, &s->info);
-	}
-	if (ret)
-		die("fi_getinfo(prov=%s): %d (%s)", s->prov, ret, fi_strerror(-ret));
-	fi_freeinfo(hints);
+	s->info = rdm_tagged_info(s->prov, src);
 	CHK(fi_fabric(s->info->fabric_attr, &s->fabric, NULL));
 	CHK(fi_domain(s->fabric, s->info, &s->domain, NULL));
 	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .size = 64,

@@ -1,0 +1,132 @@
+/*
+ * fi_common.h: what bench/fi_bench.c and bench/fi_pair.c share. Each is
+ * still one C file built with `cc -O2 file.c -lfabric`; this header holds
+ * static helpers only and is included once by each.
+ */
+#ifndef GNIX_BENCH_FI_COMMON_H
+#define GNIX_BENCH_FI_COMMON_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+/* -r: 0 (server) or 1 (client); die() prints it. */
+static int rank = -1;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "ERROR rank=%d ", rank);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	fflush(stdout);
+	_exit(2);
+}
+
+#define CHK(call)                                                              \
+	do {                                                                   \
+		int _r = (int)(call);                                          \
+		if (_r)                                                        \
+			die("%s:%d %s = %d (%s)", __FILE__, __LINE__, #call,   \
+			    _r, fi_strerror(-_r));                             \
+	} while (0)
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "ERROR timeout\n";
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+	}
+	_exit(3);
+}
+
+static void fill(char *buf, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (char)(seed + i * 7);
+}
+
+static void check(const char *buf, size_t len, unsigned seed, const char *what)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != (char)(seed + i * 7))
+			die("%s: data mismatch at byte %zu of %zu", what, i, len);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static size_t parse_size(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (*end == 'k' || *end == 'K')
+		v *= 1024;
+	else if (*end == 'm' || *end == 'M')
+		v *= 1024 * 1024;
+	return (size_t)v;
+}
+
+/*
+ * fi_getinfo for an RDM endpoint with tagged messages on provider prov (any
+ * if NULL or empty), bound to the source address src if given: manual
+ * progress if the provider offers it, else whatever it offers. Dies when
+ * nothing matches.
+ */
+static struct fi_info *rdm_tagged_info(const char *prov, const char *src)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_TAGGED;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT |
+				      FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				      FI_MR_VIRT_ADDR;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
+	hints->tx_attr->op_flags = 0;
+	if (prov && *prov)
+		hints->fabric_attr->prov_name = strdup(prov);
+	int ret = fi_getinfo(FI_VERSION(1, 17), src, NULL, src ? FI_SOURCE : 0,
+			     hints, &info);
+	if (ret == -FI_ENODATA) {
+		/* provider only offers auto progress: accept it */
+		hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+		ret = fi_getinfo(FI_VERSION(1, 17), src, NULL,
+				 src ? FI_SOURCE : 0, hints, &info);
+	}
+	if (ret)
+		die("fi_getinfo(prov=%s): %d (%s)", prov && *prov ? prov : "any",
+		    ret, fi_strerror(-ret));
+	fi_freeinfo(hints);
+	return info;
+}
+
+#endif
