@@ -1588,7 +1588,7 @@ impl Engine {
             TxBody::Rndv {
                 src: match src {
                     SendPayload::Source(b) => Arc::from(b),
-                    SendPayload::Copied(p) => Arc::new(p.to_vec()),
+                    SendPayload::Copied(p) => Arc::new(p.into_vec()),
                 },
                 len: len as u64,
             }
