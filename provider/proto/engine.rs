@@ -222,6 +222,11 @@ enum TxBody {
         /// Shared with the GETs being served (`RDataJob`).
         src: Arc<dyn SendSource>,
         len: u64,
+        /// The receiver's GET_LAST came: once every RDATA segment is
+        /// acknowledged, it holds all it asked for and the send is done.
+        last_get: bool,
+        /// RDATA segments sent and not yet acknowledged.
+        unacked: u32,
     },
 }
 
@@ -251,6 +256,7 @@ enum SegFrame {
         rid: RndvId,
         offset: u64,
         len: u64,
+        last: bool,
     },
     RData {
         key: MsgId,
@@ -849,6 +855,13 @@ impl Vc {
                 sh.zc.src = Some((job.key, job.src.clone()));
             }
             job.next += len;
+            if let Some(TxMsg {
+                body: TxBody::Rndv { unacked, .. },
+                ..
+            }) = self.tx.get_mut(&job.key)
+            {
+                *unacked += 1;
+            }
             if job.next == job.end {
                 self.rdata.pop_front();
             }
@@ -942,27 +955,52 @@ impl Vc {
                 }
                 at + l
             }
-            SegFrame::Get { key, rid, offset, len } => {
-                wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Get { key, rid, offset, len })
-            }
+            SegFrame::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            } => wire::encode_seg_head(
+                buf,
+                conn,
+                ack,
+                sack,
+                seq,
+                &FrameHead::Get {
+                    key,
+                    rid,
+                    offset,
+                    len,
+                    last,
+                },
+            ),
             SegFrame::Fin { key } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key }),
             SegFrame::Nop => nop(buf),
         }
     }
 
     fn seg_delivered(&mut self, sh: &mut Shared, frame: SegFrame) {
-        if let SegFrame::Msg { id, .. } = frame {
-            if let Some(TxMsg {
-                body: TxBody::Eager { unacked, segmented, .. },
-                ..
-            }) = self.tx.get_mut(&id)
-            {
+        let id = match frame {
+            SegFrame::Msg { id, .. } | SegFrame::RData { key: id, .. } => id,
+            _ => return,
+        };
+        let done = match self.tx.get_mut(&id).map(|m| &mut m.body) {
+            Some(TxBody::Eager { unacked, segmented, .. }) => {
                 *unacked -= 1;
-                if *unacked == 0 && *segmented {
-                    if let Some(m) = self.tx.remove(&id) {
-                        sh.send_done(id, m.quiet);
-                    }
-                }
+                *unacked == 0 && *segmented
+            }
+            // The receiver places RDATA before acknowledging it, so an
+            // acknowledged final range means it holds everything: no FIN.
+            Some(TxBody::Rndv { unacked, last_get, .. }) => {
+                *unacked -= 1;
+                *unacked == 0 && *last_get && !self.rdata.iter().any(|j| j.key == id)
+            }
+            None => false,
+        };
+        if done {
+            if let Some(m) = self.tx.remove(&id) {
+                sh.send_done(id, m.quiet);
             }
         }
     }
@@ -1085,6 +1123,8 @@ impl Vc {
                 sh.stats.dup_segments += 1;
             } else if let Frame::RData { rid, offset, payload } = frame {
                 sh.stats.ooo_segments += 1;
+                // Completing here needs no ACK of its own: the SACK for
+                // this segment is sent at once just below.
                 self.on_rdata(sh, rid, offset, payload);
                 self.ooo.insert(abs, Ooo::Consumed);
             } else if self.ooo_bytes + body.len() > ooo_budget(&sh.cfg) {
@@ -1113,7 +1153,13 @@ impl Vc {
             return;
         }
         let filled_hole = !self.ooo.is_empty();
-        self.deliver(sh, frame);
+        let completed = match frame {
+            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
+            f => {
+                self.deliver(sh, f);
+                false
+            }
+        };
         self.rcv_nxt += 1;
         self.segs_since_ack += 1;
         self.bytes_since_ack += body.len() + wire::SEG_HDR_LEN;
@@ -1129,7 +1175,16 @@ impl Vc {
             self.segs_since_ack += 1;
         }
         self.ack_pending = true;
-        if filled_hole || self.segs_since_ack >= ACK_EVERY_SEGS || self.bytes_since_ack >= sh.cfg.window_bytes / 4 {
+        if filled_hole {
+            self.ack_now = true;
+        } else if completed {
+            // This ACK completes the peer's send. It waits for the next
+            // transmission chance rather than go out before the
+            // application sees its receive complete: if the application
+            // answers, it rides on the answer; otherwise the next progress
+            // call sends it (the deadline is already past by then).
+            self.ack_deadline = Some(now + 1);
+        } else if self.segs_since_ack >= ACK_EVERY_SEGS || self.bytes_since_ack >= sh.cfg.window_bytes / 4 {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + sh.cfg.ack_delay_ns);
@@ -1220,11 +1275,24 @@ impl Vc {
                     body: MsgBody::Rndv(rid),
                 });
             }
-            Frame::Get { key, rid, offset, len } => match self.tx.get(&key) {
+            Frame::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            } => match self.tx.get_mut(&key) {
                 Some(TxMsg {
-                    body: TxBody::Rndv { len: total, src },
+                    body:
+                        TxBody::Rndv {
+                            len: total,
+                            src,
+                            last_get,
+                            ..
+                        },
                     ..
-                }) if offset + len <= *total => {
+                }) if offset + len <= *total && !*last_get => {
+                    *last_get = last;
                     self.rdata.push_back(RDataJob {
                         key,
                         rid,
@@ -1235,7 +1303,9 @@ impl Vc {
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
-            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
+            Frame::RData { rid, offset, payload } => {
+                self.on_rdata(sh, rid, offset, payload);
+            }
             Frame::Fin { key } => match self.tx.get(&key) {
                 Some(TxMsg {
                     body: TxBody::Rndv { .. },
@@ -1253,7 +1323,8 @@ impl Vc {
         }
     }
 
-    fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) {
+    /// Places RDATA; true if it completed its receive.
+    fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) -> bool {
         // Already in the sink (`handle_datagram_placed`): account for it, do not copy.
         let placed = match sh.in_place {
             Some((r, o, l)) if r == rid && o == offset && payload.is_empty() => Some(l),
@@ -1262,16 +1333,16 @@ impl Vc {
         let len = placed.unwrap_or(payload.len()) as u64;
         let Some(rx) = sh.rx.get_mut(&rid) else {
             sh.stats.dropped_rndv += 1;
-            return;
+            return false;
         };
         let Some(acc) = rx.accepted.as_mut().filter(|_| rx.peer == self.peer) else {
             sh.stats.dropped_rndv += 1;
-            return;
+            return false;
         };
         let end = offset + len;
         if end > acc.requested || acc.received + len > acc.want {
             sh.stats.dropped_rndv += 1;
-            return;
+            return false;
         }
         if placed.is_none() {
             acc.sink.write_at(offset as usize, payload);
@@ -1279,18 +1350,20 @@ impl Vc {
         acc.received += len;
         acc.high = acc.high.max(end);
         if acc.received == acc.want {
+            // No FIN: the ACK of this segment completes the sender.
             let rx = sh.rx.remove(&rid).expect("receive just looked up");
             let acc = rx.accepted.expect("receive is accepted");
-            self.ctrl.push_back(SegFrame::Fin { key: rx.key });
             self.rx_active -= 1;
             sh.events.push_back(Event::RecvDone {
                 rid,
                 sink: acc.sink,
                 written: acc.want as usize,
             });
+            true
         } else {
             let key = rx.key;
             pump_gets(&mut self.ctrl, &sh.cfg, rid, key, acc);
+            false
         }
     }
 }
@@ -1313,6 +1386,7 @@ fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key
             rid,
             offset: acc.requested,
             len,
+            last: acc.requested + len == acc.want,
         });
         acc.requested += len;
     }
@@ -1591,6 +1665,8 @@ impl Engine {
                     SendPayload::Copied(p) => Arc::new(p.into_vec()),
                 },
                 len: len as u64,
+                last_get: false,
+                unacked: 0,
             }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };

@@ -313,6 +313,7 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
                     rid: rng.below(64),
                     offset: rng.below(1 << 20),
                     len: 1 + rng.below(1 << 20),
+                    last: rng.below(2) == 0,
                 },
                 7 => FrameHead::RData {
                     rid: rng.below(64),
@@ -462,7 +463,22 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                     },
                     &[],
                 ),
-                Frame::Get { key, rid, offset, len } => (FrameHead::Get { key, rid, offset, len }, &[]),
+                Frame::Get {
+                    key,
+                    rid,
+                    offset,
+                    len,
+                    last,
+                } => (
+                    FrameHead::Get {
+                        key,
+                        rid,
+                        offset,
+                        len,
+                        last,
+                    },
+                    &[],
+                ),
                 Frame::RData { rid, offset, payload } => (FrameHead::RData { rid, offset }, payload),
                 Frame::Fin { key } => (FrameHead::Fin { key }, &[]),
                 Frame::Nop => (FrameHead::Nop, &[]),

@@ -263,14 +263,16 @@ pub enum Event {
         hdr: MsgHdr,
         body: MsgBody,
     },
-    /// All wanted data of an accepted rendezvous receive is in its sink and
-    /// the FIN is queued.
+    /// All wanted data of an accepted rendezvous receive is in its sink (the
+    /// ACK that tells the sender follows at the next transmission chance).
     RecvDone {
         rid: RndvId,
         sink: Box<dyn RecvSink>,
         written: usize,
     },
-    /// Eager: every segment acknowledged. Rendezvous: FIN received.
+    /// Eager: every segment acknowledged. Rendezvous: every RDATA segment
+    /// up to the receiver's GET_LAST acknowledged, or its FIN (it wanted
+    /// no data, or discarded the message).
     SendDone {
         id: MsgId,
     },

@@ -1017,7 +1017,7 @@ fn hostile(
             if v.len() >= 4 && rng.below(2) == 0 {
                 v[0..2].copy_from_slice(&wire::MAGIC.to_le_bytes());
                 v[2] = wire::VERSION;
-                v[3] = [1, 2, 3, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16][rng.below(10) as usize];
+                v[3] = [1, 2, 3, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17][rng.below(11) as usize];
             }
             (if rng.below(2) == 0 { stranger } else { peer }, v)
         }
@@ -1410,6 +1410,90 @@ fn rendezvous_beyond_4gib() {
 
 /// Engine-to-engine 8-byte ping-pong without the simulator, to watch the
 /// per-message cost: `cargo test --release -- --ignored --nocapture hot_path`.
+/// A rendezvous ping-pong, driven by hand so the order of events is
+/// exact. The receiver sends no FIN: the ACK of the last RDATA segment
+/// completes the sender. That ACK does not go out in the pass that
+/// completed the receive (before the application could answer), but rides
+/// on the answer's RTS; with no answer, the next pass sends it alone.
+#[test]
+fn rendezvous_completes_on_ack_without_fin() {
+    let cfg = test_config();
+    let (a, b) = (addr(0), addr(1));
+    let mut e = [Engine::new(cfg.clone(), a, 1), Engine::new(cfg, b, 2)];
+    let at = [a, b];
+    let mut buf = vec![0u8; 2048];
+    let len = 4 * 1400;
+    let mut now = 0u64;
+    // Everything queued, back and forth until quiet, accepting every RTS.
+    let pump = |e: &mut [Engine; 2], now: u64, buf: &mut [u8], logs: &mut [Log]| loop {
+        let mut moved = false;
+        for s in 0..2 {
+            if e[s].poll_timeout().is_some_and(|t| t <= now) {
+                e[s].handle_timeout(now);
+            }
+            while let Some((to, n)) = e[s].poll_transmit(now, buf) {
+                assert_eq!(to, at[1 - s]);
+                e[1 - s].handle_datagram(at[s], &buf[..n], now);
+                moved = true;
+            }
+            while let Some(ev) = e[s].poll_event() {
+                if let Event::Msg {
+                    body: MsgBody::Rndv(rid),
+                    ..
+                } = ev
+                {
+                    let sink = PatternSink {
+                        cap: len,
+                        salt: 3,
+                        written: 0,
+                    };
+                    e[s].accept(rid, Box::new(sink), now);
+                }
+                logs[s].record(ev);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    };
+    let mut logs = logs(2);
+    let rounds = 20u64;
+    let mut last_id = None;
+    for r in 0..rounds {
+        for s in 0..2 {
+            let src = Box::new(PatternSource { len, salt: 3 });
+            let id = e[s].send(at[1 - s], hdr(r), src, SendMode::Rendezvous, now).unwrap();
+            // The reply's RTS carries the ACK that completes the previous
+            // message in the other direction.
+            if let Some(prev) = last_id {
+                assert!(!logs[1 - s].send_done.contains(&prev));
+            }
+            pump(&mut e, now, &mut buf, &mut logs);
+            if let Some(prev) = last_id {
+                assert!(logs[1 - s].send_done.contains(&prev), "round {r}");
+            }
+            assert_eq!(logs[1 - s].recv_done.last().map(|d| d.1), Some(len));
+            last_id = Some(id);
+            now += 1_000;
+        }
+    }
+    // No answer to the last message: its ACK leaves at the next pass.
+    assert_eq!(logs[1].send_done.len() as u64, rounds - 1);
+    pump(&mut e, now, &mut buf, &mut logs);
+    assert_eq!(logs[1].send_done.len() as u64, rounds);
+    for (n, l) in e.iter().zip(&logs) {
+        let s = n.stats();
+        assert_eq!(l.recv_done.len() as u64, rounds);
+        assert_eq!(s.retransmits, 0);
+        // Per message sent: RTS and its 4 RDATA segments; per message
+        // received: one GET. Nothing else (no FIN).
+        assert_eq!(s.segments_sent, rounds * (1 + 4 + 1), "{s:?}");
+        // Only the very last ACK had nothing to ride on.
+        assert!(s.acks_sent <= 1, "{s:?}");
+    }
+}
+
 #[test]
 #[ignore = "timing, run in release"]
 fn hot_path_ping_pong() {

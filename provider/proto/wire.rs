@@ -15,8 +15,11 @@
 //!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
 //!   RTS       tag u64, data u64, flags u32, reserved u32, total u64, key u64
 //!   GET       key u64, rid u64, offset u64, len u64
+//!   GET_LAST  as GET; the last range the receiver asks for: the sender's
+//!             message is complete once the data it asks for is acknowledged
 //!   RDATA     rid u64, offset u64 | payload
-//!   FIN       key u64
+//!   FIN       key u64   (the receiver wants no more data: it wanted none,
+//!             or it discarded the message mid-pull)
 //!   NOP       (nothing: keepalive, or a retransmission whose content is moot)
 //! ```
 //! `ack` is the next sequence number the sender of the datagram expects;
@@ -24,7 +27,8 @@
 //! message id, `rid` the receiver's rendezvous id.
 
 pub const MAGIC: u16 = 0x4E47;
-pub const VERSION: u8 = 1;
+/// 2: GET_LAST, and no FIN after a complete pull.
+pub const VERSION: u8 = 2;
 
 pub mod kind {
     pub const CONN_REQ: u8 = 1;
@@ -38,6 +42,7 @@ pub mod kind {
     pub const RDATA: u8 = 0x14;
     pub const FIN: u8 = 0x15;
     pub const NOP: u8 = 0x16;
+    pub const GET_LAST: u8 = 0x17;
 }
 
 pub const CONN_LEN: usize = 28;
@@ -123,6 +128,7 @@ pub enum Frame<'a> {
         rid: u64,
         offset: u64,
         len: u64,
+        last: bool,
     },
     RData {
         rid: u64,
@@ -160,6 +166,7 @@ pub enum FrameHead {
         rid: u64,
         offset: u64,
         len: u64,
+        last: bool,
     },
     RData {
         rid: u64,
@@ -177,7 +184,13 @@ impl FrameHead {
             FrameHead::Msg { .. } => kind::MSG,
             FrameHead::MsgCont { .. } => kind::MSG_CONT,
             FrameHead::Rts { .. } => kind::RTS,
-            FrameHead::Get { .. } => kind::GET,
+            FrameHead::Get { last, .. } => {
+                if *last {
+                    kind::GET_LAST
+                } else {
+                    kind::GET
+                }
+            }
             FrameHead::RData { .. } => kind::RDATA,
             FrameHead::Fin { .. } => kind::FIN,
             FrameHead::Nop => kind::NOP,
@@ -227,7 +240,9 @@ impl FrameHead {
                 put_u64(b, 24, total);
                 put_u64(b, 32, key);
             }
-            FrameHead::Get { key, rid, offset, len } => {
+            FrameHead::Get {
+                key, rid, offset, len, ..
+            } => {
                 put_u64(b, 0, key);
                 put_u64(b, 8, rid);
                 put_u64(b, 16, offset);
@@ -379,7 +394,7 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 byte: b[20],
             })
         }
-        kind::MSG..=kind::NOP => {
+        kind::MSG..=kind::GET_LAST => {
             if b.len() < SEG_HDR_LEN {
                 return Err(DecodeError::Truncated);
             }
@@ -448,7 +463,7 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
                 key: get_u64(b, 32),
             })
         }
-        kind::GET => {
+        kind::GET | kind::GET_LAST => {
             exact(GET_BODY_LEN)?;
             let (offset, len) = (get_u64(b, 16), get_u64(b, 24));
             if len == 0 || offset.checked_add(len).is_none() {
@@ -459,6 +474,7 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
                 rid: get_u64(b, 8),
                 offset,
                 len,
+                last: k == kind::GET_LAST,
             })
         }
         kind::RDATA => {
@@ -619,6 +635,7 @@ mod tests {
                     rid: 2,
                     offset: big,
                     len: 4,
+                    last: false,
                 },
                 b"",
                 Frame::Get {
@@ -626,6 +643,24 @@ mod tests {
                     rid: 2,
                     offset: big,
                     len: 4,
+                    last: false,
+                },
+            ),
+            (
+                FrameHead::Get {
+                    key: 1,
+                    rid: 2,
+                    offset: 3,
+                    len: 4,
+                    last: true,
+                },
+                b"",
+                Frame::Get {
+                    key: 1,
+                    rid: 2,
+                    offset: 3,
+                    len: 4,
+                    last: true,
                 },
             ),
             (
@@ -668,7 +703,7 @@ mod tests {
         b[0] ^= 1;
         assert_eq!(decode(&b), Err(DecodeError::BadMagic));
         b[0] ^= 1;
-        b[2] = 2;
+        b[2] = VERSION + 1;
         assert_eq!(decode(&b), Err(DecodeError::BadVersion));
         b[2] = VERSION;
         b[3] = 0x7f;
@@ -689,6 +724,7 @@ mod tests {
                 rid: 0,
                 offset: u64::MAX,
                 len: 2,
+                last: true,
             },
             b"",
         );
