@@ -193,9 +193,10 @@ struct Unexpected {
     peer: SocketAddr,
     hdr: MsgHdr,
     body: Body,
-    /// It came over the udp wire and holds credits its sender gets back
-    /// once the application takes it.
-    credit: bool,
+    /// It came over the udp wire and holds credits for this many bytes
+    /// (`charged_bytes`), which its sender gets back once the application
+    /// takes it.
+    credit: Option<u64>,
 }
 
 /// An FI_MULTI_RECV buffer: messages are packed into it until less than
@@ -616,8 +617,8 @@ impl Ep {
     /// now; rendezvous data is pulled by the engine into the buffers.
     fn deliver(&self, st: &mut EpState, p: Posted, msg: Arrived<Unexpected>) {
         let Arrived { src, msg: u, .. } = msg;
-        if u.credit {
-            st.engine.release(u.peer, u.hdr.len);
+        if let Some(len) = u.credit {
+            st.engine.release(u.peer, len);
         }
         let cap = iov_len(&p.iov);
         let mlen = u.hdr.len as usize;
@@ -677,8 +678,8 @@ impl Ep {
 
     /// A message nobody will receive (FI_DISCARD): let its sender go.
     fn discard(&self, st: &mut EpState, u: Unexpected) {
-        if u.credit {
-            st.engine.release(u.peer, u.hdr.len);
+        if let Some(len) = u.credit {
+            st.engine.release(u.peer, len);
         }
         match u.body {
             Body::Rndv(rid) => st.engine.discard(rid, now_ns()),
@@ -694,7 +695,13 @@ impl Ep {
 
     /// Handles one message the engine surfaced: match or queue unexpected.
     fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
-        let credit = matches!(body, Body::Eager(_) | Body::Rndv(_));
+        // (Over-releasing an RTS by its whole length would hand the peer
+        // back credits still held by its unexpected eager messages.)
+        let credit = match body {
+            Body::Eager(_) => Some(crate::proto::charged_bytes(hdr.len, false)),
+            Body::Rndv(_) => Some(crate::proto::charged_bytes(hdr.len, true)),
+            Body::ShmSlot(_) | Body::ShmRts(_) => None,
+        };
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_cached(st, &peer);
         let tag = if tagged { hdr.tag } else { 0 };

@@ -1211,7 +1211,7 @@ impl Vc {
                     len: total,
                     flags,
                 };
-                if !admit(sh, &mut self.lender, total) {
+                if !admit(sh, &mut self.lender, super::charged_bytes(total, false)) {
                     return;
                 }
                 if payload.len() as u64 == total {
@@ -1249,7 +1249,7 @@ impl Vc {
                 total,
                 key,
             } => {
-                if !admit(sh, &mut self.lender, 0) {
+                if !admit(sh, &mut self.lender, super::charged_bytes(total, true)) {
                     return;
                 }
                 let rid = sh.next_rid;
@@ -2109,9 +2109,9 @@ impl Engine {
         Some((self.vcs.values().map(|v| v.lender.held()).sum(), bank.cfg.total))
     }
 
-    /// The application took a message of `len` bytes from `peer` (matched
-    /// on arrival, or later out of the unexpected queue): its credits go
-    /// back to the peer.
+    /// The application took a message from `peer` (matched on arrival, or
+    /// later out of the unexpected queue) that was charged `len` bytes
+    /// (`charged_bytes`): its credits go back to the peer.
     pub fn release(&mut self, peer: SocketAddr, len: u64) {
         let Some(bank) = &mut self.sh.bank else { return };
         let Some(vc) = self.vcs.get_mut(&peer) else { return };

@@ -1552,6 +1552,52 @@ fn credit_config(total: u32, min_loan: u32) -> EngineConfig {
     }
 }
 
+/// What a message holds of its sender's credits until the application
+/// takes it is `charged_bytes`: an RTS holds the minimum (its data is still
+/// at the sender), not its length, so giving back a taken RTS leaves the
+/// credits of the peer's other unexpected messages held.
+#[test]
+fn rts_holds_one_credit_not_its_length() {
+    let mut sim = Sim::new(2, credit_config(4096, 2048), Link::lossy(0.0), 7);
+    let (eager_len, rndv_len) = (10_000usize, 1usize << 20);
+    sim.eng(0)
+        .send(addr(1), hdr(0), Box::new(vec![1u8; eager_len]), SendMode::Eager, 0)
+        .unwrap();
+    sim.eng(0)
+        .send(
+            addr(1),
+            hdr(1),
+            Box::new(PatternSource { len: rndv_len, salt: 1 }),
+            SendMode::Rendezvous,
+            0,
+        )
+        .unwrap();
+    let arrived = std::cell::RefCell::new(Vec::new());
+    sim.run(
+        1_000_000_000,
+        |_, i, ev| {
+            if let Event::Msg { hdr, body, .. } = ev {
+                assert_eq!(i, 1);
+                arrived.borrow_mut().push((hdr.len, matches!(body, MsgBody::Rndv(_))));
+            }
+        },
+        // Both unexpected (nobody takes them yet): stop once they are in.
+        |_| arrived.borrow().len() == 2,
+    );
+    assert_eq!(
+        *arrived.borrow(),
+        vec![(eager_len as u64, false), (rndv_len as u64, true)]
+    );
+    let cost = |len: usize| credit_config(4096, 2048).credits.unwrap().cost(len);
+    let held = |sim: &Sim| sim.nodes[1].engine.credit_usage().unwrap().0;
+    assert_eq!(held(&sim), cost(eager_len) + cost(0));
+    // The application takes the RTS first: the eager message keeps its credits.
+    sim.eng(1).release(addr(0), charged_bytes(rndv_len as u64, true));
+    assert_eq!(held(&sim), cost(eager_len));
+    sim.eng(1).release(addr(0), charged_bytes(eager_len as u64, false));
+    assert_eq!(held(&sim), 0);
+}
+
 /// With credit flow control on, a stream both ways under loss still
 /// arrives exactly once and in order (the receiver takes each message as
 /// it arrives).
