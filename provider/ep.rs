@@ -194,8 +194,8 @@ struct Unexpected {
     hdr: MsgHdr,
     body: Body,
     /// It came over the udp wire and holds credits for this many bytes
-    /// (`charged_bytes`), which its sender gets back once the application
-    /// takes it.
+    /// (`Engine::release`), which its sender gets back once the
+    /// application takes it.
     credit: Option<u64>,
 }
 
@@ -695,11 +695,12 @@ impl Ep {
 
     /// Handles one message the engine surfaced: match or queue unexpected.
     fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
-        // (Over-releasing an RTS by its whole length would hand the peer
-        // back credits still held by its unexpected eager messages.)
+        // What the engine charged the sender's credits: an RTS holds only
+        // its tail (releasing its whole length would hand the peer back
+        // credits still held by its unexpected eager messages).
         let credit = match body {
-            Body::Eager(_) => Some(crate::proto::charged_bytes(hdr.len, false)),
-            Body::Rndv(_) => Some(crate::proto::charged_bytes(hdr.len, true)),
+            Body::Eager(_) => Some(hdr.len),
+            Body::Rndv(rid) => Some(st.engine.rts_charge(rid)),
             Body::ShmSlot(_) | Body::ShmRts(_) => None,
         };
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;

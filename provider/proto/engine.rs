@@ -46,6 +46,12 @@ const RTO_BURST: usize = 8;
 /// every time a descheduled peer lets the timer fire for nothing.
 const RTO_BURST_BYTES: usize = 128 << 10;
 
+/// Longest tail an RTS carries (`rts_tail`). Up to this size the receiver
+/// would not have received the tail's RDATA segment in place anyway
+/// (PLACEMENT_MIN_SEG), so holding it with the RTS costs no extra copy
+/// worth counting, and an unexpected RTS never holds more than this.
+const RTS_TAIL_MAX: usize = 16 << 10;
+
 /// Segments smaller than this are not received in place: the copy saved
 /// is small, and receiving one datagram per call would forgo recvmmsg
 /// batches and GRO (which coalesces small-MTU bulk into 64 KiB receives).
@@ -192,12 +198,18 @@ struct RxRndv {
     /// The sender's message id.
     key: MsgId,
     total: u64,
+    /// The message's last bytes, carried by the RTS; the rest is pulled.
+    tail: Vec<u8>,
     accepted: Option<Accepted>,
 }
 
 struct Accepted {
     sink: Box<dyn RecvSink>,
+    /// Bytes to pull (GET): the receive's length, or less if the RTS's
+    /// tail covers the end of it.
     want: u64,
+    /// Bytes of the RTS's tail written into the sink at accept.
+    from_tail: u64,
     /// Bytes below this have been asked for with GET.
     requested: u64,
     received: u64,
@@ -227,6 +239,8 @@ enum TxBody {
         last_get: bool,
         /// RDATA segments sent and not yet acknowledged.
         unacked: u32,
+        /// Last bytes sent with the RTS (`rts_tail`), never pulled.
+        tail: u32,
     },
 }
 
@@ -831,8 +845,8 @@ impl Vc {
                     }
                     return Some(f);
                 }
-                TxBody::Rndv { .. } => {
-                    if !spend_credits(sh, &mut self.borrower, 0, &mut self.credit_due) {
+                TxBody::Rndv { tail, .. } => {
+                    if !spend_credits(sh, &mut self.borrower, *tail as usize, &mut self.credit_due) {
                         break;
                     }
                     self.msgs.pop_front();
@@ -915,7 +929,7 @@ impl Vc {
             SegFrame::Rts { id } => {
                 let Some(TxMsg {
                     hdr,
-                    body: TxBody::Rndv { len, .. },
+                    body: TxBody::Rndv { len, tail, src, .. },
                     ..
                 }) = self.tx.get(&id)
                 else {
@@ -928,7 +942,18 @@ impl Vc {
                     total: *len,
                     key: id,
                 };
-                wire::encode_seg_head(buf, conn, ack, sack, seq, &head)
+                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
+                let (o, l) = ((*len - *tail as u64) as usize, *tail as usize);
+                if zc.on && l > 0 {
+                    zc.deferred = Some(Deferred {
+                        id,
+                        off: o,
+                        hdr_len: at,
+                    });
+                } else {
+                    src.read_at(o, &mut buf[at..at + l]);
+                }
+                at + l
             }
             SegFrame::RData { key, rid, offset, len } => {
                 // Fresh data: next_frame put its GET's source in zc.src. A
@@ -1211,7 +1236,7 @@ impl Vc {
                     len: total,
                     flags,
                 };
-                if !admit(sh, &mut self.lender, super::charged_bytes(total, false)) {
+                if !admit(sh, &mut self.lender, total) {
                     return;
                 }
                 if payload.len() as u64 == total {
@@ -1248,8 +1273,10 @@ impl Vc {
                 flags,
                 total,
                 key,
+                tail,
             } => {
-                if !admit(sh, &mut self.lender, super::charged_bytes(total, true)) {
+                // What the RTS holds until the application takes it: the tail.
+                if !admit(sh, &mut self.lender, tail.len() as u64) {
                     return;
                 }
                 let rid = sh.next_rid;
@@ -1260,6 +1287,7 @@ impl Vc {
                         peer: self.peer,
                         key,
                         total,
+                        tail: tail.to_vec(),
                         accepted: None,
                     },
                 );
@@ -1288,10 +1316,11 @@ impl Vc {
                             len: total,
                             src,
                             last_get,
+                            tail,
                             ..
                         },
                     ..
-                }) if offset + len <= *total && !*last_get => {
+                }) if offset + len <= *total - *tail as u64 && !*last_get => {
                     *last_get = last;
                     self.rdata.push_back(RDataJob {
                         key,
@@ -1357,7 +1386,7 @@ impl Vc {
             sh.events.push_back(Event::RecvDone {
                 rid,
                 sink: acc.sink,
-                written: acc.want as usize,
+                written: (acc.want + acc.from_tail) as usize,
             });
             true
         } else {
@@ -1373,6 +1402,21 @@ impl Vc {
 /// eager segments could pile up window_segments × max_datagram here.
 fn ooo_budget(cfg: &EngineConfig) -> usize {
     cfg.window_bytes.saturating_mul(2)
+}
+
+/// Bytes at the end of a rendezvous message of `len` bytes that its RTS
+/// carries: the remainder that would otherwise go in a short RDATA segment
+/// of its own after the full ones (one datagram fewer per message), if it
+/// fits beside the RTS, is at most RTS_TAIL_MAX, and leaves something to pull.
+fn rts_tail(len: u64, seg_limit: usize) -> u32 {
+    let room = (seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN) as u64;
+    let t = len % room;
+    let fits = t as usize <= (seg_limit - wire::SEG_HDR_LEN - wire::RTS_BODY_LEN).min(RTS_TAIL_MAX);
+    if t < len && fits {
+        t as u32
+    } else {
+        0
+    }
 }
 
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
@@ -1667,12 +1711,17 @@ impl Engine {
                 len: len as u64,
                 last_get: false,
                 unacked: 0,
+                tail: 0,
             }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };
         sh.quiet_in_flight += quiet as usize;
         let alone = self.ready.is_empty();
         let vc = vc_for_send(&mut self.vcs, sh, peer, now);
+        let mut body = body;
+        if let TxBody::Rndv { len, tail, .. } = &mut body {
+            *tail = rts_tail(*len, vc.seg_limit);
+        }
         vc.tx.insert(id, TxMsg { hdr, body, quiet });
         vc.msgs.push_back(id);
         let sent = match buf {
@@ -1689,6 +1738,13 @@ impl Engine {
             mark_ready(&mut self.ready, vc);
         }
         Ok((id, sent))
+    }
+
+    /// Bytes an announced rendezvous message was charged to its sender's
+    /// credits on arrival (its RTS's tail), for `release`; 0 once accepted
+    /// or gone.
+    pub fn rts_charge(&self, rid: RndvId) -> u64 {
+        self.sh.rx.get(&rid).map_or(0, |rx| rx.tail.len() as u64)
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
@@ -1718,9 +1774,19 @@ impl Engine {
             sh.events.push_back(Event::RecvDone { rid, sink, written: 0 });
         } else {
             let key = rx.key;
+            // The tail is [head, total): what the receive wants of it is
+            // written now, the rest pulled (head >= 1: wire.rs).
+            let head = rx.total - rx.tail.len() as u64;
+            let from_tail = want.saturating_sub(head);
+            let mut sink = sink;
+            if from_tail > 0 {
+                sink.write_at(head as usize, &rx.tail[..from_tail as usize]);
+            }
+            rx.tail = Vec::new();
             let acc = rx.accepted.insert(Accepted {
                 sink,
-                want,
+                want: want - from_tail,
+                from_tail,
                 requested: 0,
                 received: 0,
                 high: 0,
@@ -1749,7 +1815,7 @@ impl Engine {
             sh.events.push_back(Event::RecvDone {
                 rid,
                 sink: acc.sink,
-                written: acc.received as usize,
+                written: (acc.received + acc.from_tail) as usize,
             });
         }
         mark_ready(&mut self.ready, vc);
@@ -2111,7 +2177,8 @@ impl Engine {
 
     /// The application took a message from `peer` (matched on arrival, or
     /// later out of the unexpected queue) that was charged `len` bytes
-    /// (`charged_bytes`): its credits go back to the peer.
+    /// (an eager message's length, a rendezvous one's `rts_charge`): its
+    /// credits go back to the peer.
     pub fn release(&mut self, peer: SocketAddr, len: u64) {
         let Some(bank) = &mut self.sh.bank else { return };
         let Some(vc) = self.vcs.get_mut(&peer) else { return };

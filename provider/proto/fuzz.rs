@@ -327,6 +327,7 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
                 FrameHead::Msg { .. } | FrameHead::MsgCont { .. } | FrameHead::RData { .. } => {
                     1 + rng.below(1400) as usize
                 }
+                FrameHead::Rts { .. } => rng.below(1400) as usize,
                 _ => 0,
             };
             rng.fill(&mut b[h..h + pl]);
@@ -453,6 +454,7 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                     flags,
                     total,
                     key,
+                    tail,
                 } => (
                     FrameHead::Rts {
                         tag,
@@ -461,7 +463,7 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                         total,
                         key,
                     },
-                    &[],
+                    tail,
                 ),
                 Frame::Get {
                     key,

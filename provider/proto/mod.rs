@@ -247,19 +247,6 @@ pub enum MsgBody {
     Rndv(RndvId),
 }
 
-/// Payload bytes a message is charged to its sender's credits on arrival
-/// (credit flow control), which `Engine::release` gives back once the
-/// application takes it: all of an eager message; none of a rendezvous
-/// one, whose data waits at its sender until pulled (its RTS still costs
-/// the minimum of one credit).
-pub fn charged_bytes(len: u64, rendezvous: bool) -> u64 {
-    if rendezvous {
-        0
-    } else {
-        len
-    }
-}
-
 impl fmt::Debug for MsgBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -3,6 +3,7 @@
 use super::sim::{addr, test_config, Link, PatternSink, PatternSource, Rng, Sim};
 use super::wire;
 use super::*;
+use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 struct Log {
@@ -372,6 +373,47 @@ fn rendezvous_truncates_to_sink() {
     assert_eq!(written, 0);
     let (written, _) = rndv_transfer(0, 10, Link::clean(), 9000, 16);
     assert_eq!(written, 0);
+    // 1 MiB in 8956-byte RDATA payloads: the RTS carries the last 724
+    // bytes. Receives that end inside them, at their start, just after
+    // it, just before it, and take all: every byte of the receive is
+    // written once, with the right content.
+    let len = 1 << 20;
+    let head = len - 724;
+    for (cap, seed) in [(len - 100, 17), (head, 18), (head + 1, 19), (head - 1, 20), (len, 21)] {
+        let marks = Arc::new(Mutex::new(vec![0u8; cap]));
+        let cfg = EngineConfig {
+            max_datagram: 9000,
+            ..test_config()
+        };
+        let src = Box::new(PatternSource { len, salt: 7 });
+        let (written, _) = rndv_run(cfg, Link::lossy(5.0), seed, src, || {
+            Box::new(Coverage {
+                salt: 7,
+                marks: marks.clone(),
+            })
+        });
+        assert_eq!(written, cap);
+        assert!(marks.lock().unwrap().iter().all(|&m| m == 1), "cap {cap}");
+    }
+}
+
+/// A sink that checks content and counts how often each byte is written.
+struct Coverage {
+    salt: u8,
+    marks: Arc<Mutex<Vec<u8>>>,
+}
+
+impl RecvSink for Coverage {
+    fn capacity(&self) -> usize {
+        self.marks.lock().unwrap().len()
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        let mut m = self.marks.lock().unwrap();
+        for (i, &b) in src.iter().enumerate() {
+            assert_eq!(b, super::sim::pattern_byte(offset + i, self.salt));
+            m[offset + i] += 1;
+        }
+    }
 }
 
 #[test]
@@ -1486,9 +1528,10 @@ fn rendezvous_completes_on_ack_without_fin() {
         let s = n.stats();
         assert_eq!(l.recv_done.len() as u64, rounds);
         assert_eq!(s.retransmits, 0);
-        // Per message sent: RTS and its 4 RDATA segments; per message
-        // received: one GET. Nothing else (no FIN).
-        assert_eq!(s.segments_sent, rounds * (1 + 4 + 1), "{s:?}");
+        // Per message sent: the RTS, carrying the last 1316 bytes, and 3
+        // full RDATA segments (1428 bytes each); per message received: one
+        // GET. Nothing else (no FIN).
+        assert_eq!(s.segments_sent, rounds * (1 + 3 + 1), "{s:?}");
         // Only the very last ACK had nothing to ride on.
         assert!(s.acks_sent <= 1, "{s:?}");
     }
@@ -1553,11 +1596,11 @@ fn credit_config(total: u32, min_loan: u32) -> EngineConfig {
 }
 
 /// What a message holds of its sender's credits until the application
-/// takes it is `charged_bytes`: an RTS holds the minimum (its data is still
-/// at the sender), not its length, so giving back a taken RTS leaves the
+/// takes it: an eager one its length, an RTS only its tail (`rts_charge`;
+/// the rest is still at the sender), so giving back a taken RTS leaves the
 /// credits of the peer's other unexpected messages held.
 #[test]
-fn rts_holds_one_credit_not_its_length() {
+fn rts_holds_its_tail_not_its_length() {
     let mut sim = Sim::new(2, credit_config(4096, 2048), Link::lossy(0.0), 7);
     let (eager_len, rndv_len) = (10_000usize, 1usize << 20);
     sim.eng(0)
@@ -1578,23 +1621,31 @@ fn rts_holds_one_credit_not_its_length() {
         |_, i, ev| {
             if let Event::Msg { hdr, body, .. } = ev {
                 assert_eq!(i, 1);
-                arrived.borrow_mut().push((hdr.len, matches!(body, MsgBody::Rndv(_))));
+                let rid = match body {
+                    MsgBody::Rndv(rid) => Some(rid),
+                    MsgBody::Eager(_) => None,
+                };
+                arrived.borrow_mut().push((hdr.len, rid));
             }
         },
         // Both unexpected (nobody takes them yet): stop once they are in.
         |_| arrived.borrow().len() == 2,
     );
-    assert_eq!(
-        *arrived.borrow(),
-        vec![(eager_len as u64, false), (rndv_len as u64, true)]
-    );
+    let arrived = arrived.into_inner();
+    assert_eq!(arrived.len(), 2);
+    assert_eq!(arrived[0], (eager_len as u64, None));
+    assert_eq!(arrived[1].0, rndv_len as u64);
+    let rid = arrived[1].1.expect("the 1 MiB message came by rendezvous");
+    // 1 MiB in 1428-byte RDATA payloads leaves 424 bytes for the RTS.
+    let tail = sim.eng(1).rts_charge(rid);
+    assert_eq!(tail, 424);
     let cost = |len: usize| credit_config(4096, 2048).credits.unwrap().cost(len);
     let held = |sim: &Sim| sim.nodes[1].engine.credit_usage().unwrap().0;
-    assert_eq!(held(&sim), cost(eager_len) + cost(0));
+    assert_eq!(held(&sim), cost(eager_len) + cost(tail as usize));
     // The application takes the RTS first: the eager message keeps its credits.
-    sim.eng(1).release(addr(0), charged_bytes(rndv_len as u64, true));
+    sim.eng(1).release(addr(0), tail);
     assert_eq!(held(&sim), cost(eager_len));
-    sim.eng(1).release(addr(0), charged_bytes(eager_len as u64, false));
+    sim.eng(1).release(addr(0), eager_len as u64);
     assert_eq!(held(&sim), 0);
 }
 

@@ -14,6 +14,8 @@
 //!   MSG       tag u64, data u64, flags u32, reserved u32, total u64 | payload   (first segment of an eager message)
 //!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
 //!   RTS       tag u64, data u64, flags u32, reserved u32, total u64, key u64
+//!             | tail   (the message's last bytes, fewer than total: what
+//!             would otherwise take one short RDATA segment of its own)
 //!   GET       key u64, rid u64, offset u64, len u64
 //!   GET_LAST  as GET; the last range the receiver asks for: the sender's
 //!             message is complete once the data it asks for is acknowledged
@@ -27,7 +29,7 @@
 //! message id, `rid` the receiver's rendezvous id.
 
 pub const MAGIC: u16 = 0x4E47;
-/// 2: GET_LAST, and no FIN after a complete pull.
+/// 2: GET_LAST, no FIN after a complete pull, RTS with a tail.
 pub const VERSION: u8 = 2;
 
 pub mod kind {
@@ -122,6 +124,7 @@ pub enum Frame<'a> {
         flags: u32,
         total: u64,
         key: u64,
+        tail: &'a [u8],
     },
     Get {
         key: u64,
@@ -454,13 +457,21 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             Ok(Frame::MsgCont { offset, payload })
         }
         kind::RTS => {
-            exact(RTS_BODY_LEN)?;
+            need(RTS_BODY_LEN)?;
+            let total = get_u64(b, 24);
+            let tail = &b[RTS_BODY_LEN..];
+            // At least one byte is left to pull: a tail is never the
+            // whole message.
+            if tail.len() as u64 >= total.max(1) {
+                return Err(DecodeError::BadField);
+            }
             Ok(Frame::Rts {
                 tag: get_u64(b, 0),
                 data: get_u64(b, 8),
                 flags: get_u32(b, 16),
-                total: get_u64(b, 24),
+                total,
                 key: get_u64(b, 32),
+                tail,
             })
         }
         kind::GET | kind::GET_LAST => {
@@ -627,6 +638,25 @@ mod tests {
                     flags: 3,
                     total: big,
                     key: 4,
+                    tail: b"",
+                },
+            ),
+            (
+                FrameHead::Rts {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: 4,
+                    key: 4,
+                },
+                b"xyz",
+                Frame::Rts {
+                    tag: 1,
+                    data: 2,
+                    flags: 3,
+                    total: 4,
+                    key: 4,
+                    tail: b"xyz",
                 },
             ),
             (
@@ -737,6 +767,21 @@ mod tests {
             b"ab",
         );
         assert_eq!(decode(&r), Err(DecodeError::BadField));
+        // A tail as long as the message would leave nothing to pull.
+        let rts = |total| {
+            seg(
+                FrameHead::Rts {
+                    tag: 0,
+                    data: 0,
+                    flags: 0,
+                    total,
+                    key: 0,
+                },
+                b"abc",
+            )
+        };
+        assert_eq!(decode(&rts(3)), Err(DecodeError::BadField));
+        assert!(decode(&rts(4)).is_ok());
         let mut c = [0u8; CONN_LEN];
         encode_conn_req(&mut c, 1, 1, 1);
         c[4..12].fill(0);
