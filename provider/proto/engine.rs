@@ -914,17 +914,7 @@ impl Vc {
                     FrameHead::MsgCont { offset: off }
                 };
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
-                let (o, l) = (off as usize, len as usize);
-                if zc.on && l > 0 {
-                    zc.deferred = Some(Deferred {
-                        id,
-                        off: o,
-                        hdr_len: at,
-                    });
-                } else {
-                    payload.read_at(o, &mut buf[at..at + l]);
-                }
-                at + l
+                attach_payload(zc, id, payload, off as usize, len as usize, buf, at)
             }
             SegFrame::Rts { id } => {
                 let Some(TxMsg {
@@ -943,17 +933,8 @@ impl Vc {
                     key: id,
                 };
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
-                let (o, l) = ((*len - *tail as u64) as usize, *tail as usize);
-                if zc.on && l > 0 {
-                    zc.deferred = Some(Deferred {
-                        id,
-                        off: o,
-                        hdr_len: at,
-                    });
-                } else {
-                    src.read_at(o, &mut buf[at..at + l]);
-                }
-                at + l
+                let off = (*len - *tail as u64) as usize;
+                attach_payload(zc, id, &**src, off, *tail as usize, buf, at)
             }
             SegFrame::RData { key, rid, offset, len } => {
                 // Fresh data: next_frame put its GET's source in zc.src. A
@@ -1402,6 +1383,26 @@ impl Vc {
 /// eager segments could pile up window_segments × max_datagram here.
 fn ooo_budget(cfg: &EngineConfig) -> usize {
     cfg.window_bytes.saturating_mul(2)
+}
+
+/// Puts `len` bytes of message `id`'s `src` from `off` behind the header
+/// that ends at `at`: left in the source for the wire to gather (zero-copy
+/// burst) or copied into `buf`. Returns the segment's length.
+fn attach_payload(
+    zc: &mut Zc,
+    id: MsgId,
+    src: &dyn SendSource,
+    off: usize,
+    len: usize,
+    buf: &mut [u8],
+    at: usize,
+) -> usize {
+    if zc.on && len > 0 {
+        zc.deferred = Some(Deferred { id, off, hdr_len: at });
+    } else {
+        src.read_at(off, &mut buf[at..at + len]);
+    }
+    at + len
 }
 
 /// Bytes at the end of a rendezvous message of `len` bytes that its RTS
