@@ -189,6 +189,9 @@ struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
     stderr: Arc<Mutex<String>>,
+    /// Says when the stderr reader reached end of file: the client's last
+    /// lines (its closing log line) are in `stderr` only after that.
+    stderr_done: Receiver<()>,
     eof: bool,
     killed: bool,
     status: Option<ExitStatus>,
@@ -504,6 +507,7 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let se = stderr.clone();
+        let (done_tx, stderr_done) = channel();
         thread::spawn(move || {
             let mut r = BufReader::new(err);
             let mut buf = [0u8; 4096];
@@ -513,11 +517,13 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                     Ok(n) => se.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
                 }
             }
+            let _ = done_tx.send(());
         });
         procs.push(Proc {
             child,
             stdin,
             stderr,
+            stderr_done,
             eof: false,
             killed: false,
             status: None,
@@ -655,6 +661,15 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
         for p in procs.iter_mut() {
             kill(p);
         }
+    }
+    // Every client has exited: its stderr pipe reaches end of file as soon
+    // as the reader has drained it (bounded, in case a grandchild kept it).
+    for p in &procs {
+        let _ = p.stderr_done.recv_timeout(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1)),
+        );
     }
     out.elapsed = start.elapsed();
     out.stderr = procs.iter().map(|p| p.stderr.lock().unwrap().clone()).collect();
