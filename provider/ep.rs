@@ -349,6 +349,7 @@ fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
         window_bytes: EngineConfig::default().window_bytes.min(wire.rcvbuf.max(64 << 10)),
         max_retrans: t.max_retrans,
         peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
+        rndv_push: crate::params::params().rndv_push,
         credits: credit_config(crate::params::params()),
         ..EngineConfig::default()
     }
@@ -939,13 +940,7 @@ impl Ep {
                     None => {}
                 }
             }
-            let EpState {
-                engine,
-                wire,
-                rx,
-                udp_hot,
-                ..
-            } = &mut *st;
+            let EpState { wire, rx, .. } = &mut *st;
             let r = if first {
                 wire.recv_one(rx).map(usize::from)
             } else {
@@ -965,18 +960,11 @@ impl Ep {
                 now = now_ns();
             }
             wire.tune_gro(rx, n);
+            let mut produced = false;
             for i in 0..n {
-                if let Some((bytes, from, seg)) = rx.get(i) {
-                    if shm::is_doorbell(bytes) {
-                        continue;
-                    }
-                    *udp_hot = now;
-                    for d in bytes.chunks(seg) {
-                        engine.handle_datagram(from, d, now);
-                    }
-                }
+                produced |= self.feed(st, i, now);
             }
-            let produced = self.handle_events(st);
+            produced |= self.handle_events(st);
             self.flush(st, now);
             // A completion for the application: hand it over now rather
             // than spend another syscall between it and the application.
@@ -1006,13 +994,41 @@ impl Ep {
         } else {
             rx.gather(region);
             engine.placement_missed();
-            if let Some((bytes, from, seg)) = rx.get(0) {
-                for d in bytes.chunks(seg) {
-                    engine.handle_datagram(from, d, now);
-                }
-            }
+            self.feed(st, 0, now);
         }
         Some(true)
+    }
+
+    /// Hands the engine what slot `i` of the receive batch holds (one
+    /// datagram, or a GRO run of equal-sized ones). Right after an RTS
+    /// with pushed data behind it, the engine's events are handled, so
+    /// the message is matched, and its receive accepted, before that data
+    /// is handled (`Engine::wants_match_now`). Whether events were handled.
+    fn feed(&self, st: &mut EpState, i: usize, now: u64) -> bool {
+        let mut at = 0;
+        let mut handled = false;
+        loop {
+            let EpState {
+                engine, rx, udp_hot, ..
+            } = &mut *st;
+            let Some((bytes, from, seg)) = rx.get(i) else {
+                return handled;
+            };
+            if at == 0 && shm::is_doorbell(bytes) {
+                return handled;
+            }
+            *udp_hot = now;
+            let mut match_now = false;
+            while at < bytes.len() && !match_now {
+                engine.handle_datagram(from, &bytes[at..(at + seg).min(bytes.len())], now);
+                at += seg;
+                match_now = engine.wants_match_now();
+            }
+            if !match_now {
+                return handled;
+            }
+            handled |= self.handle_events(st);
+        }
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we

@@ -98,6 +98,7 @@ fn fi_info_lists_gnix_parameters() {
     for var in [
         "FI_GNIX_PEER_TIMEOUT_MS",
         "FI_GNIX_RNDV_THRESHOLD",
+        "FI_GNIX_RNDV_PUSH",
         "FI_GNIX_MAX_RETRANS",
     ] {
         assert!(text.contains(var), "fi_info -e does not list {var}:\n{text}");
@@ -244,6 +245,13 @@ fn fi_pingpong_runs_on_both_wires() {
                     _ => !err.contains("shm wire") && closing_stat(&err, "closing:", "datagrams_out") > Some(0),
                 };
                 assert!(carried, "{what}: the log does not show that wire carrying it:\n{err}");
+                if wire == "udp" {
+                    // Every receive is posted before its message comes, so
+                    // every pushed rendezvous segment lands.
+                    let pushed = closing_stat(&err, "closing:", "rndv_pushed");
+                    let dropped = closing_stat(&err, "closing:", "push_dropped");
+                    assert!(pushed > Some(0) && dropped == Some(0), "{what}: pushed {pushed:?} dropped {dropped:?}");
+                }
             }
         }
     }

@@ -3,8 +3,18 @@
 //! Every datagram after the handshake is either a standalone ACK or one
 //! *segment*: one sequence number carrying one frame (see `wire.rs`). The
 //! reliable stream of a VC carries eager messages (MSG + MSG_CONT), RTS,
-//! and the rendezvous traffic (GET, RDATA, FIN), so loss recovery is the
-//! same for all of it.
+//! and the rendezvous traffic (PDATA, GET, RDATA, FIN), so loss recovery is
+//! the same for all of it.
+//!
+//! A rendezvous send pushes its first bytes (PDATA) right behind its RTS.
+//! Whether the receiver can take them is decided once, when the RTS is
+//! delivered: if the application has a receive posted for it, the
+//! endpoint accepts it before the next datagram is handled
+//! (`Engine::wants_match_now`), the pushed bytes land in the receive
+//! buffer and the receiver GETs only the rest; otherwise every pushed
+//! segment is dropped (but acknowledged, so the window moves on) and the
+//! receive, once posted, pulls the whole message. So pushed data never
+//! waits in receiver memory, and costs no credits.
 //!
 //! Sender queues per VC, in transmit priority order: retransmissions, then
 //! control frames (GET/FIN/keepalive), then messages in send order, then
@@ -52,6 +62,10 @@ const RTO_BURST_BYTES: usize = 128 << 10;
 /// worth counting, and an unexpected RTS never holds more than this.
 const RTS_TAIL_MAX: usize = 16 << 10;
 
+/// Rendezvous sends to a peer that dropped pushed data (its receive was not
+/// posted yet) that go without a push, before pushing is tried again.
+pub(crate) const PUSH_BACKOFF: u32 = 8;
+
 /// Segments smaller than this are not received in place: the copy saved
 /// is small, and receiving one datagram per call would forgo recvmmsg
 /// batches and GRO (which coalesces small-MTU bulk into 64 KiB receives).
@@ -86,6 +100,8 @@ struct Shared {
     in_place: Option<(RndvId, u64, usize)>,
     /// Quiet messages (`SendPayload::Copied`) not yet acknowledged.
     quiet_in_flight: usize,
+    /// An RTS with pushed data was just delivered (`Engine::wants_match_now`).
+    match_now: bool,
 }
 
 impl Shared {
@@ -99,11 +115,14 @@ impl Shared {
     }
 }
 
-/// Where the payload of the next datagram goes if it is the RDATA segment
-/// the engine expects next (`Engine::rdata_placement`).
+/// Where the payload of the next datagram goes if it is the RDATA (or
+/// PDATA) segment the engine expects next (`Engine::rdata_placement`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub rid: RndvId,
+    /// The guess is pushed data, named by the sender's key.
+    pub pushed: bool,
+    pub key: MsgId,
     pub offset: u64,
     /// Length of the region handed out.
     pub len: usize,
@@ -117,7 +136,8 @@ impl Placement {
     /// by `len` bytes received into the region, is the guessed segment.
     pub fn matches(&self, head: &[u8], len: usize) -> Option<wire::RDataHead> {
         let h = wire::decode_rdata_head(head)?;
-        (h.rid == self.rid && h.offset == self.offset && len > 0 && len <= self.len).then_some(h)
+        let id = if self.pushed { self.key } else { self.rid };
+        (h.pushed == self.pushed && h.id == id && h.offset == self.offset && len > 0 && len <= self.len).then_some(h)
     }
 }
 
@@ -200,6 +220,9 @@ struct RxRndv {
     total: u64,
     /// The message's last bytes, carried by the RTS; the rest is pulled.
     tail: Vec<u8>,
+    /// Bytes from offset 0 the sender pushes behind the RTS, while they
+    /// can still be taken: 0 once one was dropped (the receive pulls them).
+    push: u64,
     accepted: Option<Accepted>,
 }
 
@@ -210,8 +233,13 @@ struct Accepted {
     want: u64,
     /// Bytes of the RTS's tail written into the sink at accept.
     from_tail: u64,
-    /// Bytes below this have been asked for with GET.
+    /// Bytes below this come pushed (PDATA), unasked.
+    push_end: u64,
+    /// Bytes below this have been pushed or asked for with GET.
     requested: u64,
+    /// The GET_LAST went out: the sender completes once it is served.
+    /// Without one (everything wanted came pushed) a FIN completes it.
+    asked_last: bool,
     received: u64,
     /// End of the highest range received: nothing at or above it has been
     /// written, so the wire may receive straight into it on a guess.
@@ -241,6 +269,8 @@ enum TxBody {
         unacked: u32,
         /// Last bytes sent with the RTS (`rts_tail`), never pulled.
         tail: u32,
+        /// First bytes pushed behind the RTS (`push_len`).
+        push: u32,
     },
 }
 
@@ -272,9 +302,11 @@ enum SegFrame {
         len: u64,
         last: bool,
     },
+    /// Rendezvous data: asked for by the receiver's `rid`, or pushed
+    /// (`None`: PDATA, named by our key).
     RData {
         key: MsgId,
-        rid: RndvId,
+        rid: Option<RndvId>,
         offset: u64,
         len: u32,
     },
@@ -309,7 +341,8 @@ enum Ooo {
 
 struct RDataJob {
     key: MsgId,
-    rid: RndvId,
+    /// None: a push, not a GET.
+    rid: Option<RndvId>,
     next: u64,
     end: u64,
     src: Arc<dyn SendSource>,
@@ -374,6 +407,18 @@ struct Vc {
     /// `Event::PeerUp` was emitted for this incarnation of the VC.
     up_announced: bool,
     challenge: Option<Challenge>,
+    /// Sending side: rendezvous sends left to go without a push, after the
+    /// peer dropped pushed data.
+    push_backoff: u32,
+    /// Receiving side: the announced rendezvous receives whose sender
+    /// pushes data, by its key (PDATA names the key, not our rid).
+    pushes: Map<MsgId, RndvId>,
+    /// Key of the last RTS delivered (keys grow in send order).
+    last_rts_key: Option<MsgId>,
+    /// Keys of PDATA dropped because it overtook its RTS (loss or
+    /// reorder): an RTS with a key in this range has lost pushed bytes,
+    /// so its receive pulls everything.
+    push_gap: Option<(MsgId, MsgId)>,
 }
 
 enum Tick {
@@ -464,6 +509,10 @@ impl Vc {
             credit_retry_at: 0,
             up_announced: false,
             challenge: None,
+            push_backoff: 0,
+            pushes: Map::with_hasher(sh.hasher),
+            last_rts_key: None,
+            push_gap: None,
         }
     }
 
@@ -845,11 +894,22 @@ impl Vc {
                     }
                     return Some(f);
                 }
-                TxBody::Rndv { tail, .. } => {
+                TxBody::Rndv { tail, push, src, .. } => {
                     if !spend_credits(sh, &mut self.borrower, *tail as usize, &mut self.credit_due) {
                         break;
                     }
                     self.msgs.pop_front();
+                    if *push > 0 {
+                        // Queued now, so its segments follow the RTS.
+                        sh.stats.rndv_pushed += 1;
+                        self.rdata.push_back(RDataJob {
+                            key: id,
+                            rid: None,
+                            next: 0,
+                            end: *push as u64,
+                            src: src.clone(),
+                        });
+                    }
                     return Some(SegFrame::Rts { id });
                 }
             }
@@ -919,7 +979,9 @@ impl Vc {
             SegFrame::Rts { id } => {
                 let Some(TxMsg {
                     hdr,
-                    body: TxBody::Rndv { len, tail, src, .. },
+                    body: TxBody::Rndv {
+                        len, tail, src, push, ..
+                    },
                     ..
                 }) = self.tx.get(&id)
                 else {
@@ -931,6 +993,7 @@ impl Vc {
                     flags: hdr.flags,
                     total: *len,
                     key: id,
+                    push: *push,
                 };
                 let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
                 let off = (*len - *tail as u64) as usize;
@@ -948,7 +1011,11 @@ impl Vc {
                         _ => return nop(buf),
                     }
                 }
-                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::RData { rid, offset });
+                let head = match rid {
+                    Some(rid) => FrameHead::RData { rid, offset },
+                    None => FrameHead::PData { key, offset },
+                };
+                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
                 let l = len as usize;
                 if zc.on && l > 0 {
                     zc.deferred = Some(Deferred {
@@ -1127,11 +1194,11 @@ impl Vc {
         if d > 0 {
             if self.ooo.contains_key(&abs) {
                 sh.stats.dup_segments += 1;
-            } else if let Frame::RData { rid, offset, payload } = frame {
+            } else if let Frame::RData { .. } | Frame::PData { .. } = frame {
                 sh.stats.ooo_segments += 1;
                 // Completing here needs no ACK of its own: the SACK for
                 // this segment is sent at once just below.
-                self.on_rdata(sh, rid, offset, payload);
+                self.on_data(sh, frame);
                 self.ooo.insert(abs, Ooo::Consumed);
             } else if self.ooo_bytes + body.len() > ooo_budget(&sh.cfg) {
                 // Neither stored nor sacked: the sender will resend it.
@@ -1160,7 +1227,7 @@ impl Vc {
         }
         let filled_hole = !self.ooo.is_empty();
         let completed = match frame {
-            Frame::RData { rid, offset, payload } => self.on_rdata(sh, rid, offset, payload),
+            Frame::RData { .. } | Frame::PData { .. } => self.on_data(sh, frame),
             f => {
                 self.deliver(sh, f);
                 false
@@ -1254,6 +1321,7 @@ impl Vc {
                 flags,
                 total,
                 key,
+                push,
                 tail,
             } => {
                 // What the RTS holds until the application takes it: the tail.
@@ -1262,6 +1330,22 @@ impl Vc {
                 }
                 let rid = sh.next_rid;
                 sh.next_rid += 1;
+                let mut push = push as u64;
+                if push > 0 {
+                    self.pushes.insert(key, rid);
+                    if self.push_gap.is_some_and(|(lo, hi)| (lo..=hi).contains(&key)) {
+                        // Some of its pushed data came first and was dropped.
+                        push = 0;
+                    } else {
+                        // Its PDATA follows: the endpoint should match the
+                        // message before handling another datagram.
+                        sh.match_now = true;
+                    }
+                    if self.push_gap.is_some_and(|(_, hi)| key >= hi) {
+                        self.push_gap = None;
+                    }
+                }
+                self.last_rts_key = Some(key);
                 sh.rx.insert(
                     rid,
                     RxRndv {
@@ -1269,6 +1353,7 @@ impl Vc {
                         key,
                         total,
                         tail: tail.to_vec(),
+                        push,
                         accepted: None,
                     },
                 );
@@ -1298,14 +1383,19 @@ impl Vc {
                             src,
                             last_get,
                             tail,
+                            push,
                             ..
                         },
                     ..
                 }) if offset + len <= *total - *tail as u64 && !*last_get => {
+                    if *push > 0 && offset == 0 {
+                        // The receiver pulls what we pushed: it dropped it.
+                        self.push_backoff = PUSH_BACKOFF;
+                    }
                     *last_get = last;
                     self.rdata.push_back(RDataJob {
                         key,
-                        rid,
+                        rid: Some(rid),
                         next: offset,
                         end: offset + len,
                         src: src.clone(),
@@ -1313,8 +1403,8 @@ impl Vc {
                 }
                 _ => sh.stats.dropped_malformed += 1,
             },
-            Frame::RData { rid, offset, payload } => {
-                self.on_rdata(sh, rid, offset, payload);
+            Frame::RData { .. } | Frame::PData { .. } => {
+                self.on_data(sh, frame);
             }
             Frame::Fin { key } => match self.tx.get(&key) {
                 Some(TxMsg {
@@ -1333,8 +1423,49 @@ impl Vc {
         }
     }
 
-    /// Places RDATA; true if it completed its receive.
-    fn on_rdata(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8]) -> bool {
+    /// Rendezvous data (RDATA or PDATA), in order or not; true if it
+    /// completed its receive.
+    fn on_data(&mut self, sh: &mut Shared, frame: Frame<'_>) -> bool {
+        match frame {
+            Frame::RData { rid, offset, payload } => self.place(sh, rid, offset, payload, false),
+            Frame::PData { key, offset, payload } => {
+                let Some(&rid) = self.pushes.get(&key) else {
+                    if self.last_rts_key.is_none_or(|k| key > k) {
+                        // It overtook its RTS: that receive pulls everything.
+                        self.push_gap = Some(match self.push_gap {
+                            Some((lo, hi)) => (lo.min(key), hi.max(key)),
+                            None => (key, key),
+                        });
+                        sh.stats.push_dropped += 1;
+                    } else {
+                        // Pushed beyond what a finished receive wanted.
+                        sh.stats.dropped_rndv += 1;
+                    }
+                    return false;
+                };
+                match sh.rx.get_mut(&rid) {
+                    Some(rx) if rx.accepted.is_none() => {
+                        // Not posted when its RTS came: it will pull these bytes.
+                        rx.push = 0;
+                        sh.stats.push_dropped += 1;
+                        false
+                    }
+                    Some(_) => self.place(sh, rid, offset, payload, true),
+                    None => {
+                        self.pushes.remove(&key);
+                        sh.stats.dropped_rndv += 1;
+                        false
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Puts rendezvous data into its accepted receive; true if that
+    /// completed it. Pushed data is taken only below the receive's
+    /// `push_end` (a push longer than a short receive buffer is cut there).
+    fn place(&mut self, sh: &mut Shared, rid: RndvId, offset: u64, payload: &[u8], pushed: bool) -> bool {
         // Already in the sink (`handle_datagram_placed`): account for it, do not copy.
         let placed = match sh.in_place {
             Some((r, o, l)) if r == rid && o == offset && payload.is_empty() => Some(l),
@@ -1349,21 +1480,31 @@ impl Vc {
             sh.stats.dropped_rndv += 1;
             return false;
         };
-        let end = offset + len;
-        if end > acc.requested || acc.received + len > acc.want {
+        let end = if pushed {
+            (offset + len).min(acc.push_end)
+        } else {
+            offset + len
+        };
+        if offset >= end || end > acc.requested || acc.received + (end - offset) > acc.want {
             sh.stats.dropped_rndv += 1;
             return false;
         }
         if placed.is_none() {
-            acc.sink.write_at(offset as usize, payload);
+            acc.sink.write_at(offset as usize, &payload[..(end - offset) as usize]);
         }
-        acc.received += len;
+        acc.received += end - offset;
         acc.high = acc.high.max(end);
         if acc.received == acc.want {
-            // No FIN: the ACK of this segment completes the sender.
             let rx = sh.rx.remove(&rid).expect("receive just looked up");
             let acc = rx.accepted.expect("receive is accepted");
             self.rx_active -= 1;
+            self.pushes.remove(&rx.key);
+            if !acc.asked_last {
+                // Everything it wanted came pushed: nothing asked, nothing
+                // for the sender to complete on but this.
+                self.ctrl.push_back(SegFrame::Fin { key: rx.key });
+            }
+            // Otherwise no FIN: the ACK of this segment completes the sender.
             sh.events.push_back(Event::RecvDone {
                 rid,
                 sink: acc.sink,
@@ -1420,20 +1561,32 @@ fn rts_tail(len: u64, seg_limit: usize) -> u32 {
     }
 }
 
+/// Bytes pushed behind the RTS of a rendezvous message whose pulled part
+/// (its length less the RTS's tail) is `pull` bytes: whole segments of
+/// `room` payload bytes, at most `max`, and fewer than `pull`, so a GET
+/// always follows (the sender completes when its GET_LAST is served).
+fn push_len(pull: u64, room: usize, max: u64) -> u32 {
+    let room = room as u64;
+    let segs = (max / room).min(pull.saturating_sub(1) / room);
+    (segs * room).min(u32::MAX as u64) as u32
+}
+
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
 fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
     let chunk = cfg.rndv_get_chunk.max(1);
     let window = cfg.rndv_pull_window.max(chunk);
     while acc.requested < acc.want && acc.requested - acc.received < window {
         let len = chunk.min(acc.want - acc.requested);
+        let last = acc.requested + len == acc.want;
         ctrl.push_back(SegFrame::Get {
             key,
             rid,
             offset: acc.requested,
             len,
-            last: acc.requested + len == acc.want,
+            last,
         });
         acc.requested += len;
+        acc.asked_last |= last;
     }
 }
 
@@ -1555,6 +1708,7 @@ impl Engine {
                 pull_order: VecDeque::new(),
                 in_place: None,
                 quiet_in_flight: 0,
+                match_now: false,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
@@ -1713,6 +1867,7 @@ impl Engine {
                 last_get: false,
                 unacked: 0,
                 tail: 0,
+                push: 0,
             }
         };
         let hdr = MsgHdr { len: len as u64, ..hdr };
@@ -1720,8 +1875,14 @@ impl Engine {
         let alone = self.ready.is_empty();
         let vc = vc_for_send(&mut self.vcs, sh, peer, now);
         let mut body = body;
-        if let TxBody::Rndv { len, tail, .. } = &mut body {
+        if let TxBody::Rndv { len, tail, push, .. } = &mut body {
             *tail = rts_tail(*len, vc.seg_limit);
+            if vc.push_backoff > 0 {
+                vc.push_backoff -= 1;
+            } else {
+                let room = vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN;
+                *push = push_len(*len - *tail as u64, room, sh.cfg.rndv_push);
+            }
         }
         vc.tx.insert(id, TxMsg { hdr, body, quiet });
         vc.msgs.push_back(id);
@@ -1771,6 +1932,7 @@ impl Engine {
         if want == 0 {
             let key = rx.key;
             sh.rx.remove(&rid);
+            vc.pushes.remove(&key);
             vc.ctrl.push_back(SegFrame::Fin { key });
             sh.events.push_back(Event::RecvDone { rid, sink, written: 0 });
         } else {
@@ -1784,11 +1946,15 @@ impl Engine {
                 sink.write_at(head as usize, &rx.tail[..from_tail as usize]);
             }
             rx.tail = Vec::new();
+            // Pushed bytes count as asked for (none if some were dropped).
+            let push_end = rx.push.min(want - from_tail);
             let acc = rx.accepted.insert(Accepted {
                 sink,
                 want: want - from_tail,
                 from_tail,
-                requested: 0,
+                push_end,
+                requested: push_end,
+                asked_last: false,
                 received: 0,
                 high: 0,
                 seg_room: vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN,
@@ -1810,6 +1976,7 @@ impl Engine {
         let Some(vc) = self.vcs.get_mut(&rx.peer) else {
             return;
         };
+        vc.pushes.remove(&rx.key);
         vc.ctrl.push_back(SegFrame::Fin { key: rx.key });
         if let Some(acc) = rx.accepted {
             vc.rx_active -= 1;
@@ -1949,11 +2116,16 @@ impl Engine {
             sh.pull_order.pop_front();
         }
         let rid = *sh.pull_order.front()?;
-        let acc = sh.rx.get_mut(&rid)?.accepted.as_mut()?;
-        if acc.high >= acc.requested || acc.seg_room < PLACEMENT_MIN_SEG {
+        let rx = sh.rx.get_mut(&rid)?;
+        let key = rx.key;
+        let acc = rx.accepted.as_mut()?;
+        // Pushed data comes first, then what the GETs asked for.
+        let pushed = acc.high < acc.push_end;
+        let limit = if pushed { acc.push_end } else { acc.requested };
+        if acc.high >= limit || acc.seg_room < PLACEMENT_MIN_SEG {
             return None;
         }
-        let want = ((acc.requested - acc.high) as usize).min(acc.seg_room);
+        let want = ((limit - acc.high) as usize).min(acc.seg_room);
         let offset = acc.high;
         let region = acc.sink.region(offset as usize, want)?;
         if region.is_empty() {
@@ -1961,6 +2133,8 @@ impl Engine {
         }
         let p = Placement {
             rid,
+            pushed,
+            key,
             offset,
             len: region.len(),
         };
@@ -1993,13 +2167,23 @@ impl Engine {
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += (head.len() + len) as u64;
         self.sh.stats.rdata_placed += 1;
-        self.sh.in_place = Some((h.rid, h.offset, len));
-        let frame = Frame::RData {
-            rid: h.rid,
-            offset: h.offset,
-            payload: &[],
+        self.sh.in_place = Some((p.rid, h.offset, len));
+        let (frame, kind) = if h.pushed {
+            let frame = Frame::PData {
+                key: h.id,
+                offset: h.offset,
+                payload: &[],
+            };
+            (frame, wire::kind::PDATA)
+        } else {
+            let frame = Frame::RData {
+                rid: h.id,
+                offset: h.offset,
+                payload: &[],
+            };
+            (frame, wire::kind::RDATA)
         };
-        self.on_seg_packet(from, (h.conn, h.ack, h.sack, h.seq), frame, wire::kind::RDATA, &[], now);
+        self.on_seg_packet(from, (h.conn, h.ack, h.sack, h.seq), frame, kind, &[], now);
         self.sh.in_place = None;
         true
     }
@@ -2146,6 +2330,16 @@ impl Engine {
         self.sh.zc.on = false;
         self.sh.zc.deferred = None;
         self.sh.zc.src = None;
+    }
+
+    /// Whether an RTS with pushed data was delivered since the last call.
+    /// Its `Event::Msg` should then be matched (accepted, or left
+    /// unexpected) before the next datagram is handled: its pushed data
+    /// follows, and is taken only by a receive accepted before it comes
+    /// (otherwise it is dropped and pulled again, so correctness never
+    /// depends on the caller's timing, only speed).
+    pub fn wants_match_now(&mut self) -> bool {
+        std::mem::take(&mut self.sh.match_now)
     }
 
     /// Whether a rendezvous receive is pulling data (`rdata_placement` may

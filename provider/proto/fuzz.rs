@@ -275,7 +275,7 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
     let mut b = vec![0u8; 2048];
     let conn = rng.next_u64();
     let (ack, sack, seq) = (rng.next_u64() as u32, rng.next_u64(), rng.next_u64() as u32);
-    let n = match rng.below(10) {
+    let n = match rng.below(11) {
         0 => wire::encode_conn_req(
             &mut b,
             rng.next_u64() | 1,
@@ -307,6 +307,7 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
                     flags: rng.next_u64() as u32,
                     total: rng.next_u64() >> rng.below(64),
                     key: rng.below(64),
+                    push: (rng.next_u64() >> rng.below(64)) as u32,
                 },
                 6 => FrameHead::Get {
                     key: rng.below(64),
@@ -320,13 +321,18 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
                     offset: rng.below(1 << 20),
                 },
                 8 => FrameHead::Fin { key: rng.below(64) },
+                9 => FrameHead::PData {
+                    key: rng.below(64),
+                    offset: rng.below(1 << 20),
+                },
                 _ => FrameHead::Nop,
             };
             let h = wire::encode_seg_head(&mut b, conn, ack, sack, seq, &head);
             let pl = match head {
-                FrameHead::Msg { .. } | FrameHead::MsgCont { .. } | FrameHead::RData { .. } => {
-                    1 + rng.below(1400) as usize
-                }
+                FrameHead::Msg { .. }
+                | FrameHead::MsgCont { .. }
+                | FrameHead::RData { .. }
+                | FrameHead::PData { .. } => 1 + rng.below(1400) as usize,
                 FrameHead::Rts { .. } => rng.below(1400) as usize,
                 _ => 0,
             };
@@ -454,6 +460,7 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                     flags,
                     total,
                     key,
+                    push,
                     tail,
                 } => (
                     FrameHead::Rts {
@@ -462,6 +469,7 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                         flags,
                         total,
                         key,
+                        push,
                     },
                     tail,
                 ),
@@ -482,6 +490,7 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
                     &[],
                 ),
                 Frame::RData { rid, offset, payload } => (FrameHead::RData { rid, offset }, payload),
+                Frame::PData { key, offset, payload } => (FrameHead::PData { key, offset }, payload),
                 Frame::Fin { key } => (FrameHead::Fin { key }, &[]),
                 Frame::Nop => (FrameHead::Nop, &[]),
             };

@@ -59,6 +59,13 @@ pub struct EngineConfig {
     pub rndv_pull_window: u64,
     /// Rendezvous receive: bytes asked for by one GET.
     pub rndv_get_chunk: u64,
+    /// Rendezvous send: bytes sent right behind the RTS, before any GET
+    /// (rounded down to whole segments, and always less than the message,
+    /// so the receiver asks for the rest). A receive that is posted when
+    /// the RTS arrives takes them where they belong and the round trip to
+    /// the first GET is saved; otherwise they are dropped and pulled
+    /// again, and the sender stops pushing to that peer for a while. 0: off.
+    pub rndv_push: u64,
     /// Credit flow control of eager and unexpected traffic (credit.rs);
     /// `None` turns it off (both ends must agree).
     pub credits: Option<credit::CreditConfig>,
@@ -86,6 +93,7 @@ impl Default for EngineConfig {
             peer_timeout_ns: 20_000_000_000,
             rndv_pull_window: 8 << 20,
             rndv_get_chunk: 1 << 20,
+            rndv_push: 128 << 10,
             credits: None,
         }
     }
@@ -364,4 +372,9 @@ pub struct EngineStats {
     /// guessed segment and were reassembled instead.
     pub rdata_placed: u64,
     pub placement_misses: u64,
+    /// Rendezvous sends whose first bytes went out right behind the RTS
+    /// (`EngineConfig::rndv_push`), and pushed segments a receiver dropped
+    /// because the receive was not posted when they came (pulled again).
+    pub rndv_pushed: u64,
+    pub push_dropped: u64,
 }

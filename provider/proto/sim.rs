@@ -75,6 +75,11 @@ pub struct Sim {
     /// slot and by refusing a datagram already built.
     pub tx_cap: usize,
     flushes: u64,
+    /// Hand out events only after every datagram due at this instant, even
+    /// after an RTS with pushed data behind it (`Engine::wants_match_now`):
+    /// receives are accepted too late for pushed data, which must then be
+    /// pulled again.
+    pub late_match: bool,
 }
 
 /// (arrival time, tie-break, destination node, source address, bytes)
@@ -120,6 +125,7 @@ impl Sim {
             burst_left: vec![0; n],
             tx_cap: 0,
             flushes: 0,
+            late_match: false,
         }
     }
 
@@ -230,10 +236,16 @@ impl Sim {
             let Reverse((_, _, dst, from, bytes)) = self.queue.pop().expect("peeked");
             if !self.nodes[dst].down {
                 let now = self.now;
+                let e = &mut self.nodes[dst].engine;
                 if self.placed {
-                    deliver_split(&mut self.nodes[dst].engine, from, &bytes, now);
+                    deliver_split(e, from, &bytes, now);
                 } else {
-                    self.nodes[dst].engine.handle_datagram(from, &bytes, now);
+                    e.handle_datagram(from, &bytes, now);
+                }
+                // As the endpoint does: the message is matched (`run`
+                // hands out the events) before the next datagram.
+                if e.wants_match_now() && !self.late_match {
+                    break;
                 }
             }
         }

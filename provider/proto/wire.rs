@@ -13,13 +13,18 @@
 //! segment kinds:   ACK fields, then 24 seq u32                               = 28 + body
 //!   MSG       tag u64, data u64, flags u32, reserved u32, total u64 | payload   (first segment of an eager message)
 //!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
-//!   RTS       tag u64, data u64, flags u32, reserved u32, total u64, key u64
+//!   RTS       tag u64, data u64, flags u32, push u32, total u64, key u64
 //!             | tail   (the message's last bytes, fewer than total: what
-//!             would otherwise take one short RDATA segment of its own)
+//!             would otherwise take one short RDATA segment of its own).
+//!             `push`: the sender sends bytes [0, push) as PDATA right
+//!             behind the RTS, without waiting for a GET; less than
+//!             total - tail, so the receiver always asks for the rest
 //!   GET       key u64, rid u64, offset u64, len u64
 //!   GET_LAST  as GET; the last range the receiver asks for: the sender's
 //!             message is complete once the data it asks for is acknowledged
 //!   RDATA     rid u64, offset u64 | payload
+//!   PDATA     key u64, offset u64 | payload   (pushed data: RDATA the
+//!             receiver did not ask for, named by the sender's key)
 //!   FIN       key u64   (the receiver wants no more data: it wanted none,
 //!             or it discarded the message mid-pull)
 //!   NOP       (nothing: keepalive, or a retransmission whose content is moot)
@@ -30,7 +35,8 @@
 
 pub const MAGIC: u16 = 0x4E47;
 /// 2: GET_LAST, no FIN after a complete pull, RTS with a tail.
-pub const VERSION: u8 = 2;
+/// 3: PDATA, the RTS's push field.
+pub const VERSION: u8 = 3;
 
 pub mod kind {
     pub const CONN_REQ: u8 = 1;
@@ -45,6 +51,7 @@ pub mod kind {
     pub const FIN: u8 = 0x15;
     pub const NOP: u8 = 0x16;
     pub const GET_LAST: u8 = 0x17;
+    pub const PDATA: u8 = 0x18;
 }
 
 pub const CONN_LEN: usize = 28;
@@ -124,6 +131,7 @@ pub enum Frame<'a> {
         flags: u32,
         total: u64,
         key: u64,
+        push: u32,
         tail: &'a [u8],
     },
     Get {
@@ -135,6 +143,11 @@ pub enum Frame<'a> {
     },
     RData {
         rid: u64,
+        offset: u64,
+        payload: &'a [u8],
+    },
+    PData {
+        key: u64,
         offset: u64,
         payload: &'a [u8],
     },
@@ -163,6 +176,7 @@ pub enum FrameHead {
         flags: u32,
         total: u64,
         key: u64,
+        push: u32,
     },
     Get {
         key: u64,
@@ -173,6 +187,10 @@ pub enum FrameHead {
     },
     RData {
         rid: u64,
+        offset: u64,
+    },
+    PData {
+        key: u64,
         offset: u64,
     },
     Fin {
@@ -195,6 +213,7 @@ impl FrameHead {
                 }
             }
             FrameHead::RData { .. } => kind::RDATA,
+            FrameHead::PData { .. } => kind::PDATA,
             FrameHead::Fin { .. } => kind::FIN,
             FrameHead::Nop => kind::NOP,
         }
@@ -206,7 +225,7 @@ impl FrameHead {
             FrameHead::MsgCont { .. } => MSG_CONT_BODY_LEN,
             FrameHead::Rts { .. } => RTS_BODY_LEN,
             FrameHead::Get { .. } => GET_BODY_LEN,
-            FrameHead::RData { .. } => RDATA_BODY_LEN,
+            FrameHead::RData { .. } | FrameHead::PData { .. } => RDATA_BODY_LEN,
             FrameHead::Fin { .. } => FIN_BODY_LEN,
             FrameHead::Nop => 0,
         }
@@ -235,11 +254,12 @@ impl FrameHead {
                 flags,
                 total,
                 key,
+                push,
             } => {
                 put_u64(b, 0, tag);
                 put_u64(b, 8, data);
                 put_u32(b, 16, flags);
-                put_u32(b, 20, 0);
+                put_u32(b, 20, push);
                 put_u64(b, 24, total);
                 put_u64(b, 32, key);
             }
@@ -251,8 +271,8 @@ impl FrameHead {
                 put_u64(b, 16, offset);
                 put_u64(b, 24, len);
             }
-            FrameHead::RData { rid, offset } => {
-                put_u64(b, 0, rid);
+            FrameHead::RData { rid: id, offset } | FrameHead::PData { key: id, offset } => {
+                put_u64(b, 0, id);
                 put_u64(b, 8, offset);
             }
             FrameHead::Fin { key } => put_u64(b, 0, key),
@@ -397,7 +417,7 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 byte: b[20],
             })
         }
-        kind::MSG..=kind::GET_LAST => {
+        kind::MSG..=kind::PDATA => {
             if b.len() < SEG_HDR_LEN {
                 return Err(DecodeError::Truncated);
             }
@@ -460,9 +480,10 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             need(RTS_BODY_LEN)?;
             let total = get_u64(b, 24);
             let tail = &b[RTS_BODY_LEN..];
-            // At least one byte is left to pull: a tail is never the
-            // whole message.
-            if tail.len() as u64 >= total.max(1) {
+            let push = get_u32(b, 20);
+            // At least one byte is left to pull: neither the tail nor the
+            // tail and the pushed bytes are ever the whole message.
+            if tail.len() as u64 + push as u64 >= total.max(1) {
                 return Err(DecodeError::BadField);
             }
             Ok(Frame::Rts {
@@ -471,6 +492,7 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
                 flags: get_u32(b, 16),
                 total,
                 key: get_u64(b, 32),
+                push,
                 tail,
             })
         }
@@ -488,17 +510,25 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
                 last: k == kind::GET_LAST,
             })
         }
-        kind::RDATA => {
+        kind::RDATA | kind::PDATA => {
             need(RDATA_BODY_LEN)?;
-            let offset = get_u64(b, 8);
+            let (id, offset) = (get_u64(b, 0), get_u64(b, 8));
             let payload = &b[RDATA_BODY_LEN..];
             if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
                 return Err(DecodeError::BadField);
             }
-            Ok(Frame::RData {
-                rid: get_u64(b, 0),
-                offset,
-                payload,
+            Ok(if k == kind::RDATA {
+                Frame::RData {
+                    rid: id,
+                    offset,
+                    payload,
+                }
+            } else {
+                Frame::PData {
+                    key: id,
+                    offset,
+                    payload,
+                }
             })
         }
         kind::FIN => {
@@ -513,23 +543,31 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
     }
 }
 
-/// Bytes of an RDATA segment before its payload.
+/// Bytes of an RDATA (or PDATA) segment before its payload.
 pub const RDATA_HEAD_LEN: usize = SEG_HDR_LEN + RDATA_BODY_LEN;
 
-/// The fields of an RDATA segment header received apart from its payload.
+/// The fields of an RDATA or PDATA segment header received apart from its
+/// payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RDataHead {
     pub conn: u64,
     pub ack: u32,
     pub sack: u64,
     pub seq: u32,
-    pub rid: u64,
+    /// PDATA (`id` is the sender's key) rather than RDATA (`id` is our rid).
+    pub pushed: bool,
+    pub id: u64,
     pub offset: u64,
 }
 
-/// Decodes `b` as the header of an RDATA segment, or None if it is not one.
+/// Decodes `b` as the header of an RDATA or PDATA segment, or None if it
+/// is neither.
 pub fn decode_rdata_head(b: &[u8]) -> Option<RDataHead> {
-    if b.len() != RDATA_HEAD_LEN || b[0..2] != MAGIC.to_le_bytes() || b[2] != VERSION || b[3] != kind::RDATA {
+    if b.len() != RDATA_HEAD_LEN
+        || b[0..2] != MAGIC.to_le_bytes()
+        || b[2] != VERSION
+        || !matches!(b[3], kind::RDATA | kind::PDATA)
+    {
         return None;
     }
     Some(RDataHead {
@@ -537,7 +575,8 @@ pub fn decode_rdata_head(b: &[u8]) -> Option<RDataHead> {
         ack: get_u32(b, 12),
         sack: get_u64(b, 16),
         seq: get_u32(b, 24),
-        rid: get_u64(b, SEG_HDR_LEN),
+        pushed: b[3] == kind::PDATA,
+        id: get_u64(b, SEG_HDR_LEN),
         offset: get_u64(b, SEG_HDR_LEN + 8),
     })
 }
@@ -630,6 +669,7 @@ mod tests {
                     flags: 3,
                     total: big,
                     key: 4,
+                    push: u32::MAX,
                 },
                 b"",
                 Frame::Rts {
@@ -638,6 +678,7 @@ mod tests {
                     flags: 3,
                     total: big,
                     key: 4,
+                    push: u32::MAX,
                     tail: b"",
                 },
             ),
@@ -648,6 +689,7 @@ mod tests {
                     flags: 3,
                     total: 4,
                     key: 4,
+                    push: 0,
                 },
                 b"xyz",
                 Frame::Rts {
@@ -656,6 +698,7 @@ mod tests {
                     flags: 3,
                     total: 4,
                     key: 4,
+                    push: 0,
                     tail: b"xyz",
                 },
             ),
@@ -700,6 +743,15 @@ mod tests {
                     rid: 2,
                     offset: big,
                     payload: b"xyz",
+                },
+            ),
+            (
+                FrameHead::PData { key: 9, offset: big },
+                b"pq",
+                Frame::PData {
+                    key: 9,
+                    offset: big,
+                    payload: b"pq",
                 },
             ),
             (FrameHead::Fin { key: 8 }, b"", Frame::Fin { key: 8 }),
@@ -767,8 +819,11 @@ mod tests {
             b"ab",
         );
         assert_eq!(decode(&r), Err(DecodeError::BadField));
-        // A tail as long as the message would leave nothing to pull.
-        let rts = |total| {
+        let p = seg(FrameHead::PData { key: 0, offset: 5 }, b"");
+        assert_eq!(decode(&p), Err(DecodeError::BadField));
+        // A tail (and pushed bytes) as long as the message would leave
+        // nothing to pull.
+        let rts = |total, push| {
             seg(
                 FrameHead::Rts {
                     tag: 0,
@@ -776,15 +831,32 @@ mod tests {
                     flags: 0,
                     total,
                     key: 0,
+                    push,
                 },
                 b"abc",
             )
         };
-        assert_eq!(decode(&rts(3)), Err(DecodeError::BadField));
-        assert!(decode(&rts(4)).is_ok());
+        assert_eq!(decode(&rts(3, 0)), Err(DecodeError::BadField));
+        assert!(decode(&rts(4, 0)).is_ok());
+        assert_eq!(decode(&rts(10, 7)), Err(DecodeError::BadField));
+        assert!(decode(&rts(10, 6)).is_ok());
         let mut c = [0u8; CONN_LEN];
         encode_conn_req(&mut c, 1, 1, 1);
         c[4..12].fill(0);
         assert_eq!(decode(&c), Err(DecodeError::BadField));
+    }
+
+    #[test]
+    fn rdata_heads_name_their_kind() {
+        for (head, pushed) in [
+            (FrameHead::RData { rid: 3, offset: 70_000 }, false),
+            (FrameHead::PData { key: 3, offset: 70_000 }, true),
+        ] {
+            let b = seg(head, b"x");
+            let h = decode_rdata_head(&b[..RDATA_HEAD_LEN]).expect("an RDATA/PDATA head");
+            assert_eq!((h.pushed, h.id, h.offset, h.seq), (pushed, 3, 70_000, u32::MAX));
+        }
+        let fin = seg(FrameHead::Fin { key: 1 }, &[0u8; 8]);
+        assert_eq!(decode_rdata_head(&fin[..RDATA_HEAD_LEN]), None);
     }
 }
