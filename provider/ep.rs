@@ -1152,6 +1152,10 @@ struct SendArgs {
     ctx: usize,
     flags: u64,
     tagged: bool,
+    /// fi_inject and kin: no completion entry, ever. (The FI_INJECT flag
+    /// of fi_sendmsg or of the op flags only lets the buffer go at once;
+    /// its completion is written as for any send.)
+    silent: bool,
 }
 
 struct RecvArgs {
@@ -1312,7 +1316,7 @@ impl Ep {
         if inject_complete {
             // The payload is copied into the engine: inject-complete now.
             // fi_inject never writes a CQ entry; it still counts.
-            if inject {
+            if a.silent {
                 if let Some(c) = &b.send_cntr {
                     c.inc();
                 }
@@ -1337,7 +1341,7 @@ impl Ep {
         let len = req.len;
         let inject = a.flags & FI_INJECT != 0;
         let done_now = |req: &SendReq| {
-            if inject {
+            if a.silent {
                 // fi_inject never writes a CQ entry; it still counts.
                 if let Some(c) = &b.send_cntr {
                     c.inc();
@@ -2036,6 +2040,31 @@ unsafe fn do_send(
         ctx: ctx as usize,
         flags,
         tagged,
+        silent: false,
+    })
+}
+
+/// fi_inject, fi_injectdata, fi_tinject, fi_tinjectdata: the op flags do
+/// not apply (fi_msg(3)), and no completion is written.
+unsafe fn do_inject(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+) -> isize {
+    let ep = ep_or_inval!(e);
+    let data_flag = if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+    ep.send(SendArgs {
+        iov: one(buf, len),
+        dest,
+        tag: tag.unwrap_or(0),
+        data,
+        ctx: 0,
+        flags: FI_INJECT | data_flag,
+        tagged: tag.is_some(),
+        silent: true,
     })
 }
 
@@ -2104,16 +2133,7 @@ unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -
     )
 }
 unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
-    do_send(
-        e,
-        Some(one(buf, len)),
-        dest,
-        0,
-        None,
-        std::ptr::null_mut(),
-        Some(FI_INJECT),
-        false,
-    )
+    do_inject(e, buf, len, dest, None, None)
 }
 unsafe extern "C" fn msg_senddata(
     e: *mut fid_ep,
@@ -2127,16 +2147,7 @@ unsafe extern "C" fn msg_senddata(
     do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
 }
 unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
-    do_send(
-        e,
-        Some(one(buf, len)),
-        dest,
-        0,
-        Some(data),
-        std::ptr::null_mut(),
-        Some(FI_INJECT | FI_REMOTE_CQ_DATA),
-        false,
-    )
+    do_inject(e, buf, len, dest, None, Some(data))
 }
 unsafe extern "C" fn msg_recv(
     e: *mut fid_ep,
@@ -2215,16 +2226,7 @@ unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags:
     )
 }
 unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
-    do_send(
-        e,
-        Some(one(buf, len)),
-        dest,
-        tag,
-        None,
-        std::ptr::null_mut(),
-        Some(FI_INJECT),
-        true,
-    )
+    do_inject(e, buf, len, dest, Some(tag), None)
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_senddata(
@@ -2247,16 +2249,7 @@ unsafe extern "C" fn tag_injectdata(
     dest: u64,
     tag: u64,
 ) -> isize {
-    do_send(
-        e,
-        Some(one(buf, len)),
-        dest,
-        tag,
-        Some(data),
-        std::ptr::null_mut(),
-        Some(FI_INJECT | FI_REMOTE_CQ_DATA),
-        true,
-    )
+    do_inject(e, buf, len, dest, Some(tag), Some(data))
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_recv(

@@ -250,7 +250,10 @@ fn fi_pingpong_runs_on_both_wires() {
                     // every pushed rendezvous segment lands.
                     let pushed = closing_stat(&err, "closing:", "rndv_pushed");
                     let dropped = closing_stat(&err, "closing:", "push_dropped");
-                    assert!(pushed > Some(0) && dropped == Some(0), "{what}: pushed {pushed:?} dropped {dropped:?}");
+                    assert!(
+                        pushed > Some(0) && dropped == Some(0),
+                        "{what}: pushed {pushed:?} dropped {dropped:?}"
+                    );
                 }
             }
         }

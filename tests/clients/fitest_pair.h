@@ -453,9 +453,13 @@ static void scn_op_flags(void)
 	struct ctx c;
 	struct opts o = defopts();
 	pair_open(&c, &o, "msg|tagged");
-	enum { N = 6 };
-	uint64_t fl[3] = { FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE };
-	size_t len[N] = { 100, 100, 100, 1 << 20, 1 << 20, 1 << 20 };
+	/* The last two: FI_INJECT as a flag lets the buffer go when the call
+	 * returns, but (unlike fi_inject) still completes like any send. */
+	enum { N = 8 };
+	uint64_t fl[N] = { FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE,
+			   FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, FI_DELIVERY_COMPLETE,
+			   FI_INJECT, FI_INJECT | FI_TRANSMIT_COMPLETE };
+	size_t len[N] = { 100, 100, 100, 1 << 20, 1 << 20, 1 << 20, 64, 64 };
 	char *b[N];
 	void *d[N];
 	struct fi_context2 x[N];
@@ -487,11 +491,13 @@ static void scn_op_flags(void)
 			struct iovec iov = { b[i], len[i] };
 			struct fi_msg_tagged m = { .msg_iov = &iov, .desc = &d[i], .iov_count = 1,
 						   .addr = c.addr[0], .tag = i, .context = &x[i] };
-			POST(fi_tsendmsg(c.ep, &m, fl[i % 3] | FI_COMPLETION));
+			POST(fi_tsendmsg(c.ep, &m, fl[i] | FI_COMPLETION));
+			if (fl[i] & FI_INJECT)
+				memset(b[i], 0xee, len[i]); /* reusable on return */
 			struct comp e = cqw_ok(&c.tx);
 			EXPECT(e.ctx == &x[i], "ctx");
 			memset(b[i], 0xee, len[i]); /* buffer reusable once completed */
-			if (fl[i % 3] == FI_DELIVERY_COMPLETE)
+			if (fl[i] == FI_DELIVERY_COMPLETE)
 				oob_send(0, "dc");
 		}
 	}
