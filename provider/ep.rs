@@ -269,7 +269,9 @@ struct Bindings {
     recv_cntr: Option<Arc<Cntr>>,
     /// Bound for RMA events, which cannot happen yet: held, never counted.
     rma_cntrs: Vec<Arc<Cntr>>,
-    eq: bool,
+    /// Held so the EQ cannot close under the endpoint; RDM endpoints have
+    /// no asynchronous events to report in it yet.
+    eq: Option<Arc<crate::eq::Eq>>,
 }
 
 struct EpState {
@@ -1654,6 +1656,9 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
         if let Some(av) = &b.av {
             av.refs.put();
         }
+        if let Some(eq) = &b.eq {
+            eq.refs.put();
+        }
     }
     Obj::destroy(f as *mut c_void);
     0
@@ -1741,8 +1746,15 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
             }
         }
         FI_CLASS_EQ => {
-            // RDM endpoints report nothing asynchronous yet; accept the binding.
-            b.eq = true;
+            let Some(eq) = crate::eq::from_fid(bf as *const c_void) else {
+                return -FI_EINVAL;
+            };
+            if b.eq.is_some() {
+                crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an EQ");
+                return -FI_EINVAL;
+            }
+            eq.refs.get();
+            b.eq = Some(eq);
         }
         c => {
             crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind class {}", c);

@@ -227,6 +227,8 @@ static void scn_classes(void)
 		CHK(fi_ep_bind(ep, &av->fid, 0));
 		CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
 		CHK(fi_ep_bind(ep, &cntr->fid, FI_SEND | FI_RECV));
+		int eq_bound = fi_ep_bind(ep, &eq->fid, 0);
+		DEVIATE(eq_bound == 0, "fi_ep_bind(ep, eq) = %d", eq_bound);
 
 		size_t v = 0, vl = sizeof v;
 		int getopt_ok = 1;
@@ -284,6 +286,9 @@ static void scn_classes(void)
 		/* closing bound resources while the ep lives */
 		CHECK_CONTAINED("fi_close(cq) with live children returns -FI_EBUSY", fi_close(&cq->fid) == -FI_EBUSY);
 		CHECK_CONTAINED("fi_close(av) with live children returns -FI_EBUSY", fi_close(&av->fid) == -FI_EBUSY);
+		CHECK_CONTAINED("fi_close(cntr) bound to an ep returns -FI_EBUSY", fi_close(&cntr->fid) == -FI_EBUSY);
+		if (eq_bound == 0)
+			CHECK_CONTAINED("fi_close(eq) bound to an ep returns -FI_EBUSY", fi_close(&eq->fid) == -FI_EBUSY);
 		CHK(fi_close(&ep2->fid));
 		CHK(fi_close(&ep->fid));
 		CHK(fi_close(&mr->fid));
