@@ -1176,8 +1176,7 @@ const SEND_FLAGS: u64 = FI_COMPLETION
     | FI_TRANSMIT_COMPLETE
     | FI_DELIVERY_COMPLETE
     | FI_REMOTE_CQ_DATA
-    | FI_MORE
-    | FI_FENCE;
+    | FI_MORE;
 const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE;
 
 impl Ep {
@@ -1398,6 +1397,11 @@ impl Ep {
             return -FI_EBADFLAGS as isize;
         }
         if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "recv: endpoint was opened without {}",
+                if a.tagged { "FI_TAGGED" } else { "FI_MSG" }
+            );
             return -FI_EOPNOTSUPP as isize;
         }
         if a.iov.len() > self.rx_iov_limit {
@@ -1422,6 +1426,7 @@ impl Ep {
             return -FI_EINVAL as isize;
         }
         if !a.tagged && a.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "recv: FI_PEEK/FI_CLAIM/FI_DISCARD apply to tagged receives only");
             return -FI_EBADFLAGS as isize;
         }
         let directed = self.caps & FI_DIRECTED_RECV != 0;
@@ -2130,6 +2135,7 @@ unsafe extern "C" fn msg_sendv(
 }
 unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
     let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
         return -FI_EINVAL as isize;
     };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
@@ -2183,6 +2189,7 @@ unsafe extern "C" fn msg_recvv(
 }
 unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
     let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
         return -FI_EINVAL as isize;
     };
     do_recv(
@@ -2223,6 +2230,7 @@ unsafe extern "C" fn tag_sendv(
 }
 unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
     let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
         return -FI_EINVAL as isize;
     };
     let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
@@ -2291,6 +2299,7 @@ unsafe extern "C" fn tag_recvv(
 }
 unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
     let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
         return -FI_EINVAL as isize;
     };
     do_recv(

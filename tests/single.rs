@@ -2,7 +2,7 @@
 //! semantics, cancel, bad input. Each runs `fitest <name> 0 1` against the
 //! provider under test (see tests/common/mod.rs).
 mod common;
-use common::single;
+use common::{is_gnix, single, Scenario};
 
 #[test]
 fn getinfo() {
@@ -49,7 +49,32 @@ fn cancel_posted_receives() {
     single("cancel");
 }
 
+/// Every refused call returns its error code (asserted by the client) and
+/// says why in a warning of the provider's log.
 #[test]
 fn bad_input_does_not_crash() {
-    single("bad_input");
+    if !is_gnix() {
+        single("bad_input");
+        return;
+    }
+    let out = Scenario::new("bad_input", 1)
+        .timeout(30)
+        .env("FI_LOG_LEVEL", "warn")
+        .env("FI_LOG_PROV", "gnix")
+        .run();
+    let log = &out.stderr[0];
+    for why in [
+        "NULL buffer with non-zero length",
+        "> inject_size",
+        "is not in the AV",
+        "endpoint was opened without FI_TAGGED",
+        "> iov_limit",
+        "unsupported flags",
+        "apply to tagged receives only",
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("<warn>") && l.contains(why)),
+            "no warning containing {why:?} in:\n{log}"
+        );
+    }
 }

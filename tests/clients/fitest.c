@@ -784,6 +784,20 @@ static void scn_bad_input(void)
 		CHECK_CONTAINED("fi_sendv(iov_limit + 1 iovs) returns -FI_EINVAL",
 				fi_sendv(c.ep, iov, ds, lim + 1, self, &x[3]) == -FI_EINVAL);
 	}
+	/* FI_FENCE without the FI_FENCE capability; a tagged-only flag on an
+	 * untagged receive */
+	if (!(c.info->caps & FI_FENCE)) {
+		struct iovec iov = { buf, 8 };
+		struct fi_msg m = { .msg_iov = &iov, .desc = &d, .iov_count = 1, .addr = self, .context = &x[6] };
+		CHECK_CONTAINED("fi_sendmsg(FI_FENCE) without the FI_FENCE cap returns -FI_EBADFLAGS",
+				fi_sendmsg(c.ep, &m, FI_FENCE) == -FI_EBADFLAGS);
+	}
+	{
+		struct iovec iov = { rbuf, 8 };
+		struct fi_msg m = { .msg_iov = &iov, .desc = &rd, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &x[7] };
+		CHECK_CONTAINED("fi_recvmsg(FI_PEEK) on an untagged receive returns -FI_EBADFLAGS",
+				fi_recvmsg(c.ep, &m, FI_PEEK) == -FI_EBADFLAGS);
+	}
 	/* the ep is still fine: a real self-send of 1000 B */
 	fill(buf, 1000, 9);
 	POST(fi_recv(c.ep, rbuf, sizeof rbuf, rd, FI_ADDR_UNSPEC, &x[4]));
