@@ -8,6 +8,10 @@ use crate::nic::Nic;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
+/// Largest rendezvous threshold accepted (FI_GNIX_RNDV_THRESHOLD, set_val):
+/// the longest eager message a receiver reassembles.
+pub const MAX_RNDV_THRESHOLD: usize = 1 << 30;
+
 /// Protocol knobs a domain hands to the endpoints it opens; the
 /// `fi_ext_gnix.h` domain ops read and write them.
 #[derive(Clone, Copy, Debug)]
@@ -181,7 +185,19 @@ unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     }
     let mut tun = d.tunables.lock().unwrap();
     match t {
-        GNIX_RNDV_THRESHOLD => tun.rndv_threshold = *(val as *const usize),
+        GNIX_RNDV_THRESHOLD => {
+            let v = *(val as *const usize);
+            if v > MAX_RNDV_THRESHOLD {
+                crate::warn!(
+                    FI_LOG_DOMAIN,
+                    "set_val: rendezvous threshold {} > {}",
+                    v,
+                    MAX_RNDV_THRESHOLD
+                );
+                return -FI_EINVAL;
+            }
+            tun.rndv_threshold = v;
+        }
         GNIX_PEER_TIMEOUT_MS => {
             let v = *(val as *const u64);
             if v == 0 {
@@ -241,7 +257,7 @@ unsafe extern "C" fn ops_open(
     }
     if CStr::from_ptr(name) != FI_GNIX_DOMAIN_OPS_1 {
         crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", CStr::from_ptr(name));
-        return -FI_EINVAL;
+        return -FI_ENOSYS;
     }
     *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void;
     0

@@ -1277,7 +1277,7 @@ impl Ep {
             return self.send_shm(&mut st, ix, a, hdr, mode, req);
         }
         st.udp_hot = now;
-        let eager = mode == SendMode::Eager && len <= st.engine.config().rndv_threshold;
+        let eager = mode == SendMode::Eager && len <= st.engine.eager_max();
         let inject_complete = inject || (eager && a.flags & FI_INJECT_COMPLETE != 0);
         // The engine reads the payload at transmission time, and again for
         // a retransmission; only a send whose buffer is the application's
@@ -1338,6 +1338,8 @@ impl Ep {
     /// or a rendezvous it pulls (complete on its FIN).
     fn send_shm(&self, st: &mut EpState, ix: usize, a: SendArgs, hdr: MsgHdr, mode: SendMode, req: SendReq) -> isize {
         let b = self.binds();
+        // GNIX_RNDV_THRESHOLD applies here too, below the slot size.
+        let threshold = st.engine.config().rndv_threshold;
         let w = st.shm.as_mut().expect("routed to shm");
         let len = req.len;
         let inject = a.flags & FI_INJECT != 0;
@@ -1351,7 +1353,7 @@ impl Ep {
                 self.complete_send(b, req, None);
             }
         };
-        if mode == SendMode::Eager && len <= w.eager_max() {
+        if mode == SendMode::Eager && len <= w.eager_max().min(threshold) {
             w.send_eager(ix, &hdr, &IovSource { iov: a.iov, len });
             ring_bells(st);
             done_now(&req);
@@ -1426,7 +1428,10 @@ impl Ep {
             return -FI_EINVAL as isize;
         }
         if !a.tagged && a.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
-            crate::warn!(FI_LOG_EP_DATA, "recv: FI_PEEK/FI_CLAIM/FI_DISCARD apply to tagged receives only");
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "recv: FI_PEEK/FI_CLAIM/FI_DISCARD apply to tagged receives only"
+            );
             return -FI_EBADFLAGS as isize;
         }
         let directed = self.caps & FI_DIRECTED_RECV != 0;

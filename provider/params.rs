@@ -19,7 +19,7 @@ struct Def {
 }
 
 const DEFS: &[Def] = &[
-    Def { name: c"rndv_threshold", kind: Kind::Size, help: c"Messages longer than this many bytes use rendezvous (receiver pulls) instead of eager sends (default: 65536). Also settable per domain through fi_open_ops(FI_GNIX_DOMAIN_OPS_1)." },
+    Def { name: c"rndv_threshold", kind: Kind::Size, help: c"Messages longer than this many bytes use rendezvous (receiver pulls) instead of eager sends (default: 65536, at most 1073741824; on the shm wire also at most FI_GNIX_SHM_EAGER). Also settable per domain through fi_open_ops(FI_GNIX_DOMAIN_OPS_1)." },
     Def { name: c"rndv_push", kind: Kind::Size, help: c"udp wire: bytes of a rendezvous message sent right behind its request to send, before the receiver asks for them (whole segments, always less than the message); a receive posted in time takes them and asks only for the rest, saving a round trip; 0 turns it off (default: 131072)." },
     Def { name: c"peer_timeout_ms", kind: Kind::Int, help: c"A peer that acknowledges nothing for this many milliseconds while data is outstanding is declared dead: its operations complete in error (default: 10000)." },
     Def { name: c"max_retrans", kind: Kind::Int, help: c"Retransmissions of one segment before its peer is declared dead (default: 25)." },
@@ -165,7 +165,9 @@ fn load() -> Params {
             )
         };
         match (d.name.to_bytes(), v) {
-            (b"rndv_threshold", _) => p.rndv_threshold = n.max(0) as usize,
+            (b"rndv_threshold", _) if (0..=crate::domain::MAX_RNDV_THRESHOLD as i64).contains(&n) => {
+                p.rndv_threshold = n as usize
+            }
             (b"rndv_push", _) if (0..=1 << 30).contains(&n) => p.rndv_push = n as u64,
             (b"peer_timeout_ms", _) if n > 0 => p.peer_timeout_ms = n as u64,
             (b"max_retrans", _) if n > 0 => p.max_retrans = n as u32,

@@ -76,6 +76,18 @@ fn udp_wire_core_scenarios() {
     Scenario::new("directed", 3).env("FI_GNIX_SHM", "0").run();
 }
 
+/// fi_open_ops(FI_GNIX_DOMAIN_OPS_1): get/set of every value, refusals,
+/// and messages either side of a threshold set that way, on each wire.
+#[test]
+fn domain_ops_extension() {
+    if skip_unless_gnix("fi_open_ops") {
+        return;
+    }
+    for shm in WIRES {
+        Scenario::new("open_ops", 1).env("FI_GNIX_SHM", shm).timeout(30).run();
+    }
+}
+
 #[test]
 fn fi_info_lists_gnix_parameters() {
     if skip_unless_gnix("fi_info -e") {

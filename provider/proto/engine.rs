@@ -1546,6 +1546,16 @@ fn attach_payload(
     at + len
 }
 
+/// Longest message sent eagerly: the rendezvous threshold, but never more
+/// than a receiver reassembles, nor more credits than a peer may ever hold
+/// (such a message would wait for credits forever).
+fn eager_max(cfg: &EngineConfig) -> usize {
+    let credits = cfg
+        .credits
+        .map_or(usize::MAX, |c| c.max_loan as usize * c.unit as usize);
+    cfg.rndv_threshold.min(MAX_EAGER_LEN as usize).min(credits)
+}
+
 /// Bytes at the end of a rendezvous message of `len` bytes that its RTS
 /// carries: the remainder that would otherwise go in a short RDATA segment
 /// of its own after the full ones (one datagram fewer per message), if it
@@ -1849,7 +1859,7 @@ impl Engine {
         let id = sh.next_msg_id;
         sh.next_msg_id += 1;
         let len = src.len();
-        let body = if mode == SendMode::Eager && len <= sh.cfg.rndv_threshold {
+        let body = if mode == SendMode::Eager && len <= eager_max(&sh.cfg) {
             TxBody::Eager {
                 payload: src,
                 next_off: 0,
@@ -2330,6 +2340,11 @@ impl Engine {
         self.sh.zc.on = false;
         self.sh.zc.deferred = None;
         self.sh.zc.src = None;
+    }
+
+    /// Longest message `send` sends eagerly (`SendMode::Eager`).
+    pub fn eager_max(&self) -> usize {
+        eager_max(&self.sh.cfg)
     }
 
     /// Whether an RTS with pushed data was delivered since the last call.

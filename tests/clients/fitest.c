@@ -816,6 +816,82 @@ static void scn_bad_input(void)
 	pass();
 }
 
+/* ================================================================ fi_open_ops (gnix) */
+
+/* The fi_ext_gnix.h domain ops: read the defaults, set, read back, refuse
+ * what is out of range; then an endpoint opened after a threshold of 1000
+ * bytes moves messages either side of it intact. */
+static void scn_open_ops(void)
+{
+	struct fi_info *h = mkhints(&(struct opts){ 0 }), *fi;
+	CHK(fi_getinfo(FT_VERSION, NULL, NULL, 0, h, &fi));
+	fi_freeinfo(h);
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	CHK(fi_fabric(fi->fabric_attr, &fab, NULL));
+	CHK(fi_domain(fab, fi, &dom, NULL));
+	struct fi_gnix_ops_domain *ops;
+	EXPECT_RET(fi_open_ops(&dom->fid, "no such ops", 0, (void **)&ops, NULL), -FI_ENOSYS);
+	CHK(fi_open_ops(&dom->fid, FI_GNIX_DOMAIN_OPS_1, 0, (void **)&ops, NULL));
+	size_t thr = 0;
+	uint64_t tmo = 0;
+	uint32_t rtx = 0;
+	CHK(ops->get_val(&dom->fid, GNIX_RNDV_THRESHOLD, &thr));
+	CHK(ops->get_val(&dom->fid, GNIX_PEER_TIMEOUT_MS, &tmo));
+	CHK(ops->get_val(&dom->fid, GNIX_MAX_RETRANS, &rtx));
+	EXPECT(thr == 65536 && tmo == 10000 && rtx == 25, "defaults %zu %" PRIu64 " %u", thr, tmo, rtx);
+	thr = 1000, tmo = 2500, rtx = 7;
+	CHK(ops->set_val(&dom->fid, GNIX_RNDV_THRESHOLD, &thr));
+	CHK(ops->set_val(&dom->fid, GNIX_PEER_TIMEOUT_MS, &tmo));
+	CHK(ops->set_val(&dom->fid, GNIX_MAX_RETRANS, &rtx));
+	thr = 0, tmo = 0, rtx = 0;
+	CHK(ops->get_val(&dom->fid, GNIX_RNDV_THRESHOLD, &thr));
+	CHK(ops->get_val(&dom->fid, GNIX_PEER_TIMEOUT_MS, &tmo));
+	CHK(ops->get_val(&dom->fid, GNIX_MAX_RETRANS, &rtx));
+	EXPECT(thr == 1000 && tmo == 2500 && rtx == 7, "read back %zu %" PRIu64 " %u", thr, tmo, rtx);
+	size_t huge = (size_t)1 << 31;
+	uint64_t zero64 = 0;
+	uint32_t zero32 = 0;
+	EXPECT_RET(ops->set_val(&dom->fid, GNIX_RNDV_THRESHOLD, &huge), -FI_EINVAL);
+	EXPECT_RET(ops->set_val(&dom->fid, GNIX_PEER_TIMEOUT_MS, &zero64), -FI_EINVAL);
+	EXPECT_RET(ops->set_val(&dom->fid, GNIX_MAX_RETRANS, &zero32), -FI_EINVAL);
+	EXPECT_RET(ops->set_val(&dom->fid, GNIX_NUM_DOM_OPS, &thr), -FI_EINVAL);
+	EXPECT_RET(ops->set_val(&dom->fid, GNIX_RNDV_THRESHOLD, NULL), -FI_EINVAL);
+	EXPECT_RET(ops->get_val(&dom->fid, GNIX_NUM_DOM_OPS, &thr), -FI_EINVAL);
+	CHK(ops->get_val(&dom->fid, GNIX_RNDV_THRESHOLD, &thr));
+	EXPECT(thr == 1000, "a refused set changed the threshold to %zu", thr);
+	CHK(fi_close(&dom->fid));
+	CHK(fi_close(&fab->fid));
+	fi_freeinfo(fi);
+
+	struct ctx c;
+	struct opts o = defopts();
+	o.rndv_threshold = 1000;
+	ctx_open_or_skip(&c, &o, "msg|tagged");
+	exchange(&c, 0);
+	enum { N = 4 };
+	size_t len[N] = { 999, 1000, 1001, 200000 };
+	static char sb[N][200000], rb[N][200000];
+	void *sd = reg(&c, sb, sizeof sb), *rd = reg(&c, rb, sizeof rb);
+	struct fi_context2 x[2 * N];
+	for (int i = 0; i < N; i++) {
+		fill(sb[i], len[i], 40 + i);
+		POST(fi_trecv(c.ep, rb[i], len[i], rd, FI_ADDR_UNSPEC, i, 0, &x[i]));
+	}
+	for (int i = 0; i < N; i++)
+		POST(fi_tsend(c.ep, sb[i], len[i], sd, c.addr[0], i, &x[N + i]));
+	for (int i = 0; i < N; i++) {
+		(void)cqw_ok(&c.tx);
+		struct comp e = cqw_ok(&c.rx);
+		int k = (int)((struct fi_context2 *)e.ctx - x);
+		EXPECT(k >= 0 && k < N && e.len == len[k], "rx ctx/len");
+	}
+	for (int i = 0; i < N; i++)
+		check("open_ops", rb[i], len[i], 40 + i);
+	ctx_close(&c);
+	pass();
+}
+
 #include "fitest_pair.h"
 
 struct scenario {
@@ -834,6 +910,7 @@ static const struct scenario scenarios[] = {
 	{ "eq", scn_eq },
 	{ "cancel", scn_cancel },
 	{ "bad_input", scn_bad_input },
+	{ "open_ops", scn_open_ops },
 	PAIR_SCENARIOS
 };
 

@@ -53,6 +53,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/fi_ext_gnix.h>
 
 #define FT_VERSION FI_VERSION(1, 17)
 #define MAXP 32
@@ -516,6 +517,7 @@ struct opts {
 	int no_insert;          /* do not insert peers into the AV */
 	int from;               /* use fi_cq_readfrom on the rx CQ */
 	size_t tx_size, rx_size;
+	size_t rndv_threshold;  /* gnix: set through fi_open_ops before the ep opens */
 };
 
 struct ctx {
@@ -612,6 +614,12 @@ static int ctx_open(struct ctx *c, const struct opts *o)
 	cqw_init(&c->tx, txcq, fmt, 0, "txcq");
 	cqw_init(&c->rx, rxcq, fmt, o->from, "rxcq");
 
+	if (o->rndv_threshold) {
+		struct fi_gnix_ops_domain *ops;
+		CHK(fi_open_ops(&c->dom->fid, FI_GNIX_DOMAIN_OPS_1, 0, (void **)&ops, NULL));
+		size_t v = o->rndv_threshold;
+		CHK(ops->set_val(&c->dom->fid, GNIX_RNDV_THRESHOLD, &v));
+	}
 	CHK(fi_endpoint(c->dom, fi, &c->ep, NULL));
 	CHK(fi_ep_bind(c->ep, &c->av->fid, 0));
 	CHK(fi_ep_bind(c->ep, &txcq->fid, FI_TRANSMIT | o->txcq_flags));

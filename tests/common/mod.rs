@@ -164,6 +164,11 @@ pub fn clients_dir() -> &'static Path {
                 .arg(&tmp)
                 .arg(&p)
                 .arg(format!("-I{}", src.display()))
+                // gnix's own extension header (fi_ext_gnix.h)
+                .arg(format!(
+                    "-I{}",
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("include").display()
+                ))
                 .args(["-lfabric", "-lpthread"])
                 .output()
                 .expect("run cc");
