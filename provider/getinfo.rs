@@ -385,6 +385,9 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         if tx.rma_iov_limit > 0 {
             nomatch!("rma_iov_limit (no RMA)");
         }
+        if !tclass_ok(tx.tclass) {
+            nomatch!("tx tclass {:#x}", tx.tclass);
+        }
     }
     if let Some(rx) = h.rx_attr.as_ref() {
         if rx.caps & !(TX_CAPS | RX_CAPS | DOMAIN_CAPS) != 0 {
@@ -452,6 +455,15 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         }
         if d.auth_key_size != 0 {
             nomatch!("domain auth_key");
+        }
+        if d.mr_key_size > 8 {
+            nomatch!("mr_key_size {} (keys are 8 bytes)", d.mr_key_size);
+        }
+        if d.max_err_data > MAX_ERR_DATA {
+            nomatch!("max_err_data {} > {}", d.max_err_data, MAX_ERR_DATA);
+        }
+        if !tclass_ok(d.tclass) {
+            nomatch!("domain tclass {:#x}", d.tclass);
         }
         let limits = [
             (d.cq_cnt, MAX_CQ),
@@ -605,7 +617,17 @@ pub unsafe fn offers(
             }
         } else {
             let addrs = resolve(node, service, numeric, false)?;
-            dest = addrs.into_iter().find(|a| a.is_ipv4()).or(dest);
+            // The family the hints ask for; else IPv4 if the name has one.
+            let v6 = match h.map_or(FI_FORMAT_UNSPEC, |h| h.addr_format) {
+                FI_SOCKADDR_IN6 => Some(true),
+                FI_SOCKADDR_IN => Some(false),
+                _ => None,
+            };
+            let pick = match v6 {
+                Some(v6) => addrs.iter().find(|a| a.is_ipv6() == v6),
+                None => addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()),
+            };
+            dest = pick.copied().or(dest);
             if dest.is_none() {
                 return Err(-FI_ENODATA);
             }
@@ -648,6 +670,12 @@ pub unsafe fn offers(
         return Err(-FI_ENODATA);
     }
     Ok(out)
+}
+
+/// Traffic classes gnix can honour: none asked for, or best effort (what
+/// every datagram gets).
+fn tclass_ok(tc: u32) -> bool {
+    tc == FI_TC_UNSPEC || tc == FI_TC_BEST_EFFORT
 }
 
 /// Writes one offer into a core-allocated `fi_info`.

@@ -151,6 +151,65 @@ static void scn_getinfo(void)
 	} else {
 		info("addr_format %u: node/service checks skipped", fmt);
 	}
+
+	/* Hints the provider cannot meet: -FI_ENODATA, never a weaker info.
+	 * Each case changes one attribute of a copy of the good hints. */
+	for (int k = 0;; k++) {
+		struct fi_info *c = fi_dupinfo(h);
+		const char *what = NULL;
+		const char *node = NULL;
+		uint64_t flags = 0;
+		switch (k) {
+		case 0: what = "addr_format FI_ADDR_PSMX2"; c->addr_format = FI_ADDR_PSMX2; break;
+		case 1: what = "FI_NUMERICHOST with a host name"; node = "localhost"; flags = FI_NUMERICHOST; break;
+		case 2: what = "unknown domain name"; c->domain_attr->name = strdup("no-such-domain-xyzzy"); break;
+		case 3: what = "inject_size 2^40"; c->tx_attr->inject_size = (size_t)1 << 40; break;
+		case 4: what = "tx iov_limit 2^20"; c->tx_attr->iov_limit = 1 << 20; break;
+		case 5: what = "rx iov_limit 2^20"; c->rx_attr->iov_limit = 1 << 20; break;
+		case 6: what = "comp_order FI_ORDER_STRICT"; c->tx_attr->comp_order = FI_ORDER_STRICT; break;
+		case 7: what = "resource_mgmt 99"; c->domain_attr->resource_mgmt = 99; break;
+		case 8: what = "mr_key_size 64"; c->domain_attr->mr_key_size = 64; break;
+		case 9: what = "max_err_data 2^30"; c->domain_attr->max_err_data = 1 << 30; break;
+		case 10: what = "tx tclass FI_TC_NETWORK_CTRL"; c->tx_attr->tclass = FI_TC_NETWORK_CTRL; break;
+		case 11: what = "threading 99"; c->domain_attr->threading = 99; break;
+		case 12: what = "av_type 99"; c->domain_attr->av_type = 99; break;
+		case 13: what = "max_msg_size 2^62"; c->ep_attr->max_msg_size = (size_t)1 << 62; break;
+		case 14: what = "msg_prefix_size 64 (FI_MSG_PREFIX not offered)"; c->ep_attr->msg_prefix_size = 64; break;
+		default: break;
+		}
+		if (!what) {
+			fi_freeinfo(c);
+			break;
+		}
+		ret = fi_getinfo(FT_VERSION, node, node ? "47595" : NULL, flags, c, &list);
+		if (ret == 0)
+			fi_freeinfo(list);
+		DEVIATE(ret == -FI_ENODATA, "hints %s: fi_getinfo = %d, want -FI_ENODATA", what, ret);
+		fi_freeinfo(c);
+	}
+
+	/* A destination given by name resolves in the family the hints ask
+	 * for, IPv6 included (where this host has ::1). */
+	struct fi_info *c6 = fi_dupinfo(h);
+	c6->addr_format = FI_SOCKADDR_IN6;
+	if (fi_getinfo(FT_VERSION, "::1", "47596", FI_SOURCE, c6, &list) == 0) {
+		fi_freeinfo(list);
+		ret = fi_getinfo(FT_VERSION, "::1", "47597", 0, c6, &list);
+		DEVIATE(ret == 0, "fi_getinfo(::1, 47597) = %d", ret);
+		if (ret == 0) {
+			struct sockaddr_in6 *d6 = list->dest_addr;
+			EXPECT(list->addr_format == FI_SOCKADDR_IN6 && d6 && d6->sin6_family == AF_INET6 &&
+			       ntohs(d6->sin6_port) == 47597, "IPv6 dest_addr");
+			fi_freeinfo(list);
+		}
+		ret = fi_getinfo(FT_VERSION, "::1", "47598", 0, h, &list);
+		DEVIATE(ret == 0, "fi_getinfo(::1) without an addr_format = %d", ret);
+		if (ret == 0)
+			fi_freeinfo(list);
+	} else {
+		info("no ::1 here: IPv6 destination check skipped");
+	}
+	fi_freeinfo(c6);
 	fi_freeinfo(h);
 	pass();
 }
