@@ -1271,12 +1271,20 @@ static void scn_progress_auto(void)
 	finish(&c);
 }
 
+/* arg: "auto", "manual", or "completion" (manual progress with
+ * FI_THREAD_COMPLETION): the model asked for is the one granted. */
 static void scn_pingpong(void)
 {
 	struct ctx c;
 	struct opts o = defopts();
 	o.progress = !strcmp(g_arg, "auto") ? FI_PROGRESS_AUTO : FI_PROGRESS_MANUAL;
+	if (!strcmp(g_arg, "completion"))
+		o.threading = FI_THREAD_COMPLETION;
 	pair_open(&c, &o, g_arg);
+	DEVIATE(c.info->domain_attr->data_progress == o.progress, "asked data_progress %d, got %d",
+		o.progress, c.info->domain_attr->data_progress);
+	DEVIATE(c.info->domain_attr->threading == o.threading || !o.threading, "asked threading %d, got %d",
+		o.threading, c.info->domain_attr->threading);
 	size_t sizes[5] = { 1, 1000, 65536, 1 << 20, 0 };
 	char *b = xmalloc(1 << 20), *r = xmalloc(1 << 20);
 	void *d = reg(&c, b, 1 << 20), *rd = reg(&c, r, 1 << 20);
