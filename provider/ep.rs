@@ -1180,6 +1180,14 @@ const SEND_FLAGS: u64 = FI_COMPLETION
 const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE;
 
 impl Ep {
+    /// FI_SEND / FI_RECV: an endpoint that names neither does both.
+    fn sends(&self) -> bool {
+        self.caps & FI_SEND != 0 || self.caps & (FI_SEND | FI_RECV) == 0
+    }
+    fn receives(&self) -> bool {
+        self.caps & FI_RECV != 0 || self.caps & (FI_SEND | FI_RECV) == 0
+    }
+
     fn check_enabled(&self) -> Result<&Bindings, isize> {
         match self.binds.get() {
             Some(b) if self.enabled.load(Ordering::Acquire) => Ok(b),
@@ -1201,11 +1209,17 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
             return -FI_EBADFLAGS as isize;
         }
-        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
+        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 || !self.sends() {
             crate::warn!(
                 FI_LOG_EP_DATA,
                 "send: endpoint was opened without {}",
-                if a.tagged { "FI_TAGGED" } else { "FI_MSG" }
+                if !self.sends() {
+                    "FI_SEND"
+                } else if a.tagged {
+                    "FI_TAGGED"
+                } else {
+                    "FI_MSG"
+                }
             );
             return -FI_EOPNOTSUPP as isize;
         }
@@ -1398,11 +1412,17 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "recv: unsupported flags {:#x}", a.flags & !RECV_FLAGS);
             return -FI_EBADFLAGS as isize;
         }
-        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 {
+        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 || !self.receives() {
             crate::warn!(
                 FI_LOG_EP_DATA,
                 "recv: endpoint was opened without {}",
-                if a.tagged { "FI_TAGGED" } else { "FI_MSG" }
+                if !self.receives() {
+                    "FI_RECV"
+                } else if a.tagged {
+                    "FI_TAGGED"
+                } else {
+                    "FI_MSG"
+                }
             );
             return -FI_EOPNOTSUPP as isize;
         }
@@ -1783,10 +1803,12 @@ fn enable(ep: &Arc<Ep>) -> i32 {
         crate::warn!(FI_LOG_EP_CTRL, "fi_enable: an RDM endpoint needs an AV");
         return -FI_ENOAV;
     }
-    if b.tx_cq.is_none() && b.send_cntr.is_none() || b.rx_cq.is_none() && b.recv_cntr.is_none() {
+    if ep.sends() && b.tx_cq.is_none() && b.send_cntr.is_none()
+        || ep.receives() && b.rx_cq.is_none() && b.recv_cntr.is_none()
+    {
         crate::warn!(
             FI_LOG_EP_CTRL,
-            "fi_enable: bind a CQ (or counter) for both transmit and receive"
+            "fi_enable: bind a CQ (or counter) for each direction the endpoint has (FI_SEND, FI_RECV)"
         );
         return -FI_ENOCQ;
     }

@@ -371,6 +371,39 @@ static void scn_classes(void)
 	/* enable without an AV bound: an RDM ep needs one (fi_endpoint(3)) */
 	CHECK_CONTAINED("fi_enable of an RDM ep without an AV fails (and the ep closes)", enable_without_av(fi));
 	fi_freeinfo(fi);
+
+	/* A send-only endpoint needs no receive CQ, and refuses receives. */
+	fi = basic_info(FI_MSG | FI_SEND);
+	if (!(fi->caps & FI_RECV)) {
+		struct fid_fabric *fab;
+		struct fid_domain *dom;
+		struct fid_av *av;
+		struct fid_cq *cq;
+		struct fid_ep *ep;
+		struct fi_av_attr av_attr = { .type = FI_AV_UNSPEC, .count = 4 };
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT };
+		static char rb[64];
+		CHK(fi_fabric(fi->fabric_attr, &fab, NULL));
+		CHK(fi_domain(fab, fi, &dom, NULL));
+		CHK(fi_av_open(dom, &av_attr, &av, NULL));
+		CHK(fi_cq_open(dom, &cq_attr, &cq, NULL));
+		CHK(fi_endpoint(dom, fi, &ep, NULL));
+		CHK(fi_ep_bind(ep, &av->fid, 0));
+		CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT));
+		int r = fi_enable(ep);
+		DEVIATE(r == 0, "fi_enable of a send-only ep with only a transmit CQ = %d", r);
+		if (r == 0)
+			CHECK_CONTAINED("fi_recv on a send-only ep returns -FI_EOPNOTSUPP",
+					fi_recv(ep, rb, sizeof rb, NULL, FI_ADDR_UNSPEC, NULL) == -FI_EOPNOTSUPP);
+		CHK(fi_close(&ep->fid));
+		CHK(fi_close(&cq->fid));
+		CHK(fi_close(&av->fid));
+		CHK(fi_close(&dom->fid));
+		CHK(fi_close(&fab->fid));
+	} else {
+		info("caps FI_MSG|FI_SEND answered with FI_RECV: send-only check skipped");
+	}
+	fi_freeinfo(fi);
 	pass();
 }
 
