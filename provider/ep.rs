@@ -1188,6 +1188,22 @@ impl Ep {
         self.caps & FI_RECV != 0 || self.caps & (FI_SEND | FI_RECV) == 0
     }
 
+    /// The capability a send (or receive), tagged or not, needs that the
+    /// endpoint was opened without.
+    fn missing_cap(&self, tagged: bool, send: bool) -> Option<&'static str> {
+        if send && !self.sends() {
+            Some("FI_SEND")
+        } else if !send && !self.receives() {
+            Some("FI_RECV")
+        } else if tagged && self.caps & FI_TAGGED == 0 {
+            Some("FI_TAGGED")
+        } else if !tagged && self.caps & FI_MSG == 0 {
+            Some("FI_MSG")
+        } else {
+            None
+        }
+    }
+
     fn check_enabled(&self) -> Result<&Bindings, isize> {
         match self.binds.get() {
             Some(b) if self.enabled.load(Ordering::Acquire) => Ok(b),
@@ -1209,18 +1225,8 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
             return -FI_EBADFLAGS as isize;
         }
-        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 || !self.sends() {
-            crate::warn!(
-                FI_LOG_EP_DATA,
-                "send: endpoint was opened without {}",
-                if !self.sends() {
-                    "FI_SEND"
-                } else if a.tagged {
-                    "FI_TAGGED"
-                } else {
-                    "FI_MSG"
-                }
-            );
+        if let Some(cap) = self.missing_cap(a.tagged, true) {
+            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
         if a.iov.len() > self.tx_iov_limit {
@@ -1412,18 +1418,8 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "recv: unsupported flags {:#x}", a.flags & !RECV_FLAGS);
             return -FI_EBADFLAGS as isize;
         }
-        if a.tagged && self.caps & FI_TAGGED == 0 || !a.tagged && self.caps & FI_MSG == 0 || !self.receives() {
-            crate::warn!(
-                FI_LOG_EP_DATA,
-                "recv: endpoint was opened without {}",
-                if !self.receives() {
-                    "FI_RECV"
-                } else if a.tagged {
-                    "FI_TAGGED"
-                } else {
-                    "FI_MSG"
-                }
-            );
+        if let Some(cap) = self.missing_cap(a.tagged, false) {
+            crate::warn!(FI_LOG_EP_DATA, "recv: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
         if a.iov.len() > self.rx_iov_limit {

@@ -826,20 +826,26 @@ fn restarted_receiver_drops_old_incarnation_data() {
 }
 
 /// Runs `sim` for up to `deadline_ns` of virtual time, accepting every
-/// announced rendezvous into a `PatternSink` of `cap` bytes and `salt`;
-/// returns every node's events.
+/// announced rendezvous, as its RTS arrives, into a `PatternSink` of `cap`
+/// bytes and `salt`; returns every node's events.
 fn run_accepting(sim: &mut Sim, deadline_ns: u64, cap: usize, salt: u8) -> Vec<Log> {
+    run_accepting_into(sim, deadline_ns, |_| Box::new(PatternSink { cap, salt, written: 0 }))
+}
+
+/// `run_accepting`, with the sink for the message of tag t made by `sink(t)`.
+fn run_accepting_into(sim: &mut Sim, deadline_ns: u64, sink: impl Fn(usize) -> Box<dyn RecvSink>) -> Vec<Log> {
     let mut log = logs(sim.nodes.len());
     sim.run(
         deadline_ns,
         |sim, i, ev| {
             if let Event::Msg {
                 body: MsgBody::Rndv(rid),
+                hdr: h,
                 ..
             } = &ev
             {
                 let now = sim.now;
-                let sink = Box::new(PatternSink { cap, salt, written: 0 });
+                let sink = sink(h.tag as usize);
                 sim.eng(i).accept(*rid, sink, now);
             }
             log[i].record(ev);
@@ -1853,30 +1859,14 @@ fn rendezvous_received_in_place() {
                 .unwrap();
         }
         let outs: Vec<Arc<Mutex<Option<Vec<u8>>>>> = (0..sizes.len()).map(|_| Arc::default()).collect();
-        let mut log = logs(2);
-        sim.run(
-            60_000_000_000,
-            |sim, i, ev| {
-                if let Event::Msg {
-                    body: MsgBody::Rndv(rid),
-                    hdr: h,
-                    ..
-                } = &ev
-                {
-                    let k = h.tag as usize;
-                    let sink = BufSink {
-                        // Filled with a byte the pattern avoids at offset 0,
-                        // so unwritten bytes would show.
-                        buf: vec![!pattern_byte(0, k as u8); caps[k]],
-                        out: outs[k].clone(),
-                    };
-                    let now = sim.now;
-                    sim.eng(i).accept(*rid, Box::new(sink), now);
-                }
-                log[i].record(ev);
-            },
-            |_| false,
-        );
+        let log = run_accepting_into(&mut sim, 60_000_000_000, |k| {
+            Box::new(BufSink {
+                // Filled with a byte the pattern avoids at offset 0, so
+                // unwritten bytes would show.
+                buf: vec![!pattern_byte(0, k as u8); caps[k]],
+                out: outs[k].clone(),
+            })
+        });
         assert_eq!(log[0].send_done.len(), sizes.len(), "seed {seed}");
         assert_eq!(log[1].recv_done.len(), sizes.len(), "seed {seed}");
         for (k, out) in outs.iter().enumerate() {
@@ -1926,28 +1916,12 @@ fn pushed_run(cfg: EngineConfig, link: Link, seed: u64, msgs: &[(usize, usize)])
                 .unwrap(),
         );
     }
-    let mut log = logs(2);
-    sim.run(
-        60_000_000_000,
-        |sim, i, ev| {
-            if let Event::Msg {
-                body: MsgBody::Rndv(rid),
-                hdr: h,
-                ..
-            } = &ev
-            {
-                let k = h.tag as usize;
-                let sink = Coverage {
-                    salt: k as u8,
-                    marks: marks[k].clone(),
-                };
-                let now = sim.now;
-                sim.eng(i).accept(*rid, Box::new(sink), now);
-            }
-            log[i].record(ev);
-        },
-        |_| false,
-    );
+    let log = run_accepting_into(&mut sim, 60_000_000_000, |k| {
+        Box::new(Coverage {
+            salt: k as u8,
+            marks: marks[k].clone(),
+        })
+    });
     let mut done = log[0].send_done.clone();
     done.sort_unstable();
     assert_eq!(done, ids, "seed {seed}: every send completes");
