@@ -915,7 +915,7 @@ impl Vc {
             }
         }
         if let Some(job) = self.rdata.front_mut() {
-            let room = (lim - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN) as u64;
+            let room = data_room(lim) as u64;
             let len = (job.end - job.next).min(room);
             let f = SegFrame::RData {
                 key: job.key,
@@ -1546,6 +1546,12 @@ fn attach_payload(
     at + len
 }
 
+/// Payload bytes of one RDATA (or PDATA) segment of a VC whose segments are
+/// at most `seg_limit` bytes.
+fn data_room(seg_limit: usize) -> usize {
+    seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN
+}
+
 /// Longest message sent eagerly: the rendezvous threshold, but never more
 /// than a receiver reassembles, nor more credits than a peer may ever hold
 /// (such a message would wait for credits forever).
@@ -1561,7 +1567,7 @@ fn eager_max(cfg: &EngineConfig) -> usize {
 /// of its own after the full ones (one datagram fewer per message), if it
 /// fits beside the RTS, is at most RTS_TAIL_MAX, and leaves something to pull.
 fn rts_tail(len: u64, seg_limit: usize) -> u32 {
-    let room = (seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN) as u64;
+    let room = data_room(seg_limit) as u64;
     let t = len % room;
     let fits = t as usize <= (seg_limit - wire::SEG_HDR_LEN - wire::RTS_BODY_LEN).min(RTS_TAIL_MAX);
     if t < len && fits {
@@ -1890,8 +1896,7 @@ impl Engine {
             if vc.push_backoff > 0 {
                 vc.push_backoff -= 1;
             } else {
-                let room = vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN;
-                *push = push_len(*len - *tail as u64, room, sh.cfg.rndv_push);
+                *push = push_len(*len - *tail as u64, data_room(vc.seg_limit), sh.cfg.rndv_push);
             }
         }
         vc.tx.insert(id, TxMsg { hdr, body, quiet });
@@ -1967,7 +1972,7 @@ impl Engine {
                 asked_last: false,
                 received: 0,
                 high: 0,
-                seg_room: vc.seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN,
+                seg_room: data_room(vc.seg_limit),
             });
             vc.rx_active += 1;
             sh.pull_order.push_back(rid);
