@@ -235,11 +235,9 @@ struct Accepted {
     from_tail: u64,
     /// Bytes below this come pushed (PDATA), unasked.
     push_end: u64,
-    /// Bytes below this have been pushed or asked for with GET.
+    /// Bytes below this have been pushed or asked for with GET (GETs start
+    /// at `push_end`, so none went out if everything wanted came pushed).
     requested: u64,
-    /// The GET_LAST went out: the sender completes once it is served.
-    /// Without one (everything wanted came pushed) a FIN completes it.
-    asked_last: bool,
     received: u64,
     /// End of the highest range received: nothing at or above it has been
     /// written, so the wire may receive straight into it on a guess.
@@ -1499,12 +1497,13 @@ impl Vc {
             let acc = rx.accepted.expect("receive is accepted");
             self.rx_active -= 1;
             self.pushes.remove(&rx.key);
-            if !acc.asked_last {
-                // Everything it wanted came pushed: nothing asked, nothing
-                // for the sender to complete on but this.
+            if acc.push_end == acc.want {
+                // Everything it wanted came pushed: no GET_LAST went out,
+                // so nothing for the sender to complete on but this.
                 self.ctrl.push_back(SegFrame::Fin { key: rx.key });
             }
-            // Otherwise no FIN: the ACK of this segment completes the sender.
+            // Otherwise no FIN: the ACK of this segment, which answers the
+            // GET_LAST, completes the sender.
             sh.events.push_back(Event::RecvDone {
                 rid,
                 sink: acc.sink,
@@ -1593,16 +1592,14 @@ fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key
     let window = cfg.rndv_pull_window.max(chunk);
     while acc.requested < acc.want && acc.requested - acc.received < window {
         let len = chunk.min(acc.want - acc.requested);
-        let last = acc.requested + len == acc.want;
         ctrl.push_back(SegFrame::Get {
             key,
             rid,
             offset: acc.requested,
             len,
-            last,
+            last: acc.requested + len == acc.want,
         });
         acc.requested += len;
-        acc.asked_last |= last;
     }
 }
 
@@ -1969,7 +1966,6 @@ impl Engine {
                 from_tail,
                 push_end,
                 requested: push_end,
-                asked_last: false,
                 received: 0,
                 high: 0,
                 seg_room: data_room(vc.seg_limit),
