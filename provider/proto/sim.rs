@@ -75,11 +75,6 @@ pub struct Sim {
     /// slot and by refusing a datagram already built.
     pub tx_cap: usize,
     flushes: u64,
-    /// Hand out events only after every datagram due at this instant, even
-    /// after an RTS with pushed data behind it (`Engine::wants_match_now`):
-    /// receives are accepted too late for pushed data, which must then be
-    /// pulled again.
-    pub late_match: bool,
 }
 
 /// (arrival time, tie-break, destination node, source address, bytes)
@@ -125,7 +120,6 @@ impl Sim {
             burst_left: vec![0; n],
             tx_cap: 0,
             flushes: 0,
-            late_match: false,
         }
     }
 
@@ -244,7 +238,7 @@ impl Sim {
                 }
                 // As the endpoint does: the message is matched (`run`
                 // hands out the events) before the next datagram.
-                if e.wants_match_now() && !self.late_match {
+                if e.wants_match_now() {
                     break;
                 }
             }
