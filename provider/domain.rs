@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 /// Largest rendezvous threshold accepted (FI_GNIX_RNDV_THRESHOLD, set_val):
 /// the longest eager message a receiver reassembles.
-pub const MAX_RNDV_THRESHOLD: usize = 1 << 30;
+pub const MAX_RNDV_THRESHOLD: usize = crate::proto::MAX_EAGER_LEN as usize;
 
 /// Protocol knobs a domain hands to the endpoints it opens; the
 /// `fi_ext_gnix.h` domain ops read and write them.

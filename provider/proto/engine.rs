@@ -37,7 +37,7 @@ use std::sync::Arc;
 /// whatever total length the first segment claims.
 const REASM_RESERVE_MAX: u64 = 1 << 20;
 /// Largest eager message we agree to reassemble.
-const MAX_EAGER_LEN: u64 = 1 << 30;
+pub const MAX_EAGER_LEN: u64 = 1 << 30;
 /// Acknowledge at once after this many in-order segments, so a sender with
 /// a small window does not stall for the ACK delay.
 const ACK_EVERY_SEGS: u32 = 16;

@@ -20,7 +20,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Placement, Transmit, TxOut};
+pub use engine::{Engine, Placement, Transmit, TxOut, MAX_EAGER_LEN};
 
 use std::fmt;
 use std::net::SocketAddr;
