@@ -130,6 +130,13 @@ fn progress_auto_without_polling() {
     pair("progress_auto", None);
 }
 
+/// Auto progress runs an endpoint its application does not call while it
+/// busy-polls another endpoint of the same domain.
+#[test]
+fn auto_progress_runs_an_unpolled_endpoint() {
+    pair("idle_ep", None);
+}
+
 #[test]
 fn pingpong_progress_manual() {
     pair("pingpong", Some("manual"));

@@ -157,11 +157,25 @@ fn run(shared: Arc<Shared>) {
             seen_gen = gen;
         }
         let now = now_ns();
-        let app_busy = eps
-            .iter()
-            .any(|e| now.saturating_sub(e.last_app_activity()) < BUSY_WINDOW_NS);
-        let (set, timeout_ms) = if app_busy {
-            (timer_set, (BUSY_WINDOW_NS / 1_000_000).max(1) as i32)
+        let idle = |e: &&Arc<dyn AutoProgress>| now.saturating_sub(e.last_app_activity()) >= BUSY_WINDOW_NS;
+        let (set, timeout_ms) = if !eps.iter().all(|e| idle(&e)) {
+            // The application drives these endpoints itself, so the thread
+            // stays off their sockets (a wakeup per datagram would cost the
+            // busy poller its CPU). Endpoints of the domain it does not
+            // call (a second endpoint whose CQ nobody reads while the first
+            // is polled) are still the thread's, on a timer: their ACKs
+            // and the data queued on their sockets must not wait for the
+            // application to come back to them.
+            for ep in eps.iter().filter(idle) {
+                ep.auto_progress();
+            }
+            let now = now_ns();
+            let busy_ms = (BUSY_WINDOW_NS / 1_000_000).max(1);
+            let t = match eps.iter().filter(idle).filter_map(|e| e.next_deadline()).min() {
+                Some(d) => (d.saturating_sub(now).div_ceil(1_000_000)).clamp(1, busy_ms),
+                None => busy_ms,
+            };
+            (timer_set, t as i32)
         } else {
             for ep in &eps {
                 ep.auto_progress();

@@ -1314,6 +1314,94 @@ static void scn_pingpong(void)
 	finish(&c);
 }
 
+/* ================================================================ idle endpoint */
+
+/* The next out-of-band word from <src>, whatever it is (e.g. an address). */
+static void oob_take_any(int src, char *out, size_t max)
+{
+	for (;;) {
+		for (int i = 0; i < g_nbacklog; i++) {
+			int s;
+			char w[256];
+			if (sscanf(g_backlog[i], "%d %255s", &s, w) == 2 && s == src) {
+				snprintf(out, max, "%s", w);
+				free(g_backlog[i]);
+				g_backlog[i] = g_backlog[--g_nbacklog];
+				return;
+			}
+		}
+		g_backlog[g_nbacklog++] = strdup(read_line());
+	}
+}
+
+/* Auto progress, two endpoints in one domain: rank 1 busy-polls the CQ of
+ * its first endpoint only, while rank 0 sends to its second. That send
+ * completes only if the second endpoint is progressed for it (its ACK),
+ * which nobody but the provider does (fabtests' fi_multi_ep does this). */
+static void scn_idle_ep(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.progress = FI_PROGRESS_AUTO;
+	pair_open(&c, &o, "FI_PROGRESS_AUTO");
+	static char b[64];
+	struct fi_context2 x[2];
+	if (g_rank == 1) {
+		struct fid_ep *ep2;
+		struct fid_cq *cq2;
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED };
+		CHK(fi_cq_open(c.dom, &cq_attr, &cq2, NULL));
+		CHK(fi_endpoint(c.dom, c.info, &ep2, NULL));
+		CHK(fi_ep_bind(ep2, &c.av->fid, 0));
+		CHK(fi_ep_bind(ep2, &cq2->fid, FI_TRANSMIT | FI_RECV));
+		CHK(fi_enable(ep2));
+		POST(fi_recv(ep2, b, sizeof b, NULL, FI_ADDR_UNSPEC, &x[0]));
+		uint8_t name[256];
+		size_t len = sizeof name;
+		char hx[600];
+		CHK(fi_getname(&ep2->fid, name, &len));
+		hex(name, len, hx);
+		oob_send(0, hx);
+		/* Busy on the first endpoint until rank 0 saw its send complete. */
+		struct fi_cq_tagged_entry e;
+		for (;;) {
+			(void)fi_cq_read(c.rx.cq, &e, 0);
+			if (backlog_take(0, "done") != -100)
+				break;
+			if (try_line(0))
+				g_backlog[g_nbacklog++] = strdup(g_line);
+		}
+		uint64_t dl = now_ms() + g_timeout_ms;
+		ssize_t n;
+		while ((n = fi_cq_read(cq2, &e, 1)) == -FI_EAGAIN && now_ms() < dl)
+			;
+		EXPECT(n == 1 && e.op_context == &x[0] && e.len == 40, "ep2 receive: %zd", n);
+		check("idle ep", b, 40, 77);
+		CHK(fi_close(&ep2->fid));
+		CHK(fi_close(&cq2->fid));
+	} else {
+		char hx[600];
+		uint8_t name[256];
+		oob_take_any(1, hx, sizeof hx);
+		size_t len = unhex(hx, name, sizeof name);
+		fi_addr_t a2;
+		EXPECT(fi_av_insert(c.av, name, 1, &a2, 0, NULL) == 1, "insert ep2");
+		(void)len;
+		fill(b, 40, 77);
+		POST(fi_send(c.ep, b, 40, NULL, a2, &x[1]));
+		/* Bounded well below the peer timeout: the provider's progress
+		 * thread runs an endpoint the application does not call within
+		 * milliseconds, not after a retransmission storm. */
+		uint64_t t0 = now_ms();
+		struct comp e = cqw_ok(&c.tx);
+		EXPECT(e.ctx == &x[1], "send ctx");
+		EXPECT(now_ms() - t0 < 2000, "send to an endpoint its application does not poll took %" PRIu64 " ms",
+		       now_ms() - t0);
+		oob_send(1, "done");
+	}
+	finish(&c);
+}
+
 /* ================================================================ 1 GiB */
 
 static void fill64(uint64_t *p, size_t n, uint64_t seed)
@@ -1603,6 +1691,7 @@ static void scn_incast(void)
 	{ "directed", scn_directed }, \
 	{ "selective", scn_selective }, \
 	{ "op_flags", scn_op_flags }, \
+	{ "idle_ep", scn_idle_ep }, \
 	{ "trunc", scn_trunc }, \
 	{ "unexpected", scn_unexpected }, \
 	{ "ordering", scn_ordering }, \
