@@ -7,6 +7,8 @@
 //! (DESIGN.md §4); completions go to the bound CQs and counters, which have
 //! locks of their own (taken after this one, never before).
 
+mod unsupported;
+
 use crate::av::Av;
 use crate::cntr::Cntr;
 use crate::cq::{Cq, CqEntry, CqError};
@@ -470,10 +472,10 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         ops: EP_OPS.ptr(),
         cm: CM_OPS.ptr(),
         msg: MSG_OPS.ptr(),
-        rma: std::ptr::null_mut(),
+        rma: unsupported::RMA_OPS.ptr(),
         tagged: TAGGED_OPS.ptr(),
-        atomic: std::ptr::null_mut(),
-        collective: std::ptr::null_mut(),
+        atomic: unsupported::ATOMIC_OPS.ptr(),
+        collective: unsupported::COLLECTIVE_OPS.ptr(),
     };
     Ok(Obj::create(c, ep))
 }

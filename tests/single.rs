@@ -44,6 +44,13 @@ fn eq_write_read_sread() {
     single("eq");
 }
 
+/// fi_write, fi_atomicvalid, fi_barrier, fi_av_set ... on an endpoint
+/// without FI_RMA / FI_ATOMIC / FI_COLLECTIVE: refused, not a crash.
+#[test]
+fn unsupported_ops_are_refused() {
+    single("unsupported_ops");
+}
+
 #[test]
 fn cancel_posted_receives() {
     single("cancel");

@@ -6,6 +6,9 @@
  *   two-process (rank 0 receives, rank 1 sends unless noted): see table at the end.
  */
 #include "fitest.h"
+#include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
 
 static struct opts defopts(void)
 {
@@ -1003,6 +1006,102 @@ struct scenario {
 	void (*fn)(void);
 };
 
+
+/* ======================================================= unsupported_ops */
+
+/* Every RMA, atomic and collective entry point, called through libfabric's
+ * inline wrappers on an endpoint whose info has no FI_RMA / FI_ATOMIC /
+ * FI_COLLECTIVE: each must return an error (-FI_ENOSYS from gnix, strict),
+ * never crash through a NULL ops table. */
+static void scn_unsupported_ops(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.caps = FI_MSG | FI_TAGGED;
+	ctx_open_or_skip(&c, &o, "FI_MSG | FI_TAGGED");
+	exchange(&c, 0);
+	fi_addr_t self = c.addr[0];
+	static uint64_t buf[64], cmp[64], res[64];
+	struct fi_context2 x;
+	struct iovec iov = { buf, 8 };
+	struct fi_ioc ioc = { buf, 1 }, cioc = { cmp, 1 }, rioc = { res, 1 };
+	struct fi_rma_iov riov = { 0, 8, 0 };
+	struct fi_rma_ioc rioc_t = { 0, 1, 0 };
+	void *desc = NULL;
+	struct fi_msg_rma mrma = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = self,
+				   .rma_iov = &riov, .rma_iov_count = 1, .context = &x };
+	struct fi_msg_atomic matom = { .msg_iov = &ioc, .desc = &desc, .iov_count = 1, .addr = self,
+				       .rma_iov = &rioc_t, .rma_iov_count = 1, .datatype = FI_UINT64,
+				       .op = FI_SUM, .context = &x };
+	size_t cnt = 0;
+	int n = 0;
+	uint64_t caps = c.info->caps;
+	/* gnix answers -FI_ENOSYS; another provider is only reported (in a
+	 * forked child, so what its call did stays there). */
+#define REFUSED(call) do { n++; \
+	CHECK_CONTAINED(#call " returns -FI_ENOSYS", (call) == -FI_ENOSYS); } while (0)
+	if (!(caps & FI_RMA)) {
+		REFUSED(fi_read(c.ep, buf, 8, NULL, self, 0, 0, &x));
+		REFUSED(fi_readv(c.ep, &iov, &desc, 1, self, 0, 0, &x));
+		REFUSED(fi_readmsg(c.ep, &mrma, 0));
+		REFUSED(fi_write(c.ep, buf, 8, NULL, self, 0, 0, &x));
+		REFUSED(fi_writev(c.ep, &iov, &desc, 1, self, 0, 0, &x));
+		REFUSED(fi_writemsg(c.ep, &mrma, 0));
+		REFUSED(fi_inject_write(c.ep, buf, 8, self, 0, 0));
+		REFUSED(fi_writedata(c.ep, buf, 8, NULL, 1, self, 0, 0, &x));
+		REFUSED(fi_inject_writedata(c.ep, buf, 8, 1, self, 0, 0));
+	}
+	if (!(caps & FI_ATOMIC)) {
+		REFUSED(fi_atomic(c.ep, buf, 1, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED(fi_atomicv(c.ep, &ioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED(fi_atomicmsg(c.ep, &matom, 0));
+		REFUSED(fi_inject_atomic(c.ep, buf, 1, self, 0, 0, FI_UINT64, FI_SUM));
+		REFUSED(fi_fetch_atomic(c.ep, buf, 1, NULL, res, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED(fi_fetch_atomicv(c.ep, &ioc, &desc, 1, &rioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED(fi_fetch_atomicmsg(c.ep, &matom, &rioc, &desc, 1, 0));
+		REFUSED(fi_compare_atomic(c.ep, buf, 1, NULL, cmp, NULL, res, NULL, self, 0, 0, FI_UINT64,
+					  FI_CSWAP, &x));
+		REFUSED(fi_compare_atomicv(c.ep, &ioc, &desc, 1, &cioc, &desc, 1, &rioc, &desc, 1, self, 0, 0,
+					   FI_UINT64, FI_CSWAP, &x));
+		REFUSED(fi_compare_atomicmsg(c.ep, &matom, &cioc, &desc, 1, &rioc, &desc, 1, 0));
+		REFUSED(fi_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
+		REFUSED(fi_fetch_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
+		REFUSED(fi_compare_atomicvalid(c.ep, FI_UINT64, FI_CSWAP, &cnt));
+	}
+	if (!(caps & FI_COLLECTIVE)) {
+		struct fi_av_set_attr sattr = { .count = 1, .start_addr = self, .end_addr = self, .stride = 1 };
+		struct fid_av_set *set = NULL;
+		REFUSED(fi_av_set(c.av, &sattr, &set, NULL));
+		fi_addr_t coll = FI_ADDR_NOTAVAIL;
+		REFUSED(fi_barrier(c.ep, coll, &x));
+		REFUSED(fi_barrier2(c.ep, coll, 0, &x));
+		REFUSED(fi_broadcast(c.ep, buf, 1, NULL, coll, self, FI_UINT64, 0, &x));
+		REFUSED(fi_alltoall(c.ep, buf, 1, NULL, res, NULL, coll, FI_UINT64, 0, &x));
+		REFUSED(fi_allreduce(c.ep, buf, 1, NULL, res, NULL, coll, FI_UINT64, FI_SUM, 0, &x));
+		REFUSED(fi_allgather(c.ep, buf, 1, NULL, res, NULL, coll, FI_UINT64, 0, &x));
+		REFUSED(fi_reduce_scatter(c.ep, buf, 1, NULL, res, NULL, coll, FI_UINT64, FI_SUM, 0, &x));
+		REFUSED(fi_reduce(c.ep, buf, 1, NULL, res, NULL, coll, self, FI_UINT64, FI_SUM, 0, &x));
+		REFUSED(fi_scatter(c.ep, buf, 1, NULL, res, NULL, coll, self, FI_UINT64, 0, &x));
+		REFUSED(fi_gather(c.ep, buf, 1, NULL, res, NULL, coll, self, FI_UINT64, 0, &x));
+		struct fi_msg_collective mc = { .msg_iov = &ioc, .desc = &desc, .iov_count = 1, .coll_addr = coll,
+						.root_addr = self, .coll = FI_ALLREDUCE, .datatype = FI_UINT64,
+						.op = FI_SUM, .context = &x };
+		/* no inline wrapper in 1.17: through the table */
+		REFUSED(c.ep->collective->msg(c.ep, &mc, &rioc, &desc, 1, 0));
+	}
+#undef REFUSED
+	/* The endpoint still works after all that. */
+	struct fi_context2 r, t;
+	static char in[16], out[16] = "still alive";
+	CHK(fi_recv(c.ep, in, sizeof in, NULL, self, &r));
+	CHK(fi_send(c.ep, out, sizeof out, NULL, self, &t));
+	cqw_get(&c.tx);
+	cqw_get(&c.rx);
+	EXPECT(!strcmp(in, out), "message after the refused calls: %s", in);
+	info("%d unsupported calls refused", n);
+	pass();
+}
+
 static const struct scenario scenarios[] = {
 	{ "getinfo", scn_getinfo },
 	{ "classes", scn_classes },
@@ -1015,6 +1114,7 @@ static const struct scenario scenarios[] = {
 	{ "cancel", scn_cancel },
 	{ "bad_input", scn_bad_input },
 	{ "open_ops", scn_open_ops },
+	{ "unsupported_ops", scn_unsupported_ops },
 	PAIR_SCENARIOS
 };
 
