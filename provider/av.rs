@@ -570,12 +570,7 @@ static AV_OPS: Table<fi_ops_av> = Table(fi_ops_av {
 });
 
 /// AV sets serve collectives, which gnix does not offer (FI_COLLECTIVE).
-unsafe extern "C" fn av_set(
-    _: *mut fid_av,
-    _: *mut fi_av_set_attr,
-    _: *mut *mut fid_av_set,
-    _: *mut c_void,
-) -> i32 {
+unsafe extern "C" fn av_set(_: *mut fid_av, _: *mut fi_av_set_attr, _: *mut *mut fid_av_set, _: *mut c_void) -> i32 {
     crate::warn!(FI_LOG_AV, "fi_av_set: gnix offers no collectives, hence no AV sets");
     -FI_ENOSYS
 }

@@ -15,7 +15,7 @@ use std::ffi::{c_int, c_void};
 
 /// An entry that refuses: logs which call was made, returns -FI_ENOSYS.
 macro_rules! refuse {
-    ($class:literal, $name:ident ( $($t:ty),* ) -> $ret:ty) => {
+    ($class:literal, $name:ident ( $($t:ty),* $(,)? ) -> $ret:ty $(,)?) => {
         pub(super) unsafe extern "C" fn $name($(_: $t),*) -> $ret {
             crate::warn!(
                 FI_LOG_EP_DATA,
@@ -31,15 +31,36 @@ macro_rules! refuse {
 mod rma {
     use super::*;
 
-    refuse!("fi_rma", read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize);
-    refuse!("fi_rma", readv(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize);
+    refuse!(
+        "fi_rma",
+        read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize
+    );
+    refuse!(
+        "fi_rma",
+        readv(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize
+    );
     refuse!("fi_rma", readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize);
-    refuse!("fi_rma", write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize);
-    refuse!("fi_rma", writev(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize);
+    refuse!(
+        "fi_rma",
+        write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize
+    );
+    refuse!(
+        "fi_rma",
+        writev(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize
+    );
     refuse!("fi_rma", writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize);
-    refuse!("fi_rma", inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize);
-    refuse!("fi_rma", writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize);
-    refuse!("fi_rma", injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize);
+    refuse!(
+        "fi_rma",
+        inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize
+    );
+    refuse!(
+        "fi_rma",
+        writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize
+    );
+    refuse!(
+        "fi_rma",
+        injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize
+    );
 }
 
 pub(super) static RMA_OPS: Table<fi_ops_rma> = Table(fi_ops_rma {
@@ -58,19 +79,146 @@ pub(super) static RMA_OPS: Table<fi_ops_rma> = Table(fi_ops_rma {
 mod atomic {
     use super::*;
 
-    refuse!("fi_atomic", write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
-    refuse!("fi_atomic", writev(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
+    refuse!(
+        "fi_atomic",
+        write(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        writev(
+            *mut fid_ep,
+            *const fi_ioc,
+            *mut *mut c_void,
+            usize,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
     refuse!("fi_atomic", writemsg(*mut fid_ep, *const fi_msg_atomic, u64) -> isize);
-    refuse!("fi_atomic", inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize);
-    refuse!("fi_atomic", readwrite(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
-    refuse!("fi_atomic", readwritev(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
-    refuse!("fi_atomic", readwritemsg(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize);
-    refuse!("fi_atomic", compwrite(*mut fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
-    refuse!("fi_atomic", compwritev(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize);
-    refuse!("fi_atomic", compwritemsg(*mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize);
-    refuse!("fi_atomic", writevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int);
-    refuse!("fi_atomic", readwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int);
-    refuse!("fi_atomic", compwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int);
+    refuse!(
+        "fi_atomic",
+        inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        readwrite(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        readwritev(
+            *mut fid_ep,
+            *const fi_ioc,
+            *mut *mut c_void,
+            usize,
+            *mut fi_ioc,
+            *mut *mut c_void,
+            usize,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        readwritemsg(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        compwrite(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *const c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        compwritev(
+            *mut fid_ep,
+            *const fi_ioc,
+            *mut *mut c_void,
+            usize,
+            *const fi_ioc,
+            *mut *mut c_void,
+            usize,
+            *mut fi_ioc,
+            *mut *mut c_void,
+            usize,
+            fi_addr_t,
+            u64,
+            u64,
+            fi_datatype,
+            fi_op,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        compwritemsg(
+            *mut fid_ep,
+            *const fi_msg_atomic,
+            *const fi_ioc,
+            *mut *mut c_void,
+            usize,
+            *mut fi_ioc,
+            *mut *mut c_void,
+            usize,
+            u64,
+        ) -> isize
+    );
+    refuse!(
+        "fi_atomic",
+        writevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
+    );
+    refuse!(
+        "fi_atomic",
+        readwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
+    );
+    refuse!(
+        "fi_atomic",
+        compwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
+    );
 }
 
 pub(super) static ATOMIC_OPS: Table<fi_ops_atomic> = Table(fi_ops_atomic {
@@ -94,16 +242,139 @@ mod coll {
     use super::*;
 
     refuse!("fi_collective", barrier(*mut fid_ep, fi_addr_t, *mut c_void) -> isize);
-    refuse!("fi_collective", broadcast(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, fi_addr_t, fi_datatype, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", alltoall(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_datatype, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", allreduce(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_datatype, fi_op, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", allgather(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_datatype, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", reduce_scatter(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_datatype, fi_op, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", reduce(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_addr_t, fi_datatype, fi_op, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", scatter(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_addr_t, fi_datatype, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", gather(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, fi_addr_t, fi_datatype, u64, *mut c_void) -> isize);
-    refuse!("fi_collective", msg(*mut fid_ep, *const fi_msg_collective, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize);
-    refuse!("fi_collective", barrier2(*mut fid_ep, fi_addr_t, u64, *mut c_void) -> isize);
+    refuse!(
+        "fi_collective",
+        broadcast(
+            *mut fid_ep,
+            *mut c_void,
+            usize,
+            *mut c_void,
+            fi_addr_t,
+            fi_addr_t,
+            fi_datatype,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        alltoall(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_datatype,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        allreduce(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_datatype,
+            fi_op,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        allgather(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_datatype,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        reduce_scatter(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_datatype,
+            fi_op,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        reduce(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_addr_t,
+            fi_datatype,
+            fi_op,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        scatter(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_addr_t,
+            fi_datatype,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        gather(
+            *mut fid_ep,
+            *const c_void,
+            usize,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            fi_addr_t,
+            fi_addr_t,
+            fi_datatype,
+            u64,
+            *mut c_void,
+        ) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        msg(*mut fid_ep, *const fi_msg_collective, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize
+    );
+    refuse!(
+        "fi_collective",
+        barrier2(*mut fid_ep, fi_addr_t, u64, *mut c_void) -> isize
+    );
 }
 
 pub(super) static COLLECTIVE_OPS: Table<fi_ops_collective> = Table(fi_ops_collective {
