@@ -16,7 +16,7 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
 use crate::getinfo::std_to_sockaddr;
-use crate::nic::shm::{self, Incoming, Pull, ShmConfig, ShmEvent, ShmRts, ShmWire};
+use crate::nic::shm::{self, Eager, Incoming, Pull, ShmConfig, ShmCredit, ShmEvent, ShmRts, ShmWire};
 use crate::nic::udp::{RecvBatch, TxBatch, UdpWire};
 
 /// Datagrams taken from the socket per syscall.
@@ -116,6 +116,19 @@ impl IovSink {
         let cap = iov_len(&iov);
         IovSink { iov, cap }
     }
+
+    /// Copies the first `n` bytes of a mailbox slot's payload straight
+    /// into the buffers (the slot is never borrowed: another process
+    /// can write it).
+    fn write_shared(&mut self, data: &shm::mailbox::SharedBytes<'_>, n: usize) {
+        let mut off = 0;
+        while off < n {
+            let Some(dst) = self.region(off, n - off) else { break };
+            let k = dst.len();
+            data.copy_to(off, dst);
+            off += k;
+        }
+    }
 }
 
 impl RecvSink for IovSink {
@@ -190,15 +203,21 @@ impl From<MsgBody> for Body {
     }
 }
 
+/// The receive budget a message holds until the application takes it,
+/// given back to its sender then (`Ep::give_back`).
+enum Credit {
+    /// Over the udp wire: credits for this many bytes (`Engine::release`).
+    Udp(u64),
+    /// Over the shm wire: part of its ring's loan (`ShmWire::free_credit`).
+    Shm(ShmCredit),
+}
+
 /// A message that arrived before its receive.
 struct Unexpected {
     peer: SocketAddr,
     hdr: MsgHdr,
     body: Body,
-    /// It came over the udp wire and holds credits for this many bytes
-    /// (`Engine::release`), which its sender gets back once the
-    /// application takes it.
-    credit: Option<u64>,
+    credit: Credit,
 }
 
 /// An FI_MULTI_RECV buffer: messages are packed into it until less than
@@ -255,9 +274,9 @@ struct SendReq {
     ctx: usize,
     flags: u64,
     len: usize,
-    /// Completion already reported (an shm inject; on the udp wire such a
-    /// send is not kept here at all: see `SendPayload::Copied`).
-    reported: bool,
+    /// fi_inject and kin: it only counts (its counter), it writes no
+    /// completion entry.
+    silent: bool,
 }
 
 #[derive(Clone, Default)]
@@ -332,7 +351,7 @@ impl EpState {
     /// awaits, and completed ones the engine holds until acknowledged) and
     /// shm frames waiting for ring space.
     fn tx_busy(&self) -> usize {
-        self.sends.len() + self.engine.quiet_in_flight() + self.shm.as_ref().map_or(0, ShmWire::backlogged)
+        self.sends.len() + self.engine.quiet_in_flight() + self.shm.as_ref().map_or(0, ShmWire::backlogged_untracked)
     }
 }
 
@@ -397,8 +416,16 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
     })?;
     let engine = Engine::new(engine_config(dom, &wire), wire.local_addr(), seed());
     let shm = if p.shm {
+        let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager);
         let cfg = ShmConfig {
-            geo: shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager),
+            // The receive budget (FI_GNIX_CREDIT_BYTES) split among the
+            // rings: bounds what local peers' unexpected messages hold
+            // here, whatever their number; enough for a few slots each.
+            loan: match p.credit_bytes {
+                0 => 0,
+                b => ((b / geo.nrings) as u64).max(8 * geo.slot_size as u64),
+            },
+            geo,
             cma: p.cma,
             local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
         };
@@ -490,6 +517,16 @@ impl Ep {
     }
 
     fn complete_send(&self, b: &Bindings, r: &SendReq, err: Option<i32>) {
+        if r.silent {
+            if let Some(c) = &b.send_cntr {
+                if err.is_none() {
+                    c.inc();
+                } else {
+                    c.inc_err();
+                }
+            }
+            return;
+        }
         let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
         match err {
             None => {
@@ -622,9 +659,7 @@ impl Ep {
     /// now; rendezvous data is pulled by the engine into the buffers.
     fn deliver(&self, st: &mut EpState, p: Posted, msg: Arrived<Unexpected>) {
         let Arrived { src, msg: u, .. } = msg;
-        if let Some(len) = u.credit {
-            st.engine.release(u.peer, len);
-        }
+        Self::give_back(st, u.peer, u.credit);
         let cap = iov_len(&p.iov);
         let mlen = u.hdr.len as usize;
         let done = RecvDone {
@@ -651,7 +686,7 @@ impl Ep {
             }
             Body::ShmSlot(slot) => {
                 let data = st.shm.as_ref().expect("shm slot without shm wire").payload(&slot);
-                IovSink::new(p.iov).write_at(0, &data[..data.len().min(cap)]);
+                IovSink::new(p.iov).write_shared(&data, data.len().min(cap));
                 self.complete_recv(st, done, None);
             }
             Body::Rndv(rid) => {
@@ -683,9 +718,7 @@ impl Ep {
 
     /// A message nobody will receive (FI_DISCARD): let its sender go.
     fn discard(&self, st: &mut EpState, u: Unexpected) {
-        if let Some(len) = u.credit {
-            st.engine.release(u.peer, len);
-        }
+        Self::give_back(st, u.peer, u.credit);
         match u.body {
             Body::Rndv(rid) => st.engine.discard(rid, now_ns()),
             Body::ShmRts(rts) => {
@@ -698,24 +731,45 @@ impl Ep {
         }
     }
 
-    /// Handles one message the engine surfaced: match or queue unexpected.
-    fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body) {
-        // What the engine charged the sender's credits: an RTS holds only
-        // its tail (releasing its whole length would hand the peer back
-        // credits still held by its unexpected eager messages).
-        let credit = match body {
-            Body::Eager(_) => Some(hdr.len),
-            Body::Rndv(rid) => Some(st.engine.rts_charge(rid)),
-            Body::ShmSlot(_) | Body::ShmRts(_) => None,
-        };
+    /// The application took a message (or it was matched on arrival):
+    /// its sender gets the receive budget it held back.
+    fn give_back(st: &mut EpState, peer: SocketAddr, credit: Credit) {
+        match credit {
+            Credit::Udp(len) => st.engine.release(peer, len),
+            Credit::Shm(c) => {
+                if let Some(w) = st.shm.as_mut() {
+                    w.free_credit(c);
+                }
+            }
+        }
+    }
+
+    /// What the engine charged a message's sender: an RTS holds only its
+    /// tail (releasing its whole length would hand the peer back credits
+    /// still held by its unexpected eager messages).
+    fn udp_credit(st: &EpState, hdr: &MsgHdr, body: &MsgBody) -> Credit {
+        Credit::Udp(match body {
+            MsgBody::Eager(_) => hdr.len,
+            MsgBody::Rndv(rid) => st.engine.rts_charge(*rid),
+        })
+    }
+
+    /// Handles one message a wire surfaced: match or queue unexpected.
+    fn on_msg(&self, st: &mut EpState, peer: SocketAddr, hdr: MsgHdr, body: Body, credit: Credit) {
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_cached(st, &peer);
         let tag = if tagged { hdr.tag } else { 0 };
         let tme = if tagged { &mut st.tme_tag } else { &mut st.tme_msg };
         let Some(m) = tme.match_incoming(src, tag) else {
-            // The slot goes back to its sender: keep a copy.
+            // The slot goes back to its sender: keep a copy (its credit
+            // stays charged until the application takes it).
             let body = match body {
-                Body::ShmSlot(slot) => Body::Eager(st.shm.as_ref().expect("shm wire").payload(&slot).into()),
+                Body::ShmSlot(slot) => {
+                    let data = st.shm.as_ref().expect("shm wire").payload(&slot);
+                    let mut copy = Payload::from_elem(0, data.len());
+                    data.copy_to(0, &mut copy);
+                    Body::Eager(copy)
+                }
                 b => b,
             };
             tme.push_unexpected(
@@ -761,7 +815,10 @@ impl Ep {
         while let Some(ev) = st.engine.poll_event() {
             any = true;
             match ev {
-                Event::Msg { peer, hdr, body } => self.on_msg(st, peer, hdr, body.into()),
+                Event::Msg { peer, hdr, body } => {
+                    let credit = Self::udp_credit(st, &hdr, &body);
+                    self.on_msg(st, peer, hdr, body.into(), credit)
+                }
                 Event::RecvDone { rid, written, .. } => self.recv_finished(st, rid, written, None),
                 Event::RecvFailed { rid, err, .. } => {
                     crate::warn!(FI_LOG_EP_DATA, "receive failed: {}", err);
@@ -795,9 +852,7 @@ impl Ep {
 
     fn send_finished(&self, st: &mut EpState, id: u64, err: Option<i32>) {
         if let Some(r) = st.sends.remove(&id) {
-            if !r.reported {
-                self.complete_send(self.binds(), &r, err);
-            }
+            self.complete_send(self.binds(), &r, err);
         }
     }
 
@@ -822,14 +877,15 @@ impl Ep {
                 break;
             };
             any = true;
+            let credit = Credit::Shm(m.credit());
             match m {
-                Incoming::Eager { slot, peer, hdr } => {
-                    self.on_msg(st, peer, hdr, Body::ShmSlot(slot));
+                Incoming::Eager { slot, peer, hdr, .. } => {
+                    self.on_msg(st, peer, hdr, Body::ShmSlot(slot), credit);
                     if let Some(w) = st.shm.as_mut() {
                         w.release(slot);
                     }
                 }
-                Incoming::Rts(rts) => self.on_msg(st, rts.peer, rts.hdr, Body::ShmRts(rts)),
+                Incoming::Rts(rts) => self.on_msg(st, rts.peer, rts.hdr, Body::ShmRts(rts), credit),
             }
         }
         if let Some(w) = st.shm.as_mut() {
@@ -1283,24 +1339,27 @@ impl Ep {
             len: len as u64,
             flags: hflags,
         };
-        let mode = if a.flags & FI_DELIVERY_COMPLETE != 0 {
-            SendMode::Rendezvous
-        } else {
-            SendMode::Eager
-        };
+        // FI_DELIVERY_COMPLETE (MPICH and Open MPI's btl ofi set it in
+        // their tx op flags) keeps the protocol: an eager message completes
+        // once the receiver took it in (udp: its ACK, sent after the
+        // message was matched or queued; shm: its slot handed back).
+        let delivery = a.flags & FI_DELIVERY_COMPLETE != 0;
+        let mode = SendMode::Eager;
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let req = SendReq {
             ctx: a.ctx,
             flags: FI_SEND | op | (a.flags & FI_COMPLETION),
             len,
-            reported: false,
+            silent: a.silent,
         };
         if let Some(ix) = st.shm.as_mut().and_then(|w| w.route(peer)) {
-            return self.send_shm(&mut st, ix, a, hdr, mode, req);
+            return self.send_shm(&mut st, ix, a, hdr, delivery, req);
         }
         st.udp_hot = now;
-        let eager = mode == SendMode::Eager && len <= st.engine.eager_max();
-        let inject_complete = inject || (eager && a.flags & FI_INJECT_COMPLETE != 0);
+        let eager = len <= st.engine.eager_max();
+        // Complete as soon as the engine has its own copy (inject, and
+        // inject-complete eager sends), unless delivery is asked for.
+        let inject_complete = !delivery && (inject || (eager && a.flags & FI_INJECT_COMPLETE != 0));
         // The engine reads the payload at transmission time, and again for
         // a retransmission; only a send whose buffer is the application's
         // again before it is acknowledged needs a copy.
@@ -1309,6 +1368,11 @@ impl Ep {
             let mut copy = Payload::from_elem(0, len);
             IovSource { iov: a.iov, len }.read_at(0, &mut copy);
             SendPayload::Copied(copy)
+        } else if inject {
+            // The buffer goes back now, the completion comes on delivery.
+            let mut copy = vec![0u8; len];
+            IovSource { iov: a.iov, len }.read_at(0, &mut copy);
+            SendPayload::Source(Box::new(copy))
         } else {
             SendPayload::Source(Box::new(IovSource { iov: a.iov, len }))
         };
@@ -1337,16 +1401,10 @@ impl Ep {
             }
         };
         if inject_complete {
-            // The payload is copied into the engine: inject-complete now.
-            // fi_inject never writes a CQ entry; it still counts.
-            if a.silent {
-                if let Some(c) = &b.send_cntr {
-                    c.inc();
-                }
-            } else {
-                self.complete_send(b, &req, None);
-            }
-            // The engine counts it until acknowledged (quiet_in_flight).
+            // The payload is copied into the engine: inject-complete now
+            // (fi_inject only counts). The engine counts it until
+            // acknowledged (quiet_in_flight).
+            self.complete_send(b, &req, None);
         } else {
             st.sends.insert(id, req);
         }
@@ -1356,58 +1414,57 @@ impl Ep {
         0
     }
 
-    /// A send to a local peer: eager into its mailbox (complete at once),
-    /// or a rendezvous it pulls (complete on its FIN).
-    fn send_shm(&self, st: &mut EpState, ix: usize, a: SendArgs, hdr: MsgHdr, mode: SendMode, req: SendReq) -> isize {
+    /// A send to a local peer: eager into its mailbox, or a rendezvous it
+    /// pulls. It completes once its data no longer depends on us: in the
+    /// peer's ring (at once, or once a full ring or the peer's credit let
+    /// it in), taken out of the ring (`delivery`), or pulled (FIN).
+    fn send_shm(&self, st: &mut EpState, ix: usize, a: SendArgs, hdr: MsgHdr, delivery: bool, req: SendReq) -> isize {
         let b = self.binds();
         // GNIX_RNDV_THRESHOLD applies here too, below the slot size.
         let threshold = st.engine.config().rndv_threshold;
         let w = st.shm.as_mut().expect("routed to shm");
         let len = req.len;
         let inject = a.flags & FI_INJECT != 0;
-        let done_now = |req: &SendReq| {
-            if a.silent {
-                // fi_inject never writes a CQ entry; it still counts.
-                if let Some(c) = &b.send_cntr {
-                    c.inc();
+        let mut iov = a.iov;
+        // An inject always fits a slot (inject_size <= the slot payload),
+        // so its copy never has to stay with us.
+        if len <= w.eager_max().min(threshold) || inject && len <= w.eager_max() {
+            let src = IovSource { iov, len };
+            match w.send_eager(ix, &hdr, &src, inject, delivery) {
+                Eager::Done => {
+                    ring_bells(st);
+                    self.complete_send(b, &req, None);
+                    return 0;
                 }
-            } else {
-                self.complete_send(b, req, None);
+                Eager::Pending(id) => {
+                    ring_bells(st);
+                    st.sends.insert(id, req);
+                    return 0;
+                }
+                // The peer holds its share of unexpected messages: this one
+                // waits in our memory until a receive takes it.
+                Eager::NoCredit => iov = src.iov,
             }
-        };
-        if mode == SendMode::Eager && len <= w.eager_max().min(threshold) {
-            w.send_eager(ix, &hdr, &IovSource { iov: a.iov, len });
-            ring_bells(st);
-            done_now(&req);
-            return 0;
         }
         // The receiver reads the payload where it is: in the application's
         // buffers, or in a copy when the buffers are the application's
         // again at once (inject).
         let (src, remote): (Box<dyn SendSource>, Vec<(u64, u64)>) = if inject {
             let mut v = vec![0u8; len];
-            IovSource { iov: a.iov, len }.read_at(0, &mut v);
+            IovSource { iov, len }.read_at(0, &mut v);
             let r = vec![(v.as_ptr() as u64, len as u64)];
             (Box::new(v), r)
         } else {
-            let r = a.iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect();
-            (Box::new(IovSource { iov: a.iov, len }), r)
+            let r = iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect();
+            (Box::new(IovSource { iov, len }), r)
         };
+        let w = st.shm.as_mut().expect("routed to shm");
         let id = match w.send_rts(ix, &hdr, src, &remote) {
             Ok(id) => id,
             Err(e) => return -(e as isize),
         };
         ring_bells(st);
-        if inject {
-            done_now(&req);
-        }
-        st.sends.insert(
-            id,
-            SendReq {
-                reported: inject,
-                ..req
-            },
-        );
+        st.sends.insert(id, req);
         0
     }
 
@@ -1629,7 +1686,9 @@ impl Ep {
             .tme_msg
             .cancel_where(|p| p.ctx == ctx)
             .or_else(|| st.tme_tag.cancel_where(|p| p.ctx == ctx));
-        let Some(p) = found else { return -FI_ENOENT as isize };
+        let Some(p) = found else {
+            return self.cancel_matched(&mut st, ctx);
+        };
         if let Some(m) = p.multi {
             st.multi.remove(&m);
         }
@@ -1646,6 +1705,29 @@ impl Ep {
         if let Some(c) = &b.recv_cntr {
             c.inc_err();
         }
+        0
+    }
+}
+
+impl Ep {
+    /// fi_cancel of a receive that was matched and whose data a local
+    /// sender is still writing into it (or pushing): the sender's write is
+    /// revoked, or waited for if it already runs, so nothing lands in the
+    /// buffer after the cancellation completes. Other matched receives
+    /// cannot be cancelled (-FI_ENOENT).
+    fn cancel_matched(&self, st: &mut EpState, ctx: usize) -> isize {
+        let rid = st
+            .rndv
+            .iter()
+            .find(|(&rid, d)| d.ctx == ctx && ShmWire::owns(rid))
+            .map(|(&rid, _)| rid);
+        let Some(rid) = rid else { return -FI_ENOENT as isize };
+        if !st.shm.as_mut().is_some_and(|w| w.cancel_rx(rid)) {
+            return -FI_ENOENT as isize;
+        }
+        let d = st.rndv.remove(&rid).expect("found above");
+        self.complete_recv(st, d, Some(FI_ECANCELED));
+        ring_bells(st);
         0
     }
 }

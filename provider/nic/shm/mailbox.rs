@@ -11,10 +11,13 @@
 //! ```text
 //! header  0 magic u64  8 version u32  12 nrings u32  16 depth u32
 //!         20 slot_size u32  24 owner_pid u32  28 state u32 (OPEN/CLOSED)
-//!         32 claims u64 (bumped by every claim)    64 sleeping u32
+//!         32 claims u64 (bumped by every claim)  40 loan u64 (credit
+//!         bytes per ring)  64 sleeping u32
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
+//!         32 freed u64 (credit bytes the consumer gave back, cumulative)
+//!         64 grants[8] u64 (write permissions, see below)
 //!         128 slots[depth], slot_size bytes each
 //! slot    0 seq u64  8 kind u8  12 len u32  16 32 bytes of kind fields
 //!         48 payload (len bytes)
@@ -28,16 +31,32 @@
 //! On the first lap of a claimed ring every slot is free by construction
 //! (zeros never read as published), so claiming touches no slot pages.
 //!
+//! Credits: the messages a consumer may have to keep (unexpected ones) are
+//! bounded per ring by the owner's `loan`. The producer charges each
+//! EAGER or RTS slot it publishes (`credit_cost`) and may have at most
+//! `loan` bytes charged and not yet given back (`freed`); the consumer
+//! gives credit back once the application took the message, and cuts off
+//! a producer that overdraws.
+//!
+//! Grants: a receiver that asks its sender to write into its memory (CTW)
+//! first arms a grant word of the sender's ring with the receive's id. The
+//! sender moves it ARMED -> WRITING before it writes and to DONE after;
+//! the receiver revokes (ARMED -> free) before the memory may go back to
+//! the application (cancel, close) and, if the write already started,
+//! waits for DONE. So no write lands after the receiver let go.
+//!
 //! A peer is trusted with nothing: every field read from a slot is checked
 //! against the mapping's geometry before use, and the geometry itself is
-//! ours (kept in this process, never re-read from the file).
+//! ours (kept in this process, never re-read from the file). Bytes a peer
+//! may write are never seen through a Rust reference: they are copied out
+//! through raw pointers (`SharedBytes`).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 /// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
 /// follows at once, so the header and the first 16 payload bytes (a small
@@ -45,6 +64,23 @@ const PAGE: usize = 4096;
 pub const SLOT_HDR: usize = 48;
 const RING_HDR: usize = 128;
 const OWNERS_OFF: usize = 128;
+const LOAN_OFF: usize = 40;
+const RING_FREED: usize = 32;
+const RING_GRANTS: usize = 64;
+/// Grant words per ring: large receives from one sender that may be
+/// written into at once.
+pub const GRANTS: usize = 8;
+const GRANT_ARMED: u64 = 1;
+const GRANT_WRITING: u64 = 2;
+const GRANT_DONE: u64 = 3;
+/// Credit bytes a slot costs beyond its payload: what the consumer keeps
+/// for an unexpected message besides the bytes themselves.
+pub const SLOT_CREDIT: u64 = 128;
+
+/// Credit bytes of an EAGER or RTS slot with `len` payload bytes.
+pub fn credit_cost(len: usize) -> u64 {
+    len as u64 + SLOT_CREDIT
+}
 pub const MAX_RINGS: usize = (PAGE - OWNERS_OFF) / 8;
 
 const OPEN: u32 = 1;
@@ -234,20 +270,55 @@ impl Mapping {
         // reference to it exists (we only hand out atomics and copies).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
     }
-    /// A view of mapping bytes, for copying them straight into application
-    /// buffers. Sound to read while the slot is ours (published and not yet
-    /// handed back); a misbehaving peer writing it meanwhile only garbles
-    /// the bytes we copy.
-    fn slice(&self, off: usize, len: usize) -> &[u8] {
+    /// Mapping bytes a peer may write at any time, to be copied out.
+    fn shared(&self, off: usize, len: usize) -> SharedBytes<'_> {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
-        // SAFETY: in bounds; u8 has no invalid values.
-        unsafe { std::slice::from_raw_parts(self.base.add(off), len) }
+        SharedBytes {
+            // SAFETY: in bounds (checked above).
+            ptr: unsafe { self.base.add(off) },
+            len,
+            _map: std::marker::PhantomData,
+        }
     }
     fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds; the slot is the producer's until it publishes
         // it, and `&mut self` keeps this the only view in this process.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+}
+
+/// Bytes in a shared mapping that another process may be writing: never
+/// seen through a Rust reference (that would be a data race), only copied
+/// out with `copy_to`. A misbehaving peer writing them meanwhile only
+/// garbles what we copy.
+#[derive(Clone, Copy)]
+pub struct SharedBytes<'a> {
+    ptr: *const u8,
+    len: usize,
+    _map: std::marker::PhantomData<&'a Mapping>,
+}
+
+impl SharedBytes<'_> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Copies `dst.len()` bytes from `off` on into `dst`.
+    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the mapping, which outlives
+        // 'a (checked above and by `Mapping::shared`); `dst` is process-
+        // private memory, so the ranges cannot overlap. The copy reads
+        // through raw pointers only: no reference to shared bytes exists.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
+    }
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        self.copy_to(0, &mut v);
+        v
     }
 }
 
@@ -352,6 +423,10 @@ pub struct Outbox {
     ring: usize,
     tail: u64,
     owner: Liveness,
+    /// Credit bytes the owner lends this ring (0: no limit).
+    loan: u64,
+    /// Credit bytes charged so far (cumulative; see `credit`).
+    charged: u64,
 }
 
 impl Outbox {
@@ -449,6 +524,11 @@ impl Outbox {
         }
         map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
         map.write(roff + 8, &encode_addr(me));
+        map.u64_at(roff + RING_FREED).store(0, Ordering::Relaxed);
+        for g in 0..GRANTS {
+            map.u64_at(roff + RING_GRANTS + 8 * g).store(0, Ordering::Relaxed);
+        }
+        let loan = map.u64_at(LOAN_OFF).load(Ordering::Relaxed);
         map.u32_at(roff).store(RING_ACTIVE, Ordering::Release);
         map.u64_at(32).fetch_add(1, Ordering::AcqRel);
         Ok(Some(Outbox {
@@ -457,6 +537,8 @@ impl Outbox {
             ring,
             tail: 0,
             owner,
+            loan,
+            charged: 0,
         }))
     }
 
@@ -477,6 +559,69 @@ impl Outbox {
 
     pub fn owner_pid(&self) -> u32 {
         self.owner.pid
+    }
+
+    /// Credit bytes we may still charge: the loan less what we charged
+    /// and the owner has not given back. `u64::MAX` without a limit.
+    pub fn credit(&self) -> u64 {
+        if self.loan == 0 {
+            return u64::MAX;
+        }
+        let freed = self
+            .map
+            .u64_at(self.geo.ring_off(self.ring) + RING_FREED)
+            .load(Ordering::Acquire);
+        // The owner's word is not trusted: a bogus value only costs us.
+        self.loan.saturating_sub(self.charged.saturating_sub(freed))
+    }
+
+    pub fn loan(&self) -> u64 {
+        self.loan
+    }
+
+    /// Charges the slot about to be published (see `credit`).
+    pub fn charge(&mut self, cost: u64) {
+        self.charged += cost;
+    }
+
+    /// Position of the next slot `slot` hands out.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Whether the consumer handed back the slot published at `pos`: it
+    /// has taken the message in (matched or kept it), so a send that
+    /// asked for delivery completion is complete.
+    pub fn consumed(&self, pos: u64) -> bool {
+        let depth = self.geo.depth as u64;
+        let off = self.geo.ring_off(self.ring) + RING_HDR + (pos % depth) as usize * self.geo.slot_size;
+        // Released slots hold pos + depth, later laps more.
+        self.map.u64_at(off).load(Ordering::Acquire) >= pos + depth
+    }
+
+    /// Before writing into the owner's memory for receive `rid`: takes
+    /// grant `g` (ARMED -> WRITING). False if the owner revoked it (or
+    /// never granted it): then nothing may be written.
+    pub fn begin_write(&self, g: usize, rid: u64) -> bool {
+        g < GRANTS
+            && self
+                .grant_word(g)
+                .compare_exchange(
+                    rid << 2 | GRANT_ARMED,
+                    rid << 2 | GRANT_WRITING,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// The write under grant `g` is over.
+    pub fn end_write(&self, g: usize, rid: u64) {
+        self.grant_word(g).store(rid << 2 | GRANT_DONE, Ordering::Release);
+    }
+
+    fn grant_word(&self, g: usize) -> &AtomicU64 {
+        self.map.u64_at(self.geo.ring_off(self.ring) + RING_GRANTS + 8 * g)
     }
 
     /// The owner closed its mailbox (cheap: one load).
@@ -543,7 +688,7 @@ impl Mailbox {
     /// Creates the mailbox of the endpoint at `me`. A file left there by a
     /// process that died is reclaimed; one whose owner lives is an error
     /// (two endpoints cannot have one address).
-    pub fn create(uid: u32, me: &SocketAddr, geo: Geometry) -> io::Result<Mailbox> {
+    pub fn create(uid: u32, me: &SocketAddr, geo: Geometry, loan: u64) -> io::Result<Mailbox> {
         sweep_dead(uid);
         let path = path_for(uid, me);
         let c = cstr(&path);
@@ -564,7 +709,7 @@ impl Mailbox {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let r = Self::init(fd, &path, geo);
+        let r = Self::init(fd, &path, geo, loan);
         // SAFETY: closing the descriptor opened above; the mapping stays.
         unsafe { libc::close(fd) };
         match &r {
@@ -621,7 +766,7 @@ impl Mailbox {
         true
     }
 
-    fn init(fd: i32, path: &str, geo: Geometry) -> io::Result<Mailbox> {
+    fn init(fd: i32, path: &str, geo: Geometry, loan: u64) -> io::Result<Mailbox> {
         // SAFETY: sizing our own new file (sparse: pages appear when touched).
         if unsafe { libc::ftruncate(fd, geo.file_len() as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
@@ -635,6 +780,7 @@ impl Mailbox {
         h[20..24].copy_from_slice(&(geo.slot_size as u32).to_le_bytes());
         h[24..28].copy_from_slice(&std::process::id().to_le_bytes());
         map.write(0, &h);
+        map.u64_at(LOAN_OFF).store(loan, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,
@@ -716,8 +862,49 @@ impl Mailbox {
     }
 
     /// The payload of a slot; `None` if its length does not fit the slot.
-    pub fn payload(&self, s: &InSlot) -> Option<&[u8]> {
-        (s.len <= self.geo.payload()).then(|| self.map.slice(s.off + SLOT_HDR, s.len))
+    pub fn payload(&self, s: &InSlot) -> Option<SharedBytes<'_>> {
+        (s.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
+    }
+
+    /// Gives ring `r`'s producer credit back: `freed` is the cumulative
+    /// count of credit bytes given back since the ring was claimed.
+    pub fn give_credit(&self, r: usize, freed: u64) {
+        self.map
+            .u64_at(self.geo.ring_off(r) + RING_FREED)
+            .store(freed, Ordering::Release);
+    }
+
+    /// Arms a grant word of ring `r` for receive `rid` (see the module
+    /// comment); `None` if all are in use.
+    pub fn grant(&self, r: usize, rid: u64) -> Option<usize> {
+        (0..GRANTS).find(|&g| {
+            self.grant_word(r, g)
+                .compare_exchange(0, rid << 2 | GRANT_ARMED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Takes grant `g` of ring `r` back from receive `rid`. True once no
+    /// write under it can happen any more: it was revoked before the
+    /// producer began, or its write is over. False while the write runs.
+    pub fn revoke(&self, r: usize, g: usize, rid: u64) -> bool {
+        let w = self.grant_word(r, g);
+        match w.compare_exchange(rid << 2 | GRANT_ARMED, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(v) if v == rid << 2 | GRANT_WRITING => false,
+            // DONE (or the word moved on): nothing more will be written.
+            Err(v) => {
+                if v == rid << 2 | GRANT_DONE {
+                    w.store(0, Ordering::Release);
+                }
+                true
+            }
+        }
+    }
+
+    fn grant_word(&self, r: usize, g: usize) -> &AtomicU64 {
+        assert!(g < GRANTS);
+        self.map.u64_at(self.geo.ring_off(r) + RING_GRANTS + 8 * g)
     }
 
     /// Hands a consumed slot back to its producer.
@@ -884,7 +1071,7 @@ mod tests {
     fn ring_round_trip_and_wraparound() {
         let uid = 4_000_000_000 + std::process::id() % 1000;
         let me = addr(1);
-        let mut mb = Mailbox::create(uid, &me, Geometry::new(2, 4, 128)).unwrap();
+        let mut mb = Mailbox::create(uid, &me, Geometry::new(2, 4, 128), 0).unwrap();
         let mut ob = Outbox::connect(uid, &me, &addr(2)).unwrap().unwrap();
         let mut new = Vec::new();
         mb.scan_claims(&mut new);
@@ -901,7 +1088,7 @@ mod tests {
             for i in 0..4u8 {
                 let s = mb.peek(0).unwrap();
                 assert_eq!((s.kind, s.len, s.f[0], s.f[1]), (kind::EAGER, 3, round, i));
-                assert_eq!(mb.payload(&s).unwrap(), &[i, round, 9]);
+                assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i, round, 9]);
                 mb.release(s);
             }
             assert!(mb.peek(0).is_none());
@@ -930,7 +1117,7 @@ mod tests {
     fn garbage_length_is_rejected() {
         let uid = 4_100_000_000 + std::process::id() % 1000;
         let me = addr(5);
-        let mut mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64)).unwrap();
+        let mut mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).unwrap();
         let mut ob = Outbox::connect(uid, &me, &addr(6)).unwrap().unwrap();
         let mut s = ob.slot().unwrap();
         s.fields(kind::EAGER, 0, &[]);
@@ -952,7 +1139,7 @@ mod tests {
         let mut h = vec![0u8; 4096];
         h[24..28].copy_from_slice(&(i32::MAX as u32 - 1).to_le_bytes());
         std::fs::write(&path, &h).unwrap();
-        let mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64)).unwrap();
+        let mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).unwrap();
         assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_some());
         drop(mb);
         assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_none());

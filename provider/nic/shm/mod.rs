@@ -16,6 +16,19 @@
 //! sender pushes the data through its ring in DATA slots (two copies,
 //! pipelined by the ring); refusal is remembered per peer.
 //!
+//! Completion: a send completes once its data no longer depends on the
+//! sender: an eager message once it is in the peer's ring (or, with
+//! FI_DELIVERY_COMPLETE, once the peer took it out), a rendezvous once the
+//! peer has read it (FIN). A frame that finds the ring full waits in the
+//! sender's backlog, and its send is not complete until it is published.
+//!
+//! Credits (`mailbox.rs`): a peer may have at most the owner's loan of
+//! eager and RTS bytes charged and not given back. A sender short of
+//! credit for an eager message sends an RTS instead (the receiver keeps
+//! only its header and reads the data once a receive takes it), so what a
+//! receiver holds for unexpected messages stays bounded however many local
+//! peers flood it, while every message still gets through.
+//!
 //! Wakeups: a receiver about to sleep sets the mailbox's sleeping flag
 //! (`arm`); the next producer to publish clears it and asks the endpoint to
 //! ring a doorbell: one tiny datagram to the receiver's UDP socket, which
@@ -24,10 +37,10 @@
 
 pub mod mailbox;
 
-use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EIO};
 use crate::hash::KeyedState;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
-use mailbox::{kind, ranges_len, sub_ranges, InSlot, Liveness, Mailbox, Outbox, Range};
+use mailbox::{credit_cost, kind, ranges_len, sub_ranges, InSlot, Liveness, Mailbox, Outbox, Range, SharedBytes};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
@@ -53,6 +66,41 @@ pub struct ShmConfig {
     pub geo: Geometry,
     pub cma: bool,
     pub local_ips: Vec<IpAddr>,
+    /// Credit bytes each ring of our mailbox lends its producer (0: no
+    /// limit): what we may have to keep for one local peer's unexpected
+    /// messages.
+    pub loan: u64,
+}
+
+/// Credit a received EAGER or RTS holds until the application takes the
+/// message (`ShmWire::free_credit`).
+#[derive(Clone, Copy, Debug)]
+pub struct ShmCredit {
+    ring: usize,
+    /// The ring's claim generation: credit of a ring that has since been
+    /// retired (and perhaps claimed by someone else) is not given back.
+    gen: u64,
+    cost: u64,
+}
+
+/// Credit accounting of one ring of our mailbox.
+#[derive(Clone, Copy, Default)]
+struct RingCredit {
+    gen: u64,
+    held: u64,
+    freed: u64,
+}
+
+/// What became of an eager send.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Eager {
+    /// In the peer's ring: complete.
+    Done,
+    /// Completes later with `SendDone { id }`: waiting for ring space or
+    /// credit, or (delivery complete) for the peer to take it.
+    Pending(u64),
+    /// The peer's loan would not cover it: send it by rendezvous.
+    NoCredit,
 }
 
 /// A message that arrived through our mailbox.
@@ -62,9 +110,19 @@ pub enum Incoming {
         slot: InSlot,
         peer: SocketAddr,
         hdr: MsgHdr,
+        credit: ShmCredit,
     },
     /// Rendezvous request: the data is still in the sender's memory.
     Rts(Box<ShmRts>),
+}
+
+impl Incoming {
+    pub fn credit(&self) -> ShmCredit {
+        match self {
+            Incoming::Eager { credit, .. } => *credit,
+            Incoming::Rts(r) => r.credit,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -74,6 +132,7 @@ pub struct ShmRts {
     pub key: u64,
     pub hdr: MsgHdr,
     pub iov: Vec<Range>,
+    pub credit: ShmCredit,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -102,12 +161,37 @@ struct Frame {
     kind: u8,
     f: [u8; 32],
     payload: Vec<u8>,
+    /// Credit bytes it is charged when published.
+    cost: u64,
+    /// The send it completes once published (or, delivery complete, once
+    /// the peer took it).
+    done: Option<Done>,
+}
+
+/// The send a published frame completes: at once, or once the peer has
+/// taken the slot out of its ring (FI_DELIVERY_COMPLETE).
+#[derive(Clone, Copy)]
+struct Done {
+    id: u64,
+    delivery: bool,
 }
 
 struct Peer {
     out: Outbox,
     addr: SocketAddr,
     backlog: VecDeque<Frame>,
+    /// Credit bytes of the frames in `backlog`.
+    backlog_cost: u64,
+    /// Published slots whose sends complete once the peer took them:
+    /// (position, send id), oldest first.
+    delivery: VecDeque<(u64, u64)>,
+}
+
+impl Peer {
+    /// Credit for a new frame once the backlog ahead of it is published.
+    fn credit_ahead(&self) -> u64 {
+        self.out.credit().saturating_sub(self.backlog_cost)
+    }
 }
 
 /// A rendezvous send waiting for its FIN (or a CTS, then pushing).
@@ -127,6 +211,10 @@ struct RxSplit {
     key: u64,
     from: SocketAddr,
     pid: u32,
+    /// The ring of our mailbox the sender owns, and the grant word there
+    /// that permits its write (see mailbox.rs).
+    ring: usize,
+    grant: usize,
     at: usize,
     total: usize,
     local: Vec<Range>,
@@ -152,6 +240,10 @@ pub struct ShmStats {
     pub pushed_cma: u64,
     pub doorbells: u64,
     pub rejected: u64,
+    /// Eager-sized sends that went by rendezvous: the peer's loan was used up.
+    pub no_credit: u64,
+    /// Large receives whose sender's write was revoked (cancel, close).
+    pub revoked: u64,
 }
 
 pub struct ShmWire {
@@ -162,6 +254,7 @@ pub struct ShmWire {
     /// Rings of our mailbox that peers claimed, and their producers.
     active: Vec<usize>,
     senders: Vec<Option<Liveness>>,
+    credit: Vec<RingCredit>,
     /// Rings whose producer broke the rules: no longer read, and not
     /// handed to anyone else while that producer may still write them.
     banned: Vec<usize>,
@@ -174,9 +267,12 @@ pub struct ShmWire {
     rx: HashMap<u64, RxPush, KeyedState>,
     split: HashMap<u64, RxSplit, KeyedState>,
     next_id: u64,
-    /// Frames in backlogs, and sends pushing data (to skip idle work).
+    /// Frames in backlogs (those that complete a send, and the others),
+    /// sends pushing data, sends awaiting delivery (to skip idle work).
     queued: usize,
+    queued_sends: usize,
     pushing: usize,
+    delivering: usize,
     events: VecDeque<ShmEvent>,
     /// Peers whose sleeping receiver wants a doorbell.
     pub bells: Vec<SocketAddr>,
@@ -235,7 +331,7 @@ impl ShmWire {
     pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<ShmWire> {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        let mb = Mailbox::create(uid, &me, cfg.geo)?;
+        let mb = Mailbox::create(uid, &me, cfg.geo, cfg.loan)?;
         let nrings = mb.geometry().nrings;
         Ok(ShmWire {
             me,
@@ -244,6 +340,7 @@ impl ShmWire {
             mb,
             active: Vec::new(),
             senders: (0..nrings).map(|_| None).collect(),
+            credit: vec![RingCredit::default(); nrings],
             banned: Vec::new(),
             next_ring: 0,
             routes: HashMap::with_hasher(KeyedState(seed)),
@@ -254,7 +351,9 @@ impl ShmWire {
             split: HashMap::with_hasher(KeyedState(seed)),
             next_id: SHM_IDS,
             queued: 0,
+            queued_sends: 0,
             pushing: 0,
+            delivering: 0,
             events: VecDeque::new(),
             bells: Vec::new(),
             last_check: 0,
@@ -312,6 +411,8 @@ impl ShmWire {
             out,
             addr,
             backlog: VecDeque::new(),
+            backlog_cost: 0,
+            delivery: VecDeque::new(),
         };
         let ix = match self.peers.iter().position(Option::is_none) {
             Some(i) => {
@@ -331,36 +432,96 @@ impl ShmWire {
         self.queued
     }
 
+    /// Backlogged frames that complete no send of their own (control
+    /// frames, RTS): the endpoint counts the others as its sends.
+    pub fn backlogged_untracked(&self) -> usize {
+        self.queued - self.queued_sends
+    }
+
     /// Writes one frame into the peer's ring, or queues it behind the ones
-    /// already waiting. `payload(dst)` fills the first `len` payload bytes.
-    fn post(&mut self, ix: usize, kind: u8, f: &[u8; 32], len: usize, payload: impl FnOnce(&mut [u8])) {
-        let Some(p) = self.peers[ix].as_mut() else { return };
+    /// already waiting (or for credit). `payload(dst)` fills the first
+    /// `len` payload bytes; `cost` is its credit charge. Whether the send
+    /// it completes (`done`) is complete now.
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &mut self,
+        ix: usize,
+        kind: u8,
+        f: &[u8; 32],
+        len: usize,
+        cost: u64,
+        done: Option<Done>,
+        payload: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let Some(p) = self.peers[ix].as_mut() else {
+            // The peer went away: the send fails at once.
+            if let Some(d) = done {
+                self.events.push_back(ShmEvent::SendFailed {
+                    id: d.id,
+                    err: FI_EHOSTUNREACH,
+                });
+            }
+            return false;
+        };
         self.stats.sent += 1;
-        if p.backlog.is_empty() {
+        if p.backlog.is_empty() && p.out.credit() >= cost {
+            let pos = p.out.tail();
             if let Some(mut s) = p.out.slot() {
                 s.fields(kind, len, f);
                 payload(s.payload(len));
                 if s.publish() {
                     self.bells.push(p.addr);
                 }
-                return;
+                p.out.charge(cost);
+                return match done {
+                    Some(d) if d.delivery => {
+                        p.delivery.push_back((pos, d.id));
+                        self.delivering += 1;
+                        false
+                    }
+                    _ => true,
+                };
             }
         }
         let mut v = vec![0u8; len];
         payload(&mut v);
         self.queued += 1;
+        self.queued_sends += done.is_some() as usize;
+        p.backlog_cost += cost;
         p.backlog.push_back(Frame {
             kind,
             f: *f,
             payload: v,
+            cost,
+            done,
         });
+        false
     }
 
-    /// An eager message (`src.len() <= eager_max()`): done once this
-    /// returns — in the peer's ring or copied into the backlog.
-    pub fn send_eager(&mut self, ix: usize, hdr: &MsgHdr, src: &dyn SendSource) {
+    /// An eager message (`src.len() <= eager_max()`). An injected one
+    /// (`inject`: its buffer is the application's again on return) is
+    /// always sent eagerly, waiting for credit if need be; any other falls
+    /// back to rendezvous (`Eager::NoCredit`) rather than spend the last
+    /// quarter of the peer's loan, which stays for RTS frames.
+    pub fn send_eager(&mut self, ix: usize, hdr: &MsgHdr, src: &dyn SendSource, inject: bool, delivery: bool) -> Eager {
+        let len = src.len();
+        let cost = credit_cost(len);
+        if let Some(p) = self.peers[ix].as_ref() {
+            let reserve = p.out.loan() / 4;
+            if !inject && p.credit_ahead() < cost.saturating_add(reserve) {
+                self.stats.no_credit += 1;
+                return Eager::NoCredit;
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
         let f = hdr_fields(hdr);
-        self.post(ix, kind::EAGER, &f, src.len(), |dst| src.read_at(0, dst));
+        let done = Done { id, delivery };
+        if self.post(ix, kind::EAGER, &f, len, cost, Some(done), |dst| src.read_at(0, dst)) {
+            Eager::Done
+        } else {
+            Eager::Pending(id)
+        }
     }
 
     /// A rendezvous send: `remote` are the addresses of `src`'s bytes in
@@ -386,7 +547,9 @@ impl ShmWire {
         let mut f = hdr_fields(hdr);
         f[20..24].copy_from_slice(&(remote.len() as u32).to_le_bytes());
         put(&mut f, 24, id);
-        self.post(ix, kind::RTS, &f, need, |dst| encode_iov(remote, dst));
+        self.post(ix, kind::RTS, &f, need, credit_cost(need), None, |dst| {
+            encode_iov(remote, dst)
+        });
         self.tx.insert(
             id,
             TxRndv {
@@ -402,10 +565,11 @@ impl ShmWire {
     /// Sends a rendezvous control frame (FIN, CTS, WDONE) to `to`, if we
     /// can reach it over shm at all.
     fn control(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64) {
-        self.control_iov(to, kind, a, b, 0, &[]);
+        self.control_iov(to, kind, a, b, 0, 0, &[]);
     }
 
-    fn control_iov(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64, c: u64, iov: &[Range]) {
+    #[allow(clippy::too_many_arguments)]
+    fn control_iov(&mut self, to: SocketAddr, kind: u8, a: u64, b: u64, c: u64, d: u64, iov: &[Range]) {
         let Some(ix) = self.route(to) else {
             crate::warn!(
                 crate::ffi::FI_LOG_EP_DATA,
@@ -418,7 +582,8 @@ impl ShmWire {
         put(&mut f, 0, a);
         put(&mut f, 8, b);
         put(&mut f, 16, c);
-        self.post(ix, kind, &f, iov.len() * 16, |dst| encode_iov(iov, dst));
+        put(&mut f, 24, d);
+        self.post(ix, kind, &f, iov.len() * 16, 0, None, |dst| encode_iov(iov, dst));
     }
 
     /// The next message from a local peer, if any. Rendezvous control
@@ -433,6 +598,8 @@ impl ShmWire {
             for &r in &fresh {
                 let pid = self.mb.rings[r].expect("claimed ring has a peer").pid;
                 self.senders[r] = Some(Liveness::watch(pid));
+                let gen = self.credit[r].gen + 1;
+                self.credit[r] = RingCredit { gen, held: 0, freed: 0 };
             }
             self.active.extend(fresh);
         }
@@ -450,17 +617,35 @@ impl ShmWire {
             self.stats.received += 1;
             // Fair among peers: the next call starts with the next ring.
             self.next_ring = k;
+            // Messages (not the rendezvous control frames, which keep
+            // nothing) are charged to their producer's loan.
+            let credit = match s.kind {
+                kind::EAGER | kind::RTS => match self.take_credit(r, credit_cost(s.len)) {
+                    Some(c) => Some(c),
+                    None => {
+                        self.mb.release(s);
+                        self.reject(r, "message beyond the peer's credit");
+                        return None;
+                    }
+                },
+                _ => None,
+            };
             match s.kind {
                 kind::EAGER if self.mb.payload(&s).is_some() => {
                     return Some(Incoming::Eager {
                         slot: s,
                         peer: info.peer,
                         hdr: hdr_of(&s, s.len as u64),
+                        credit: credit.expect("charged above"),
                     });
                 }
                 kind::RTS => {
                     let niov = s.u32(20) as usize;
-                    let iov = self.mb.payload(&s).filter(|p| p.len() == niov * 16).map(decode_iov);
+                    let iov = self
+                        .mb
+                        .payload(&s)
+                        .filter(|p| p.len() == niov * 16)
+                        .map(|p| decode_iov(&p.to_vec()));
                     let key = s.u64(24);
                     let total = iov
                         .as_ref()
@@ -475,6 +660,7 @@ impl ShmWire {
                                 key,
                                 hdr,
                                 iov,
+                                credit: credit.expect("charged above"),
                             })));
                         }
                         _ => {
@@ -492,9 +678,9 @@ impl ShmWire {
                     self.on_fin(info.peer, s.u64(0), s.u64(8) as i64 as i32);
                 }
                 kind::CTW if self.mb.payload(&s).is_some_and(|p| p.len() % 16 == 0) => {
-                    let iov = decode_iov(self.mb.payload(&s).unwrap());
+                    let iov = decode_iov(&self.mb.payload(&s).unwrap().to_vec());
                     self.mb.release(s);
-                    self.on_ctw(info.peer, s.u64(0), s.u64(8), s.u64(16), &iov);
+                    self.on_ctw(info.peer, s.u64(0), s.u64(8), s.u64(16), s.u64(24), &iov);
                 }
                 kind::WDONE => {
                     self.mb.release(s);
@@ -506,6 +692,9 @@ impl ShmWire {
                 }
                 _ => {
                     self.mb.release(s);
+                    if let Some(c) = credit {
+                        self.free_credit(c);
+                    }
                     self.reject(r, "bad slot");
                     // `active` changed under our index: start over next call.
                     return None;
@@ -530,6 +719,8 @@ impl ShmWire {
             self.next_ring = 0;
             self.banned.push(r);
         }
+        // Credit its messages still hold is not given back to that ring.
+        self.credit[r].gen += 1;
         if let Some(p) = peer {
             self.fail_rx_from(p, FI_EIO);
         }
@@ -537,13 +728,48 @@ impl ShmWire {
 
     fn retire_ring(&mut self, k: usize) {
         let r = self.active.swap_remove(k);
+        self.credit[r].gen += 1;
         self.senders[r] = None;
         self.mb.free_ring(r);
         self.next_ring = 0;
     }
 
-    /// The payload of an eager message from `poll_msg`.
-    pub fn payload(&self, s: &InSlot) -> &[u8] {
+    /// Charges `cost` credit bytes to ring `r`'s producer; `None` if that
+    /// would take it beyond its loan (it broke the rules).
+    fn take_credit(&mut self, r: usize, cost: u64) -> Option<ShmCredit> {
+        let c = &mut self.credit[r];
+        if self.cfg.loan != 0 && c.held.saturating_add(cost) > self.cfg.loan {
+            return None;
+        }
+        c.held += cost;
+        Some(ShmCredit {
+            ring: r,
+            gen: c.gen,
+            cost,
+        })
+    }
+
+    /// The application took the message holding `c` (or it was matched on
+    /// arrival): its producer may send that much more.
+    pub fn free_credit(&mut self, c: ShmCredit) {
+        let rc = &mut self.credit[c.ring];
+        if rc.gen != c.gen {
+            return;
+        }
+        rc.held -= c.cost;
+        rc.freed += c.cost;
+        self.mb.give_credit(c.ring, rc.freed);
+    }
+
+    /// Credit bytes held for messages of ring `r`'s producer (tests).
+    #[cfg(test)]
+    fn held(&self, r: usize) -> u64 {
+        self.credit[r].held
+    }
+
+    /// The payload of an eager message from `poll_msg`: bytes the peer's
+    /// process can write, to be copied out (never borrowed).
+    pub fn payload(&self, s: &InSlot) -> SharedBytes<'_> {
         self.mb.payload(s).expect("checked by poll_msg")
     }
 
@@ -598,7 +824,9 @@ impl ShmWire {
         // Writes past the buffer are cut off by the sink (truncation).
         if off == rx.got {
             let room = rx.sink.capacity().saturating_sub(off);
-            rx.sink.write_at(off, &data[..data.len().min(room)]);
+            let mut bounce = vec![0u8; data.len().min(room)];
+            data.copy_to(0, &mut bounce);
+            rx.sink.write_at(off, &bounce);
             rx.got += data.len();
         }
         if rx.got >= rx.len {
@@ -679,7 +907,11 @@ impl ShmWire {
         }
         let rid = self.next_id;
         self.next_id += 1;
-        self.control_iov(rts.peer, kind::CTW, rts.key, rid, at as u64, &theirs);
+        // The sender may write into our buffers only while this grant
+        // stands (see mailbox.rs): cancel and close take it back.
+        let ring = rts.credit.ring;
+        let grant = self.mb.grant(ring, rid)?;
+        self.control_iov(rts.peer, kind::CTW, rts.key, rid, at as u64, grant as u64, &theirs);
         let (mine, head) = (sub_ranges(local, 0, at as u64), sub_ranges(&rts.iov, 0, at as u64));
         match mailbox::cma_read(rts.pid, &mine, &head) {
             Ok(_) => {
@@ -690,6 +922,8 @@ impl ShmWire {
                         key: rts.key,
                         from: rts.peer,
                         pid: rts.pid,
+                        ring,
+                        grant,
                         at,
                         total,
                         local: local.to_vec(),
@@ -698,22 +932,73 @@ impl ShmWire {
                 );
                 Some(Pull::Pending(rid))
             }
-            // The sender is gone: it may still write its half; that does no
-            // harm, nobody completes.
+            // The sender is gone: it writes nothing any more.
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                self.split.remove(&rid);
+                self.fence_grant(ring, grant, rid);
                 Some(Pull::Failed(FI_EHOSTUNREACH))
             }
             // Not ours to read (then the caller pushes), or bad addresses
             // (then the whole pull fails the same way): the sender's write
-            // lands in a buffer nobody completes, its WDONE finds no split.
-            Err(_) => None,
+            // is revoked (or waited for) before the buffers change hands,
+            // its WDONE finds no split.
+            Err(_) => {
+                self.fence_grant(ring, grant, rid);
+                None
+            }
         }
+    }
+
+    /// Takes back the grant of receive `rid` and, if its sender is writing
+    /// right now, waits for the write to end (one process_vm_writev) or
+    /// for the sender to die. Afterwards nothing of that sender lands in
+    /// the receive's buffers any more.
+    fn fence_grant(&mut self, ring: usize, grant: usize, rid: u64) {
+        let mut revoked_first = true;
+        while !self.mb.revoke(ring, grant, rid) {
+            revoked_first = false;
+            if self.senders[ring].as_ref().is_none_or(|l| !l.alive()) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let _ = revoked_first;
+    }
+
+    /// Cancels a receive that is being pulled or written (`Pull::Pending`):
+    /// the sender's write is revoked or waited for, the sender's send
+    /// completes (its message was matched). Whether `rid` was such a
+    /// receive.
+    pub fn cancel_rx(&mut self, rid: u64) -> bool {
+        if let Some(sp) = self.split.remove(&rid) {
+            self.fence_grant(sp.ring, sp.grant, rid);
+            self.stats.revoked += 1;
+            self.control(sp.from, kind::FIN, sp.key, 0);
+            return true;
+        }
+        if let Some(rx) = self.rx.remove(&rid) {
+            self.control(rx.from, kind::FIN, rx.key, 0);
+            return true;
+        }
+        false
+    }
+
+    /// Revokes every write a sender may still make into our receives
+    /// (closing): see `fence_grant`.
+    fn fence_all(&mut self) {
+        let splits: Vec<(u64, usize, usize)> = self.split.iter().map(|(&rid, sp)| (rid, sp.ring, sp.grant)).collect();
+        for (rid, ring, grant) in splits {
+            self.fence_grant(ring, grant, rid);
+            self.stats.revoked += 1;
+        }
+        self.split.clear();
     }
 
     /// The sender's half of a split receive: write it where the receiver
     /// said, then tell it.
-    fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, theirs: &[Range]) {
+    /// `grant` is the receiver's grant word for this write: taken before
+    /// writing, released after, and if the receiver revoked it (the
+    /// receive was cancelled, its endpoint closed) nothing is written.
+    fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, grant: u64, theirs: &[Range]) {
         if !self.tx_from(key, from) {
             return;
         }
@@ -721,15 +1006,22 @@ impl ShmWire {
         let Some(p) = self.peers[t.peer].as_ref() else { return };
         let (to, pid) = (p.addr, p.out.owner_pid());
         let n = ranges_len(theirs);
+        let g = usize::try_from(grant).unwrap_or(usize::MAX);
         let status = match at.checked_add(n) {
             Some(end) if end <= t.src.len() as u64 => {
-                match mailbox::cma_write(pid, &sub_ranges(&t.addrs, at, n), theirs) {
-                    Ok(w) if w as u64 == n => {
-                        self.stats.pushed_cma += 1;
-                        0
+                if !p.out.begin_write(g, rid) {
+                    -(FI_ECANCELED as i64)
+                } else {
+                    let r = mailbox::cma_write(pid, &sub_ranges(&t.addrs, at, n), theirs);
+                    p.out.end_write(g, rid);
+                    match r {
+                        Ok(w) if w as u64 == n => {
+                            self.stats.pushed_cma += 1;
+                            0
+                        }
+                        Ok(_) => -(FI_EIO as i64),
+                        Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
                     }
-                    Ok(_) => -(FI_EIO as i64),
-                    Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
                 }
             }
             _ => -(FI_EIO as i64),
@@ -743,6 +1035,9 @@ impl ShmWire {
             return;
         }
         let Some(sp) = self.split.remove(&rid) else { return };
+        // Normally DONE already (or never taken): this only waits on a
+        // sender that says WDONE while still writing.
+        self.fence_grant(sp.ring, sp.grant, rid);
         let ok = status == 0 || {
             let n = (sp.total - sp.at) as u64;
             let (mine, tail) = (
@@ -777,14 +1072,42 @@ impl ShmWire {
         if self.queued > 0 {
             for p in self.peers.iter_mut().flatten() {
                 while let Some(fr) = p.backlog.front() {
+                    if p.out.credit() < fr.cost {
+                        break;
+                    }
+                    let pos = p.out.tail();
                     let Some(mut s) = p.out.slot() else { break };
                     s.fields(fr.kind, fr.payload.len(), &fr.f);
                     s.payload(fr.payload.len()).copy_from_slice(&fr.payload);
                     if s.publish() {
                         self.bells.push(p.addr);
                     }
+                    p.out.charge(fr.cost);
+                    p.backlog_cost -= fr.cost;
+                    let done = fr.done;
                     p.backlog.pop_front();
                     self.queued -= 1;
+                    if let Some(d) = done {
+                        self.queued_sends -= 1;
+                        if d.delivery {
+                            p.delivery.push_back((pos, d.id));
+                            self.delivering += 1;
+                        } else {
+                            self.events.push_back(ShmEvent::SendDone { id: d.id });
+                        }
+                    }
+                }
+            }
+        }
+        if self.delivering > 0 {
+            for p in self.peers.iter_mut().flatten() {
+                while let Some(&(pos, id)) = p.delivery.front() {
+                    if !p.out.consumed(pos) {
+                        break;
+                    }
+                    p.delivery.pop_front();
+                    self.delivering -= 1;
+                    self.events.push_back(ShmEvent::SendDone { id });
                 }
             }
         }
@@ -873,6 +1196,28 @@ impl ShmWire {
         crate::warn!(crate::ffi::FI_LOG_EP_DATA, "shm peer {} went away", p.addr);
         self.routes.remove(&p.addr);
         self.queued -= p.backlog.len();
+        // Sends still waiting for its ring fail; those it took out of its
+        // ring before it went are complete.
+        for fr in &p.backlog {
+            if let Some(d) = fr.done {
+                self.queued_sends -= 1;
+                self.events.push_back(ShmEvent::SendFailed {
+                    id: d.id,
+                    err: FI_EHOSTUNREACH,
+                });
+            }
+        }
+        for &(pos, id) in &p.delivery {
+            self.delivering -= 1;
+            self.events.push_back(if p.out.consumed(pos) {
+                ShmEvent::SendDone { id }
+            } else {
+                ShmEvent::SendFailed {
+                    id,
+                    err: FI_EHOSTUNREACH,
+                }
+            });
+        }
         let dead: Vec<u64> = self.tx.iter().filter(|(_, t)| t.peer == ix).map(|(&k, _)| k).collect();
         for id in dead {
             let t = self.tx.remove(&id).unwrap();
@@ -899,14 +1244,18 @@ impl ShmWire {
 
     /// Anything in flight that needs `pump` to run.
     pub fn busy(&self) -> bool {
-        !self.tx.is_empty() || !self.rx.is_empty() || !self.split.is_empty() || self.backlogged() > 0
+        !self.tx.is_empty()
+            || !self.rx.is_empty()
+            || !self.split.is_empty()
+            || self.backlogged() > 0
+            || self.delivering > 0
     }
 
     /// When `pump` must run even if nothing arrives: soon while frames wait
     /// for ring space (a consumer freeing slots rings no bell), at the next
     /// liveness check while operations wait on peers.
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
-        if self.queued > 0 || self.pushing > 0 || !self.bells.is_empty() {
+        if self.queued > 0 || self.pushing > 0 || self.delivering > 0 || !self.bells.is_empty() {
             Some(now + 50_000)
         } else if self.busy() {
             Some(self.last_check + CHECK_EVERY_NS)
@@ -925,6 +1274,14 @@ impl ShmWire {
     }
 }
 
+impl Drop for ShmWire {
+    /// No sender may write into our receives' buffers once we are gone:
+    /// the application may free them as soon as the endpoint is closed.
+    fn drop(&mut self) {
+        self.fence_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -933,12 +1290,18 @@ mod tests {
     /// Two endpoints of this process, A sending to B. Each test uses its
     /// own ports so tests can run in parallel.
     fn pair(port: u16, geo: Geometry, cma: bool) -> (ShmWire, ShmWire, usize) {
+        pair_with(port, geo, cma, 0)
+    }
+
+    /// `pair` whose mailboxes lend `loan` credit bytes per ring.
+    fn pair_with(port: u16, geo: Geometry, cma: bool, loan: u64) -> (ShmWire, ShmWire, usize) {
         let a_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 99)), port);
         let b_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 99)), port + 1);
         let cfg = || ShmConfig {
             geo,
             cma,
             local_ips: vec![],
+            loan,
         };
         let a = ShmWire::new(a_addr, cfg(), 1).unwrap();
         let b = ShmWire::new(b_addr, cfg(), 2).unwrap();
@@ -973,15 +1336,15 @@ mod tests {
         // Ten messages into a ring of four: six wait in the backlog.
         for i in 0..10u64 {
             let data = vec![i as u8; 100 + i as usize];
-            a.send_eager(ix, &hdr(data.len(), i), &data);
+            a.send_eager(ix, &hdr(data.len(), i), &data, false, false);
         }
         assert_eq!(a.backlogged(), 6);
         for i in 0..10u64 {
             match next_msg(&mut a, &mut b) {
-                Incoming::Eager { slot, peer, hdr } => {
+                Incoming::Eager { slot, peer, hdr, .. } => {
                     assert_eq!(peer, a.me);
                     assert_eq!(hdr.tag, i);
-                    assert_eq!(b.payload(&slot), &vec![i as u8; 100 + i as usize][..]);
+                    assert_eq!(b.payload(&slot).to_vec(), vec![i as u8; 100 + i as usize]);
                     b.release(slot);
                 }
                 Incoming::Rts(_) => panic!("eager expected"),
@@ -1100,11 +1463,11 @@ mod tests {
         a.routes.clear();
         let ix = a.route(b.me).expect("a ring again");
         // A well-behaved message still gets through.
-        a.send_eager(ix, &hdr(3, 1), &vec![1u8, 2, 3]);
+        a.send_eager(ix, &hdr(3, 1), &vec![1u8, 2, 3], false, false);
         let Incoming::Eager { slot, .. } = next_msg(&mut a, &mut b) else {
             panic!()
         };
-        assert_eq!(b.payload(&slot), &[1, 2, 3]);
+        assert_eq!(b.payload(&slot).to_vec(), [1, 2, 3]);
     }
 
     #[test]
@@ -1119,17 +1482,18 @@ mod tests {
                 geo,
                 cma: true,
                 local_ips: vec![],
+                loan: 0,
             },
             3,
         )
         .unwrap();
         // The very next send notices the old mailbox closed.
         let ix2 = a.route(b_addr).expect("the new mailbox");
-        a.send_eager(ix2, &hdr(2, 9), &vec![4u8, 2]);
+        a.send_eager(ix2, &hdr(2, 9), &vec![4u8, 2], false, false);
         let Incoming::Eager { slot, hdr, .. } = next_msg(&mut a, &mut b2) else {
             panic!()
         };
-        assert_eq!((hdr.tag, b2.payload(&slot)), (9, &[4u8, 2][..]));
+        assert_eq!((hdr.tag, b2.payload(&slot).to_vec()), (9, vec![4u8, 2]));
         let _ = ix;
     }
 
@@ -1177,11 +1541,12 @@ mod tests {
             geo,
             cma: true,
             local_ips: vec![],
+            loan: 0,
         };
         let mut c = ShmWire::new(c_addr, cfg, 4).unwrap();
         c.control(a.me, kind::FIN, id, 0);
         c.control(a.me, kind::CTS, id, 1);
-        c.control_iov(a.me, kind::CTW, id, 1, 0, &[(8, 16)]);
+        c.control_iov(a.me, kind::CTW, id, 1, 0, 0, &[(8, 16)]);
         for _ in 0..10 {
             a.pump(0);
             while a.poll_msg().is_some() {}
@@ -1189,6 +1554,203 @@ mod tests {
         assert_eq!(a.poll_event(), None, "a forged FIN completed the send");
         assert_eq!((a.pushing, a.stats.pushed_cma), (0, 0));
         assert!(a.tx.contains_key(&id));
+    }
+
+    /// All events `w` has now, after a pump.
+    fn events(w: &mut ShmWire) -> Vec<ShmEvent> {
+        w.pump(0);
+        std::iter::from_fn(|| w.poll_event()).collect()
+    }
+
+    #[test]
+    fn sends_that_wait_for_ring_space_complete_only_once_in_the_ring() {
+        let (mut a, mut b, ix) = pair(41100, Geometry::new(2, 4, 256), true);
+        let mut pending = Vec::new();
+        for i in 0..10u64 {
+            match a.send_eager(ix, &hdr(8, i), &vec![i as u8; 8], false, false) {
+                Eager::Done => assert!(i < 4, "send {i} done with a full ring"),
+                Eager::Pending(id) => pending.push(id),
+                Eager::NoCredit => panic!("no credit limit here"),
+            }
+        }
+        assert_eq!(pending.len(), 6);
+        assert!(events(&mut a).is_empty(), "nothing left the backlog yet");
+        // The receiver takes two: exactly the next two sends complete.
+        for _ in 0..2 {
+            let Incoming::Eager { slot, .. } = b.poll_msg().unwrap() else {
+                panic!()
+            };
+            b.release(slot);
+        }
+        let done: Vec<_> = pending[..2].iter().map(|&id| ShmEvent::SendDone { id }).collect();
+        assert_eq!(events(&mut a), done);
+        // Then all of them, in order, each once.
+        let mut tags = vec![];
+        let mut completed = done;
+        while let Some(m) = b.poll_msg() {
+            let Incoming::Eager { slot, hdr, .. } = m else { panic!() };
+            tags.push(hdr.tag);
+            b.release(slot);
+            completed.extend(events(&mut a));
+        }
+        let all: Vec<_> = pending.iter().map(|&id| ShmEvent::SendDone { id }).collect();
+        assert_eq!((tags, completed), ((2..10).collect::<Vec<u64>>(), all));
+    }
+
+    #[test]
+    fn delivery_complete_waits_until_the_receiver_took_the_message() {
+        let (mut a, mut b, ix) = pair(41110, Geometry::new(2, 4, 256), true);
+        let Eager::Pending(id) = a.send_eager(ix, &hdr(3, 1), &vec![1u8, 2, 3], false, true) else {
+            panic!("delivery complete cannot be complete at once")
+        };
+        assert!(events(&mut a).is_empty());
+        let Incoming::Eager { slot, .. } = b.poll_msg().unwrap() else {
+            panic!()
+        };
+        assert!(events(&mut a).is_empty(), "published, not yet taken");
+        b.release(slot);
+        assert_eq!(events(&mut a), vec![ShmEvent::SendDone { id }]);
+    }
+
+    #[test]
+    fn credit_bounds_what_the_receiver_keeps_and_comes_back() {
+        let cost = credit_cost(200);
+        let loan = 8 * cost;
+        let (mut a, mut b, ix) = pair_with(41120, Geometry::new(2, 64, 256), true, loan);
+        // Eager until only the RTS reserve (a quarter of the loan) is left.
+        let mut eager = 0;
+        while a.send_eager(ix, &hdr(200, eager), &vec![7u8; 200], false, false) == Eager::Done {
+            eager += 1;
+        }
+        assert_eq!(eager, 6, "8 credits, a quarter kept back for RTS");
+        assert_eq!(a.stats.no_credit, 1);
+        // The receiver keeps them all (unexpected): it holds what it lent.
+        let mut kept = Vec::new();
+        while let Some(m) = b.poll_msg() {
+            kept.push(m.credit());
+            if let Incoming::Eager { slot, .. } = m {
+                b.release(slot);
+            }
+        }
+        assert_eq!((kept.len(), b.held(0)), (6, 6 * cost));
+        // An RTS still goes (the reserve), and an inject as long as credit
+        // covers it; the next inject waits for credit.
+        let src = vec![1u8; 200];
+        a.send_rts(ix, &hdr(200, 99), Box::new(src.clone()), &[(src.as_ptr() as u64, 200)])
+            .unwrap();
+        assert_eq!(
+            a.send_eager(ix, &hdr(200, 100), &vec![2u8; 200], true, false),
+            Eager::Done
+        );
+        let inj = a.send_eager(ix, &hdr(200, 101), &vec![3u8; 200], true, false);
+        let Eager::Pending(inj) = inj else { panic!("{inj:?}") };
+        assert!(matches!(b.poll_msg(), Some(Incoming::Rts(_))));
+        let Some(Incoming::Eager { slot, .. }) = b.poll_msg() else {
+            panic!()
+        };
+        b.release(slot);
+        assert!(b.poll_msg().is_none(), "the second inject waits for credit");
+        assert!(b.held(0) <= loan);
+        // The application takes a message: its credit goes back, the
+        // inject goes out and completes.
+        b.free_credit(kept[0]);
+        assert_eq!(events(&mut a), vec![ShmEvent::SendDone { id: inj }]);
+        let Some(Incoming::Eager { hdr, .. }) = b.poll_msg() else {
+            panic!()
+        };
+        assert_eq!(hdr.tag, 101);
+        assert!(b.held(0) <= loan);
+    }
+
+    #[test]
+    fn a_producer_beyond_its_loan_is_cut_off() {
+        let loan = 2 * credit_cost(100);
+        let (mut a, mut b, ix) = pair_with(41130, Geometry::new(2, 8, 256), true, loan);
+        // A producer that ignores the loan: three slots published directly.
+        for i in 0..3 {
+            let p = a.peers[ix].as_mut().unwrap();
+            let mut s = p.out.slot().unwrap();
+            s.fields(kind::EAGER, 100, &hdr_fields(&hdr(100, i)));
+            s.publish();
+        }
+        let mut got = 0;
+        while let Some(Incoming::Eager { slot, .. }) = b.poll_msg() {
+            b.release(slot);
+            got += 1;
+        }
+        assert_eq!((got, b.stats.rejected), (2, 1));
+        assert!(b.held(0) <= loan);
+    }
+
+    /// A large receive split with its sender (CTW), cancelled (or its
+    /// endpoint closed) before the sender got to its write: the sender
+    /// writes nothing, and its send still completes.
+    fn revoked_write(port: u16, close: bool) {
+        let (mut a, mut b, ix) = pair(port, Geometry::new(4, 4, 512), true);
+        let src = vec![0xabu8; 100_000];
+        let id = a
+            .send_rts(
+                ix,
+                &hdr(src.len(), 5),
+                Box::new(src.clone()),
+                &[(src.as_ptr() as u64, 100_000)],
+            )
+            .unwrap();
+        let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
+            panic!()
+        };
+        let mut dst = vec![0u8; 100_000];
+        let local = [(dst.as_mut_ptr() as usize, dst.len())];
+        let sink: Box<dyn RecvSink> = Box::new(Vec::<u8>::new());
+        let Pull::Pending(rid) = b.pull(&rts, &local, sink) else {
+            panic!("a split pull")
+        };
+        let at = dst.iter().position(|&x| x != 0xab).unwrap();
+        assert!(at > 0 && at < 100_000, "the first part was pulled");
+        let mut b = Some(b);
+        if close {
+            b = None;
+        } else {
+            let b = b.as_mut().unwrap();
+            assert!(b.cancel_rx(rid));
+            assert_eq!(b.stats.revoked, 1);
+        }
+        // Only now does the sender see the CTW (and the FIN, if cancelled).
+        for _ in 0..10 {
+            a.pump(0);
+            while a.poll_msg().is_some() {}
+        }
+        assert!(
+            dst[at..].iter().all(|&x| x == 0),
+            "the sender wrote after the revocation"
+        );
+        assert_eq!(a.stats.pushed_cma, 0);
+        if close {
+            // The receiver is gone: the send fails once that is noticed.
+            a.forget(ix);
+            assert_eq!(
+                a.poll_event(),
+                Some(ShmEvent::SendFailed {
+                    id,
+                    err: FI_EHOSTUNREACH
+                })
+            );
+        } else {
+            assert_eq!(a.poll_event(), Some(ShmEvent::SendDone { id }));
+            let b = b.as_mut().unwrap();
+            while b.poll_msg().is_some() {}
+            assert_eq!(b.poll_event(), None, "the refused write's WDONE completes nothing");
+        }
+    }
+
+    #[test]
+    fn cancel_revokes_the_senders_write() {
+        revoked_write(41140, false);
+    }
+
+    #[test]
+    fn close_revokes_the_senders_write() {
+        revoked_write(41150, true);
     }
 
     #[test]
