@@ -1544,6 +1544,152 @@ static void scn_peer_fail(void)
 	pass();
 }
 
+/* ========================================================= exit_after_send */
+
+/* Rank 1 sends N tagged 64-byte messages (each from its own buffer), waits
+ * for all N completions and exits at once, without closing anything: a
+ * completed send must not depend on the sender any more (the default
+ * FI_TRANSMIT_COMPLETE). Rank 0 posts nothing until rank 1 has posted all
+ * its sends, then receives 64 at a time and checks every message. */
+static void scn_exit_after_send(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	pair_open(&c, &o, "msg|tagged");
+	enum { N = 200, S = 64, W = 64 };
+	static char b[N][S];
+	struct fi_context2 x[N];
+	void *d = reg(&c, b, sizeof b);
+	const uint64_t TAG = 0xe417;
+	if (g_rank == 0) {
+		oob_wait_progress(1, "posted");
+		int got = 0;
+		while (got < N) {
+			int k = MIN(W, N - got);
+			for (int i = 0; i < k; i++)
+				POST(fi_trecv(c.ep, b[got + i], S, d, c.addr[1], TAG, 0, &x[got + i]));
+			for (int i = 0; i < k; i++) {
+				struct comp e = cqw_ok(&c.rx);
+				EXPECT(e.ctx == &x[got + i], "message %d out of order (ctx %p)", got + i, e.ctx);
+				check("message", b[got + i], S, 500 + got + i);
+			}
+			got += k;
+		}
+		info("received all %d messages of a sender that exited after its completions", N);
+		cqw_none(&c.rx, 20);
+		ctx_close(&c);
+		pass();
+	}
+	for (int i = 0; i < N; i++) {
+		fill(b[i], S, 500 + i);
+		POST(fi_tsend(c.ep, b[i], S, d, c.addr[0], TAG, &x[i]));
+	}
+	oob_send(0, "posted");
+	for (int i = 0; i < N; i++)
+		cqw_ok(&c.tx);
+	/* Gone, as a process that is done: nothing closed. */
+	printf("PASS\n");
+	fflush(stdout);
+	exit(0);
+}
+
+/* =============================================================== ctw_fence */
+
+/* A receive that a local sender writes into (shm: the receiver pulls the
+ * first half of a large message and asks the sender to write the second,
+ * CTW) is cancelled (arg "cancel") or its endpoint closed (arg "close")
+ * before the sender got to the write. Afterwards nothing may land in the
+ * buffer: rank 0 paints it and only then lets rank 1 progress; rank 1
+ * (manual progress: nothing happens between its calls) then sees the CTW
+ * and its send completes; rank 0 checks the paint. On wires where a matched
+ * receive cannot be cancelled (-FI_ENOENT), the receive just completes. */
+static void scn_ctw_fence(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.progress = FI_PROGRESS_MANUAL;
+	pair_open(&c, &o, "msg|tagged, manual progress");
+	int close_ep = !strcmp(g_arg, "close");
+	enum { S = 1 << 20 };
+	char *b = xmalloc(S);
+	void *d = reg(&c, b, S);
+	struct fi_context2 x;
+	const uint64_t TAG = 0xfe9ce;
+	/* gnix's shm wire (not FI_GNIX_SHM=0) must be able to cancel it. */
+	const char *shm = getenv("FI_GNIX_SHM");
+	int must_cancel = g_strict && !(shm && !strcmp(shm, "0"));
+	/* A word from rank 0 first, so both directions of the wire are in use
+	 * (rank 1 already reads what rank 0 sends) when the large one comes. */
+	static char hello[8];
+	struct fi_context2 hx;
+	if (g_rank == 1) {
+		POST(fi_trecv(c.ep, hello, sizeof hello, NULL, c.addr[0], TAG + 1, 0, &hx));
+		cqw_ok(&c.rx);
+		fill(b, S, 77);
+		POST(fi_tsend(c.ep, b, S, d, c.addr[0], TAG, &x));
+		/* No provider call until rank 0 has let go of its buffer. */
+		oob_wait(0, "go");
+		struct comp e = cqw_get(&c.tx);
+		info("send completed with err %d (%s)", e.err, e.err ? fi_strerror(e.err) : "ok");
+		EXPECT(close_ep || e.err == 0, "send to a cancelled receive: err %d", e.err);
+		oob_send(0, "done");
+		oob_wait(0, "bye");
+		if (!close_ep)
+			ctx_close(&c);
+		pass();
+	}
+	POST(fi_tsend(c.ep, hello, sizeof hello, NULL, c.addr[1], TAG + 1, &hx));
+	cqw_ok(&c.tx);
+	memset(b, 0, S);
+	POST(fi_trecv(c.ep, b, S, d, c.addr[1], TAG, 0, &x));
+	/* Progress until the data starts to arrive (the first half is pulled
+	 * in one go) or the receive completes. */
+	struct comp e;
+	int completed = 0;
+	uint64_t dl = now_ms() + g_timeout_ms;
+	while (!(completed = cqw_try(&c.rx, &e)) && b[0] == 0 && b[1] == 0 && b[2] == 0) {
+		if (now_ms() > dl)
+			FAIL("the message never started to arrive");
+	}
+	int fenced = 0;
+	if (!completed) {
+		if (close_ep) {
+			CHK(fi_close(&c.ep->fid));
+			fenced = 1;
+		} else {
+			int r = fi_cancel(&c.ep->fid, &x);
+			EXPECT(r == 0 || r == -FI_ENOENT, "fi_cancel = %d", r);
+			if (r == 0) {
+				e = cqw_get(&c.rx);
+				EXPECT(e.err == FI_ECANCELED && e.ctx == &x, "cancelled receive: err %d ctx %p", e.err,
+				       e.ctx);
+				fenced = 1;
+			}
+		}
+	}
+	if (fenced) {
+		memset(b, 0x5a, S);
+		oob_send(1, "go");
+		oob_wait(1, "done");
+		for (size_t i = 0; i < S; i++)
+			EXPECT(b[i] == 0x5a, "byte %zu written after the receive was %s", i,
+			       close_ep ? "closed" : "cancelled");
+		info("nothing written after the %s", close_ep ? "close" : "cancel");
+	} else {
+		/* Not cancellable here: the receive runs to completion. */
+		EXPECT(!must_cancel, "gnix's shm wire could not cancel a receive it was writing into");
+		oob_send(1, "go");
+		if (!completed)
+			e = cqw_get(&c.rx);
+		EXPECT(e.err == 0, "receive: err %d", e.err);
+		check("message", b, S, 77);
+		oob_wait(1, "done");
+		info("matched receive not cancellable on this wire; completed");
+	}
+	oob_send(1, "bye");
+	pass();
+}
+
 /* ================================================================ incast */
 
 /* kB of a /proc/self/status field (VmRSS, VmHWM) */
@@ -1707,4 +1853,6 @@ static void scn_incast(void)
 	{ "pingpong", scn_pingpong }, \
 	{ "large", scn_large }, \
 	{ "peer_fail", scn_peer_fail }, \
-	{ "incast", scn_incast },
+	{ "incast", scn_incast }, \
+	{ "exit_after_send", scn_exit_after_send }, \
+	{ "ctw_fence", scn_ctw_fence },
