@@ -414,7 +414,11 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
             -FI_EINVAL
         }
     })?;
-    let engine = Engine::new(engine_config(dom, &wire), wire.local_addr(), seed());
+    let engine = Engine::new(
+        engine_config(dom, &wire),
+        wire.local_addr(),
+        Box::new(crate::proto::OsEntropy),
+    );
     let shm = if p.shm {
         let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager);
         let cfg = ShmConfig {

@@ -1,6 +1,7 @@
-//! splitmix64: the one small seeded generator of the crate — connection
-//! ids and initial sequence numbers in the engine, and the schedules of the
-//! simulated-network, fuzz and model tests. Not for secrets.
+//! splitmix64: the one small seeded generator of the crate — the schedules
+//! of the simulated-network, fuzz and model tests, and the engine's entropy
+//! under test. Not for secrets: one output gives its state away (the
+//! engine's connection ids come from the OS, see proto/entropy.rs).
 
 #[derive(Clone, Debug)]
 pub struct SplitMix(pub u64);

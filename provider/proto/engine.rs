@@ -21,8 +21,9 @@
 //! rendezvous data. Messages go before bulk data so a small send is not
 //! stuck behind a large pull.
 
-use super::conn::{classify_req, req_interval, Handshake, ReqVerdict};
+use super::conn::{classify_req, req_interval, CookieKey, Handshake, ReqVerdict};
 use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
+use super::entropy::Entropy;
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
 use super::wire::{self, Frame, FrameHead, Packet};
 use super::{
@@ -72,7 +73,6 @@ pub(crate) const PUSH_BACKOFF: u32 = 8;
 const PLACEMENT_MIN_SEG: usize = 16 << 10;
 
 use crate::hash::KeyedState;
-use crate::rng::SplitMix;
 
 type Map<K, V> = HashMap<K, V, KeyedState>;
 
@@ -88,7 +88,9 @@ struct Shared {
     hasher: KeyedState,
     next_rid: RndvId,
     next_msg_id: MsgId,
-    rng: SplitMix,
+    /// Connection ids and ISNs, drawn per VC (`entropy.rs`).
+    entropy: Box<dyn Entropy>,
+    cookie_key: CookieKey,
     forced_isn: Option<u32>,
     /// Receive budget for eager and unexpected messages (credit flow control).
     bank: Option<CreditBank>,
@@ -404,7 +406,9 @@ struct Vc {
     credit_retry_at: u64,
     /// `Event::PeerUp` was emitted for this incarnation of the VC.
     up_announced: bool,
-    challenge: Option<Challenge>,
+    /// Established: the nonce of a CONN_REQ with a new connection id, to
+    /// be answered with a CHALLENGE (the latest one only: see conn.rs).
+    challenge_due: Option<u64>,
     /// Sending side: rendezvous sends left to go without a push, after the
     /// peer dropped pushed data.
     push_backoff: u32,
@@ -423,48 +427,24 @@ enum Tick {
     Idle,
     Ready,
     Fail,
-    /// A challenged CONN_REQ went unrefuted: the peer did restart.
-    Restart(Challenge),
-}
-
-/// A CONN_REQ with a new connection id arrived on an established VC. It
-/// means the peer restarted, or someone who knows its address but not our
-/// connection id forged it (which costs one datagram). So before failing
-/// everything in flight to that peer, the old VC is probed (RFC 5961's
-/// challenge ACK, in spirit): if the peer we know acknowledges something
-/// sent after the request came, the request was not its, and is dropped;
-/// if nothing is heard by `until`, the restart is accepted.
-#[derive(Clone, Copy, Debug)]
-struct Challenge {
-    nonce: u64,
-    isn: u32,
-    window: u32,
-    until: u64,
-    /// Our next sequence number when the challenge began: a cumulative
-    /// ACK beyond it proves the old incarnation alive now.
-    floor: u64,
 }
 
 impl Vc {
     fn new(sh: &mut Shared, peer: SocketAddr, now: u64) -> Vc {
         let local_nonce = loop {
-            let n = sh.rng.next_u64();
+            let n = sh.entropy.next_u64();
             if n != 0 {
                 break n;
             }
         };
-        let snd_isn = sh.forced_isn.unwrap_or(sh.rng.next_u64() as u32);
+        let isn = sh.entropy.next_u64() as u32;
+        let snd_isn = sh.forced_isn.unwrap_or(isn);
         let first_seq = SEQ_BASE + snd_isn as u64;
         Vc {
             peer,
             local_nonce,
             peer_nonce: None,
-            hs: Handshake::Connecting {
-                since: now,
-                next_req_at: u64::MAX,
-                attempts: 0,
-                req_due: true,
-            },
+            hs: Handshake::connecting(now),
             resp_pending: false,
             seg_limit: if sh.cfg.local_ips.contains(&peer.ip()) {
                 sh.cfg.local_max_datagram.max(sh.cfg.max_datagram)
@@ -506,7 +486,7 @@ impl Vc {
             credit_due: sh.bank.is_some(),
             credit_retry_at: 0,
             up_announced: false,
-            challenge: None,
+            challenge_due: None,
             push_backoff: 0,
             pushes: Map::with_hasher(sh.hasher),
             last_rts_key: None,
@@ -540,6 +520,7 @@ impl Vc {
     fn has_pending_work(&self) -> bool {
         !self.established()
             || self.resp_pending
+            || self.challenge_due.is_some()
             || self.credit_due
             || !self.unacked.is_empty()
             || !self.ctrl.is_empty()
@@ -555,9 +536,10 @@ impl Vc {
     /// later (an ACK, a timer, a new send) marks the VC ready again.
     fn may_transmit(&self, now: u64) -> bool {
         match self.hs {
-            Handshake::Connecting { req_due, .. } => req_due,
+            Handshake::Connecting { req_due, answer, .. } => req_due || answer.is_some(),
             Handshake::Established => {
                 self.resp_pending
+                    || self.challenge_due.is_some()
                     || self.credit_due
                     || (self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)))
                     || !self.rtx.is_empty()
@@ -602,9 +584,6 @@ impl Vc {
         if self.borrower.stalled() && !self.credit_due {
             take(self.credit_retry_at);
         }
-        if let Some(c) = self.challenge {
-            take(c.until);
-        }
         t
     }
 
@@ -615,6 +594,7 @@ impl Vc {
             next_req_at,
             attempts,
             req_due,
+            ..
         } = &mut self.hs
         {
             if now.saturating_sub(*since) >= cfg.peer_timeout_ns {
@@ -630,9 +610,6 @@ impl Vc {
             *req_due = true;
             *next_req_at = u64::MAX;
             return Tick::Ready;
-        }
-        if let Some(c) = self.challenge.filter(|c| now >= c.until) {
-            return Tick::Restart(c);
         }
         let mut tick = Tick::Idle;
         if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
@@ -726,23 +703,41 @@ impl Vc {
             req_due,
             next_req_at,
             attempts,
+            cookie,
+            answer,
             ..
         } = &mut self.hs
         {
-            if !*req_due {
-                return None;
+            if *req_due {
+                *req_due = false;
+                *next_req_at = now + req_interval(sh.cfg.rto_init_ns, sh.cfg.rto_max_ns, *attempts);
+                sh.stats.conn_reqs_sent += 1;
+                return Some(wire::encode_conn_req(
+                    buf,
+                    self.local_nonce,
+                    *cookie,
+                    self.snd_isn,
+                    self.rcv_window,
+                ));
             }
-            *req_due = false;
-            *next_req_at = now + req_interval(sh.cfg.rto_init_ns, sh.cfg.rto_max_ns, *attempts);
-            sh.stats.conn_reqs_sent += 1;
-            return Some(wire::encode_conn_req(
+            // The peer's CONN_REQ crossed ours: answer it with what ours
+            // carried; its answer to ours establishes the VC.
+            let echo = answer.take()?;
+            sh.stats.conn_resps_sent += 1;
+            return Some(wire::encode_conn_resp(
                 buf,
                 self.local_nonce,
+                echo,
                 self.snd_isn,
                 self.rcv_window,
             ));
         }
         let peer_nonce = self.peer_nonce?;
+        if let Some(theirs) = self.challenge_due.take() {
+            sh.stats.challenges_sent += 1;
+            let cookie = sh.cookie_key.cookie(self.peer, theirs, self.local_nonce);
+            return Some(wire::encode_challenge(buf, theirs, cookie));
+        }
         if self.resp_pending {
             self.resp_pending = false;
             sh.stats.conn_resps_sent += 1;
@@ -1138,12 +1133,6 @@ impl Vc {
             } else {
                 Some(now + self.rtt.rto(&sh.cfg))
             };
-        }
-        if self.challenge.is_some_and(|c| self.snd_una > c.floor) {
-            // The peer we know acknowledged what we sent after the
-            // CONN_REQ came: it is alive and did not send that request.
-            self.challenge = None;
-            sh.stats.conn_reqs_refuted += 1;
         }
     }
 
@@ -1700,9 +1689,11 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
-        let mut rng = SplitMix(seed ^ 0x6E69_7867_5F70_726F);
-        let hasher = KeyedState(rng.next_u64() | 1);
+    /// An engine that draws its connection ids, ISNs and keys from
+    /// `entropy` (the endpoint: `OsEntropy`; see entropy.rs).
+    pub fn new(cfg: EngineConfig, local: SocketAddr, mut entropy: Box<dyn Entropy>) -> Engine {
+        let hasher = KeyedState(entropy.next_u64() | 1);
+        let cookie_key = CookieKey::new(&mut *entropy);
         let bank = cfg.credits.map(CreditBank::new);
         Engine {
             sh: Shared {
@@ -1715,7 +1706,8 @@ impl Engine {
                 hasher,
                 next_rid: 1,
                 next_msg_id: 1,
-                rng,
+                entropy,
+                cookie_key,
                 forced_isn: None,
                 bank,
                 pull_order: VecDeque::new(),
@@ -1727,6 +1719,13 @@ impl Engine {
             ready: VecDeque::new(),
             failing: Vec::new(),
         }
+    }
+
+    /// An engine whose randomness replays from `seed` (the simulated
+    /// network, the fuzzers).
+    #[cfg(test)]
+    pub fn seeded(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
+        Engine::new(cfg, local, Box::new(crate::rng::SplitMix(seed ^ 0x6E69_7867_5F70_726F)))
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -1799,6 +1798,12 @@ impl Engine {
     /// Number of VCs (connecting or established).
     pub fn peer_count(&self) -> usize {
         self.vcs.len()
+    }
+
+    /// VCs holding a CHALLENGE to send: at most one each, whatever number
+    /// of CONN_REQs asked for one (the handshake keeps no state per request).
+    pub fn challenges_pending(&self) -> usize {
+        self.vcs.values().filter(|v| v.challenge_due.is_some()).count()
     }
 
     pub fn is_connected(&self, peer: SocketAddr) -> bool {
@@ -2011,7 +2016,12 @@ impl Engine {
             }
         };
         match pkt {
-            Packet::ConnReq { nonce, isn, window } => self.on_conn_req(from, nonce, isn, window, now),
+            Packet::ConnReq {
+                nonce,
+                cookie,
+                isn,
+                window,
+            } => self.on_conn_req(from, nonce, cookie, isn, window, now),
             Packet::ConnResp {
                 nonce,
                 echo,
@@ -2027,11 +2037,32 @@ impl Engine {
                     sh.stats.dropped_stale += 1;
                     return;
                 }
-                if vc.peer_nonce.is_none() {
+                if let Handshake::Connecting { answer, .. } = vc.hs {
                     vc.establish(&sh.cfg, nonce, isn, window, now);
+                    // A crossing CONN_REQ of this peer not answered yet is
+                    // answered as a duplicate now.
+                    vc.resp_pending = answer == Some(nonce);
                     mark_ready(&mut self.ready, vc);
                     // It echoed our connection id (checked above).
                     vc.announce_up(sh);
+                }
+            }
+            Packet::Challenge { echo, cookie } => {
+                let sh = &mut self.sh;
+                let Some(vc) = self.vcs.get_mut(&from) else {
+                    sh.stats.dropped_unknown_peer += 1;
+                    return;
+                };
+                // Only a VC connecting with the challenged nonce asked for
+                // it; anything else is stale, misdirected or forged.
+                match &mut vc.hs {
+                    Handshake::Connecting { req_due, cookie: c, .. } if echo == vc.local_nonce => {
+                        sh.stats.challenges_answered += 1;
+                        *c = cookie;
+                        *req_due = true;
+                        mark_ready(&mut self.ready, vc);
+                    }
+                    _ => sh.stats.dropped_stale += 1,
                 }
             }
             Packet::Ack { conn, ack, sack } => {
@@ -2199,59 +2230,52 @@ impl Engine {
         true
     }
 
-    fn on_conn_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
-        if from == self.sh.local {
+    /// A CONN_REQ (see conn.rs for what it may and may not change).
+    fn on_conn_req(&mut self, from: SocketAddr, nonce: u64, cookie: u64, isn: u32, window: u32, now: u64) {
+        let sh = &mut self.sh;
+        if from == sh.local {
             // Our own VC to ourselves never handshakes: this is forged or looped.
-            self.sh.stats.dropped_stale += 1;
+            sh.stats.dropped_stale += 1;
             return;
         }
-        let existing = self.vcs.get(&from).map(|v| v.peer_nonce);
-        match classify_req(existing, nonce) {
-            ReqVerdict::Restarted => self.challenge(from, nonce, isn, window, now),
-            ReqVerdict::Duplicate => self.accept_req(from, nonce, isn, window, true, now),
-            _ => self.accept_req(from, nonce, isn, window, false, now),
-        }
-    }
-
-    /// Establishes the VC a CONN_REQ asks for (unless `duplicate`: it is
-    /// established, our CONN_RESP was lost) and answers it. PeerUp waits for
-    /// the first datagram that echoes our connection id (live_vc).
-    fn accept_req(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, duplicate: bool, now: u64) {
-        let sh = &mut self.sh;
-        let vc = self.vcs.entry(from).or_insert_with(|| Vc::new(sh, from, now));
-        if duplicate {
-            vc.last_heard = now;
-        } else {
-            vc.establish(&sh.cfg, nonce, isn, window, now);
-        }
-        vc.resp_pending = true;
-        mark_ready(&mut self.ready, vc);
-    }
-
-    /// A CONN_REQ with a new connection id on an established VC (see
-    /// `Challenge`): probe the old VC with a reliable no-op, and decide
-    /// when its answer comes or the time is up. Further requests only
-    /// update what is accepted then; they neither probe again nor
-    /// postpone the decision.
-    fn challenge(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64) {
-        let sh = &mut self.sh;
-        let Some(vc) = self.vcs.get_mut(&from) else { return };
-        match &mut vc.challenge {
-            Some(c) => {
-                (c.nonce, c.isn, c.window) = (nonce, isn, window);
+        let existing = self.vcs.get_mut(&from);
+        let verdict = classify_req(existing.as_ref().map(|v| v.peer_nonce), nonce);
+        match (verdict, existing) {
+            (ReqVerdict::Fresh, _) => {
+                let mut vc = Vc::new(sh, from, now);
+                vc.establish(&sh.cfg, nonce, isn, window, now);
+                vc.resp_pending = true;
+                mark_ready(&mut self.ready, self.vcs.entry(from).or_insert(vc));
             }
-            None => {
-                sh.stats.conn_reqs_challenged += 1;
-                vc.challenge = Some(Challenge {
-                    nonce,
-                    isn,
-                    window,
-                    until: now + 2 * vc.rtt.rto(&sh.cfg).max(sh.cfg.rto_min_ns),
-                    floor: vc.snd_nxt,
-                });
-                vc.ctrl.push_back(SegFrame::Nop);
+            (ReqVerdict::Simultaneous, Some(vc)) => {
+                if let Handshake::Connecting { answer, .. } = &mut vc.hs {
+                    *answer = Some(nonce);
+                }
                 mark_ready(&mut self.ready, vc);
             }
+            (ReqVerdict::Duplicate, Some(vc)) => {
+                // Not "heard from": anyone can replay a CONN_REQ.
+                sh.stats.conn_reqs_duplicate += 1;
+                vc.resp_pending = true;
+                mark_ready(&mut self.ready, vc);
+            }
+            (ReqVerdict::Restarted, Some(vc)) => {
+                if cookie != 0 && cookie == sh.cookie_key.cookie(from, nonce, vc.local_nonce) {
+                    // The requester received our CHALLENGE at the peer's
+                    // address: the peer restarted.
+                    sh.stats.peers_restarted += 1;
+                    self.fail_vc(from, EngineError::PeerRestarted, true);
+                    self.on_conn_req(from, nonce, 0, isn, window, now);
+                    return;
+                }
+                if cookie != 0 {
+                    sh.stats.conn_reqs_forged += 1;
+                }
+                sh.stats.conn_reqs_challenged += 1;
+                vc.challenge_due = Some(nonce);
+                mark_ready(&mut self.ready, vc);
+            }
+            (_, None) => unreachable!("only a Fresh verdict has no VC"),
         }
     }
 
@@ -2414,24 +2438,17 @@ impl Engine {
                 mark_ready(&mut self.ready, vc);
             }
         }
-        let mut restarts = Vec::new();
         for vc in self.vcs.values_mut() {
             match vc.on_timeout(&mut self.sh, now) {
                 Tick::Idle => {}
                 Tick::Ready => mark_ready(&mut self.ready, vc),
                 Tick::Fail => failing.push(vc.peer),
-                Tick::Restart(c) => restarts.push((vc.peer, c)),
             }
         }
         for addr in failing.drain(..) {
             self.fail_vc(addr, EngineError::PeerUnreachable, true);
         }
         self.failing = failing;
-        for (addr, c) in restarts {
-            self.sh.stats.peers_restarted += 1;
-            self.fail_vc(addr, EngineError::PeerRestarted, true);
-            self.accept_req(addr, c.nonce, c.isn, c.window, false, now);
-        }
     }
 
     pub fn has_pending_work(&self) -> bool {

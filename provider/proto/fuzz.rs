@@ -12,13 +12,23 @@
 //!   VC, or it names a connection id that is not the receiver's. Rounds
 //!   alternate between chaos (any mutation, including ones that carry the
 //!   right connection id, with lossy real traffic in between) and checked
-//!   rounds (only junk that must be dropped, from the peer's address and
-//!   from strangers, while real messages flow): there every real message,
-//!   eager and rendezvous, arrives exactly once, in order, intact.
+//!   rounds (only junk that must be dropped or must change nothing, from
+//!   the peer's address and from strangers, while real messages flow:
+//!   forged CONN_REQs from the peer's address among it): there every real
+//!   message, eager and rendezvous, arrives exactly once, in order, intact,
+//!   and the VC is never restarted.
 //!
-//! Budget and seed: `GNIX_FUZZ_SECS` (default 20: a quarter for the
-//! decoder, the rest for the engine) and `GNIX_FUZZ_SEED` (default: from the
-//! clock, printed; a failure prints the seed, round and input to replay).
+//! Under `cargo test` both run a fixed number of rounds from fixed seeds (a
+//! second or two in release). The long randomised runs are `#[ignore]`d:
+//!
+//! ```text
+//! GNIX_FUZZ_SECS=600 cargo test --release --lib fuzz -- --ignored --nocapture
+//! ```
+//!
+//! `GNIX_FUZZ_SECS` (default 60: a quarter for the decoder, the rest for
+//! the engine, the two in parallel) and `GNIX_FUZZ_SEED` (default: from the
+//! clock, printed). A failure prints the seed, round and input; rerun with
+//! that `GNIX_FUZZ_SEED` to replay it.
 
 use super::wire::{self, FrameHead, Packet};
 use super::{Engine, EngineConfig, EngineStats, Event, MsgBody, MsgHdr, RecvSink, SendMode};
@@ -30,15 +40,35 @@ use std::time::{Duration, Instant};
 
 use crate::rng::SplitMix as Rng;
 
-fn budget(share_num: u32, share_den: u32) -> Duration {
-    let secs: f64 = std::env::var("GNIX_FUZZ_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20.0);
-    Duration::from_secs_f64(secs * share_num as f64 / share_den as f64)
+/// How long a fuzzer runs: a fixed number of rounds (the `cargo test`
+/// run: reproducible, bounded), or until a deadline (the long runs).
+#[derive(Clone, Copy)]
+enum Budget {
+    Rounds(u64),
+    Until(Instant),
 }
 
-fn seed(what: &str) -> u64 {
+impl Budget {
+    /// Whether another round is due after `done` rounds.
+    fn more(&self, done: u64) -> bool {
+        match *self {
+            Budget::Rounds(n) => done < n,
+            Budget::Until(t) => Instant::now() < t,
+        }
+    }
+
+    /// The long run's share of `GNIX_FUZZ_SECS`.
+    fn long_run(share_num: u32, share_den: u32) -> Budget {
+        let secs: f64 = std::env::var("GNIX_FUZZ_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60.0);
+        Budget::Until(Instant::now() + Duration::from_secs_f64(secs * share_num as f64 / share_den as f64))
+    }
+}
+
+/// The long run's seed: `GNIX_FUZZ_SEED`, or from the clock; printed.
+fn long_run_seed(what: &str) -> u64 {
     let s = std::env::var("GNIX_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -124,8 +154,8 @@ struct Pair {
     /// A->B datagrams not yet delivered.
     to_b: VecDeque<Vec<u8>>,
     to_a: VecDeque<Vec<u8>>,
-    /// Nonces B announced in its handshake answers (a fuzzer splicing one of
-    /// these back would carry a valid connection id).
+    /// Nonces B announced in its handshake datagrams (a fuzzer splicing one
+    /// of these back would carry a valid connection id).
     b_nonces: HashSet<u64>,
     /// B's connection id as A last used it.
     b_conn: Option<u64>,
@@ -136,8 +166,8 @@ struct Pair {
 impl Pair {
     fn new(rng: &mut Rng) -> Pair {
         Pair {
-            a: Engine::new(config(), addr_a(), rng.next_u64()),
-            b: Engine::new(config(), addr_b(), rng.next_u64()),
+            a: Engine::seeded(config(), addr_a(), rng.next_u64()),
+            b: Engine::seeded(config(), addr_b(), rng.next_u64()),
             now: 1_000_000,
             buf: vec![0u8; 70_000],
             to_b: VecDeque::new(),
@@ -159,7 +189,7 @@ impl Pair {
             }
         }
         while let Some((to, n)) = self.b.poll_transmit(self.now, &mut self.buf) {
-            if let Ok(Packet::ConnResp { nonce, .. }) = wire::decode(&self.buf[..n]) {
+            if let Ok(Packet::ConnResp { nonce, .. } | Packet::ConnReq { nonce, .. }) = wire::decode(&self.buf[..n]) {
                 self.b_nonces.insert(nonce);
             }
             if to == addr_a() {
@@ -275,13 +305,15 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
     let mut b = vec![0u8; 2048];
     let conn = rng.next_u64();
     let (ack, sack, seq) = (rng.next_u64() as u32, rng.next_u64(), rng.next_u64() as u32);
-    let n = match rng.below(11) {
+    let n = match rng.below(12) {
         0 => wire::encode_conn_req(
             &mut b,
             rng.next_u64() | 1,
+            if rng.chance(50.0) { 0 } else { rng.next_u64() },
             rng.next_u64() as u32,
             1 + rng.below(8192) as u32,
         ),
+        11 => wire::encode_challenge(&mut b, rng.next_u64() | 1, rng.next_u64() | 1),
         1 => wire::encode_conn_resp(
             &mut b,
             rng.next_u64() | 1,
@@ -344,6 +376,9 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
     b
 }
 
+/// Every kind byte the decoder knows, and one it does not.
+const KINDS: [u8; 15] = [1, 2, 3, 4, 5, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0];
+
 const INTERESTING32: [u32; 8] = [0, 1, 2, 0x7fff_ffff, 0x8000_0000, u32::MAX, u32::MAX - 1, 4096];
 const INTERESTING64: [u64; 8] = [0, 1, u64::MAX, 1 << 63, 1 << 32, 65536, 65537, u64::MAX >> 1];
 
@@ -377,9 +412,7 @@ fn mutate(rng: &mut Rng, base: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
                 rng.fill(&mut extra);
                 b.extend_from_slice(&extra);
             }
-            6 if len >= 4 => {
-                b[3] = [1u8, 2, 3, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0][rng.below(12) as usize]
-            }
+            6 if len >= 4 => b[3] = KINDS[rng.below(KINDS.len() as u64) as usize],
             7 if !corpus.is_empty() => {
                 // splice: our head, another datagram's tail
                 let o = &corpus[rng.below(corpus.len() as u64) as usize];
@@ -415,7 +448,13 @@ fn mutate(rng: &mut Rng, base: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
 fn encode(p: &Packet<'_>) -> Vec<u8> {
     let mut b = vec![0u8; 70_000];
     let n = match *p {
-        Packet::ConnReq { nonce, isn, window } => wire::encode_conn_req(&mut b, nonce, isn, window),
+        Packet::ConnReq {
+            nonce,
+            cookie,
+            isn,
+            window,
+        } => wire::encode_conn_req(&mut b, nonce, cookie, isn, window),
+        Packet::Challenge { echo, cookie } => wire::encode_challenge(&mut b, echo, cookie),
         Packet::ConnResp {
             nonce,
             echo,
@@ -533,15 +572,19 @@ fn corpus(rng: &mut Rng) -> Vec<Vec<u8>> {
     c
 }
 
-#[test]
-fn fuzz_wire_decoder() {
-    let seed = seed("fuzz_wire_decoder");
+/// Inputs the decoder fuzzer takes per round.
+const DECODER_BATCH: u64 = 256;
+
+/// Mutated datagrams through `wire::decode`: no panic, and whatever is
+/// accepted re-encodes to the same bytes' length and decodes the same.
+/// Returns (inputs, decoded).
+fn run_decoder(seed: u64, budget: Budget) -> (u64, u64) {
     let mut rng = Rng(seed);
     let corpus = corpus(&mut rng);
-    let deadline = Instant::now() + budget(1, 4);
-    let (mut n, mut ok) = (0u64, 0u64);
-    while Instant::now() < deadline {
-        for _ in 0..256 {
+    let (mut n, mut ok, mut rounds) = (0u64, 0u64, 0u64);
+    while budget.more(rounds) {
+        rounds += 1;
+        for _ in 0..DECODER_BATCH {
             let base = &corpus[rng.below(corpus.len() as u64) as usize];
             let input = mutate(&mut rng, base, &corpus);
             let r = catch_unwind(|| {
@@ -567,13 +610,28 @@ fn fuzz_wire_decoder() {
         }
     }
     eprintln!(
-        "fuzz_wire_decoder: {n} inputs, {ok} decoded ({} corpus datagrams)",
+        "fuzz_wire_decoder: seed {seed}: {n} inputs, {ok} decoded ({} corpus datagrams)",
         corpus.len()
     );
     assert!(
         ok > 0 && ok < n,
         "the mutations should produce both valid and invalid datagrams"
     );
+    (n, ok)
+}
+
+/// About 150,000 inputs, a few tenths of a second in release.
+#[test]
+fn fuzz_wire_decoder() {
+    for seed in [1, 2, 3] {
+        run_decoder(seed, Budget::Rounds(200));
+    }
+}
+
+#[test]
+#[ignore = "long randomised run: GNIX_FUZZ_SECS, GNIX_FUZZ_SEED (tests/README.md)"]
+fn fuzz_wire_decoder_long() {
+    run_decoder(long_run_seed("fuzz_wire_decoder_long"), Budget::long_run(1, 4));
 }
 
 /// Feeds one datagram to B and checks the drop oracle.
@@ -584,6 +642,7 @@ fn feed(p: &mut Pair, from: SocketAddr, d: &[u8]) -> bool {
     let must_drop = match &decoded {
         Err(_) => Some("does not decode"),
         Ok(Packet::ConnReq { .. }) => None,
+        Ok(Packet::Challenge { echo, .. }) if !known_conn(*echo) => Some("challenge of no request of the receiver"),
         Ok(_) if from != addr_a() && !p.b.is_connected(from) => Some("not a handshake, from an address with no VC"),
         Ok(Packet::ConnResp { .. }) => None,
         Ok(Packet::Ack { conn, .. }) | Ok(Packet::Seg { conn, .. }) if from == addr_a() && !known_conn(*conn) => {
@@ -613,15 +672,25 @@ fn stranger(rng: &mut Rng) -> SocketAddr {
 }
 
 /// A junk datagram for a checked round: one that must be dropped whatever
-/// the state (no valid connection id, no handshake).
+/// the state (no valid connection id), or a handshake that must change
+/// nothing: any CONN_RESP (it answers no request of B's), any CHALLENGE,
+/// and, once A's VC is up at B, CONN_REQs from A's address (replays of
+/// A's, forgeries with other nonces, or with B's live connection id as
+/// the cookie): challenged, or answered as duplicates.
 fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
     loop {
         let base = &corpus[rng.below(corpus.len() as u64) as usize];
-        let d = mutate(rng, base, corpus);
+        let mut d = mutate(rng, base, corpus);
         let from = if rng.chance(70.0) { addr_a() } else { stranger(rng) };
         let ok = match wire::decode(&d) {
             Err(_) => true,
-            Ok(Packet::ConnReq { .. }) | Ok(Packet::ConnResp { .. }) => false,
+            Ok(Packet::ConnReq { .. }) => {
+                if let (Some(c), true) = (p.b_conn, rng.chance(30.0)) {
+                    d[12..20].copy_from_slice(&c.to_le_bytes());
+                }
+                from != addr_a() || p.b_conn.is_some()
+            }
+            Ok(Packet::ConnResp { .. }) | Ok(Packet::Challenge { .. }) => true,
             Ok(Packet::Ack { conn, .. }) | Ok(Packet::Seg { conn, .. }) | Ok(Packet::Credit { conn, .. }) => {
                 from != addr_a() || (p.b_conn != Some(conn) && !p.b_nonces.contains(&conn))
             }
@@ -632,16 +701,16 @@ fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
     }
 }
 
-#[test]
-fn fuzz_engine_datagrams() {
-    let seed = seed("fuzz_engine_datagrams");
+/// Rounds of fuzzed datagrams against a live pair of engines (module
+/// doc); chaos and checked rounds alternate. Returns the number of real
+/// messages the checked rounds verified.
+fn run_engine(seed: u64, budget: Budget) -> u64 {
     let mut rng = Rng(seed);
     let mut corpus = corpus(&mut rng);
-    let deadline = Instant::now() + budget(3, 4);
     let (mut inputs, mut dropped, mut rounds, mut checked_msgs) = (0u64, 0u64, 0u64, 0u64);
     // B's counters summed over the rounds: which paths the inputs reached
-    let mut tot = [0u64; 9];
-    while Instant::now() < deadline {
+    let mut tot = [0u64; 11];
+    while budget.more(rounds) {
         let round = rounds;
         rounds += 1;
         let checked = round % 2 == 1;
@@ -705,6 +774,10 @@ fn fuzz_engine_datagrams() {
                     hex(&last_input)
                 );
             }
+            if checked {
+                // Forged CONN_REQs from A's address were challenged, never accepted.
+                assert_eq!(p.b.stats().peers_restarted, 0, "a forged CONN_REQ restarted the VC");
+            }
             // the engines keep working after the round
             p.now += 10_000_000_000;
             p.a.handle_timeout(p.now);
@@ -729,6 +802,8 @@ fn fuzz_engine_datagrams() {
             st.dup_segments,
             st.ooo_segments,
             st.peers_restarted,
+            st.conn_reqs_challenged,
+            st.conn_reqs_duplicate,
         ]) {
             *t += v;
         }
@@ -760,8 +835,24 @@ fn fuzz_engine_datagrams() {
     );
     eprintln!(
         "fuzz_engine_datagrams: receiver counters: malformed {} stale {} unknown_peer {} out_of_window {} early {} \
-         rndv {} dup_segments {} ooo_segments {} peers_restarted {}",
-        tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], tot[6], tot[7], tot[8]
+         rndv {} dup_segments {} ooo_segments {} peers_restarted {} conn_reqs_challenged {} conn_reqs_duplicate {}",
+        tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], tot[6], tot[7], tot[8], tot[9], tot[10]
     );
     assert!(rounds >= 2 && dropped > 0);
+    checked_msgs
+}
+
+/// 120 rounds, about half a second in release.
+#[test]
+fn fuzz_engine_datagrams() {
+    for seed in [1, 2] {
+        let checked = run_engine(seed, Budget::Rounds(60));
+        assert!(checked > 0);
+    }
+}
+
+#[test]
+#[ignore = "long randomised run: GNIX_FUZZ_SECS, GNIX_FUZZ_SEED (tests/README.md)"]
+fn fuzz_engine_datagrams_long() {
+    run_engine(long_run_seed("fuzz_engine_datagrams_long"), Budget::long_run(3, 4));
 }

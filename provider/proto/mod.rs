@@ -5,12 +5,17 @@
 //! layer, as a deterministic state machine. Datagrams and time go in,
 //! datagrams and events come out; nothing here touches a socket, a clock or
 //! a thread, so the tests can drive loss, reordering and peer death in
-//! virtual time.
+//! virtual time. Randomness (connection ids, ISNs, keys) comes from the
+//! `Entropy` the engine is built with: the OS's for the endpoint
+//! (`OsEntropy`, the one piece here that makes a system call), a seeded
+//! generator for the tests.
 
 mod conn;
 pub mod credit;
 mod engine;
+mod entropy;
 mod rel;
+mod siphash;
 pub mod wire;
 
 #[cfg(test)]
@@ -21,6 +26,7 @@ mod sim;
 mod tests;
 
 pub use engine::{Engine, Placement, Transmit, TxOut, MAX_EAGER_LEN};
+pub use entropy::{Entropy, OsEntropy};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -354,12 +360,26 @@ pub struct EngineStats {
     pub conn_reqs_sent: u64,
     pub conn_resps_sent: u64,
     pub peers_failed: u64,
+    /// A CONN_REQ echoed the cookie of our CHALLENGE: the old VC failed
+    /// (PeerRestarted) and a new one was accepted.
     pub peers_restarted: u64,
-    /// CONN_REQs with a new connection id on an established VC, probed
-    /// before anything is failed, and those the old peer refuted by
-    /// answering the probe (so they were not its).
+    /// CONN_REQs with a new connection id on an established VC that did
+    /// not carry the right cookie: answered with a CHALLENGE, VC untouched
+    /// (a forgery or a replay, or the first request of a restarted peer).
+    /// Of those, the ones that carried a cookie, and a wrong one. And the
+    /// CHALLENGE datagrams sent (fewer when requests come faster than we
+    /// transmit: a VC keeps only the latest).
     pub conn_reqs_challenged: u64,
-    pub conn_reqs_refuted: u64,
+    pub conn_reqs_forged: u64,
+    pub challenges_sent: u64,
+    /// CONN_REQs with the connection id of the live VC: answered again,
+    /// VC untouched (our answer was lost, or a replay).
+    pub conn_reqs_duplicate: u64,
+    /// CHALLENGEs of a peer that held a VC of our previous incarnation,
+    /// answered with a CONN_REQ carrying the cookie. (Those that do not
+    /// name a VC we are connecting count as dropped_stale or
+    /// dropped_unknown_peer.)
+    pub challenges_answered: u64,
     pub keepalives_sent: u64,
     /// CREDIT datagrams sent (grants, requests, give-backs).
     pub credits_sent: u64,

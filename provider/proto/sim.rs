@@ -100,7 +100,7 @@ impl Sim {
     pub fn new(n: usize, cfg: EngineConfig, link: Link, seed: u64) -> Sim {
         let nodes = (0..n)
             .map(|i| Node {
-                engine: Engine::new(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)),
+                engine: Engine::seeded(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)),
                 addr: addr(i),
                 down: false,
             })
@@ -129,7 +129,7 @@ impl Sim {
 
     /// Replaces node `i`'s engine with a fresh one at the same address.
     pub fn restart(&mut self, i: usize, cfg: EngineConfig, seed: u64) {
-        self.nodes[i].engine = Engine::new(cfg, self.nodes[i].addr, seed);
+        self.nodes[i].engine = Engine::seeded(cfg, self.nodes[i].addr, seed);
     }
 
     pub fn eng(&mut self, i: usize) -> &mut Engine {

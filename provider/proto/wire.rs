@@ -1,9 +1,17 @@
 //! Datagram codec of the UDP wire. All integers little-endian.
 //!
 //! ```text
-//! every datagram:  0 magic u16 = 0x4E47 ("GN")  2 version u8 = 1  3 kind u8
-//! CONN_REQ/RESP:   4 nonce u64 (sender's connection id)  12 echo u64 (RESP:
-//!                  the requester's nonce; REQ: 0)  20 isn u32  24 rcv_window u32   = 28
+//! every datagram:  0 magic u16 = 0x4E47 ("GN")  2 version u8 = 4  3 kind u8
+//! CONN_REQ:        4 nonce u64 (sender's connection id)  12 cookie u64 (the
+//!                  cookie of the CHALLENGE it answers; 0: none)
+//!                  20 isn u32  24 rcv_window u32                            = 28
+//! CONN_RESP:       4 nonce u64 (sender's connection id)  12 echo u64 (the
+//!                  requester's nonce)  20 isn u32  24 rcv_window u32         = 28
+//! CHALLENGE:       4 echo u64 (the nonce of the CONN_REQ it answers)
+//!                  12 cookie u64 (nonzero)                                   = 20
+//!                  (the answer to a CONN_REQ with a new nonce from the address
+//!                  of an established VC: only a requester that receives what
+//!                  is sent to that address can echo the cookie; see conn.rs)
 //! ACK:             4 conn u64 (receiver's connection id)  12 ack u32
 //!                  16 sack u64                                               = 24
 //! CREDIT:          4 conn u64  12 granted u32 (cumulative credits lent to the
@@ -36,13 +44,15 @@
 pub const MAGIC: u16 = 0x4E47;
 /// 2: GET_LAST, no FIN after a complete pull, RTS with a tail.
 /// 3: PDATA, the RTS's push field.
-pub const VERSION: u8 = 3;
+/// 4: CHALLENGE, and CONN_REQ's cookie (where a zero echo was).
+pub const VERSION: u8 = 4;
 
 pub mod kind {
     pub const CONN_REQ: u8 = 1;
     pub const CONN_RESP: u8 = 2;
     pub const ACK: u8 = 3;
     pub const CREDIT: u8 = 4;
+    pub const CHALLENGE: u8 = 5;
     pub const MSG: u8 = 0x10;
     pub const MSG_CONT: u8 = 0x11;
     pub const RTS: u8 = 0x12;
@@ -57,6 +67,7 @@ pub mod kind {
 pub const CONN_LEN: usize = 28;
 pub const ACK_LEN: usize = 24;
 pub const CREDIT_LEN: usize = 21;
+pub const CHALLENGE_LEN: usize = 20;
 pub const SEG_HDR_LEN: usize = 28;
 pub const MSG_BODY_LEN: usize = 32;
 pub const MSG_CONT_BODY_LEN: usize = 8;
@@ -83,6 +94,8 @@ pub enum DecodeError {
 pub enum Packet<'a> {
     ConnReq {
         nonce: u64,
+        /// 0: none.
+        cookie: u64,
         isn: u32,
         window: u32,
     },
@@ -91,6 +104,10 @@ pub enum Packet<'a> {
         echo: u64,
         isn: u32,
         window: u32,
+    },
+    Challenge {
+        echo: u64,
+        cookie: u64,
     },
     Ack {
         conn: u64,
@@ -304,10 +321,10 @@ fn put_preamble(b: &mut [u8], kind: u8) {
     b[3] = kind;
 }
 
-pub fn encode_conn_req(b: &mut [u8], nonce: u64, isn: u32, window: u32) -> usize {
+pub fn encode_conn_req(b: &mut [u8], nonce: u64, cookie: u64, isn: u32, window: u32) -> usize {
     put_preamble(b, kind::CONN_REQ);
     put_u64(b, 4, nonce);
-    put_u64(b, 12, 0);
+    put_u64(b, 12, cookie);
     put_u32(b, 20, isn);
     put_u32(b, 24, window);
     CONN_LEN
@@ -320,6 +337,13 @@ pub fn encode_conn_resp(b: &mut [u8], nonce: u64, echo: u64, isn: u32, window: u
     put_u32(b, 20, isn);
     put_u32(b, 24, window);
     CONN_LEN
+}
+
+pub fn encode_challenge(b: &mut [u8], echo: u64, cookie: u64) -> usize {
+    put_preamble(b, kind::CHALLENGE);
+    put_u64(b, 4, echo);
+    put_u64(b, 12, cookie);
+    CHALLENGE_LEN
 }
 
 pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
@@ -380,10 +404,12 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 return Err(DecodeError::BadField);
             }
             if k == kind::CONN_REQ {
-                if echo != 0 {
-                    return Err(DecodeError::BadField);
-                }
-                Ok(Packet::ConnReq { nonce, isn, window })
+                Ok(Packet::ConnReq {
+                    nonce,
+                    cookie: echo,
+                    isn,
+                    window,
+                })
             } else {
                 if echo == 0 {
                     return Err(DecodeError::BadField);
@@ -395,6 +421,16 @@ pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
                     window,
                 })
             }
+        }
+        kind::CHALLENGE => {
+            if b.len() != CHALLENGE_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            let (echo, cookie) = (get_u64(b, 4), get_u64(b, 12));
+            if echo == 0 || cookie == 0 {
+                return Err(DecodeError::BadField);
+            }
+            Ok(Packet::Challenge { echo, cookie })
         }
         kind::ACK => {
             if b.len() != ACK_LEN {
@@ -456,7 +492,9 @@ pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
             need(MSG_BODY_LEN)?;
             let total = get_u64(b, 24);
             let payload = &b[MSG_BODY_LEN..];
-            if (payload.len() as u64) > total {
+            // The first segment carries as much of the message as fits, and
+            // at least one byte always fits (MIN_DATAGRAM).
+            if (payload.len() as u64) > total || (payload.is_empty() && total > 0) {
                 return Err(DecodeError::BadField);
             }
             Ok(Frame::Msg {
@@ -596,13 +634,33 @@ mod tests {
     #[test]
     fn round_trips() {
         let mut b = [0u8; 64];
-        let n = encode_conn_req(&mut b, 9, 77, 4096);
+        let n = encode_conn_req(&mut b, 9, 0, 77, 4096);
         assert_eq!(
             decode(&b[..n]),
             Ok(Packet::ConnReq {
                 nonce: 9,
+                cookie: 0,
                 isn: 77,
                 window: 4096
+            })
+        );
+        let n = encode_conn_req(&mut b, 9, u64::MAX, 77, 4096);
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::ConnReq {
+                nonce: 9,
+                cookie: u64::MAX,
+                isn: 77,
+                window: 4096
+            })
+        );
+        let n = encode_challenge(&mut b, 9, 0xc00c1e);
+        assert_eq!(n, CHALLENGE_LEN);
+        assert_eq!(
+            decode(&b[..n]),
+            Ok(Packet::Challenge {
+                echo: 9,
+                cookie: 0xc00c1e
             })
         );
         let n = encode_conn_resp(&mut b, 9, 10, 77, 8);
@@ -769,11 +827,126 @@ mod tests {
                     frame
                 })
             );
-            // Every strict prefix is rejected (or, for frames with a
-            // payload, decodes to a shorter payload—never panics).
-            for cut in 0..b.len() {
-                let _ = decode(&b[..cut]);
+            assert_prefixes(&b, &head);
+        }
+        // The fixed-length datagrams: every strict prefix is truncated.
+        let mut fixed: Vec<Vec<u8>> = Vec::new();
+        for f in [
+            |b: &mut [u8]| encode_conn_req(b, 1, 2, 3, 4),
+            |b: &mut [u8]| encode_conn_resp(b, 1, 2, 3, 4),
+            |b: &mut [u8]| encode_challenge(b, 1, 2),
+            |b: &mut [u8]| encode_ack(b, 1, 2, 3),
+            |b: &mut [u8]| encode_credit(b, 1, 2, 3, 4),
+        ] {
+            let n = f(&mut b);
+            fixed.push(b[..n].to_vec());
+        }
+        for d in fixed {
+            assert!(decode(&d).is_ok());
+            for cut in 0..d.len() {
+                assert_eq!(
+                    decode(&d[..cut]),
+                    Err(DecodeError::Truncated),
+                    "kind {} cut at {cut}",
+                    d[3]
+                );
             }
+        }
+    }
+
+    /// Every strict prefix of the segment `b` (built from `head`) is
+    /// rejected as truncated while it cuts into the header or frame body.
+    /// Prefixes that cut into the payload are shorter datagrams of the same
+    /// frame: a payload's length is the datagram's (UDP keeps datagram
+    /// boundaries, so there is no length field to contradict), and such a
+    /// prefix decodes to the same fields with a prefix of the payload,
+    /// unless the frame needs a payload and none is left (MSG of a
+    /// non-empty message, MSG_CONT, RDATA, PDATA), which is a bad field.
+    fn assert_prefixes(b: &[u8], head: &FrameHead) {
+        let whole = decode(b).expect("the whole segment decodes");
+        let body_end = SEG_HDR_LEN + head.body_len();
+        for cut in 0..b.len() {
+            let got = decode(&b[..cut]);
+            if cut < body_end {
+                assert_eq!(got, Err(DecodeError::Truncated), "{head:?} cut at {cut}");
+                continue;
+            }
+            let Packet::Seg {
+                conn,
+                ack,
+                sack,
+                seq,
+                frame,
+            } = whole
+            else {
+                unreachable!("{whole:?} is a segment")
+            };
+            let short = cut - body_end;
+            let needs_payload = match frame {
+                Frame::Msg { total, .. } => total > 0,
+                Frame::MsgCont { .. } | Frame::RData { .. } | Frame::PData { .. } => true,
+                _ => false,
+            };
+            if needs_payload && short == 0 {
+                assert_eq!(got, Err(DecodeError::BadField), "{head:?} cut at {cut}");
+                continue;
+            }
+            let want = match frame {
+                Frame::Msg {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                    payload,
+                } => Frame::Msg {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                    payload: &payload[..short],
+                },
+                Frame::MsgCont { offset, payload } => Frame::MsgCont {
+                    offset,
+                    payload: &payload[..short],
+                },
+                Frame::Rts {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                    key,
+                    push,
+                    tail,
+                } => Frame::Rts {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                    key,
+                    push,
+                    tail: &tail[..short],
+                },
+                Frame::RData { rid, offset, payload } => Frame::RData {
+                    rid,
+                    offset,
+                    payload: &payload[..short],
+                },
+                Frame::PData { key, offset, payload } => Frame::PData {
+                    key,
+                    offset,
+                    payload: &payload[..short],
+                },
+                // No payload: the body's end is the segment's end.
+                Frame::Get { .. } | Frame::Fin { .. } | Frame::Nop => unreachable!("{head:?} cut at {cut}"),
+            };
+            let want = Packet::Seg {
+                conn,
+                ack,
+                sack,
+                seq,
+                frame: want,
+            };
+            assert_eq!(got, Ok(want), "{head:?} cut at {cut}");
         }
     }
 
@@ -800,6 +973,20 @@ mod tests {
             b"abc",
         );
         assert_eq!(decode(&m), Err(DecodeError::BadField));
+        // The first segment of a non-empty message carries at least a byte.
+        let empty_first = |total| {
+            seg(
+                FrameHead::Msg {
+                    tag: 0,
+                    data: 0,
+                    flags: 0,
+                    total,
+                },
+                b"",
+            )
+        };
+        assert_eq!(decode(&empty_first(1)), Err(DecodeError::BadField));
+        assert!(decode(&empty_first(0)).is_ok());
         let g = seg(
             FrameHead::Get {
                 key: 0,
@@ -841,9 +1028,17 @@ mod tests {
         assert_eq!(decode(&rts(10, 7)), Err(DecodeError::BadField));
         assert!(decode(&rts(10, 6)).is_ok());
         let mut c = [0u8; CONN_LEN];
-        encode_conn_req(&mut c, 1, 1, 1);
+        encode_conn_req(&mut c, 1, 0, 1, 1);
         c[4..12].fill(0);
         assert_eq!(decode(&c), Err(DecodeError::BadField));
+        encode_conn_resp(&mut c, 1, 1, 1, 1);
+        c[12..20].fill(0);
+        assert_eq!(decode(&c), Err(DecodeError::BadField));
+        let mut ch = [0u8; CHALLENGE_LEN];
+        for (echo, cookie) in [(0, 1), (1, 0)] {
+            encode_challenge(&mut ch, echo, cookie);
+            assert_eq!(decode(&ch), Err(DecodeError::BadField));
+        }
     }
 
     #[test]
