@@ -115,3 +115,42 @@ fn incast_16_senders_across_two_hosts_1pct_loss() {
     );
     assert!(h.dropped(0).unwrap_or(0) > 0, "the loss rule dropped nothing");
 }
+
+/// The shm wire under incast (issue 15): 16 local senders flood a receiver
+/// that posts nothing until they stop (all sent, or held back for 2 s);
+/// every message then arrives once, in order per sender, intact, and the
+/// receiver's peak RSS grew by at most its receive budget
+/// (FI_GNIX_CREDIT_BYTES, here 16 MiB) plus 16 MiB for the mailbox pages
+/// the 16 rings touch and allocator slack. Before credits on this wire the
+/// receiver copied every unexpected message to its heap: +202 MiB while
+/// flooded with 16 x 20,000 x 2 KiB.
+#[test]
+fn shm_incast_receiver_memory_bounded() {
+    let budget_kb = 16 * 1024;
+    let out = Scenario::new("incast", SENDERS + 1)
+        .arg("8000,2048")
+        .env("FI_GNIX_CREDIT_BYTES", &(budget_kb * 1024).to_string())
+        .timeout(120)
+        .run();
+    let m = mem(&out);
+    eprintln!(
+        "shm incast {SENDERS} x 8000 x 2048 B: offered {} KiB; receiver VmRSS {} KiB after set-up, {} KiB once \
+         all was sent, VmHWM {} KiB (+{} KiB) in {:?}",
+        m.offered_kb,
+        m.base_kb,
+        m.mid_kb,
+        m.hwm_kb,
+        m.hwm_kb - m.base_kb,
+        out.elapsed
+    );
+    if common::is_gnix() {
+        let bound_kb = budget_kb + 16 * 1024;
+        assert!(
+            m.hwm_kb - m.base_kb <= bound_kb,
+            "receiver peak RSS grew by {} KiB for {} KiB offered (bound {} KiB)",
+            m.hwm_kb - m.base_kb,
+            m.offered_kb,
+            bound_kb
+        );
+    }
+}

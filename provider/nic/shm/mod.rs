@@ -244,6 +244,8 @@ pub struct ShmStats {
     pub no_credit: u64,
     /// Large receives whose sender's write was revoked (cancel, close).
     pub revoked: u64,
+    /// Most frames ever waiting in backlogs at once.
+    pub backlog_peak: u64,
 }
 
 pub struct ShmWire {
@@ -486,6 +488,7 @@ impl ShmWire {
         let mut v = vec![0u8; len];
         payload(&mut v);
         self.queued += 1;
+        self.stats.backlog_peak = self.stats.backlog_peak.max(self.queued as u64);
         self.queued_sends += done.is_some() as usize;
         p.backlog_cost += cost;
         p.backlog.push_back(Frame {
