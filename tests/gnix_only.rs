@@ -3,7 +3,7 @@
 //! port, the FI_GNIX_SHM=0 (udp wire) path, and its FI_GNIX_* parameters.
 //! With GNIX_TEST_PROVIDER set to another provider these skip (and say why).
 mod common;
-use common::{is_gnix, provider_env, skip_unless_gnix, Scenario};
+use common::{have_program, is_gnix, provider_env, require, skip_unless_gnix, Scenario};
 
 /// Wires the gnix-only scenarios run over (FI_GNIX_SHM): udp, then shm.
 const WIRES: &[&str] = &["0", "1"];
@@ -99,13 +99,11 @@ fn fi_info_lists_gnix_parameters() {
     for (k, v) in provider_env() {
         cmd.env(k, v);
     }
-    let out = match cmd.output() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIP: fi_info not runnable ({e}); install libfabric-bin");
-            return;
-        }
-    };
+    if !require("fi_info -e", have_program("fi_info", "libfabric-bin")) {
+        return;
+    }
+    let out = cmd.output().expect("run fi_info -e");
+    assert!(out.status.success(), "fi_info -e: {}", out.status);
     let text = String::from_utf8_lossy(&out.stdout);
     for var in [
         "FI_GNIX_PEER_TIMEOUT_MS",
@@ -210,8 +208,7 @@ fn fi_pingpong_runs_on_both_wires() {
     if skip_unless_gnix("fi_pingpong") {
         return;
     }
-    if Command::new("fi_pingpong").arg("-h").output().is_err() {
-        eprintln!("SKIP: fi_pingpong not installed (libfabric-bin)");
+    if !require("fi_pingpong", have_program("fi_pingpong", "libfabric-bin")) {
         return;
     }
     for (wire, shm) in [("shm", "1"), ("udp", "0")] {
