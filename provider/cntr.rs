@@ -353,6 +353,11 @@ mod tests {
         Cntr::new(wait_obj, 7 as *mut c_void, None, None).unwrap()
     }
 
+    /// The counter's wait object, where fi_cntr_wait sleeps.
+    fn wobj(c: &Cntr) -> &crate::wait::WaitObj {
+        c.wait.own().expect("a counter with its own wait object")
+    }
+
     #[test]
     fn wait_reaches_threshold_through_source_progress() {
         let c = cntr(FI_WAIT_UNSPEC);
@@ -369,47 +374,48 @@ mod tests {
         }));
         let src: Arc<dyn Progress> = fake.clone();
         c.add_source(Arc::downgrade(&src));
-        let cpu0 = thread_cpu_ms();
-        let t0 = Instant::now();
-        assert_eq!(c.wait(5, 2000), 0);
-        let el = t0.elapsed();
+        assert_eq!(c.wait(5, HANG_MS), 0);
+        assert_eq!(c.peek().0, 5);
+        // One sleep until each of the four timers that stood between the
+        // first operation and the fifth (a few more if a signal interrupts
+        // one), one progress call per round: sleeping, not spinning.
+        let (sleeps, calls) = (wobj(&c).sleeps(), fake.calls.load(SeqCst));
         assert!(
-            el >= Duration::from_millis(19) && el < Duration::from_millis(1000),
-            "{el:?}"
+            (4..=8).contains(&sleeps) && calls <= sleeps + 1,
+            "{sleeps} sleeps, {calls} progress calls"
         );
-        assert!(
-            fake.calls.load(SeqCst) < 40,
-            "{} progress calls",
-            fake.calls.load(SeqCst)
-        );
-        assert!(thread_cpu_ms() - cpu0 < 15.0);
-        assert!(c.peek().0 >= 5);
     }
 
     #[test]
     fn wait_times_out_and_reports_errors() {
         let c = cntr(FI_WAIT_FD);
         let t0 = Instant::now();
-        let cpu0 = thread_cpu_ms();
         assert_eq!(c.wait(1, 100), -FI_ETIMEDOUT);
-        assert!(t0.elapsed() >= Duration::from_millis(95));
-        assert!(thread_cpu_ms() - cpu0 < 15.0);
+        assert!(t0.elapsed() >= Duration::from_millis(100), "{:?}", t0.elapsed());
+        let sleeps = wobj(&c).sleeps();
+        assert!((1..=3).contains(&sleeps), "{sleeps} sleeps in one timed-out wait");
+        // An error completion while the waiter sleeps ends the wait.
         let c2 = c.clone();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            wait_until("the waiter sleeps", || wobj(&c2).asleep() == 1);
             c2.inc_err();
         });
-        assert_eq!(c.wait(1, 5000), -FI_EAVAIL);
-        t.join().unwrap();
+        assert_eq!(c.wait(1, HANG_MS), -FI_EAVAIL);
+        join_within(t, "the error is counted");
+        // Each completion wakes it; below the threshold it sleeps again.
         let c2 = c.clone();
+        let mut slept = wobj(&c).sleeps();
         let t = std::thread::spawn(move || {
             for _ in 0..3 {
-                std::thread::sleep(Duration::from_millis(10));
+                wait_until("the waiter sleeps again", || {
+                    wobj(&c2).asleep() == 1 && wobj(&c2).sleeps() > slept
+                });
+                slept = wobj(&c2).sleeps();
                 c2.inc();
             }
         });
-        assert_eq!(c.wait(3, 5000), 0);
-        t.join().unwrap();
+        assert_eq!(c.wait(3, HANG_MS), 0);
+        join_within(t, "the completions are counted");
         assert_eq!((c.read(), c.read_err()), (3, 1));
         assert_eq!(cntr(FI_WAIT_NONE).wait(0, 0), -FI_ENOSYS);
     }

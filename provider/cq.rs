@@ -957,39 +957,55 @@ mod tests {
         assert_eq!(cq.read(&mut [], 0, None), EAGAIN);
     }
 
+    /// The CQ's wait object, where a blocked sread sleeps.
+    fn wobj(cq: &Cq) -> &crate::wait::WaitObj {
+        cq.wait.own().expect("a CQ with its own wait object")
+    }
+
+    /// A reader blocked in fi_cq_sread without a timeout (so that only a
+    /// wake-up ends it) on another thread, once it sleeps in the CQ's wait
+    /// object: (what sread returned, the first entry's context).
+    fn sleeping_reader(cq: &Arc<Cq>) -> std::thread::JoinHandle<(isize, u64)> {
+        let c2 = cq.clone();
+        let reader = std::thread::spawn(move || {
+            let mut out = [0u8; 8];
+            let r = c2.sread(&mut out, 1, None, 1, -1);
+            (r, u64::from_ne_bytes(out))
+        });
+        wait_until("the reader sleeps in the CQ's wait object", || wobj(cq).asleep() == 1);
+        reader
+    }
+
     #[test]
     fn sread_times_out_without_spinning() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
-        let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(|_| {}));
+        let fake = Arc::new(FakeSrc::new(|_| {}));
+        let src: Arc<dyn Progress> = fake.clone();
         cq.add_source(Arc::downgrade(&src));
         let mut out = [0u8; 8];
-        let cpu0 = thread_cpu_ms();
         let t0 = Instant::now();
         assert_eq!(cq.sread(&mut out, 1, None, 1, 200), EAGAIN);
-        let el = t0.elapsed();
-        let cpu = thread_cpu_ms() - cpu0;
+        assert!(t0.elapsed() >= Duration::from_millis(200), "{:?}", t0.elapsed());
+        // Slept through the timeout instead of polling the source: one
+        // sleep (a signal could interrupt it), progress before and after.
+        let (sleeps, calls) = (wobj(&cq).sleeps(), fake.calls.load(SeqCst));
         assert!(
-            el >= Duration::from_millis(195) && el < Duration::from_millis(400),
-            "{el:?}"
+            (1..=3).contains(&sleeps) && calls <= sleeps + 1,
+            "{sleeps} sleeps, {calls} progress calls: spinning"
         );
-        assert!(cpu < 20.0, "sread burned {cpu} ms of CPU in 200 ms");
     }
 
     #[test]
     fn signal_before_sread_is_not_lost() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
         assert_eq!(cq.signal(), 0);
-        let t0 = Instant::now();
-        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 2000), EAGAIN);
-        assert!(
-            t0.elapsed() < Duration::from_millis(500),
-            "pending signal ignored: {:?}",
-            t0.elapsed()
-        );
-        // Consumed: the next sread waits for its timeout again.
+        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, HANG_MS), EAGAIN);
+        assert_eq!(wobj(&cq).sleeps(), 0, "the pending signal was not seen before sleeping");
+        // Consumed: the next sread sleeps until its timeout.
         let t1 = Instant::now();
         assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, 100), EAGAIN);
-        assert!(t1.elapsed() >= Duration::from_millis(95));
+        assert!(t1.elapsed() >= Duration::from_millis(100));
+        assert!(wobj(&cq).sleeps() >= 1);
     }
 
     #[test]
@@ -1002,23 +1018,16 @@ mod tests {
     #[test]
     fn sread_wakes_on_push_from_another_thread() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD, 0);
-        let c2 = cq.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            c2.push(ok(9));
-        });
-        let mut out = [0u8; 8];
-        let t0 = Instant::now();
-        assert_eq!(cq.sread(&mut out, 1, None, 1, 5000), 1);
-        assert!(t0.elapsed() < Duration::from_millis(1000));
-        assert_eq!(u64::from_ne_bytes(out), 9);
-        t.join().unwrap();
+        let reader = sleeping_reader(&cq);
+        cq.push(ok(9));
+        assert_eq!(join_within(reader, "the push woke the reader"), (1, 9));
     }
 
     #[test]
     fn sread_sleeps_until_the_source_deadline() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
         let wcq = Arc::downgrade(&cq);
+        // The source has work only once its timer expires (30 ms from now).
         let fake = Arc::new(FakeSrc::new(move |s| {
             let d = *s.deadline.lock().unwrap();
             if d.is_some_and(|d| crate::progress::now_ns() >= d) {
@@ -1030,21 +1039,15 @@ mod tests {
         let src: Arc<dyn Progress> = fake.clone();
         cq.add_source(Arc::downgrade(&src));
         let mut out = [0u8; 8];
-        let cpu0 = thread_cpu_ms();
-        let t0 = Instant::now();
         assert_eq!(cq.sread(&mut out, 1, None, 1, -1), 1);
-        let el = t0.elapsed();
-        assert!(
-            el >= Duration::from_millis(29) && el < Duration::from_millis(500),
-            "{el:?}"
-        );
-        assert!(
-            fake.calls.load(SeqCst) < 10,
-            "{} progress calls: spinning",
-            fake.calls.load(SeqCst)
-        );
-        assert!(thread_cpu_ms() - cpu0 < 15.0);
         assert_eq!(u64::from_ne_bytes(out), 77);
+        // It slept until the source's deadline, then progressed it: a few
+        // rounds, not a spin over the source until the timer expired.
+        let (sleeps, calls) = (wobj(&cq).sleeps(), fake.calls.load(SeqCst));
+        assert!(
+            (1..=3).contains(&sleeps) && calls <= sleeps + 1,
+            "{sleeps} sleeps, {calls} progress calls: spinning"
+        );
     }
 
     #[test]
@@ -1061,31 +1064,20 @@ mod tests {
         fake.fds.push(rfd);
         let src: Arc<dyn Progress> = Arc::new(fake);
         cq.add_source(Arc::downgrade(&src));
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            write_byte(&w);
-            w
-        });
-        let mut out = [0u8; 8];
-        let t0 = Instant::now();
-        assert_eq!(cq.sread(&mut out, 1, None, 1, 5000), 1);
-        assert!(t0.elapsed() < Duration::from_millis(1000));
-        let _w = t.join().unwrap();
-        drop(r);
+        // Nobody pushes: the source's descriptor becoming readable is what
+        // must wake the reader, so that it progresses the source.
+        let reader = sleeping_reader(&cq);
+        write_byte(&w);
+        assert_eq!(join_within(reader, "the source's descriptor woke the reader"), (1, 5));
+        drop((r, w));
     }
 
     #[test]
     fn signal_unblocks_sread_with_eagain() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_UNSPEC, 0);
-        let c2 = cq.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            assert_eq!(c2.signal(), 0);
-        });
-        let t0 = Instant::now();
-        assert_eq!(cq.sread(&mut [0u8; 8], 1, None, 1, -1), EAGAIN);
-        assert!(t0.elapsed() < Duration::from_millis(1000));
-        t.join().unwrap();
+        let reader = sleeping_reader(&cq);
+        assert_eq!(cq.signal(), 0);
+        assert_eq!(join_within(reader, "fi_cq_signal woke the reader").0, EAGAIN);
     }
 
     #[test]
@@ -1097,26 +1089,32 @@ mod tests {
             wait_cond: FI_CQ_COND_THRESHOLD,
         };
         let cq = Cq::new(cfg, std::ptr::null_mut(), None, None).unwrap();
+        // One entry per sleep of the reader: each of the first two wakes it,
+        // and it must go back to sleep below the threshold.
         let c2 = cq.clone();
+        let mut slept = wobj(&cq).sleeps();
         let t = std::thread::spawn(move || {
             for i in 0..3 {
-                std::thread::sleep(Duration::from_millis(20));
+                wait_until("the reader sleeps again", || {
+                    wobj(&c2).asleep() == 1 && wobj(&c2).sleeps() > slept
+                });
+                slept = wobj(&c2).sleeps();
                 c2.push(ok(i));
             }
         });
         let mut out = [0u8; 8 * 8];
-        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), 3);
-        t.join().unwrap();
+        assert_eq!(cq.sread(&mut out, 8, None, 3, HANG_MS), 3);
+        join_within(t, "the pusher is done");
         // Threshold not reachable before the timeout: returns what is there.
         cq.push(ok(1));
         assert_eq!(cq.sread(&mut out, 8, None, 3, 30), 1);
-        // An error behind the ready entries ends the wait at once.
+        // An error behind the ready entries ends the wait without a sleep.
         cq.push(ok(1));
         cq.push_err(err(2, b""));
-        let t0 = Instant::now();
-        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), 1);
-        assert!(t0.elapsed() < Duration::from_millis(1000));
-        assert_eq!(cq.sread(&mut out, 8, None, 3, 5000), EAVAIL);
+        let slept = wobj(&cq).sleeps();
+        assert_eq!(cq.sread(&mut out, 8, None, 3, HANG_MS), 1);
+        assert_eq!(cq.sread(&mut out, 8, None, 3, HANG_MS), EAVAIL);
+        assert_eq!(wobj(&cq).sleeps(), slept);
     }
 
     #[test]
@@ -1149,7 +1147,8 @@ mod tests {
                     for i in 0..N / 2 {
                         cq.push(ok(p * N / 2 + i + 1));
                         if i % 1000 == 0 {
-                            std::thread::sleep(Duration::from_millis(1));
+                            // let the readers drain and sleep now and then
+                            std::thread::yield_now();
                         }
                     }
                 })
@@ -1190,17 +1189,18 @@ mod tests {
                 std::thread::yield_now();
             }
         }
-        let t0 = Instant::now();
-        while total.load(SeqCst) < N && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("every entry is read (a lost wake-up leaves some behind)", || {
+            total.load(SeqCst) >= N
+        });
         let got = total.load(SeqCst);
         done.store(true, SeqCst);
         for t in readers {
-            while !t.is_finished() {
+            // A reader may be between its check of `done` and its sleep:
+            // signal until it has left.
+            wait_until("every reader has stopped", || {
                 cq.signal();
-                std::thread::sleep(Duration::from_millis(1));
-            }
+                t.is_finished()
+            });
             t.join().unwrap();
         }
         assert_eq!(got, N, "entries left unread while readers slept");
@@ -1249,14 +1249,30 @@ mod tests {
     fn trywait_arms_the_timer_at_the_source_deadline() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD, 0);
         let fake = Arc::new(FakeSrc::new(|_| {}));
-        *fake.deadline.lock().unwrap() = Some(crate::progress::now_ns() + 20_000_000);
+        let deadline = crate::progress::now_ns() + 20_000_000;
+        *fake.deadline.lock().unwrap() = Some(deadline);
         let src: Arc<dyn Progress> = fake.clone();
         cq.add_source(Arc::downgrade(&src));
         assert_eq!(cq.trywait(), 0);
         let fd = cq.wait.own().unwrap().fd();
         assert!(!fd_readable(fd));
-        std::thread::sleep(Duration::from_millis(40));
-        assert!(fd_readable(fd), "the fd must fire when the source needs progress");
+        // The application sleeps on the descriptor (bounded by HANG); the
+        // timer makes it readable, and not before the source's deadline.
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(
+            unsafe { libc::poll(&mut p, 1, HANG_MS) },
+            1,
+            "the fd must fire when the source needs progress"
+        );
+        assert!(
+            crate::progress::now_ns() >= deadline,
+            "the fd fired before the source's deadline"
+        );
     }
 
     #[test]

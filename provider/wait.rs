@@ -175,6 +175,18 @@ pub(crate) struct WaitObj {
     /// Private eventfds of the threads blocked in this object right now.
     sleepers: Mutex<Vec<RawFd>>,
     reg: Mutex<Reg>,
+    /// What the unit tests observe instead of timing: how often a blocked
+    /// thread went to sleep, and how many are asleep now.
+    #[cfg(test)]
+    probe: SleepProbe,
+}
+
+/// Counts kept by `WaitObj::sleep` for the tests (see `WaitObj::sleeps`).
+#[cfg(test)]
+#[derive(Default)]
+struct SleepProbe {
+    sleeps: std::sync::atomic::AtomicUsize,
+    asleep: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -205,7 +217,24 @@ impl WaitObj {
             armed: AtomicBool::new(false),
             sleepers: Mutex::new(Vec::new()),
             reg: Mutex::new(Reg::default()),
+            #[cfg(test)]
+            probe: SleepProbe::default(),
         }))
+    }
+
+    /// How many times a blocked thread went to sleep in this object so far
+    /// (tests: a wait that does not spin sleeps a few times, not thousands).
+    #[cfg(test)]
+    pub fn sleeps(&self) -> usize {
+        self.probe.sleeps.load(SeqCst)
+    }
+
+    /// Threads inside the sleep right now: registered as sleepers, armed,
+    /// and past their last check of the queue, so whatever happens next
+    /// must wake them (tests wait for this before they signal or push).
+    #[cfg(test)]
+    pub fn asleep(&self) -> usize {
+        self.probe.asleep.load(SeqCst)
     }
 
     /// The descriptor FI_GETWAIT returns: readable when the queue may have
@@ -330,9 +359,16 @@ impl WaitObj {
             },
         ];
         let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        #[cfg(test)]
+        {
+            self.probe.sleeps.fetch_add(1, SeqCst);
+            self.probe.asleep.fetch_add(1, SeqCst);
+        }
         // SAFETY: two valid pollfds (a negative fd is ignored), a valid or
         // NULL timespec, no sigmask.
         unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, tsp, std::ptr::null()) };
+        #[cfg(test)]
+        self.probe.asleep.fetch_sub(1, SeqCst);
     }
 
     /// One arm/check/sleep loop shared by every blocking call.
@@ -983,6 +1019,8 @@ pub(crate) mod testutil {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Mutex;
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
 
     pub struct FakeSrc {
         pub calls: AtomicUsize,
@@ -1037,14 +1075,30 @@ pub(crate) mod testutil {
         }
         any
     }
-    /// CPU time this thread has used, in ms.
-    pub fn thread_cpu_ms() -> f64 {
-        // SAFETY: getrusage fills a local struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-        let t = |tv: libc::timeval| tv.tv_sec as f64 * 1e3 + tv.tv_usec as f64 / 1e3;
-        t(ru.ru_utime) + t(ru.ru_stime)
+    /// How long a test waits for a state another thread must reach, or for
+    /// a blocking call that must be woken: generous for any loaded machine,
+    /// it only turns a hang into a failure and says nothing about speed.
+    pub const HANG: Duration = Duration::from_secs(30);
+    /// `HANG` as a libfabric timeout (ms) for blocking calls that must be
+    /// woken long before it: running into it is the failure.
+    pub const HANG_MS: i32 = HANG.as_millis() as i32;
+
+    /// Polls `cond` until it holds; fails after `HANG`.
+    pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let t0 = Instant::now();
+        while !cond() {
+            assert!(t0.elapsed() < HANG, "gave up after {HANG:?} waiting until {what}");
+            std::thread::sleep(Duration::from_millis(1)); // polling a state, not synchronising
+        }
     }
+
+    /// Joins `t` once it has finished; fails if it is still running after
+    /// `HANG` (a blocked call nobody woke).
+    pub fn join_within<T>(t: JoinHandle<T>, what: &str) -> T {
+        wait_until(what, || t.is_finished());
+        t.join().unwrap()
+    }
+
     pub fn fd_readable(fd: RawFd) -> bool {
         let mut p = libc::pollfd {
             fd,
@@ -1079,18 +1133,22 @@ mod tests {
         let b = set_member_cq(&ws, 2);
         let c = Cntr::new(FI_WAIT_SET, std::ptr::null_mut(), Some(ws.clone()), None).unwrap();
         assert!(ws.refs.busy(), "members hold the set");
+        // Nothing to report: fi_wait times out, not before its timeout, and
+        // sleeps through it rather than polling the members.
+        let sleeps0 = ws.wobj.sleeps();
         let t0 = Instant::now();
-        let cpu0 = thread_cpu_ms();
         assert_eq!(ws.wait(80), -FI_ETIMEDOUT);
-        assert!(t0.elapsed() >= Duration::from_millis(75));
-        assert!(thread_cpu_ms() - cpu0 < 15.0);
-        let b2 = b.clone();
+        assert!(t0.elapsed() >= Duration::from_millis(80), "{:?}", t0.elapsed());
+        let sleeps = ws.wobj.sleeps() - sleeps0;
+        assert!((1..=3).contains(&sleeps), "{sleeps} sleeps in one timed-out fi_wait");
+        // A CQ member gets an entry while fi_wait sleeps: it wakes with 0.
+        let (wobj, b2) = (ws.wobj.clone(), b.clone());
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            wait_until("fi_wait sleeps", || wobj.asleep() == 1);
             b2.push(CqEntry::default());
         });
-        assert_eq!(ws.wait(5000), 0);
-        t.join().unwrap();
+        assert_eq!(ws.wait(HANG_MS), 0);
+        join_within(t, "the pusher is done");
         assert!(b.has_entries() && !a.has_entries());
         assert_eq!(
             b.sread(&mut [0u8; 8], 1, None, 1, 0),
@@ -1098,13 +1156,14 @@ mod tests {
             "sread is invalid on set members"
         );
         assert_eq!(b.read(&mut [0u8; 8], 1, None), 1);
-        let c2 = c.clone();
+        // Same for a counter member that moves.
+        let (wobj, c2) = (ws.wobj.clone(), c.clone());
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            wait_until("fi_wait sleeps", || wobj.asleep() == 1);
             c2.inc();
         });
-        assert_eq!(ws.wait(5000), 0);
-        t.join().unwrap();
+        assert_eq!(ws.wait(HANG_MS), 0);
+        join_within(t, "the counter thread is done");
         // trywait on the set, and the set's descriptor.
         let p = waitset_into_fid(ws.clone());
         let mut fd = -1;

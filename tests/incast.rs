@@ -88,14 +88,14 @@ fn incast_receiver_memory_bounded() {
 /// ~250 MB/s across the veth today), same checks.
 #[test]
 fn incast_16_senders_across_two_hosts_1pct_loss() {
-    if common::skip_unless_gnix("incast across two hosts") {
+    let what = "incast across two hosts";
+    if common::skip_unless_gnix(what) {
         return;
     }
-    let Some(h) = common::TwoHosts::new("incast_two_hosts") else {
+    let Some(h) = common::TwoHosts::new(what) else {
         return;
     };
-    if let Err(e) = h.input_loss(0, 1.0) {
-        eprintln!("SKIP incast across two hosts: cannot install the iptables loss rule ({e})");
+    if !common::require(what, h.input_loss(0, 1.0)) {
         return;
     }
     let out = Scenario::new("incast", SENDERS + 1)

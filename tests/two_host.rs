@@ -3,9 +3,10 @@
 //! scenarios run across it at 0 %, 1 % and 10 % random loss on the INPUT
 //! chain of rank 0's host (rank 0 is the receiver of the pair scenarios).
 //! The clients check every byte and every completion as on loopback.
-//! Skipped (with a message, passing) where namespaces cannot be made.
+//! They need root, `ip netns` and iptables (`common::require`): where those
+//! are missing they fail under CI (CI=true) and print `SKIPPED` elsewhere.
 mod common;
-use common::{skip_unless_gnix, Scenario, TwoHosts};
+use common::{require, skip_unless_gnix, Scenario, TwoHosts};
 use std::time::Instant;
 
 /// Scenarios run across the pair, with their argument and hard bound (s):
@@ -37,8 +38,7 @@ fn across(what: &str, loss_pct: f64, large_mib: u32) {
         return;
     }
     let Some(h) = TwoHosts::new(what) else { return };
-    if let Err(e) = h.input_loss(0, loss_pct) {
-        eprintln!("SKIP {what}: cannot install the iptables loss rule ({e})");
+    if !require(what, h.input_loss(0, loss_pct)) {
         return;
     }
     let t0 = Instant::now();

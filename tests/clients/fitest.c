@@ -450,7 +450,7 @@ static void scn_cq_wait(void)
 		ssize_t r = fi_cq_sread(cq, &e, 1, NULL, 300);
 		uint64_t dt = now_ms() - t0;
 		EXPECT(r == -FI_EAGAIN, "sread on empty CQ = %zd (%s)", r, fi_strerror((int)-r));
-		EXPECT(dt >= 250 && dt < 3000, "sread(300 ms) took %" PRIu64 " ms", dt);
+		EXPECT(dt >= 250, "sread(300 ms) returned after %" PRIu64 " ms", dt);
 		r = fi_cq_read(cq, &e, 1);
 		EXPECT(r == -FI_EAGAIN, "read on empty CQ = %zd", r);
 		struct fi_cq_err_entry ee;
@@ -694,11 +694,17 @@ static void scn_mr(void)
 
 /* ================================================================ counters */
 
+struct cntr_adder {
+	struct fid_cntr *c;
+	pid_t waiter;
+};
+
+/* Adds once the waiter sleeps in fi_cntr_wait: the add must wake it. */
 static void *cntr_adder(void *arg)
 {
-	struct fid_cntr *c = arg;
-	usleep(100000); /* not synchronisation: the waiter must block first for the test to mean anything */
-	fi_cntr_add(c, 5);
+	struct cntr_adder *a = arg;
+	DEVIATE(wait_thread_asleep(a->waiter), "fi_cntr_wait never went to sleep");
+	fi_cntr_add(a->c, 5);
 	return NULL;
 }
 
@@ -726,16 +732,15 @@ static void scn_cntr(void)
 	uint64_t t0 = now_ms();
 	EXPECT_RET(fi_cntr_wait(c, 11, 300), -FI_ETIMEDOUT);
 	uint64_t dt = now_ms() - t0;
-	EXPECT(dt >= 250 && dt < 3000, "wait(300ms) took %" PRIu64, dt);
+	EXPECT(dt >= 250, "wait(300ms) returned after %" PRIu64 " ms", dt);
 	EXPECT(fi_cntr_read(c) == 10, "value changed by a timed-out wait");
-	/* another thread adds while we wait */
+	/* another thread adds while we sleep in the wait; running into the
+	 * timeout (the client's deadline) is the failure */
 	pthread_t t;
-	pthread_create(&t, NULL, cntr_adder, c);
-	t0 = now_ms();
-	EXPECT_RET(fi_cntr_wait(c, 15, 10000), 0);
-	dt = now_ms() - t0;
+	struct cntr_adder a = { c, my_tid() };
+	pthread_create(&t, NULL, cntr_adder, &a);
+	EXPECT_RET(fi_cntr_wait(c, 15, (int)g_timeout_ms), 0);
 	pthread_join(t, NULL);
-	EXPECT(dt < 5000, "fi_cntr_wait woke only after %" PRIu64 " ms", dt);
 	EXPECT(fi_cntr_read(c) == 15, "after thread add");
 	CHECK_CONTAINED("fi_close(dom) with live children returns -FI_EBUSY", fi_close(&dom->fid) == -FI_EBUSY);
 	CHK(fi_close(&c->fid));
@@ -761,7 +766,7 @@ static void scn_eq(void)
 	uint64_t t0 = now_ms();
 	EXPECT_RET(fi_eq_sread(eq, &ev, &got, sizeof got, 300, 0), -FI_EAGAIN);
 	uint64_t dt = now_ms() - t0;
-	EXPECT(dt >= 250 && dt < 3000, "eq sread(300) took %" PRIu64, dt);
+	EXPECT(dt >= 250, "eq sread(300) returned after %" PRIu64 " ms", dt);
 	struct fi_eq_err_entry ee;
 	memset(&ee, 0, sizeof ee);
 	EXPECT_RET(fi_eq_readerr(eq, &ee, 0), -FI_EAGAIN);

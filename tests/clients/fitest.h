@@ -44,6 +44,8 @@
 #include <sys/socket.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <rdma/fabric.h>
@@ -77,6 +79,53 @@ static uint64_t now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* This thread's id (the main thread's is the process id). */
+static pid_t my_tid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* How many times the calling thread has gone to sleep in the kernel
+ * (voluntary context switches): a thread blocked in a wait sleeps once
+ * and wakes when there is something to do; one that polls its way
+ * through the wait goes to sleep never, or once per poll interval. */
+static long thread_sleeps(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_nvcsw;
+}
+
+/* Whether thread `tid` of this process is asleep in the kernel now
+ * (state S in /proc/self/task/<tid>/stat). */
+static int thread_is_asleep(pid_t tid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')'); /* the command name may hold anything */
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+/* Waits until thread `tid` is asleep (a blocking call it made went to
+ * sleep, so whatever happens next must wake it), at most half the
+ * client's deadline; 0 if it never slept (it polls, or returned). */
+static int wait_thread_asleep(pid_t tid)
+{
+	uint64_t dl = now_ms() + g_timeout_ms / 2;
+	while (!thread_is_asleep(tid)) {
+		if (now_ms() > dl)
+			return 0;
+		usleep(1000); /* polling a state, not synchronising */
+	}
+	return 1;
 }
 
 #define FAIL(...) do { \

@@ -829,7 +829,7 @@ static void scn_cq_sread(void)
 	uint64_t dl = now_ms() + g_timeout_ms;
 	int timeouts = 0;
 	for (int got = 0; got < 2;) {
-		ssize_t r = fi_cq_sread(cq, &e, 1, NULL, 1000);
+		ssize_t r = fi_cq_sread(cq, &e, 1, NULL, 10000);
 		if (r == -FI_EAGAIN) {
 			if (now_ms() > dl)
 				FAIL("sread: nothing");
@@ -847,19 +847,27 @@ static void scn_cq_sread(void)
 		got++;
 	}
 	/* The message wakes the sleeper (a doorbell on shm): it does not
-	 * sit out the 1 s timeout. */
+	 * sit out the 10 s timeout, which only a message that failed to wake
+	 * it can reach (generous: the sender's delay is not measured). */
 	if (g_rank == 0)
 		DEVIATE(timeouts == 0, "fi_cq_sread slept through an arriving message %d time(s)", timeouts);
+	/* Blocked means asleep, whatever the CPU: this thread goes to sleep
+	 * and stays asleep (woken a few times at most, e.g. by the endpoint's
+	 * timers), and the whole process (a progress thread included) is
+	 * woken at most 20 times in the 200 ms, not every few milliseconds.
+	 * Counted in voluntary context switches (getrusage), which do not
+	 * depend on the machine's load; measured for gnix: 1-2 and 3-5. */
+	struct rusage r0, r1;
+	getrusage(RUSAGE_SELF, &r0);
+	long s0 = thread_sleeps();
 	uint64_t t0 = now_ms();
-	struct timespec c0, c1;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	EXPECT_RET(fi_cq_sread(cq, &e, 1, NULL, 200), -FI_EAGAIN);
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	EXPECT(now_ms() - t0 >= 150, "sread timeout too short");
-	/* Blocked means asleep: this process (progress thread included)
-	 * burns next to no CPU in those 200 ms. */
-	double cpu_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
-	DEVIATE(cpu_ms < 50, "fi_cq_sread spun: %.1f ms of CPU in a 200 ms wait", cpu_ms);
+	long sleeps = thread_sleeps() - s0;
+	getrusage(RUSAGE_SELF, &r1);
+	long wakeups = r1.ru_nvcsw - r0.ru_nvcsw;
+	DEVIATE(sleeps >= 1 && sleeps <= 5, "fi_cq_sread went to sleep %ld times in a 200 ms wait", sleeps);
+	DEVIATE(wakeups <= 20, "the process went to sleep %ld times during a 200 ms fi_cq_sread: it polls", wakeups);
 	finish(&c);
 }
 
@@ -1389,14 +1397,15 @@ static void scn_idle_ep(void)
 		(void)len;
 		fill(b, 40, 77);
 		POST(fi_send(c.ep, b, 40, NULL, a2, &x[1]));
-		/* Bounded well below the peer timeout: the provider's progress
-		 * thread runs an endpoint the application does not call within
-		 * milliseconds, not after a retransmission storm. */
+		/* The send completes, and successfully: without progress of the
+		 * endpoint its application does not call, it would fail after
+		 * the peer timeout (FI_GNIX_PEER_TIMEOUT_MS, 10 s by default,
+		 * below the client's deadline). How soon it completes is a
+		 * latency figure, printed, not asserted. */
 		uint64_t t0 = now_ms();
 		struct comp e = cqw_ok(&c.tx);
 		EXPECT(e.ctx == &x[1], "send ctx");
-		EXPECT(now_ms() - t0 < 2000, "send to an endpoint its application does not poll took %" PRIu64 " ms",
-		       now_ms() - t0);
+		info("send to an endpoint its application does not poll completed in %" PRIu64 " ms", now_ms() - t0);
 		oob_send(1, "done");
 	}
 	finish(&c);

@@ -43,17 +43,71 @@ pub fn is_gnix() -> bool {
     provider() == "gnix"
 }
 
-/// For gnix-only tests: returns true (and says why) when the test must be
-/// skipped because another provider is under test.
+/// For gnix-only tests: returns true (and says so in a `SKIPPED` line) when
+/// another provider is under test. Not a failure under CI either: choosing
+/// a reference provider (`GNIX_TEST_PROVIDER`) selects the tests that apply
+/// to it, the way a test filter does; CI runs against gnix.
 pub fn skip_unless_gnix(what: &str) -> bool {
     if is_gnix() {
         return false;
     }
-    eprintln!(
-        "SKIP {what}: gnix-only test (GNIX_TEST_PROVIDER={}); reference providers do not implement it",
-        provider()
+    skipped(
+        what,
+        &format!(
+            "gnix-only test (GNIX_TEST_PROVIDER={}); reference providers do not implement it",
+            provider()
+        ),
     );
     true
+}
+
+/// Whether CI runs this suite (`CI=true`, which `.ci/run` exports): there a
+/// test that cannot run is a failure, never a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The one rule for a test that needs something this machine may lack (a
+/// program, root, network namespaces): `need` is `Ok` when it is there.
+/// Otherwise, under CI (`in_ci`) the test fails, naming what is missing;
+/// elsewhere it prints a `SKIPPED` line and this returns false, and the
+/// caller returns: `if !require(test, have_program("fi_info")) { return; }`.
+pub fn require(test: &str, need: Result<(), String>) -> bool {
+    let Err(why) = need else {
+        return true;
+    };
+    if in_ci() {
+        panic!("{test}: cannot run: {why} (CI=true: every test must run; scripts/deps.sh installs what they need)");
+    }
+    skipped(test, &why);
+    false
+}
+
+/// Prints `SKIPPED: <test>: <why>` where it is seen: straight to stderr,
+/// past the test harness's output capture, which would only show it for a
+/// failed test. With `GNIX_TEST_SKIPPED_LOG` set (`./test.sh` sets it), the
+/// line is also appended to that file, so the run can list its skips.
+pub fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os("GNIX_TEST_SKIPPED_LOG") {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(log);
+        let _ = f.and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+}
+
+/// `Ok` when `name` is an executable file on `PATH`; the error names the
+/// Debian `package` that has it.
+pub fn have_program(name: &str, package: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .any(|d| std::fs::metadata(d.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0));
+    if found {
+        Ok(())
+    } else {
+        Err(format!("`{name}` is not on PATH (Debian package {package})"))
+    }
 }
 
 fn profile_dir() -> PathBuf {
@@ -221,7 +275,8 @@ pub struct Scenario {
     pub arg: Option<String>,
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
-    /// For gnix a SKIP verdict fails the test unless this is set.
+    /// For gnix a SKIP verdict fails the test unless this is set; then it
+    /// is a `require` that failed (a failure under CI all the same).
     pub skip_ok_for_gnix: bool,
     /// Ranks that will be SIGKILLed on request (they need not pass).
     pub may_be_killed: Vec<usize>,
@@ -320,8 +375,12 @@ impl Scenario {
             eprintln!("[{label}] {i}");
         }
         if let Some(why) = &r.skipped {
-            eprintln!("[{label}] SKIPPED: {why}");
-            if is_gnix() && !self.skip_ok_for_gnix {
+            if !is_gnix() {
+                // A reference provider that cannot meet the scenario's hints.
+                skipped(&label, why);
+            } else if self.skip_ok_for_gnix {
+                require(&label, Err(why.clone()));
+            } else {
                 panic!("[{label}] gnix must support this scenario, but it skipped: {why}");
             }
         }
@@ -784,6 +843,18 @@ pub fn netns_exec(ns: &str, args: &[&str]) -> Result<String, String> {
     ip_cmd(&v)
 }
 
+/// `Ok` where this process can make network namespaces: it is root and
+/// `ip netns` works.
+pub fn netns_support() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("two-host tests need root (ip netns, veth, iptables)".into());
+    }
+    ip_cmd(&["netns", "list"])
+        .map(|_| ())
+        .map_err(|e| format!("`ip netns` does not work ({e}); Debian package iproute2"))
+}
+
 fn sweep_stale_netns() {
     let Ok(list) = ip_cmd(&["netns", "list"]) else {
         return;
@@ -803,17 +874,12 @@ fn sweep_stale_netns() {
 }
 
 impl TwoHosts {
-    /// None, with a printed reason, where namespaces cannot be made (not
-    /// root, no `ip`, no netns support): the caller skips.
+    /// None where namespaces cannot be made (not root, no `ip`, no netns
+    /// support): `require` said so (under CI it failed the test instead) and
+    /// the caller returns.
     pub fn new(what: &str) -> Option<TwoHosts> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIP {what}: two-host tests need root (ip netns, veth, iptables)");
-            return None;
-        }
-        if ip_cmd(&["netns", "list"]).is_err() {
-            eprintln!("SKIP {what}: `ip netns` is not available (install iproute2)");
+        if !require(what, netns_support()) {
             return None;
         }
         sweep_stale_netns();
@@ -846,7 +912,7 @@ impl TwoHosts {
             if let Err(e) = ip_cmd(&args) {
                 drop(h);
                 if args[0] == "netns" && args[1] == "add" {
-                    eprintln!("SKIP {what}: cannot create a network namespace ({e})");
+                    require(what, Err(format!("cannot create a network namespace ({e})")));
                     return None;
                 }
                 panic!("two-host setup failed: {e}");
@@ -879,8 +945,8 @@ impl TwoHosts {
 
     /// Random loss of `pct` % of the packets host `side` receives: a DROP
     /// rule on its INPUT chain (netem is not available; a DROP on OUTPUT
-    /// makes sendmsg fail instead of losing). Returns the iptables error
-    /// where the statistic match is unavailable.
+    /// makes sendmsg fail instead of losing). Returns why not where
+    /// iptables or its statistic match is unavailable.
     pub fn input_loss(&self, side: usize, pct: f64) -> Result<(), String> {
         if pct <= 0.0 {
             return Ok(());
@@ -904,6 +970,7 @@ impl TwoHosts {
             ],
         )
         .map(|_| ())
+        .map_err(|e| format!("cannot install the iptables loss rule ({e}); Debian package iptables"))
     }
 
     /// Packets dropped by the loss rule of host `side` so far.
