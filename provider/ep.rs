@@ -397,11 +397,11 @@ fn credit_config(p: &crate::params::Params) -> Option<crate::proto::credit::Cred
     })
 }
 
+/// A key for the shm wire's hash maps, which peers' addresses fill: from
+/// the operating system's random source, so nobody can aim collisions.
 fn seed() -> u64 {
-    let mut s: u64 = 0;
-    // SAFETY: getrandom writes at most 8 bytes into s.
-    unsafe { libc::getrandom(&mut s as *mut u64 as *mut c_void, 8, 0) };
-    s ^ now_ns() ^ (std::process::id() as u64) << 32
+    use crate::proto::Entropy;
+    crate::proto::OsEntropy.next_u64()
 }
 
 fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {

@@ -506,13 +506,18 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(eq.sread(&mut buf, 100, false), Err(-FI_EAGAIN));
         assert!(t0.elapsed() >= Duration::from_millis(95));
+        // A reader that blocks without a timeout: once it sleeps in the
+        // EQ's wait object, only the push can end its read.
         let e2 = eq.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            e2.push(FI_NOTIFY, &[0u8; 24], 0);
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            e2.sread(&mut buf, -1, false)
         });
-        assert_eq!(eq.sread(&mut buf, 5000, false), Ok((FI_NOTIFY, 24)));
-        t.join().unwrap();
+        let wobj = eq.wait.own().expect("an EQ with its own wait object");
+        crate::wait::testutil::wait_until("the reader sleeps in the EQ's wait object", || wobj.asleep() == 1);
+        eq.push(FI_NOTIFY, &[0u8; 24], 0);
+        let got = crate::wait::testutil::join_within(reader, "the push woke the reader");
+        assert_eq!(got, Ok((FI_NOTIFY, 24)));
     }
 
     #[test]
