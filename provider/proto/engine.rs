@@ -21,7 +21,7 @@
 //! rendezvous data. Messages go before bulk data so a small send is not
 //! stuck behind a large pull.
 
-use super::conn::{classify_req, req_interval, CookieKey, Handshake, ReqVerdict};
+use super::conn::{classify_req, Ask, AskTick, CookieKey, Handshake, ReqVerdict, Unproven};
 use super::credit::{Admit, Borrower, CreditBank, Lender, STALLED};
 use super::entropy::Entropy;
 use super::rel::{seq_delta, Rtt, SEQ_BASE};
@@ -104,6 +104,8 @@ struct Shared {
     quiet_in_flight: usize,
     /// An RTS with pushed data was just delivered (`Engine::wants_match_now`).
     match_now: bool,
+    /// VCs whose `unproven` is set (at most `cfg.max_unproven`).
+    unproven: usize,
 }
 
 impl Shared {
@@ -213,6 +215,12 @@ pub trait TxOut {
 
 /// Datagrams one VC sends in a row before the next ready VC's turn.
 const BURST: usize = 64;
+
+/// Stateless CHALLENGEs to first contacts (conn.rs) waiting for the next
+/// transmission: a flood beyond this between two transmissions is not
+/// answered (counted), and its requesters, real ones included, retry.
+/// Larger than the endpoint receives between two transmissions.
+const FIRST_CONTACT_QUEUE: usize = 256;
 
 /// An announced rendezvous receive.
 struct RxRndv {
@@ -406,6 +414,10 @@ struct Vc {
     credit_retry_at: u64,
     /// `Event::PeerUp` was emitted for this incarnation of the VC.
     up_announced: bool,
+    /// Created by the peer's CONN_REQ alone, which anyone can forge; None
+    /// once the peer has echoed our id or a cookie (conn.rs), and for VCs
+    /// we opened.
+    unproven: Option<Unproven>,
     /// Established: the nonce of a CONN_REQ with a new connection id, to
     /// be answered with a CHALLENGE (the latest one only: see conn.rs).
     challenge_due: Option<u64>,
@@ -427,6 +439,8 @@ enum Tick {
     Idle,
     Ready,
     Fail,
+    /// An unproven VC nobody proved in time: dropped without a word.
+    Expire,
 }
 
 impl Vc {
@@ -486,6 +500,7 @@ impl Vc {
             credit_due: sh.bank.is_some(),
             credit_retry_at: 0,
             up_announced: false,
+            unproven: None,
             challenge_due: None,
             push_backoff: 0,
             pushes: Map::with_hasher(sh.hasher),
@@ -507,14 +522,53 @@ impl Vc {
         self.hs == Handshake::Established
     }
 
-    /// The peer echoed our connection id: it is real, not a CONN_REQ with
-    /// a forged source address (which costs nothing to send). PeerUp goes
-    /// out once per incarnation of the VC (`establish` resets it).
-    fn announce_up(&mut self, sh: &mut Shared) {
+    /// The peer echoed our connection id (or a cookie): it is real, not a
+    /// CONN_REQ with a forged source address (which costs nothing to
+    /// send). PeerUp goes out once per incarnation of the VC (`establish`
+    /// resets it).
+    fn prove(&mut self, sh: &mut Shared) {
+        if self.unproven.is_some() {
+            self.unproven = None;
+            sh.unproven -= 1;
+        }
         if !self.up_announced {
             self.up_announced = true;
             sh.events.push_back(Event::PeerUp { peer: self.peer });
         }
+    }
+
+    /// The peer at an unproven VC's address answered with another nonce
+    /// than the CONN_REQ that created the VC (conn.rs): the VC is re-keyed
+    /// to it, proven, and every segment sent so far goes again under the
+    /// new id (the peer dropped them: they named an id it never had).
+    fn rekey(&mut self, sh: &mut Shared, nonce: u64, isn: u32, window: u32, now: u64) {
+        // Nothing can have been received or acknowledged: a datagram with
+        // our id would have proven the VC.
+        debug_assert!(self.unproven.is_some() && self.ooo.is_empty() && self.reasm.is_none());
+        debug_assert!(self.unacked.iter().all(|s| !s.sacked));
+        self.establish(&sh.cfg, nonce, isn, window, now);
+        if self.challenge_due == Some(nonce) {
+            // Its CONN_REQ was challenged before: it gets its answer now.
+            self.challenge_due = None;
+            self.resp_pending = true;
+        }
+        for (i, s) in self.unacked.iter_mut().enumerate() {
+            // The first transmission under the new id counts as the first.
+            s.xmits = 0;
+            if !s.lost {
+                s.lost = true;
+                self.rtx.push_back(self.snd_una + i as u64);
+            }
+        }
+        if !self.unacked.is_empty() {
+            self.rtt.reset_backoff();
+            self.rto_deadline = Some(now + self.rtt.rto(&sh.cfg));
+            self.waiting_since = now;
+        }
+        // Our credit header went to the wrong id too.
+        self.credit_due |= sh.bank.is_some();
+        sh.stats.unproven_rekeyed += 1;
+        self.prove(sh);
     }
 
     fn has_pending_work(&self) -> bool {
@@ -536,9 +590,10 @@ impl Vc {
     /// later (an ACK, a timer, a new send) marks the VC ready again.
     fn may_transmit(&self, now: u64) -> bool {
         match self.hs {
-            Handshake::Connecting { req_due, answer, .. } => req_due || answer.is_some(),
+            Handshake::Connecting { ask, answer } => ask.req_due || answer.is_some(),
             Handshake::Established => {
-                self.resp_pending
+                self.unproven.is_some_and(|u| u.ask.is_some_and(|a| a.req_due))
+                    || self.resp_pending
                     || self.challenge_due.is_some()
                     || self.credit_due
                     || (self.ack_pending && (self.ack_now || self.ack_deadline.is_some_and(|d| d <= now)))
@@ -559,11 +614,16 @@ impl Vc {
     }
 
     fn next_deadline(&self, cfg: &EngineConfig) -> Option<u64> {
-        if let Handshake::Connecting { since, next_req_at, .. } = self.hs {
-            return Some(next_req_at.min(since.saturating_add(cfg.peer_timeout_ns)));
+        if let Handshake::Connecting { ask, .. } = self.hs {
+            return Some(ask.deadline(cfg));
         }
         let mut t: Option<u64> = None;
         let mut take = |d: u64| t = Some(t.map_or(d, |x| x.min(d)));
+        match self.unproven {
+            Some(Unproven { ask: Some(ask), .. }) => take(ask.deadline(cfg)),
+            Some(Unproven { since, ask: None }) => take(since.saturating_add(cfg.peer_timeout_ns)),
+            None => {}
+        }
         if self.ack_pending && !self.ack_now {
             if let Some(d) = self.ack_deadline {
                 take(d);
@@ -589,29 +649,26 @@ impl Vc {
 
     fn on_timeout(&mut self, sh: &mut Shared, now: u64) -> Tick {
         let cfg = &sh.cfg;
-        if let Handshake::Connecting {
-            since,
-            next_req_at,
-            attempts,
-            req_due,
-            ..
-        } = &mut self.hs
-        {
-            if now.saturating_sub(*since) >= cfg.peer_timeout_ns {
-                return Tick::Fail;
-            }
-            if now < *next_req_at {
-                return Tick::Idle;
-            }
-            if *attempts >= cfg.max_retrans {
-                return Tick::Fail;
-            }
-            *attempts += 1;
-            *req_due = true;
-            *next_req_at = u64::MAX;
-            return Tick::Ready;
+        if let Handshake::Connecting { ask, .. } = &mut self.hs {
+            return match ask.tick(cfg, now) {
+                AskTick::Wait => Tick::Idle,
+                AskTick::Due => Tick::Ready,
+                AskTick::GiveUp => Tick::Fail,
+            };
         }
         let mut tick = Tick::Idle;
+        if let Some(u) = &mut self.unproven {
+            match &mut u.ask {
+                // A real requester would have given up by now.
+                None if now >= u.since.saturating_add(cfg.peer_timeout_ns) => return Tick::Expire,
+                None => {}
+                Some(ask) => match ask.tick(cfg, now) {
+                    AskTick::Wait => {}
+                    AskTick::Due => tick = Tick::Ready,
+                    AskTick::GiveUp => return Tick::Fail,
+                },
+            }
+        }
         if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
             self.ack_now = true;
             tick = Tick::Ready;
@@ -699,23 +756,13 @@ impl Vc {
     }
 
     fn transmit(&mut self, sh: &mut Shared, now: u64, buf: &mut [u8]) -> Option<usize> {
-        if let Handshake::Connecting {
-            req_due,
-            next_req_at,
-            attempts,
-            cookie,
-            answer,
-            ..
-        } = &mut self.hs
-        {
-            if *req_due {
-                *req_due = false;
-                *next_req_at = now + req_interval(sh.cfg.rto_init_ns, sh.cfg.rto_max_ns, *attempts);
+        if let Handshake::Connecting { ask, answer } = &mut self.hs {
+            if let Some(cookie) = ask.send(&sh.cfg, now) {
                 sh.stats.conn_reqs_sent += 1;
                 return Some(wire::encode_conn_req(
                     buf,
                     self.local_nonce,
-                    *cookie,
+                    cookie,
                     self.snd_isn,
                     self.rcv_window,
                 ));
@@ -748,6 +795,21 @@ impl Vc {
                 self.snd_isn,
                 self.rcv_window,
             ));
+        }
+        if let Some(Unproven { ask: Some(ask), .. }) = &mut self.unproven {
+            // We send on a VC whose peer id only a CONN_REQ vouched for:
+            // our own CONN_REQ alongside the data, and the real peer's
+            // answer proves or re-keys the VC (conn.rs).
+            if let Some(cookie) = ask.send(&sh.cfg, now) {
+                sh.stats.conn_reqs_sent += 1;
+                return Some(wire::encode_conn_req(
+                    buf,
+                    self.local_nonce,
+                    cookie,
+                    self.snd_isn,
+                    self.rcv_window,
+                ));
+            }
         }
         if self.credit_due && sh.bank.is_some() {
             return Some(self.credit_datagram(sh, peer_nonce, buf));
@@ -1615,7 +1677,7 @@ fn live_vc<'a>(
         return None;
     }
     vc.last_heard = now;
-    vc.announce_up(sh);
+    vc.prove(sh);
     Some(vc)
 }
 
@@ -1660,9 +1722,10 @@ fn admit(sh: &mut Shared, l: &mut Lender, len: u64) -> bool {
     true
 }
 
-/// The VC to `peer`, created (connecting) if there is none.
+/// The VC to `peer`, created (connecting) if there is none. An unproven
+/// one asks its peer to prove itself (conn.rs).
 fn vc_for_send<'a>(vcs: &'a mut Map<SocketAddr, Vc>, sh: &mut Shared, peer: SocketAddr, now: u64) -> &'a mut Vc {
-    vcs.entry(peer).or_insert_with(|| {
+    let vc = vcs.entry(peer).or_insert_with(|| {
         let mut vc = Vc::new(sh, peer, now);
         if peer == sh.local {
             // Talking to ourselves: one VC is both ends, no handshake.
@@ -1670,7 +1733,11 @@ fn vc_for_send<'a>(vcs: &'a mut Map<SocketAddr, Vc>, sh: &mut Shared, peer: Sock
             vc.establish(&sh.cfg, nonce, isn, vc.rcv_window, now);
         }
         vc
-    })
+    });
+    if let Some(u @ Unproven { ask: None, .. }) = &mut vc.unproven {
+        u.ask = Some(Ask::new(now));
+    }
+    vc
 }
 
 fn mark_ready(ready: &mut VecDeque<SocketAddr>, vc: &mut Vc) {
@@ -1685,7 +1752,12 @@ pub struct Engine {
     vcs: Map<SocketAddr, Vc>,
     /// VCs that may have something to transmit, served round robin.
     ready: VecDeque<SocketAddr>,
-    failing: Vec<SocketAddr>,
+    /// (address, nonce) of CONN_REQs from new addresses to be answered
+    /// with a stateless CHALLENGE (at most `FIRST_CONTACT_QUEUE`).
+    first_contact: VecDeque<(SocketAddr, u64)>,
+    /// VCs that timed out in `handle_timeout`: failed, or (true) unproven
+    /// ones expired.
+    failing: Vec<(SocketAddr, bool)>,
 }
 
 impl Engine {
@@ -1714,9 +1786,11 @@ impl Engine {
                 in_place: None,
                 quiet_in_flight: 0,
                 match_now: false,
+                unproven: 0,
             },
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
+            first_contact: VecDeque::new(),
             failing: Vec::new(),
         }
     }
@@ -1806,8 +1880,35 @@ impl Engine {
         self.vcs.values().filter(|v| v.challenge_due.is_some()).count()
     }
 
+    /// Established and proven (conn.rs): the peer has shown it receives
+    /// what we send to it.
     pub fn is_connected(&self, peer: SocketAddr) -> bool {
-        self.vcs.get(&peer).is_some_and(|v| v.established())
+        self.vcs
+            .get(&peer)
+            .is_some_and(|v| v.established() && v.unproven.is_none())
+    }
+
+    /// VCs created by a CONN_REQ alone whose peer has not proven itself
+    /// yet: at most `EngineConfig::max_unproven`, whatever peers send.
+    pub fn unproven_count(&self) -> usize {
+        self.sh.unproven
+    }
+
+    /// Stateless CHALLENGEs to first contacts waiting for a transmission:
+    /// at most `FIRST_CONTACT_QUEUE`.
+    pub fn first_contacts_pending(&self) -> usize {
+        self.first_contact.len()
+    }
+
+    /// Whether we hold a VC with `peer`, in whatever state.
+    pub fn has_vc(&self, peer: SocketAddr) -> bool {
+        self.vcs.contains_key(&peer)
+    }
+
+    /// Slots of the VC table (what its memory is sized by).
+    #[cfg(test)]
+    pub fn vc_table_capacity(&self) -> usize {
+        self.vcs.capacity()
     }
 
     /// Smoothed RTT to `peer`, once measured.
@@ -2033,18 +2134,28 @@ impl Engine {
                     sh.stats.dropped_unknown_peer += 1;
                     return;
                 };
-                if echo != vc.local_nonce || vc.peer_nonce.is_some_and(|n| n != nonce) {
+                if echo != vc.local_nonce {
                     sh.stats.dropped_stale += 1;
                     return;
                 }
-                if let Handshake::Connecting { answer, .. } = vc.hs {
-                    vc.establish(&sh.cfg, nonce, isn, window, now);
-                    // A crossing CONN_REQ of this peer not answered yet is
-                    // answered as a duplicate now.
-                    vc.resp_pending = answer == Some(nonce);
-                    mark_ready(&mut self.ready, vc);
-                    // It echoed our connection id (checked above).
-                    vc.announce_up(sh);
+                // It echoed our connection id, which only the peer at this
+                // address can have seen.
+                match vc.hs {
+                    Handshake::Connecting { answer, .. } => {
+                        vc.establish(&sh.cfg, nonce, isn, window, now);
+                        // A crossing CONN_REQ of this peer not answered yet
+                        // is answered as a duplicate now.
+                        vc.resp_pending = answer == Some(nonce);
+                        mark_ready(&mut self.ready, vc);
+                        vc.prove(sh);
+                    }
+                    Handshake::Established if vc.peer_nonce == Some(nonce) => vc.prove(sh),
+                    Handshake::Established if vc.unproven.is_some() => {
+                        // The CONN_REQ that created the VC was not this peer's.
+                        vc.rekey(sh, nonce, isn, window, now);
+                        mark_ready(&mut self.ready, vc);
+                    }
+                    Handshake::Established => sh.stats.dropped_stale += 1,
                 }
             }
             Packet::Challenge { echo, cookie } => {
@@ -2055,15 +2166,20 @@ impl Engine {
                 };
                 // Only a VC connecting with the challenged nonce asked for
                 // it; anything else is stale, misdirected or forged.
-                match &mut vc.hs {
-                    Handshake::Connecting { req_due, cookie: c, .. } if echo == vc.local_nonce => {
-                        sh.stats.challenges_answered += 1;
-                        *c = cookie;
-                        *req_due = true;
-                        mark_ready(&mut self.ready, vc);
+                let ask = match (&mut vc.hs, &mut vc.unproven) {
+                    (Handshake::Connecting { ask, .. }, _) | (_, Some(Unproven { ask: Some(ask), .. })) => ask,
+                    _ => {
+                        sh.stats.dropped_stale += 1;
+                        return;
                     }
-                    _ => sh.stats.dropped_stale += 1,
+                };
+                if echo != vc.local_nonce {
+                    sh.stats.dropped_stale += 1;
+                    return;
                 }
+                sh.stats.challenges_answered += 1;
+                ask.challenged(cookie);
+                mark_ready(&mut self.ready, vc);
             }
             Packet::Ack { conn, ack, sack } => {
                 let sh = &mut self.sh;
@@ -2241,12 +2357,7 @@ impl Engine {
         let existing = self.vcs.get_mut(&from);
         let verdict = classify_req(existing.as_ref().map(|v| v.peer_nonce), nonce);
         match (verdict, existing) {
-            (ReqVerdict::Fresh, _) => {
-                let mut vc = Vc::new(sh, from, now);
-                vc.establish(&sh.cfg, nonce, isn, window, now);
-                vc.resp_pending = true;
-                mark_ready(&mut self.ready, self.vcs.entry(from).or_insert(vc));
-            }
+            (ReqVerdict::Fresh, _) => self.on_first_contact(from, nonce, cookie, isn, window, now),
             (ReqVerdict::Simultaneous, Some(vc)) => {
                 if let Handshake::Connecting { answer, .. } = &mut vc.hs {
                     *answer = Some(nonce);
@@ -2260,12 +2371,21 @@ impl Engine {
                 mark_ready(&mut self.ready, vc);
             }
             (ReqVerdict::Restarted, Some(vc)) => {
-                if cookie != 0 && cookie == sh.cookie_key.cookie(from, nonce, vc.local_nonce) {
-                    // The requester received our CHALLENGE at the peer's
-                    // address: the peer restarted.
+                // The requester received our CHALLENGE at the peer's address.
+                let live_cookie = cookie != 0 && cookie == sh.cookie_key.cookie(from, nonce, vc.local_nonce);
+                if vc.unproven.is_some() && (live_cookie || sh.cookie_key.first_contact_ok(from, nonce, cookie, now)) {
+                    // Nothing was exchanged under the nonce that created the
+                    // VC: it takes the real peer's, and keeps what we queued.
+                    vc.rekey(sh, nonce, isn, window, now);
+                    vc.resp_pending = true;
+                    mark_ready(&mut self.ready, vc);
+                    return;
+                }
+                if live_cookie {
+                    // The peer restarted.
                     sh.stats.peers_restarted += 1;
                     self.fail_vc(from, EngineError::PeerRestarted, true);
-                    self.on_conn_req(from, nonce, 0, isn, window, now);
+                    self.accept_vc(from, nonce, isn, window, now, true);
                     return;
                 }
                 if cookie != 0 {
@@ -2277,6 +2397,67 @@ impl Engine {
             }
             (_, None) => unreachable!("only a Fresh verdict has no VC"),
         }
+    }
+
+    /// A CONN_REQ from an address we have no VC with: a VC, unproven while
+    /// fewer than `max_unproven` are (or proven, if it echoes a
+    /// first-contact cookie of ours); otherwise a stateless CHALLENGE.
+    fn on_first_contact(&mut self, from: SocketAddr, nonce: u64, cookie: u64, isn: u32, window: u32, now: u64) {
+        let sh = &mut self.sh;
+        let proven = sh.cookie_key.first_contact_ok(from, nonce, cookie, now);
+        if proven || sh.unproven < sh.cfg.max_unproven {
+            self.accept_vc(from, nonce, isn, window, now, proven);
+            return;
+        }
+        sh.stats.first_contacts_challenged += 1;
+        if self.first_contact.len() < FIRST_CONTACT_QUEUE {
+            self.first_contact.push_back((from, nonce));
+        } else {
+            sh.stats.first_contacts_dropped += 1;
+        }
+    }
+
+    /// A new VC for the requester of a CONN_REQ, established with its
+    /// nonce and ISN, answered with a CONN_RESP; `proven` when the request
+    /// echoed a cookie of ours.
+    fn accept_vc(&mut self, from: SocketAddr, nonce: u64, isn: u32, window: u32, now: u64, proven: bool) {
+        let sh = &mut self.sh;
+        let mut vc = Vc::new(sh, from, now);
+        vc.establish(&sh.cfg, nonce, isn, window, now);
+        vc.resp_pending = true;
+        if proven {
+            vc.prove(sh);
+        } else {
+            vc.unproven = Some(Unproven { since: now, ask: None });
+            sh.unproven += 1;
+        }
+        mark_ready(&mut self.ready, self.vcs.entry(from).or_insert(vc));
+    }
+
+    /// The stateless CHALLENGEs to first contacts, before any VC's
+    /// datagrams (they hold no VC to come round again). False if `out`
+    /// said stop.
+    fn send_first_contact_challenges(&mut self, now: u64, out: &mut dyn TxOut) -> bool {
+        while let Some(&(to, echo)) = self.first_contact.front() {
+            let Some(buf) = out.slot() else { return false };
+            let cookie = self.sh.cookie_key.first_contact(to, echo, now);
+            let len = wire::encode_challenge(buf, echo, cookie);
+            self.first_contact.pop_front();
+            let st = &mut self.sh.stats;
+            st.challenges_sent += 1;
+            st.datagrams_out += 1;
+            st.bytes_out += len as u64;
+            let t = Transmit {
+                to,
+                len,
+                hdr_len: len,
+                payload: None,
+            };
+            if !out.commit(t) {
+                return false;
+            }
+        }
+        true
     }
 
     /// The next datagram, payload included, in `buf`: `poll_transmit_burst`
@@ -2300,6 +2481,9 @@ impl Engine {
         // A source found in one call is never trusted in the next: after
         // its FIN it must not be read again.
         self.sh.zc.src = None;
+        if !self.first_contact.is_empty() && !self.send_first_contact_challenges(now, out) {
+            return;
+        }
         self.sh.zc.on = true;
         while let Some(&addr) = self.ready.front() {
             let Some(vc) = self.vcs.get_mut(&addr) else {
@@ -2391,7 +2575,7 @@ impl Engine {
     /// Whether `poll_transmit` could return anything (no VC is marked
     /// ready): lets a polling caller skip it cheaply.
     pub fn transmit_idle(&self) -> bool {
-        self.ready.is_empty()
+        self.ready.is_empty() && self.first_contact.is_empty()
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -2442,11 +2626,14 @@ impl Engine {
             match vc.on_timeout(&mut self.sh, now) {
                 Tick::Idle => {}
                 Tick::Ready => mark_ready(&mut self.ready, vc),
-                Tick::Fail => failing.push(vc.peer),
+                Tick::Fail => failing.push((vc.peer, false)),
+                Tick::Expire => failing.push((vc.peer, true)),
             }
         }
-        for addr in failing.drain(..) {
-            self.fail_vc(addr, EngineError::PeerUnreachable, true);
+        for (addr, expired) in failing.drain(..) {
+            // An expired VC never announced anything, and holds nothing.
+            self.sh.stats.unproven_expired += expired as u64;
+            self.fail_vc(addr, EngineError::PeerUnreachable, !expired);
         }
         self.failing = failing;
     }
@@ -2483,8 +2670,13 @@ impl Engine {
         let Some(mut vc) = self.vcs.remove(&peer) else {
             return;
         };
-        self.ready.retain(|a| *a != peer);
+        if vc.in_ready {
+            self.ready.retain(|a| *a != peer);
+        }
         let sh = &mut self.sh;
+        if vc.unproven.is_some() {
+            sh.unproven -= 1;
+        }
         if let Some(bank) = &mut sh.bank {
             bank.close(&mut vc.lender);
         }

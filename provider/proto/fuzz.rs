@@ -8,15 +8,19 @@
 //! * `fuzz_engine_datagrams`: `Engine::handle_datagram` (with timers,
 //!   transmits and events driven around it) never panics, and every
 //!   datagram that is invalid on its face is counted as dropped: it does
-//!   not decode, or it is not a handshake and comes from an address with no
-//!   VC, or it names a connection id that is not the receiver's. Rounds
-//!   alternate between chaos (any mutation, including ones that carry the
-//!   right connection id, with lossy real traffic in between) and checked
-//!   rounds (only junk that must be dropped or must change nothing, from
-//!   the peer's address and from strangers, while real messages flow:
-//!   forged CONN_REQs from the peer's address among it): there every real
-//!   message, eager and rendezvous, arrives exactly once, in order, intact,
-//!   and the VC is never restarted.
+//!   not decode, or it is not a CONN_REQ and comes from an address with no
+//!   VC, or it names a connection id that is not the receiver's; and the
+//!   receiver's unproven VCs and queued first-contact challenges stay
+//!   within their bounds whatever arrives. Rounds alternate between chaos
+//!   (any mutation, including ones that carry the right connection id,
+//!   with lossy real traffic in between) and checked rounds (only junk
+//!   that must be dropped or must change nothing for good, from the peer's
+//!   address and from strangers, while real messages flow: forged
+//!   CONN_REQs from the peer's address, also before its first one, and
+//!   strangers' first contacts among it; every other one starts with the
+//!   table of unproven VCs full): there every real message, eager and
+//!   rendezvous, arrives exactly once, in order, intact, and the VC is
+//!   never restarted.
 //!
 //! Under `cargo test` both run a fixed number of rounds from fixed seeds (a
 //! second or two in release). The long randomised runs are `#[ignore]`d:
@@ -110,6 +114,9 @@ fn config() -> EngineConfig {
         rto_min_ns: 200_000,
         rto_max_ns: 20_000_000,
         peer_timeout_ns: 2_000_000_000,
+        // The strangers' CONN_REQs fill it: A's first contact may then
+        // be challenged (conn.rs).
+        max_unproven: 4,
         ..EngineConfig::default()
     }
 }
@@ -643,15 +650,18 @@ fn feed(p: &mut Pair, from: SocketAddr, d: &[u8]) -> bool {
         Err(_) => Some("does not decode"),
         Ok(Packet::ConnReq { .. }) => None,
         Ok(Packet::Challenge { echo, .. }) if !known_conn(*echo) => Some("challenge of no request of the receiver"),
-        Ok(_) if from != addr_a() && !p.b.is_connected(from) => Some("not a handshake, from an address with no VC"),
+        Ok(_) if !p.b.has_vc(from) => Some("not a CONN_REQ, from an address with no VC"),
         Ok(Packet::ConnResp { .. }) => None,
-        Ok(Packet::Ack { conn, .. }) | Ok(Packet::Seg { conn, .. }) if from == addr_a() && !known_conn(*conn) => {
+        Ok(Packet::Ack { conn, .. } | Packet::Seg { conn, .. } | Packet::Credit { conn, .. }) if !known_conn(*conn) => {
             Some("connection id that is not the receiver's")
         }
         Ok(_) => None,
     };
     let now = p.now;
     p.b.handle_datagram(from, d, now);
+    // Whatever arrives, B's handshake state stays bounded.
+    assert!(p.b.unproven_count() <= config().max_unproven);
+    assert!(p.b.first_contacts_pending() <= 256);
     if let Some(why) = must_drop {
         let after = drops(p.b.stats());
         assert_eq!(
@@ -673,11 +683,26 @@ fn stranger(rng: &mut Rng) -> SocketAddr {
 
 /// A junk datagram for a checked round: one that must be dropped whatever
 /// the state (no valid connection id), or a handshake that must change
-/// nothing: any CONN_RESP (it answers no request of B's), any CHALLENGE,
-/// and, once A's VC is up at B, CONN_REQs from A's address (replays of
-/// A's, forgeries with other nonces, or with B's live connection id as
-/// the cookie): challenged, or answered as duplicates.
+/// nothing for good: any CONN_RESP (it answers no request of B's), any
+/// CHALLENGE, CONN_REQs from strangers (they fill B's table of unproven
+/// VCs), and CONN_REQs from A's address at any time (replays of A's,
+/// forgeries with other nonces, or with B's live connection id as the
+/// cookie): challenged, or answered as duplicates, or, before A's own
+/// arrives, planted as an unproven VC that A's request re-keys.
 fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
+    if rng.chance(5.0) {
+        // A first contact from a stranger, with or without a (wrong) cookie.
+        let mut d = vec![0u8; wire::CONN_LEN];
+        let cookie = if rng.chance(50.0) { rng.next_u64() } else { 0 };
+        wire::encode_conn_req(
+            &mut d,
+            rng.next_u64(),
+            cookie,
+            rng.next_u64() as u32,
+            rng.below(100) as u32,
+        );
+        return (stranger(rng), d);
+    }
     loop {
         let base = &corpus[rng.below(corpus.len() as u64) as usize];
         let mut d = mutate(rng, base, corpus);
@@ -688,7 +713,7 @@ fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
                 if let (Some(c), true) = (p.b_conn, rng.chance(30.0)) {
                     d[12..20].copy_from_slice(&c.to_le_bytes());
                 }
-                from != addr_a() || p.b_conn.is_some()
+                true
             }
             Ok(Packet::ConnResp { .. }) | Ok(Packet::Challenge { .. }) => true,
             Ok(Packet::Ack { conn, .. }) | Ok(Packet::Seg { conn, .. }) | Ok(Packet::Credit { conn, .. }) => {
@@ -709,7 +734,7 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
     let mut corpus = corpus(&mut rng);
     let (mut inputs, mut dropped, mut rounds, mut checked_msgs) = (0u64, 0u64, 0u64, 0u64);
     // B's counters summed over the rounds: which paths the inputs reached
-    let mut tot = [0u64; 11];
+    let mut tot = [0u64; 14];
     while budget.more(rounds) {
         let round = rounds;
         rounds += 1;
@@ -720,6 +745,16 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
         let r = catch_unwind(AssertUnwindSafe(|| {
             let mut last_input = Vec::new();
             let mut steps = 0u64;
+            if checked && round % 4 == 1 {
+                // B's table of unproven VCs is full before A's first
+                // contact, which B then challenges (conn.rs).
+                for k in 0..config().max_unproven as u8 {
+                    let mut d = vec![0u8; wire::CONN_LEN];
+                    wire::encode_conn_req(&mut d, rng.next_u64(), 0, 1, 64);
+                    feed(&mut p, SocketAddr::from(([10, 9, 2, k], 9100)), &d);
+                }
+                assert_eq!(p.b.unproven_count(), config().max_unproven);
+            }
             loop {
                 // real traffic A -> B, lossy, plus junk
                 if (sent.len() as u64) < nmsgs && rng.chance(10.0) {
@@ -804,6 +839,9 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
             st.peers_restarted,
             st.conn_reqs_challenged,
             st.conn_reqs_duplicate,
+            st.first_contacts_challenged,
+            st.unproven_rekeyed,
+            st.unproven_expired,
         ]) {
             *t += v;
         }
@@ -835,8 +873,22 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
     );
     eprintln!(
         "fuzz_engine_datagrams: receiver counters: malformed {} stale {} unknown_peer {} out_of_window {} early {} \
-         rndv {} dup_segments {} ooo_segments {} peers_restarted {} conn_reqs_challenged {} conn_reqs_duplicate {}",
-        tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], tot[6], tot[7], tot[8], tot[9], tot[10]
+         rndv {} dup_segments {} ooo_segments {} peers_restarted {} conn_reqs_challenged {} conn_reqs_duplicate {} \
+         first_contacts_challenged {} unproven_rekeyed {} unproven_expired {}",
+        tot[0],
+        tot[1],
+        tot[2],
+        tot[3],
+        tot[4],
+        tot[5],
+        tot[6],
+        tot[7],
+        tot[8],
+        tot[9],
+        tot[10],
+        tot[11],
+        tot[12],
+        tot[13]
     );
     assert!(rounds >= 2 && dropped > 0);
     checked_msgs

@@ -75,6 +75,12 @@ pub struct EngineConfig {
     /// Credit flow control of eager and unexpected traffic (credit.rs);
     /// `None` turns it off (both ends must agree).
     pub credits: Option<credit::CreditConfig>,
+    /// Most VCs created by a CONN_REQ alone whose peer has not yet shown
+    /// that it receives what we send (conn.rs): beyond this, a CONN_REQ
+    /// from a new address is answered with a stateless CHALLENGE and
+    /// costs its requester one round trip. Bounds what a flood of forged
+    /// first contacts can make us hold.
+    pub max_unproven: usize,
 }
 
 impl Default for EngineConfig {
@@ -101,6 +107,11 @@ impl Default for EngineConfig {
             rndv_get_chunk: 1 << 20,
             rndv_push: 128 << 10,
             credits: None,
+            // A bare VC is under 1 KiB (760 bytes and its slot in the VC
+            // table): at most ~1 MiB for a flood, and room for a thousand
+            // real peers connecting in the same round trip before any of
+            // them is challenged.
+            max_unproven: 1024,
         }
     }
 }
@@ -380,6 +391,19 @@ pub struct EngineStats {
     /// name a VC we are connecting count as dropped_stale or
     /// dropped_unknown_peer.)
     pub challenges_answered: u64,
+    /// CONN_REQs from an address we had no VC with while `max_unproven`
+    /// VCs were unproven: answered with a stateless CHALLENGE, nothing
+    /// kept. Of those, the ones not answered because `FIRST_CONTACT_QUEUE`
+    /// answers were already waiting (the requester retries).
+    pub first_contacts_challenged: u64,
+    pub first_contacts_dropped: u64,
+    /// Unproven VCs (created by a CONN_REQ alone) dropped silently after
+    /// `peer_timeout_ns` without their peer ever echoing our connection id.
+    pub unproven_expired: u64,
+    /// Unproven VCs whose peer id was replaced by the real peer's, which
+    /// answered our own CONN_REQ (or a challenge) with another one: the
+    /// CONN_REQ that created them was forged, or an old incarnation's.
+    pub unproven_rekeyed: u64,
     pub keepalives_sent: u64,
     /// CREDIT datagrams sent (grants, requests, give-backs).
     pub credits_sent: u64,

@@ -75,7 +75,13 @@ pub struct Sim {
     /// slot and by refusing a datagram already built.
     pub tx_cap: usize,
     flushes: u64,
+    /// Drops the datagrams of node `src` to `to` for which it returns true
+    /// (before the link's own loss): targeted losses.
+    pub drop_if: Option<DropFilter>,
 }
+
+/// `Sim::drop_if`: (source node, destination, bytes) -> lose it.
+pub type DropFilter = Box<dyn FnMut(usize, SocketAddr, &[u8]) -> bool>;
 
 /// (arrival time, tie-break, destination node, source address, bytes)
 type InFlight = (u64, u64, usize, SocketAddr, Vec<u8>);
@@ -120,6 +126,7 @@ impl Sim {
             burst_left: vec![0; n],
             tx_cap: 0,
             flushes: 0,
+            drop_if: None,
         }
     }
 
@@ -157,6 +164,11 @@ impl Sim {
         let Some(dst) = self.index_of(to) else { return };
         if self.nodes[src].down || self.nodes[dst].down {
             return;
+        }
+        if let Some(f) = &mut self.drop_if {
+            if f(src, to, &self.buf[..n]) {
+                return;
+            }
         }
         if self.burst_left[src] > 0 {
             self.burst_left[src] -= 1;

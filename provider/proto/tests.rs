@@ -6,6 +6,7 @@ use super::wire;
 use super::*;
 use std::sync::{Arc, Mutex};
 
+mod first_contact;
 mod handshake;
 
 #[derive(Default)]

@@ -10,8 +10,9 @@
 //! CHALLENGE:       4 echo u64 (the nonce of the CONN_REQ it answers)
 //!                  12 cookie u64 (nonzero)                                   = 20
 //!                  (the answer to a CONN_REQ with a new nonce from the address
-//!                  of an established VC: only a requester that receives what
-//!                  is sent to that address can echo the cookie; see conn.rs)
+//!                  of an established VC, or to a first contact while too many
+//!                  VCs are unproven: only a requester that receives what is
+//!                  sent to that address can echo the cookie; see conn.rs)
 //! ACK:             4 conn u64 (receiver's connection id)  12 ack u32
 //!                  16 sack u64                                               = 24
 //! CREDIT:          4 conn u64  12 granted u32 (cumulative credits lent to the
@@ -44,7 +45,9 @@
 pub const MAGIC: u16 = 0x4E47;
 /// 2: GET_LAST, no FIN after a complete pull, RTS with a tail.
 /// 3: PDATA, the RTS's push field.
-/// 4: CHALLENGE, and CONN_REQ's cookie (where a zero echo was).
+/// 4: CHALLENGE, and CONN_REQ's cookie (where a zero echo was). A
+///    CHALLENGE may also answer a first contact (no format change: a
+///    version-4 requester answers it as it answers any CHALLENGE).
 pub const VERSION: u8 = 4;
 
 pub mod kind {
