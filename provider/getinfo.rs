@@ -888,7 +888,11 @@ mod tests {
         }
         let asked = hints_with_caps(FI_TAGGED | FI_SOURCE | FI_SOURCE_ERR);
         for caps in offered_caps(Some(&asked)) {
-            assert_eq!(caps & (FI_SOURCE | FI_SOURCE_ERR), FI_SOURCE | FI_SOURCE_ERR, "caps {caps:#x}");
+            assert_eq!(
+                caps & (FI_SOURCE | FI_SOURCE_ERR),
+                FI_SOURCE | FI_SOURCE_ERR,
+                "caps {caps:#x}"
+            );
         }
         let without_source = hints_with_caps(FI_TAGGED | FI_SOURCE_ERR);
         // SAFETY: as in offered_caps.
