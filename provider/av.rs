@@ -2,7 +2,17 @@
 //!
 //! Both FI_AV_MAP and FI_AV_TABLE hand out table indices (a map address is
 //! opaque to the application, so an index serves both). The reverse map
-//! answers FI_SOURCE: which fi_addr sent this datagram.
+//! answers FI_SOURCE and directed receives: which fi_addr sent this
+//! datagram.
+//!
+//! An address is held once: inserting it again returns the fi_addr it
+//! already has and takes a reference, which `fi_av_remove` gives back (the
+//! entry goes with its last reference). fi_av(3) leaves duplicate inserts
+//! undefined; libfabric's util AV (tcp, rxm, shm) answers them this way and
+//! MPICH relies on it: `MPI_Comm_connect`/`accept` between ranks of one job
+//! insert each other a second time and post directed receives naming the
+//! second fi_addr, which a second table entry would never match (the
+//! messages' source resolves to one fi_addr per peer).
 
 use crate::domain::Domain;
 use crate::ffi::*;
@@ -38,12 +48,12 @@ struct AvInner {
     slots: Slots,
     /// FI_SOURCE's reverse map: an open-addressing index (linear probing,
     /// load at most 3/4) of table positions, keyed by the address stored
-    /// there. Holds the first fi_addr of each address.
+    /// there.
     index: Vec<u32>,
     indexed: usize,
-    /// Inserts of an address that was already present: only when there
-    /// were some must a removal look for another fi_addr of the same peer.
-    dups: usize,
+    /// References beyond the first, per fi_addr inserted more than once
+    /// (rare: empty in a job that inserts every peer once).
+    extra_refs: std::collections::HashMap<usize, u32>,
 }
 
 /// One entry per fi_addr ever handed out (removed ones stay as holes).
@@ -87,7 +97,7 @@ impl AvInner {
             },
             index: Vec::new(),
             indexed: 0,
-            dups: 0,
+            extra_refs: std::collections::HashMap::new(),
         }
     }
 
@@ -160,34 +170,36 @@ impl AvInner {
         }
     }
 
-    /// Appends `s`, returning its position (the fi_addr). The first
-    /// insertion of an address stays the one FI_SOURCE reports.
+    /// The fi_addr of `s`: the one it already has (taking a reference), or
+    /// a new position at the end.
     fn add(&mut self, s: SocketAddr) -> usize {
+        if let Some(b) = self.find(&s) {
+            let a = self.index[b] as usize;
+            *self.extra_refs.entry(a).or_insert(0) += 1;
+            return a;
+        }
         let idx = self.len();
         self.push(s);
-        if self.find(&s).is_some() {
-            self.dups += 1;
-        } else {
-            self.index_insert(idx);
-        }
+        self.index_insert(idx);
         idx
     }
 
-    /// Empties position `a`; false if it held no address.
+    /// Drops a reference to position `a`, emptying it with the last one;
+    /// false if it held no address.
     fn remove_at(&mut self, a: usize) -> bool {
         let Some(s) = self.get(a) else { return false };
+        if let Some(n) = self.extra_refs.get_mut(&a) {
+            *n -= 1;
+            if *n == 0 {
+                self.extra_refs.remove(&a);
+            }
+            return true;
+        }
         // (found while the slot still holds the address the index compares)
         let indexed_here = self.find(&s).filter(|&b| self.index[b] as usize == a);
         self.take(a);
         if let Some(b) = indexed_here {
             self.index_remove(b);
-            // Another fi_addr for the same peer takes over FI_SOURCE reports.
-            if self.dups > 0 {
-                if let Some(other) = (0..self.len()).find(|&k| self.get(k) == Some(s)) {
-                    self.dups -= 1;
-                    self.index_insert(other);
-                }
-            }
         }
         true
     }
@@ -579,13 +591,14 @@ unsafe extern "C" fn av_set(_: *mut fid_av, _: *mut fi_av_set_attr, _: *mut *mut
 mod tests {
     use super::*;
 
-    /// The compact table and its index against a model, with duplicates,
-    /// removals and growth, for both families.
+    /// The compact table and its index against a model, with duplicate
+    /// inserts, removals and growth, for both families.
     #[test]
     fn compact_table_matches_model() {
         for v4 in [true, false] {
             let mut t = AvInner::new(v4, 8);
-            let mut model: Vec<Option<SocketAddr>> = Vec::new();
+            // position -> (address, references) while present
+            let mut model: Vec<Option<(SocketAddr, u32)>> = Vec::new();
             let mut rng = crate::rng::SplitMix::new(0x1234_5678);
             for _ in 0..20_000 {
                 let r = rng.next_u64();
@@ -597,27 +610,52 @@ mod tests {
                     } else {
                         SocketAddr::from((ip.to_ipv6_mapped(), 1000 + (k % 7) as u16))
                     };
-                    assert_eq!(t.add(s), model.len());
-                    model.push(Some(s));
+                    match model.iter().position(|e| e.is_some_and(|(a, _)| a == s)) {
+                        Some(p) => {
+                            assert_eq!(t.add(s), p, "a duplicate insert returns the fi_addr {s} has");
+                            model[p].as_mut().unwrap().1 += 1;
+                        }
+                        None => {
+                            assert_eq!(t.add(s), model.len());
+                            model.push(Some((s, 1)));
+                        }
+                    }
                 } else {
                     let a = (r >> 8) as usize % model.len();
                     assert_eq!(t.remove_at(a), model[a].is_some());
-                    model[a] = None;
+                    if let Some((_, refs)) = model[a].as_mut() {
+                        *refs -= 1;
+                        if *refs == 0 {
+                            model[a] = None;
+                        }
+                    }
                 }
             }
             for (k, m) in model.iter().enumerate() {
-                assert_eq!(t.get(k), *m);
-                if let Some(s) = m {
-                    let first = model.iter().position(|e| e == m).unwrap();
+                assert_eq!(t.get(k), m.map(|(s, _)| s));
+                if let Some((s, _)) = m {
                     let b = t.find(s).expect("present address indexed");
-                    assert_eq!(
-                        t.index[b] as usize, first,
-                        "FI_SOURCE names the first live fi_addr of {s}"
-                    );
+                    assert_eq!(t.index[b] as usize, k, "FI_SOURCE names the fi_addr of {s}");
                 }
             }
-            let live: std::collections::HashSet<_> = model.iter().flatten().collect();
-            assert_eq!(t.indexed, live.len());
+            assert_eq!(t.indexed, model.iter().flatten().count());
         }
+    }
+
+    #[test]
+    fn duplicate_insert_takes_a_reference() {
+        let mut t = AvInner::new(true, 4);
+        let a: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        assert_eq!((t.add(a), t.add(b), t.add(a)), (0, 1, 0));
+        assert!(t.remove_at(0), "first of two references");
+        assert_eq!(t.get(0), Some(a), "one reference left");
+        assert_eq!(t.find(&a).map(|x| t.index[x]), Some(0));
+        assert!(t.remove_at(0), "last reference");
+        assert_eq!(t.get(0), None);
+        assert!(!t.remove_at(0), "nothing left to remove");
+        assert_eq!(t.find(&a), None);
+        assert_eq!(t.add(a), 2, "re-inserted after removal: a new fi_addr");
+        assert_eq!(t.get(1), Some(b));
     }
 }

@@ -19,6 +19,21 @@ pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
 pub const SECONDARY_CAPS: u64 =
     FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
+/// What an info says when the hints name no capabilities (NULL hints, or
+/// caps 0). Applications copy such an info's caps into their hints (MPICH
+/// does, `hints->caps = prov->caps` in ch4 ofi's `find_provider`), so two
+/// secondary caps that change behaviour are left out and must be asked for:
+/// * `FI_SOURCE_ERR`: a message from a peer missing in the AV completes as
+///   an `FI_EADDRNOTAVAIL` error instead of a receive, and MPICH's
+///   `MPI_Comm_accept` receives from a process not yet in its AV. The cxi
+///   provider leaves it out the same way.
+/// * `FI_DIRECTED_RECV`: a receive naming a source does not match a message
+///   that arrived before its sender was inserted into the AV (the endpoint
+///   filed it under "unknown source"), which MPICH's dynamic processes do.
+///   Left out, MPICH keeps to its "gni" capability set (source rank in the
+///   tag, `MPIDI_OFI_ENABLE_DATA` off) instead of turning directed
+///   receives on because the caps list it.
+pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR & !FI_DIRECTED_RECV;
 /// FI_LOCAL_COMM/FI_REMOTE_COMM are domain-level: they belong in info and
 /// domain caps, not in tx/rx caps (fabtests getinfo_caps checks this).
 pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND;
@@ -536,7 +551,7 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
         iface: iface.clone(),
         src: SocketAddr::new(iface.ip, port),
         dest: None,
-        caps: CAPS,
+        caps: UNREQUESTED_CAPS,
         mode: 0,
         tx_op_flags: 0,
         rx_op_flags: 0,
@@ -826,4 +841,70 @@ pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
     apply_hints(&mut o, info, crate::FI_API_VERSION).map_err(|_| -FI_ENODATA)?;
     o.dest = sockaddr_to_std(i.dest_addr as *const u8, i.dest_addrlen);
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The caps of every info `fi_getinfo` would return for `hints`.
+    fn offered_caps(hints: Option<&fi_info>) -> Vec<u64> {
+        let h = hints.map_or(std::ptr::null(), |h| h as *const fi_info);
+        // SAFETY: NULL node and service; `h` is NULL or a live fi_info whose
+        // attr pointers are all NULL (a zeroed fi_info).
+        let offers = unsafe { offers(crate::FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, h) };
+        offers.expect("gnix offers an info").iter().map(|o| o.caps).collect()
+    }
+
+    fn hints_with_caps(caps: u64) -> fi_info {
+        // SAFETY: fi_info is a plain C struct; all-zero is "no hints" in
+        // every field (NULL attr pointers, 0 caps and modes).
+        let mut h: fi_info = unsafe { std::mem::zeroed() };
+        h.caps = caps;
+        h
+    }
+
+    #[test]
+    fn directed_recv_only_when_asked() {
+        let zero = hints_with_caps(0);
+        for caps in offered_caps(None).into_iter().chain(offered_caps(Some(&zero))) {
+            assert_eq!(caps & FI_DIRECTED_RECV, 0, "caps {caps:#x}");
+        }
+        let asked = hints_with_caps(FI_TAGGED | FI_DIRECTED_RECV);
+        for caps in offered_caps(Some(&asked)) {
+            assert_ne!(caps & FI_DIRECTED_RECV, 0, "caps {caps:#x}");
+        }
+    }
+
+    #[test]
+    fn source_err_only_when_asked() {
+        // Unhinted and caps-0 infos leave FI_SOURCE_ERR out: applications
+        // copy them into their hints (MPICH) and would get error
+        // completions for messages from peers not yet in their AV.
+        let zero = hints_with_caps(0);
+        for caps in offered_caps(None).into_iter().chain(offered_caps(Some(&zero))) {
+            assert_eq!(caps & FI_SOURCE_ERR, 0, "caps {caps:#x}");
+            assert_ne!(caps & FI_SOURCE, 0, "caps {caps:#x}");
+        }
+        let asked = hints_with_caps(FI_TAGGED | FI_SOURCE | FI_SOURCE_ERR);
+        for caps in offered_caps(Some(&asked)) {
+            assert_eq!(
+                caps & (FI_SOURCE | FI_SOURCE_ERR),
+                FI_SOURCE | FI_SOURCE_ERR,
+                "caps {caps:#x}"
+            );
+        }
+        let without_source = hints_with_caps(FI_TAGGED | FI_SOURCE_ERR);
+        // SAFETY: as in offered_caps.
+        let r = unsafe {
+            offers(
+                crate::FI_API_VERSION,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                &without_source,
+            )
+        };
+        assert_eq!(r.err(), Some(-FI_ENODATA));
+    }
 }
