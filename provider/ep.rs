@@ -309,6 +309,9 @@ struct EpState {
     /// The last sender's fi_addr (peer, AV generation, fi_addr): a stream
     /// from one peer then costs no AV lookup per message.
     src_cache: Option<(SocketAddr, u64, u64)>,
+    /// AV generation unexpected messages of unknown senders were last
+    /// re-filed at (`Ep::resolve_sources`).
+    resolved_gen: u64,
     tme_msg: Tme<Posted, Unexpected>,
     tme_tag: Tme<Posted, Unexpected>,
     sends: IdMap<SendReq>,
@@ -452,6 +455,7 @@ fn new_state(dom: &Domain, addr: SocketAddr) -> Result<EpState, i32> {
         udp_next: 0,
         udp_hot: 0,
         src_cache: None,
+        resolved_gen: 0,
         txbuf: TxBatch::default(),
         rx: RecvBatch::new(RX_BATCH),
         wire,
@@ -643,6 +647,23 @@ impl Ep {
             .unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
+    /// Unexpected messages whose sender was not in the AV when they arrived
+    /// are filed under their fi_addr once it is (MPI's dynamic processes
+    /// insert a peer's address after its first message): a directed
+    /// receive must find them. Done when the AV changed since the last
+    /// time, before a directed receive or peek looks.
+    fn resolve_sources(&self, st: &mut EpState) {
+        let Some(av) = self.binds().av.as_ref() else { return };
+        let gen = av.generation();
+        if gen == st.resolved_gen {
+            return;
+        }
+        st.resolved_gen = gen;
+        for tme in [&mut st.tme_tag, &mut st.tme_msg] {
+            tme.resolve_unknown_sources(|u| av.reverse(&u.peer));
+        }
+    }
+
     /// `source_of`, remembering the answer for the next message.
     fn source_cached(&self, st: &mut EpState, peer: &SocketAddr) -> u64 {
         if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
@@ -673,10 +694,13 @@ impl Ep {
             len: mlen.min(cap),
             olen: mlen.saturating_sub(cap),
             hdr: u.hdr,
-            src: if self.caps & FI_SOURCE != 0 {
-                src
-            } else {
+            src: if self.caps & FI_SOURCE == 0 {
                 FI_ADDR_NOTAVAIL
+            } else if src == FI_ADDR_NOTAVAIL {
+                // Unknown when it arrived; perhaps inserted since.
+                self.source_of(&u.peer)
+            } else {
+                src
             },
             peer: u.peer,
             multi: p.multi,
@@ -1530,6 +1554,9 @@ impl Ep {
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
         let mut st = self.lock();
+        if spec.src.is_some() {
+            self.resolve_sources(&mut st);
+        }
         if a.flags & (FI_PEEK | FI_CLAIM) != 0 {
             return self.peek_claim(&mut st, spec, a, flags);
         }

@@ -579,6 +579,8 @@ const U_SRC_TAG: usize = 4; // by (source, tag)
 struct UEntry<U> {
     links: [Link; 5],
     claim: Option<u64>,
+    /// Arrival sequence number (keeps a re-filed message in place).
+    seq: u64,
     arrived: Arrived<U>,
 }
 
@@ -602,6 +604,7 @@ struct UnexpQ<U> {
     /// two peeks is retrieved first-claimed first).
     claims: HashMap<u64, Ends>,
     claimed: usize,
+    next_seq: u64,
 }
 
 impl<U> UnexpQ<U> {
@@ -615,14 +618,18 @@ impl<U> UnexpQ<U> {
             by_src_tag: HashMap::default(),
             claims: HashMap::default(),
             claimed: 0,
+            next_seq: 0,
         }
     }
 
     fn push(&mut self, src: SrcAddr, tag: u64, msg: U) -> MsgKey {
         let arrived = Arrived { src, tag, msg };
+        let seq = self.next_seq;
+        self.next_seq += 1;
         let (idx, gen) = self.slab.insert(UEntry {
             links: [Link::DETACHED; 5],
             claim: None,
+            seq,
             arrived,
         });
         self.slab.push_back(&mut self.all, idx, U_ALL);
@@ -667,6 +674,52 @@ impl<U> UnexpQ<U> {
         self.slab.unlink_from(&mut self.by_tag, &tag, idx, U_TAG);
         self.slab.unlink_from(&mut self.by_src, &src, idx, U_SRC);
         self.slab.unlink_from(&mut self.by_src_tag, &(src, tag), idx, U_SRC_TAG);
+    }
+
+    /// Files unclaimed messages of unknown source under the source `f`
+    /// now names, each at its arrival position among that source's.
+    fn resolve_unknown(&mut self, mut f: impl FnMut(&U) -> Option<SrcAddr>) -> usize {
+        let Some(ends) = self.by_src.get(&ADDR_UNSPEC) else { return 0 };
+        let unknown: Vec<u32> = self.slab.walk(ends.head, U_SRC).collect();
+        let mut moved = 0;
+        for idx in unknown {
+            let Some(src) = f(&self.slab.get(idx).arrived.msg).filter(|&a| a != ADDR_UNSPEC) else {
+                continue;
+            };
+            let tag = self.slab.get(idx).arrived.tag;
+            self.slab.unlink_from(&mut self.by_src, &ADDR_UNSPEC, idx, U_SRC);
+            self.slab.unlink_from(&mut self.by_src_tag, &(ADDR_UNSPEC, tag), idx, U_SRC_TAG);
+            self.slab.get_mut(idx).arrived.src = src;
+            let seq = self.slab.get(idx).seq;
+            let ends = self.by_src.entry(src).or_insert(Ends::EMPTY);
+            Self::insert_by_seq(&mut self.slab, ends, idx, U_SRC, seq);
+            let ends = self.by_src_tag.entry((src, tag)).or_insert(Ends::EMPTY);
+            Self::insert_by_seq(&mut self.slab, ends, idx, U_SRC_TAG, seq);
+            moved += 1;
+        }
+        moved
+    }
+
+    /// Links `idx` into list `l` after the last entry that arrived before
+    /// it (normally the tail: a message of that source that arrived since
+    /// is the rare case).
+    fn insert_by_seq(slab: &mut Slab<UEntry<U>>, ends: &mut Ends, idx: u32, l: usize, seq: u64) {
+        let mut after = ends.tail;
+        while after != NIL && slab.get(after).seq > seq {
+            after = slab.get(after).link(l).prev;
+        }
+        let next = if after == NIL { ends.head } else { slab.get(after).link(l).next };
+        *slab.get_mut(idx).link_mut(l) = Link { prev: after, next };
+        if after == NIL {
+            ends.head = idx;
+        } else {
+            slab.get_mut(after).link_mut(l).next = idx;
+        }
+        if next == NIL {
+            ends.tail = idx;
+        } else {
+            slab.get_mut(next).link_mut(l).prev = idx;
+        }
     }
 
     fn claim(&mut self, idx: u32, claim: u64) {
@@ -834,6 +887,16 @@ impl<R, U> Tme<R, U> {
             idx,
             gen: self.unexp.slab.gen(idx),
         })
+    }
+
+    /// Messages that arrived before their sender was known (pushed with
+    /// [`ADDR_UNSPEC`]) and that `f` now names a source for are filed
+    /// under it, in arrival order among that source's messages, so a
+    /// directed receive posted after the sender's address was inserted
+    /// finds them (fi_av_insert after the first message, as MPI's dynamic
+    /// processes do). Claimed messages are left alone. How many moved.
+    pub fn resolve_unknown_sources(&mut self, f: impl FnMut(&U) -> Option<SrcAddr>) -> usize {
+        self.unexp.resolve_unknown(f)
     }
 
     /// `FI_PEEK`: the oldest matching unclaimed message, left in place.
@@ -1250,6 +1313,35 @@ mod tests {
             PostOutcome::Matched { .. }
         ));
         assert!(WALKED.with(|w| w.get()) > 0);
+    }
+
+    /// A message from a sender not yet in the AV, then the sender is
+    /// inserted: a directed receive finds it, in arrival order with that
+    /// source's later messages, and any-source order is unchanged.
+    #[test]
+    fn unknown_sources_resolved_later_keep_their_place() {
+        let mut t = T::new();
+        t.push_unexpected(ADDR_UNSPEC, 7, 1); // from 5, unknown then
+        t.push_unexpected(ADDR_UNSPEC, 7, 2); // from 6, still unknown
+        t.push_unexpected(5, 7, 3); // from 5, known by now
+        t.push_unexpected(ADDR_UNSPEC, 8, 4); // from 5
+        let peer = |m: &u32| match m {
+            1 | 4 => Some(5),
+            _ => None,
+        };
+        assert_eq!(t.resolve_unknown_sources(peer), 2);
+        // Directed at 5: the message that arrived first comes first.
+        let take = |t: &mut T, spec| match t.post(spec, 0) {
+            PostOutcome::Matched { msg, .. } => Some((msg.src, msg.msg)),
+            PostOutcome::Posted(_) => None,
+        };
+        assert_eq!(take(&mut t, MatchSpec::exact(7, Some(5))), Some((5, 1)));
+        assert_eq!(take(&mut t, MatchSpec::new(0, !0, Some(5))), Some((5, 3)));
+        assert_eq!(take(&mut t, MatchSpec::exact(8, Some(5))), Some((5, 4)));
+        assert_eq!(take(&mut t, MatchSpec::exact(7, Some(5))), None);
+        // The one still unknown stays where it was.
+        assert_eq!(take(&mut t, MatchSpec::exact(7, Some(ADDR_UNSPEC))), Some((ADDR_UNSPEC, 2)));
+        assert_eq!(t.resolve_unknown_sources(peer), 0);
     }
 
     // --- randomized model test ------------------------------------------------

@@ -170,3 +170,18 @@ fn closed_receive_is_not_written_afterwards() {
         .env("FI_GNIX_PEER_TIMEOUT_MS", "1000")
         .run();
 }
+
+/// Messages from a sender inserted into the AV only after they arrived
+/// are found by directed receives for it, in order, with FI_SOURCE (MPI
+/// connect/accept and spawn; issue 15).
+#[test]
+fn directed_receive_after_a_late_av_insert() {
+    pair("late_insert", None);
+}
+
+/// An address inserted twice names one peer: directed receives for the
+/// fi_addr returned the second time find its messages.
+#[test]
+fn directed_receive_after_a_second_av_insert() {
+    pair("late_insert", Some("dup"));
+}

@@ -1716,6 +1716,66 @@ static void scn_ctw_fence(void)
 	pass();
 }
 
+/* ============================================================ late_insert */
+
+/* Rank 1 sends before rank 0 has its address in the AV (as when an MPI
+ * process connects to another: its first messages come from a stranger);
+ * rank 0 inserts the address only then, and directed receives for that
+ * fi_addr must find those messages, in order, reporting it as FI_SOURCE.
+ * Arg "dup": rank 0 had the address in its AV already, and inserts it a
+ * second time (MPI connect/accept between ranks of one job does): the
+ * second insert must name the same peer. */
+static void scn_late_insert(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	int dup = !strcmp(g_arg, "dup");
+	o.caps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
+	o.no_insert = g_rank == 0 && !dup;
+	o.from = 1; /* fi_cq_readfrom: the source of each receive */
+	pair_open(&c, &o, "FI_DIRECTED_RECV | FI_SOURCE");
+	enum { N = 6, S = 100 };
+	static char b[N][S];
+	struct fi_context2 x[N];
+	const uint64_t TAG = 0x1a7e;
+	if (g_rank == 1) {
+		/* Delivery complete: once they completed, rank 0 has them (as
+		 * unexpected messages of an unknown sender). */
+		for (int i = 0; i < N; i++) {
+			fill(b[i], S, 900 + i);
+			struct iovec iov = { b[i], S };
+			struct fi_msg_tagged m = { .msg_iov = &iov, .iov_count = 1, .addr = c.addr[0],
+						   .tag = TAG + (i % 2), .context = &x[i] };
+			POST(fi_tsendmsg(c.ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION));
+		}
+		for (int i = 0; i < N; i++)
+			cqw_ok(&c.tx);
+		oob_send(0, "sent");
+		oob_wait_progress(0, "done");
+		ctx_close(&c);
+		pass();
+	}
+	/* Everything is here (unexpected) before the sender is known. */
+	oob_wait_progress(1, "sent");
+	fi_addr_t peer;
+	EXPECT(fi_av_insert(c.av, c.name[1], 1, &peer, 0, NULL) == 1, "fi_av_insert");
+	EXPECT(!dup || peer == c.addr[1], "second insert of one address: fi_addr %" PRIu64 ", first %" PRIu64,
+	       (uint64_t)peer, (uint64_t)c.addr[1]);
+	/* Odd tags first, then even: each in the order sent. */
+	for (int k = 0; k < N; k++) {
+		int i = k < N / 2 ? 2 * k + 1 : 2 * (k - N / 2);
+		POST(fi_trecv(c.ep, b[i], S, NULL, peer, TAG + (i % 2), 0, &x[i]));
+		struct comp e = cqw_ok(&c.rx);
+		EXPECT(e.ctx == &x[i], "receive %d took another message (ctx %p)", i, e.ctx);
+		check("message", b[i], S, 900 + i);
+		EXPECT(e.src == peer, "receive %d: src %" PRIu64 ", the sender is %" PRIu64, i, (uint64_t)e.src,
+		       (uint64_t)peer);
+	}
+	oob_send(1, "done");
+	ctx_close(&c);
+	pass();
+}
+
 /* ================================================================ incast */
 
 /* kB of a /proc/self/status field (VmRSS, VmHWM) */
@@ -1889,4 +1949,5 @@ static void scn_incast(void)
 	{ "peer_fail", scn_peer_fail }, \
 	{ "incast", scn_incast }, \
 	{ "exit_after_send", scn_exit_after_send }, \
-	{ "ctw_fence", scn_ctw_fence },
+	{ "ctw_fence", scn_ctw_fence }, \
+	{ "late_insert", scn_late_insert },
