@@ -20,20 +20,14 @@ pub const SECONDARY_CAPS: u64 =
     FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 /// What an info says when the hints name no capabilities (NULL hints, or
-/// caps 0). Applications copy such an info's caps into their hints (MPICH
-/// does, `hints->caps = prov->caps` in ch4 ofi's `find_provider`), so two
-/// secondary caps that change behaviour are left out and must be asked for:
-/// * `FI_SOURCE_ERR`: a message from a peer missing in the AV completes as
-///   an `FI_EADDRNOTAVAIL` error instead of a receive, and MPICH's
-///   `MPI_Comm_accept` receives from a process not yet in its AV. The cxi
-///   provider leaves it out the same way.
-/// * `FI_DIRECTED_RECV`: a receive naming a source does not match a message
-///   that arrived before its sender was inserted into the AV (the endpoint
-///   filed it under "unknown source"), which MPICH's dynamic processes do.
-///   Left out, MPICH keeps to its "gni" capability set (source rank in the
-///   tag, `MPIDI_OFI_ENABLE_DATA` off) instead of turning directed
-///   receives on because the caps list it.
-pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR & !FI_DIRECTED_RECV;
+/// caps 0): everything but `FI_SOURCE_ERR`. That one changes what the
+/// application sees (a message from a peer missing in the AV completes as
+/// an `FI_EADDRNOTAVAIL` error instead of a receive), so it must be asked
+/// for: applications copy an unhinted info's caps into their hints (MPICH
+/// does, `hints->caps = prov->caps` in ch4 ofi's `find_provider`), and its
+/// `MPI_Comm_accept` receives from a process not yet in its AV. The cxi
+/// provider leaves it out the same way.
+pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR;
 /// FI_LOCAL_COMM/FI_REMOTE_COMM are domain-level: they belong in info and
 /// domain caps, not in tx/rx caps (fabtests getinfo_caps checks this).
 pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND;
@@ -862,18 +856,6 @@ mod tests {
         let mut h: fi_info = unsafe { std::mem::zeroed() };
         h.caps = caps;
         h
-    }
-
-    #[test]
-    fn directed_recv_only_when_asked() {
-        let zero = hints_with_caps(0);
-        for caps in offered_caps(None).into_iter().chain(offered_caps(Some(&zero))) {
-            assert_eq!(caps & FI_DIRECTED_RECV, 0, "caps {caps:#x}");
-        }
-        let asked = hints_with_caps(FI_TAGGED | FI_DIRECTED_RECV);
-        for caps in offered_caps(Some(&asked)) {
-            assert_ne!(caps & FI_DIRECTED_RECV, 0, "caps {caps:#x}");
-        }
     }
 
     #[test]
