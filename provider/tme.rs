@@ -679,7 +679,9 @@ impl<U> UnexpQ<U> {
     /// Files unclaimed messages of unknown source under the source `f`
     /// now names, each at its arrival position among that source's.
     fn resolve_unknown(&mut self, mut f: impl FnMut(&U) -> Option<SrcAddr>) -> usize {
-        let Some(ends) = self.by_src.get(&ADDR_UNSPEC) else { return 0 };
+        let Some(ends) = self.by_src.get(&ADDR_UNSPEC) else {
+            return 0;
+        };
         let unknown: Vec<u32> = self.slab.walk(ends.head, U_SRC).collect();
         let mut moved = 0;
         for idx in unknown {
@@ -688,7 +690,8 @@ impl<U> UnexpQ<U> {
             };
             let tag = self.slab.get(idx).arrived.tag;
             self.slab.unlink_from(&mut self.by_src, &ADDR_UNSPEC, idx, U_SRC);
-            self.slab.unlink_from(&mut self.by_src_tag, &(ADDR_UNSPEC, tag), idx, U_SRC_TAG);
+            self.slab
+                .unlink_from(&mut self.by_src_tag, &(ADDR_UNSPEC, tag), idx, U_SRC_TAG);
             self.slab.get_mut(idx).arrived.src = src;
             let seq = self.slab.get(idx).seq;
             let ends = self.by_src.entry(src).or_insert(Ends::EMPTY);
@@ -708,7 +711,11 @@ impl<U> UnexpQ<U> {
         while after != NIL && slab.get(after).seq > seq {
             after = slab.get(after).link(l).prev;
         }
-        let next = if after == NIL { ends.head } else { slab.get(after).link(l).next };
+        let next = if after == NIL {
+            ends.head
+        } else {
+            slab.get(after).link(l).next
+        };
         *slab.get_mut(idx).link_mut(l) = Link { prev: after, next };
         if after == NIL {
             ends.head = idx;
@@ -1340,7 +1347,10 @@ mod tests {
         assert_eq!(take(&mut t, MatchSpec::exact(8, Some(5))), Some((5, 4)));
         assert_eq!(take(&mut t, MatchSpec::exact(7, Some(5))), None);
         // The one still unknown stays where it was.
-        assert_eq!(take(&mut t, MatchSpec::exact(7, Some(ADDR_UNSPEC))), Some((ADDR_UNSPEC, 2)));
+        assert_eq!(
+            take(&mut t, MatchSpec::exact(7, Some(ADDR_UNSPEC))),
+            Some((ADDR_UNSPEC, 2))
+        );
         assert_eq!(t.resolve_unknown_sources(peer), 0);
     }
 

@@ -36,17 +36,12 @@ fn mem(out: &Outcome) -> Mem {
     }
 }
 
-fn incast(msgs: u32, size: u32, credit_bytes: Option<&str>) -> Mem {
-    let mut sc = Scenario::new("incast", SENDERS + 1)
-        .arg(&format!("{msgs},{size}"))
-        .env("FI_GNIX_SHM", "0");
-    if let Some(b) = credit_bytes {
-        sc = sc.env("FI_GNIX_CREDIT_BYTES", b);
-    }
-    let out = sc.timeout(90).run();
+/// Runs the incast scenario and reports the receiver's memory.
+fn run_incast(what: &str, sc: Scenario, msgs: u32, size: u32) -> Mem {
+    let out = sc.arg(&format!("{msgs},{size}")).run();
     let m = mem(&out);
     eprintln!(
-        "incast {SENDERS} x {msgs} x {size} B: offered {} KiB; receiver VmRSS {} KiB after set-up, {} KiB once all \
+        "{what} {SENDERS} x {msgs} x {size} B: offered {} KiB; receiver VmRSS {} KiB after set-up, {} KiB once all \
          was sent, VmHWM {} KiB (+{} KiB) in {:?}",
         m.offered_kb,
         m.base_kb,
@@ -56,6 +51,14 @@ fn incast(msgs: u32, size: u32, credit_bytes: Option<&str>) -> Mem {
         out.elapsed
     );
     m
+}
+
+fn incast(msgs: u32, size: u32, credit_bytes: Option<&str>) -> Mem {
+    let mut sc = Scenario::new("incast", SENDERS + 1).env("FI_GNIX_SHM", "0").timeout(90);
+    if let Some(b) = credit_bytes {
+        sc = sc.env("FI_GNIX_CREDIT_BYTES", b);
+    }
+    run_incast("incast", sc, msgs, size)
 }
 
 /// Exactly-once, in-order delivery per sender under incast (every
@@ -98,21 +101,9 @@ fn incast_16_senders_across_two_hosts_1pct_loss() {
     if !common::require(what, h.input_loss(0, 1.0)) {
         return;
     }
-    let out = Scenario::new("incast", SENDERS + 1)
-        .arg("64,8192")
-        .across(&h)
-        .timeout(90)
-        .run();
-    let m = mem(&out);
-    eprintln!(
-        "incast across two hosts, 1 % loss: {SENDERS} x 64 x 8192 B, offered {} KiB; receiver VmHWM {} KiB \
-         (+{} KiB over set-up) in {:?}; the loss rule dropped {:?} packets",
-        m.offered_kb,
-        m.hwm_kb,
-        m.hwm_kb - m.base_kb,
-        out.elapsed,
-        h.dropped(0)
-    );
+    let sc = Scenario::new("incast", SENDERS + 1).across(&h).timeout(90);
+    run_incast("incast across two hosts, 1 % loss:", sc, 64, 8192);
+    eprintln!("the loss rule dropped {:?} packets", h.dropped(0));
     assert!(h.dropped(0).unwrap_or(0) > 0, "the loss rule dropped nothing");
 }
 
@@ -127,22 +118,10 @@ fn incast_16_senders_across_two_hosts_1pct_loss() {
 #[test]
 fn shm_incast_receiver_memory_bounded() {
     let budget_kb = 16 * 1024;
-    let out = Scenario::new("incast", SENDERS + 1)
-        .arg("8000,2048")
+    let sc = Scenario::new("incast", SENDERS + 1)
         .env("FI_GNIX_CREDIT_BYTES", &(budget_kb * 1024).to_string())
-        .timeout(120)
-        .run();
-    let m = mem(&out);
-    eprintln!(
-        "shm incast {SENDERS} x 8000 x 2048 B: offered {} KiB; receiver VmRSS {} KiB after set-up, {} KiB once \
-         all was sent, VmHWM {} KiB (+{} KiB) in {:?}",
-        m.offered_kb,
-        m.base_kb,
-        m.mid_kb,
-        m.hwm_kb,
-        m.hwm_kb - m.base_kb,
-        out.elapsed
-    );
+        .timeout(120);
+    let m = run_incast("shm incast", sc, 8000, 2048);
     if common::is_gnix() {
         let bound_kb = budget_kb + 16 * 1024;
         assert!(

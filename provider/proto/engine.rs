@@ -755,17 +755,16 @@ impl Vc {
         self.bytes_since_ack = 0;
     }
 
+    /// Our CONN_REQ (with the peer's cookie, if it challenged us).
+    fn conn_req(&self, sh: &mut Shared, cookie: u64, buf: &mut [u8]) -> usize {
+        sh.stats.conn_reqs_sent += 1;
+        wire::encode_conn_req(buf, self.local_nonce, cookie, self.snd_isn, self.rcv_window)
+    }
+
     fn transmit(&mut self, sh: &mut Shared, now: u64, buf: &mut [u8]) -> Option<usize> {
         if let Handshake::Connecting { ask, answer } = &mut self.hs {
             if let Some(cookie) = ask.send(&sh.cfg, now) {
-                sh.stats.conn_reqs_sent += 1;
-                return Some(wire::encode_conn_req(
-                    buf,
-                    self.local_nonce,
-                    cookie,
-                    self.snd_isn,
-                    self.rcv_window,
-                ));
+                return Some(self.conn_req(sh, cookie, buf));
             }
             // The peer's CONN_REQ crossed ours: answer it with what ours
             // carried; its answer to ours establishes the VC.
@@ -801,14 +800,7 @@ impl Vc {
             // our own CONN_REQ alongside the data, and the real peer's
             // answer proves or re-keys the VC (conn.rs).
             if let Some(cookie) = ask.send(&sh.cfg, now) {
-                sh.stats.conn_reqs_sent += 1;
-                return Some(wire::encode_conn_req(
-                    buf,
-                    self.local_nonce,
-                    cookie,
-                    self.snd_isn,
-                    self.rcv_window,
-                ));
+                return Some(self.conn_req(sh, cookie, buf));
             }
         }
         if self.credit_due && sh.bank.is_some() {
