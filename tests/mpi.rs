@@ -85,6 +85,7 @@ fn two(n: u32) -> bool {
 
 /// The programs (tests/mpi/<name>.c).  Each checks its data, exits
 /// non-zero on a mismatch and prints `PASS <name>` from rank 0.
+#[rustfmt::skip]
 const CORPUS: &[Prog] = &[
     Prog { name: "pingpong", args: &["-q"], ranks: two, ompi_ref: OmpiRef::Rxm },
     Prog { name: "allreduce", args: &[], ranks: any, ompi_ref: OmpiRef::Rxm },
@@ -314,6 +315,8 @@ fn key_lines(o: &Outcome) -> Vec<String> {
         "Process name:",
         "Exit code:",
         "MPI_ABORT was invoked",
+        "An error occurred in",
+        "*** MPI_ERR_",
         "selected another provider",
         "SKIPPED phase",
     ];
@@ -331,7 +334,12 @@ fn verdict(o: &Outcome, name: &str) -> Verdict {
         return Verdict::Skip(l.to_string());
     }
     let ok = o.status.map(|s| s.success()).unwrap_or(false);
-    if !o.timed_out && ok && o.stdout.lines().any(|l| l.trim() == format!("PASS {name}")) {
+    let pass = format!("PASS {name}");
+    let said_pass = o
+        .stdout
+        .lines()
+        .any(|l| l.trim_end() == pass || l.starts_with(&format!("{pass} ")));
+    if !o.timed_out && ok && said_pass {
         return Verdict::Pass;
     }
     let why = if o.timed_out {
@@ -397,9 +405,18 @@ fn run_corpus(m: &Matrix) {
         match v {
             Verdict::Pass => {
                 passed += 1;
-                let notes: Vec<String> =
-                    o.stdout.lines().filter(|l| l.starts_with("SKIPPED phase")).map(str::to_string).collect();
-                eprintln!("[{config}] {:<10} pass    {:>6.1} s {}", p.name, o.elapsed.as_secs_f64(), notes.join("; "));
+                let notes: Vec<String> = o
+                    .stdout
+                    .lines()
+                    .filter(|l| l.starts_with("SKIPPED phase"))
+                    .map(str::to_string)
+                    .collect();
+                eprintln!(
+                    "[{config}] {:<10} pass    {:>6.1} s {}",
+                    p.name,
+                    o.elapsed.as_secs_f64(),
+                    notes.join("; ")
+                );
             }
             Verdict::Skip(l) => {
                 skipped += 1;
@@ -435,7 +452,10 @@ fn run_corpus(m: &Matrix) {
         t0.elapsed().as_secs_f64()
     );
     if failed > 0 {
-        panic!("{config}: {failed} of {} programs failed:\n{failures}", passed + failed + skipped);
+        panic!(
+            "{config}: {failed} of {} programs failed:\n{failures}",
+            passed + failed + skipped
+        );
     }
 }
 
@@ -486,8 +506,11 @@ fn ompi_transport(cmd: &mut Command, p: &Prog, t: Ompi) {
         }
         Ompi::Reference => match p.ompi_ref {
             OmpiRef::Rxm => {
-                cmd.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-                    .args(["--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"]);
+                cmd.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"]).args([
+                    "--mca",
+                    "mtl_ofi_provider_include",
+                    "tcp;ofi_rxm",
+                ]);
             }
             OmpiRef::Vader => {
                 cmd.args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]);
@@ -510,7 +533,9 @@ fn ompi_transport(cmd: &mut Command, p: &Prog, t: Ompi) {
 }
 
 fn ompi_matrix(config: &str, np: u32, t: Ompi) {
-    let Some((mpicc, mpirun)) = ompi_tools(config) else { return };
+    let Some((mpicc, mpirun)) = ompi_tools(config) else {
+        return;
+    };
     run_corpus(&Matrix {
         config,
         np,
@@ -596,7 +621,10 @@ impl OmpiHosts {
             ),
         );
         std::fs::write(dir.join("hostfile"), "localhost slots=2\ngnixhostb slots=2\n").expect("hostfile");
-        OmpiHosts { ns_a: h.ns[0].clone(), dir }
+        OmpiHosts {
+            ns_a: h.ns[0].clone(),
+            dir,
+        }
     }
 
     fn command(&self, mpirun: &Path, np: u32, p: &Prog, t: Ompi, exe: &Path) -> Command {
@@ -604,12 +632,26 @@ impl OmpiHosts {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns_a]).arg(mpirun);
         cmd.args(["-np", &np.to_string()])
-            .args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--map-by", "node"])
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "--map-by",
+                "node",
+            ])
             .arg("--hostfile")
             .arg(self.dir.join("hostfile"))
             .args(["--mca", "plm_rsh_agent"])
             .arg(self.dir.join("agent.sh"))
-            .args(["--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]);
+            .args([
+                "--mca",
+                "oob_tcp_if_include",
+                subnet,
+                "--mca",
+                "btl_tcp_if_include",
+                subnet,
+            ]);
         ompi_transport(&mut cmd, p, t);
         cmd.arg(self.dir.join("iface.sh")).arg(exe).args(p.args);
         cmd
@@ -617,7 +659,9 @@ impl OmpiHosts {
 }
 
 fn ompi_hosts_matrix(config: &str, np: u32, t: Ompi) {
-    let Some((mpicc, mpirun)) = ompi_tools(config) else { return };
+    let Some((mpicc, mpirun)) = ompi_tools(config) else {
+        return;
+    };
     let Some(h) = common::TwoHosts::new(config) else {
         cannot_run(config, "no network namespaces here (needs root and `ip netns`)");
         return;
@@ -636,7 +680,11 @@ fn ompi_hosts_matrix(config: &str, np: u32, t: Ompi) {
 
 #[test]
 fn ompi_two_hosts_gnix_2ranks() {
-    ompi_hosts_matrix("Open MPI mtl ofi, gnix across two hosts (veth), 2 ranks", 2, Ompi::GnixMtl("shm"));
+    ompi_hosts_matrix(
+        "Open MPI mtl ofi, gnix across two hosts (veth), 2 ranks",
+        2,
+        Ompi::GnixMtl("shm"),
+    );
 }
 
 #[test]
@@ -652,7 +700,9 @@ fn ompi_two_hosts_reference_2ranks() {
 /// pingpong only: the corpus's coverage is for the mtl.
 fn ompi_btl_ofi(mode: u32) {
     let what = format!("Open MPI ob1 + btl ofi mode {mode}, 2 ranks");
-    let Some((mpicc, mpirun)) = ompi_tools(&what) else { return };
+    let Some((mpicc, mpirun)) = ompi_tools(&what) else {
+        return;
+    };
     let prov = provider();
     run_corpus(&Matrix {
         config: &what,
@@ -727,8 +777,17 @@ fn mpich_matrix(config: &str, np: u32, reference: bool) {
     // MPIR_CVAR_DEBUG_SUMMARY prints "libfabric provider: <name> - <fabric>"
     // ("tcp" may come back as "tcp;ofi_rxm")
     let check = move |o: &Outcome| -> Option<String> {
-        let line = o.stdout.lines().chain(o.stderr.lines()).find(|l| l.starts_with("libfabric provider:"))?;
-        let name = line.trim_start_matches("libfabric provider:").split(" - ").next().unwrap_or("").trim();
+        let line = o
+            .stdout
+            .lines()
+            .chain(o.stderr.lines())
+            .find(|l| l.starts_with("libfabric provider:"))?;
+        let name = line
+            .trim_start_matches("libfabric provider:")
+            .split(" - ")
+            .next()
+            .unwrap_or("")
+            .trim();
         (!name.starts_with(want.as_str())).then(|| format!("MPICH selected another provider: {line} (want {want})"))
     };
     run_corpus(&Matrix {
