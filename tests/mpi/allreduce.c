@@ -9,6 +9,7 @@ int main(int argc, char **argv)
 {
 	int rank, nprocs;
 	MPI_Init(&argc, &argv);
+	watchdog_start();
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
 	static const int counts[] = {1, 2, 7, 64, 1000, 4096, 65536, 262144, 1 << 20};
@@ -22,6 +23,7 @@ int main(int argc, char **argv)
 	for (int rep = 0; rep < 3; rep++) {
 		for (int c = 0; c < ncounts; c++) {
 			int cnt = counts[c];
+			PHASE("MPI_Allreduce of %d elements, round %d", cnt, rep);
 			for (int i = 0; i < cnt; i++) {
 				ia[i] = rank + i + rep;
 				la[i] = (long long)rank * 1000003LL + i;
@@ -55,8 +57,10 @@ int main(int argc, char **argv)
 	/* count 0 is legal too */
 	MPI_CHK(MPI_Allreduce(ia, ib, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
 	MPI_Barrier(MPI_COMM_WORLD);
+	PHASE("MPI_Finalize");
+	MPI_Finalize();
+	PHASE_DONE();
 	if (rank == 0)
 		printf("PASS allreduce (%d ranks, %d counts)\n", nprocs, ncounts);
-	MPI_Finalize();
 	return 0;
 }

@@ -138,19 +138,23 @@ int main(int argc, char **argv)
 {
 	int rank, nprocs;
 	MPI_Init(&argc, &argv);
+	watchdog_start();
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
 	if (nprocs < 2)
 		FAIL("needs at least 2 ranks");
 	for (int phase = 0; phase < 2; phase++) {
+		PHASE("%s loop", phase ? "MPI_Improbe + MPI_Mrecv" : "MPI_Iprobe + MPI_Recv");
 		if (rank == 0)
 			receiver(nprocs, phase);
 		else
 			sender(rank, phase);
 		MPI_Barrier(MPI_COMM_WORLD);
 	}
+	PHASE("MPI_Finalize");
+	MPI_Finalize();
+	PHASE_DONE();
 	if (rank == 0)
 		printf("PASS iprobe\n");
-	MPI_Finalize();
 	return 0;
 }

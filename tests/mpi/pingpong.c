@@ -13,6 +13,7 @@ int main(int argc, char **argv)
 	int rank, nprocs, quick = 0, fixed_iters = 0;
 	const char *sizes_arg = "0,1,8,64,512,4096,16384,65536,262144,1048576,4194304";
 	MPI_Init(&argc, &argv);
+	watchdog_start();
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
 	for (int i = 1; i < argc; i++) {
@@ -41,6 +42,7 @@ int main(int argc, char **argv)
 
 	for (int k = 0; k < n; k++) {
 		size_t sz = sizes[k];
+		PHASE("ping-pong %zu B", sz);
 		int iters = fixed_iters ? fixed_iters
 			    : sz <= 4096 ? 10000 : (int)((64u << 20) / sz);
 		if (iters < 20)
@@ -110,10 +112,12 @@ int main(int argc, char **argv)
 		}
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	if (rank == 0)
-		printf("PASS pingpong\n");
 	free(sbuf);
 	free(rbuf);
+	PHASE("MPI_Finalize");
 	MPI_Finalize();
+	PHASE_DONE();
+	if (rank == 0)
+		printf("PASS pingpong\n");
 	return 0;
 }

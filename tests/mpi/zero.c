@@ -14,11 +14,14 @@ int main(int argc, char **argv)
 {
 	int rank, nprocs;
 	MPI_Init(&argc, &argv);
+	watchdog_start();
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
 
+	PHASE("MPI_Barrier x1000");
 	for (int i = 0; i < 1000; i++)
 		MPI_CHK(MPI_Barrier(MPI_COMM_WORLD));
+	PHASE("zero-length point to point");
 
 	int peer = rank ^ 1;
 	if (peer < nprocs) {
@@ -97,8 +100,10 @@ int main(int argc, char **argv)
 	MPI_CHK(MPI_Bcast(NULL, 0, MPI_INT, 0, MPI_COMM_WORLD));
 	MPI_CHK(MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
 	MPI_CHK(MPI_Barrier(MPI_COMM_WORLD));
+	PHASE("MPI_Finalize");
+	MPI_Finalize();
+	PHASE_DONE();
 	if (rank == 0)
 		printf("PASS zero\n");
-	MPI_Finalize();
 	return 0;
 }
