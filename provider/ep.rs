@@ -87,6 +87,9 @@ impl SendSource for IovSource {
             offset = 0;
         }
     }
+    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+        Some(self.iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect())
+    }
     fn contiguous(&self, mut offset: usize, len: usize) -> Option<&[u8]> {
         for &(base, l) in &self.iov {
             if offset < l {

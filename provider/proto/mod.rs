@@ -131,6 +131,12 @@ pub trait SendSource: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Where the bytes are in this process, as (address, length) pieces in
+    /// order, if they stay there until the send completes: a peer on this
+    /// host may read them from there (the shm wire's cross-memory attach).
+    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+        None
+    }
 }
 
 impl SendSource for Vec<u8> {
@@ -142,6 +148,9 @@ impl SendSource for Vec<u8> {
     }
     fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
         self.get(offset..offset + len)
+    }
+    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+        Some(vec![(self.as_ptr() as u64, Vec::len(self) as u64)])
     }
 }
 
@@ -174,6 +183,13 @@ impl SendSource for SendPayload {
         match self {
             SendPayload::Copied(p) => p.get(offset..offset + len),
             SendPayload::Source(s) => s.contiguous(offset, len),
+        }
+    }
+    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+        match self {
+            // Inline bytes move with the payload: no stable address.
+            SendPayload::Copied(_) => None,
+            SendPayload::Source(s) => s.ranges(),
         }
     }
 }

@@ -74,7 +74,7 @@ pub struct ShmConfig {
 
 /// Credit a received EAGER or RTS holds until the application takes the
 /// message (`ShmWire::free_credit`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmCredit {
     ring: usize,
     /// The ring's claim generation: credit of a ring that has since been

@@ -1,0 +1,243 @@
+//! The one interface between an endpoint and a wire (DESIGN.md §1, §7).
+//!
+//! gnix's software NIC has two wires: shared memory for peers on this host
+//! (`nic::shm`) and UDP for the others (`nic::udp`). Each is a sans-IO
+//! protocol machine (frames and time in, frames and events out) run by a
+//! thin executor that does its I/O. The endpoint sees both through this
+//! trait only, so an operation (a send, a receive, later RMA and atomics)
+//! is written once, above the wires.
+//!
+//! Operations are named by the endpoint's `OpId` (its `FabReq`'s id, one
+//! id space for both wires); the wire reports their ends through the
+//! `Upcall` it is handed, by the same id. A message that arrives is lent to
+//! the endpoint through `Upcall::arrived`, which matches it right there and
+//! says what becomes of it (`Take`): its bytes copied out (eager), its data
+//! pulled into a posted receive (rendezvous), or kept for a receive posted
+//! later (`Held`), or discarded.
+//!
+//! ```text
+//!   fi_tsend ─► Ep (validate, FabReq) ─► Wire::send(op) ──► peer
+//!   peer ──► Wire::progress ─► Upcall::arrived ─► Tme match ─► Take
+//!   Wire ─► Upcall::event(SendDone{op} | RecvDone{op} | ...) ─► CQ entry
+//! ```
+
+// The wires implement this interface step by step (issue 16); until both
+// do, parts of it have no user yet.
+#![allow(dead_code)]
+
+use crate::nic::shm::mailbox::SharedBytes;
+use crate::proto::{MsgHdr, RecvSink, SendPayload};
+use std::net::SocketAddr;
+
+/// An operation of the endpoint: the id of its `FabReq` (one id space for
+/// both wires).
+pub(crate) type OpId = u64;
+
+/// A piece of memory of this process, (address, length): where a send's
+/// bytes are or a receive's go, for the shm wire's cross-memory attach.
+pub(crate) type Range = (u64, u64);
+
+/// Which wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WireKind {
+    Shm,
+    Udp,
+}
+
+/// How a send completes, and what it may assume of its buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SendFlags {
+    /// The buffer is the application's again once `send` returns
+    /// (`FI_INJECT`): the wire keeps its own copy.
+    pub inject: bool,
+    /// The send completes once the wire holds its own copy
+    /// (`FI_INJECT_COMPLETE`, and `fi_inject`): `Sent::Done` is fine.
+    pub inject_complete: bool,
+    /// The send completes only once the receiver took the message in
+    /// (`FI_DELIVERY_COMPLETE`): matched, or queued as unexpected.
+    pub delivery: bool,
+    /// More sends follow at once (`FI_MORE`): the wire may hold this one
+    /// back to batch it with them.
+    pub more: bool,
+}
+
+/// What `Wire::send` made of a send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Complete already (no event follows): in the peer's mailbox, or the
+    /// wire holds a copy and the send asked for no more.
+    Done,
+    /// `Upcall::event` reports `SendDone` or `SendFailed` for it later.
+    Pending,
+}
+
+/// A message a wire lends the endpoint in `Upcall::arrived`.
+pub(crate) struct Arrival<'a> {
+    pub peer: SocketAddr,
+    pub hdr: MsgHdr,
+    pub body: Body<'a>,
+    /// The receive budget the message holds at the wire (credits) until
+    /// the endpoint gives it back with `Wire::give_back`: at once for a
+    /// matched message, once the application takes it for a kept one.
+    pub credit: Credit,
+}
+
+/// An arrived message's payload.
+pub(crate) enum Body<'a> {
+    /// Eager, reassembled by the wire: valid during the upcall only.
+    Bytes(&'a [u8]),
+    /// Eager, in a mailbox slot another process writes: copy it out,
+    /// during the upcall only (never borrowed as `&[u8]`).
+    Shared(SharedBytes<'a>),
+    /// Rendezvous: the data is still at the sender. Accept it into a
+    /// receive (`Take::Accept`, or later `Wire::accept` with the `Held`),
+    /// or discard it.
+    Rndv(Held),
+}
+
+/// A rendezvous message a wire keeps for the endpoint until a receive
+/// takes it (`Wire::accept`) or it is discarded (`Wire::discard`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub wire: WireKind,
+    pub id: u64,
+}
+
+/// Receive budget held by a message at its wire (see `Arrival::credit`);
+/// opaque to the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Credit {
+    /// Nothing to give back.
+    None,
+    /// Udp wire: credits for this many bytes from `peer`.
+    Udp { peer: SocketAddr, bytes: u64 },
+    /// Shm wire: part of a ring's loan.
+    Shm(crate::nic::shm::ShmCredit),
+}
+
+/// What the endpoint made of an arrived message.
+pub(crate) enum Take {
+    /// Eager: its bytes were copied out (into a posted receive, or a copy
+    /// the endpoint keeps). Rendezvous: never.
+    Done,
+    /// Rendezvous: a posted receive takes it; its data goes into `sink`
+    /// (at `ranges` of this process, when the sink is plain memory) and
+    /// the wire reports `RecvDone` or `RecvFailed` for `op`.
+    Accept {
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+    },
+    /// Rendezvous: no receive yet; the `Held` stays valid.
+    Keep,
+    /// Rendezvous: nobody will receive it (`FI_DISCARD`); the sender's
+    /// send completes.
+    Discard,
+}
+
+/// The end of an operation, or a change of a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WireEvent {
+    SendDone {
+        op: OpId,
+    },
+    /// `err`: a positive libfabric error number (`FI_EHOSTUNREACH`, ...).
+    SendFailed {
+        op: OpId,
+        err: i32,
+    },
+    /// The receive's data is in its sink: `written` bytes.
+    RecvDone {
+        op: OpId,
+        written: usize,
+    },
+    RecvFailed {
+        op: OpId,
+        err: i32,
+    },
+    /// A peer is reachable (a connection was set up).
+    PeerUp {
+        peer: SocketAddr,
+    },
+    /// A peer stopped answering: its operations have failed already.
+    PeerFailed {
+        peer: SocketAddr,
+    },
+}
+
+/// The endpoint's side of a wire's progress.
+pub(crate) trait Upcall {
+    /// A message arrived (per peer in send order). The endpoint matches it
+    /// now and says what becomes of it.
+    fn arrived(&mut self, a: Arrival<'_>) -> Take;
+    /// An operation ended, or a peer changed.
+    fn event(&mut self, e: WireEvent);
+}
+
+/// A wire, as the endpoint drives it.
+pub(crate) trait Wire {
+    fn kind(&self) -> WireKind;
+
+    /// Sends a message to `peer` for operation `op`. `src` reads the
+    /// payload (and says where it is in this process, for a peer that
+    /// reads it across processes). Eager or rendezvous is the wire's
+    /// choice. An error is a negative libfabric error code, and nothing
+    /// was sent.
+    fn send(
+        &mut self,
+        peer: SocketAddr,
+        op: OpId,
+        hdr: MsgHdr,
+        src: SendPayload,
+        flags: SendFlags,
+        up: &mut dyn Upcall,
+        now: u64,
+    ) -> Result<Sent, i32>;
+
+    /// A kept rendezvous message is taken by receive `op` (see
+    /// `Take::Accept`); the end comes through `up`, possibly at once.
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        now: u64,
+    );
+
+    /// A kept rendezvous message nobody will receive: its sender's send
+    /// completes.
+    fn discard(&mut self, held: Held, now: u64);
+
+    /// The receive budget a message held goes back to its sender.
+    fn give_back(&mut self, credit: Credit);
+
+    /// Cancels receive `op` whose data is still moving (accepted): nothing
+    /// lands in its buffers after this returns true, and no event follows.
+    /// False if the wire cannot take it back (the receive then completes).
+    fn cancel_recv(&mut self, op: OpId) -> bool;
+
+    /// One pass: I/O, timers, transmissions; arrivals and events go to
+    /// `up`. Whether anything happened.
+    fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool;
+
+    /// When `progress` must run even if nothing arrives.
+    fn next_deadline(&self, now: u64) -> Option<u64>;
+
+    /// Sends and receives still owed to peers (closing waits, bounded, for
+    /// them to finish).
+    fn busy(&self) -> bool;
+
+    /// Transmit slots in use that are no operation's: control frames
+    /// waiting for room (they count against `tx_size` too).
+    fn backlog(&self) -> usize;
+
+    /// About to sleep on the endpoint's wait fd: arranges to be woken by
+    /// what arrives (shm: peers ring a doorbell; udp: the sockets join the
+    /// epoll set). False if something is already waiting: do not sleep.
+    fn arm(&mut self) -> bool;
+
+    /// What the wire carried and dropped, for the endpoint's closing log.
+    fn stats_line(&self) -> String;
+}
