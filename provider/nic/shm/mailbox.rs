@@ -164,6 +164,12 @@ fn sweep_dead(uid: u32) {
     });
 }
 
+/// The effective user of this process (mailboxes are per user).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// Whether process `pid` exists (a process of another user still counts).
 pub fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
@@ -296,10 +302,20 @@ impl Mapping {
 pub struct SharedBytes<'a> {
     ptr: *const u8,
     len: usize,
-    _map: std::marker::PhantomData<&'a Mapping>,
+    _map: std::marker::PhantomData<&'a [u8]>,
 }
 
-impl SharedBytes<'_> {
+impl<'a> SharedBytes<'a> {
+    /// Bytes of this process seen the same way (the protocol machine's
+    /// tests, whose rings are plain memory).
+    pub fn of_slice(s: &'a [u8]) -> SharedBytes<'a> {
+        SharedBytes {
+            ptr: s.as_ptr(),
+            len: s.len(),
+            _map: std::marker::PhantomData,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -309,9 +325,10 @@ impl SharedBytes<'_> {
     /// Copies `dst.len()` bytes from `off` on into `dst`.
     pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
         assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
-        // SAFETY: the source range is inside the mapping, which outlives
-        // 'a (checked above and by `Mapping::shared`); `dst` is process-
-        // private memory, so the ranges cannot overlap. The copy reads
+        // SAFETY: the source range is inside the mapping (or slice), which
+        // outlives 'a (checked above and by `Mapping::shared`); `dst` is
+        // process-private memory another `&mut` borrow holds, so the
+        // ranges cannot overlap. The copy reads
         // through raw pointers only: no reference to shared bytes exists.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
     }
@@ -357,25 +374,14 @@ fn decode_addr(b: &[u8; 20]) -> Option<SocketAddr> {
     }
 }
 
-/// Slot kinds and their fixed fields (bytes 16..48 of the slot).
-pub mod kind {
-    /// tag u64, data u64, flags u32 | payload = the message
-    pub const EAGER: u8 = 1;
-    /// tag, data, flags, niov u32, key u64 | payload = niov × (addr u64, len u64);
-    /// the message length is the sum of the lengths
-    pub const RTS: u8 = 2;
-    /// key u64, rid u64: "push the data of `key` to me as rid" (no CMA)
-    pub const CTS: u8 = 3;
-    /// rid u64, offset u64 | payload = data
-    pub const DATA: u8 = 4;
-    /// key u64, status i32: the rendezvous of `key` is over
-    pub const FIN: u8 = 5;
-    /// key u64, rid u64, offset u64 | payload = niov × (addr u64, len u64):
-    /// "write your bytes from `offset` on into these buffers of mine"
-    /// (the receiver pulls the part before `offset` meanwhile)
-    pub const CTW: u8 = 6;
-    /// rid u64, status i64: the sender's share of rid is written (or not)
-    pub const WDONE: u8 = 7;
+/// A slot's header as the ring carries it: its kind, payload length and
+/// 32 bytes of kind fields. What they mean is `frame.rs`'s business (the
+/// one place that encodes and decodes them); here they are only bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotHead {
+    pub kind: u8,
+    pub len: usize,
+    pub f: [u8; 32],
 }
 
 /// A slot being filled by its producer: write the fields, then `publish`.
@@ -385,13 +391,13 @@ pub struct SlotWriter<'a> {
 }
 
 impl SlotWriter<'_> {
-    pub fn fields(&mut self, kind: u8, len: usize, f: &[u8]) {
-        debug_assert!(f.len() <= SLOT_HDR - 16 && len <= self.out.geo.payload());
-        let mut h = [0u8; 8];
-        h[0] = kind;
-        h[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+    pub fn head(&mut self, head: &SlotHead) {
+        debug_assert!(head.len <= self.out.geo.payload());
+        let mut h = [0u8; 40];
+        h[0] = head.kind;
+        h[4..8].copy_from_slice(&(head.len as u32).to_le_bytes());
+        h[8..40].copy_from_slice(&head.f);
         self.out.map.write(self.off + 8, &h);
-        self.out.map.write(self.off + 16, f);
     }
     /// Overwrites the length field (tests: a producer that lies).
     #[cfg(test)]
@@ -425,8 +431,6 @@ pub struct Outbox {
     owner: Liveness,
     /// Credit bytes the owner lends this ring (0: no limit).
     loan: u64,
-    /// Credit bytes charged so far (cumulative; see `credit`).
-    charged: u64,
 }
 
 impl Outbox {
@@ -453,8 +457,7 @@ impl Outbox {
         if unsafe { libc::fstat(fd, &mut stb) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: geteuid has no preconditions.
-        if stb.st_uid != unsafe { libc::geteuid() } || stb.st_mode & 0o077 != 0 {
+        if stb.st_uid != euid() || stb.st_mode & 0o077 != 0 {
             crate::warn!(
                 crate::ffi::FI_LOG_EP_CTRL,
                 "{}: not a private mailbox of this user; not using it",
@@ -538,7 +541,6 @@ impl Outbox {
             tail: 0,
             owner,
             loan,
-            charged: 0,
         }))
     }
 
@@ -546,42 +548,48 @@ impl Outbox {
         self.geo.payload()
     }
 
-    /// The next slot if the consumer has handed it back.
-    pub fn slot(&mut self) -> Option<SlotWriter<'_>> {
+    /// Offset of the next slot, if the consumer has handed it back.
+    fn next_free(&self) -> Option<usize> {
         let idx = (self.tail % self.geo.depth as u64) as usize;
         let off = self.geo.ring_off(self.ring) + RING_HDR + idx * self.geo.slot_size;
         // First lap: every slot is free (fresh or reset ring, see connect).
         if self.tail >= self.geo.depth as u64 && self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
             return None;
         }
+        Some(off)
+    }
+
+    /// The next slot if the consumer has handed it back.
+    pub fn slot(&mut self) -> Option<SlotWriter<'_>> {
+        let off = self.next_free()?;
         Some(SlotWriter { out: self, off })
+    }
+
+    /// Whether the next slot is free (it stays so: only we take slots).
+    pub fn has_room(&self) -> bool {
+        self.next_free().is_some()
     }
 
     pub fn owner_pid(&self) -> u32 {
         self.owner.pid
     }
 
-    /// Credit bytes we may still charge: the loan less what we charged
-    /// and the owner has not given back. `u64::MAX` without a limit.
-    pub fn credit(&self) -> u64 {
+    /// Credit bytes the owner has given back since the ring was claimed
+    /// (cumulative; the producer's own count of what it charged is the
+    /// protocol machine's). Not read without a loan: nothing to give back.
+    pub fn freed(&self) -> u64 {
         if self.loan == 0 {
-            return u64::MAX;
+            return 0;
         }
-        let freed = self
-            .map
-            .u64_at(self.geo.ring_off(self.ring) + RING_FREED)
-            .load(Ordering::Acquire);
         // The owner's word is not trusted: a bogus value only costs us.
-        self.loan.saturating_sub(self.charged.saturating_sub(freed))
+        self.map
+            .u64_at(self.geo.ring_off(self.ring) + RING_FREED)
+            .load(Ordering::Acquire)
     }
 
+    /// Credit bytes the owner lends this ring (0: no limit).
     pub fn loan(&self) -> u64 {
         self.loan
-    }
-
-    /// Charges the slot about to be published (see `credit`).
-    pub fn charge(&mut self, cost: u64) {
-        self.charged += cost;
     }
 
     /// Position of the next slot `slot` hands out.
@@ -645,23 +653,12 @@ impl Drop for Outbox {
     }
 }
 
-/// A slot the consumer found published, with its fixed fields copied out.
+/// A slot the consumer found published, with its header copied out.
 #[derive(Clone, Copy, Debug)]
 pub struct InSlot {
     pub ring: usize,
-    pub kind: u8,
-    pub len: usize,
-    pub f: [u8; 32],
+    pub head: SlotHead,
     off: usize,
-}
-
-impl InSlot {
-    pub fn u64(&self, at: usize) -> u64 {
-        u64::from_le_bytes(self.f[at..at + 8].try_into().unwrap())
-    }
-    pub fn u32(&self, at: usize) -> u32 {
-        u32::from_le_bytes(self.f[at..at + 4].try_into().unwrap())
-    }
 }
 
 /// A ring of our mailbox that a peer claimed.
@@ -815,7 +812,11 @@ impl Mailbox {
                 continue;
             }
             let roff = self.geo.ring_off(r);
-            if self.map.u32_at(roff).load(Ordering::Acquire) != RING_ACTIVE {
+            // A ring claimed and closed again before we looked counts too
+            // (its producer sent something and went): what it left there
+            // is read, then the ring is freed like any closed one.
+            let state = self.map.u32_at(roff).load(Ordering::Acquire);
+            if state != RING_ACTIVE && state != RING_CLOSED {
                 continue;
             }
             let pid = self.map.u32_at(roff + 4).load(Ordering::Relaxed);
@@ -854,16 +855,18 @@ impl Mailbox {
         f.copy_from_slice(&b[8..40]);
         Some(InSlot {
             ring: r,
-            kind: b[0],
-            len: u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize,
-            f,
+            head: SlotHead {
+                kind: b[0],
+                len: u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize,
+                f,
+            },
             off,
         })
     }
 
     /// The payload of a slot; `None` if its length does not fit the slot.
     pub fn payload(&self, s: &InSlot) -> Option<SharedBytes<'_>> {
-        (s.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
+        (s.head.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.head.len))
     }
 
     /// Gives ring `r`'s producer credit back: `freed` is the cumulative
@@ -1067,6 +1070,14 @@ mod tests {
         SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 77)), port)
     }
 
+    /// A slot header with its first two field bytes set.
+    fn head(kind: u8, len: usize, f01: [u8; 2]) -> SlotHead {
+        let mut f = [0u8; 32];
+        f[..2].copy_from_slice(&f01);
+        f[31] = kind ^ 0x5a;
+        SlotHead { kind, len, f }
+    }
+
     #[test]
     fn ring_round_trip_and_wraparound() {
         let uid = 4_000_000_000 + std::process::id() % 1000;
@@ -1080,14 +1091,14 @@ mod tests {
         for round in 0..10u8 {
             for i in 0..4u8 {
                 let mut s = ob.slot().expect("a free slot");
-                s.fields(kind::EAGER, 3, &[round, i]);
+                s.head(&head(1, 3, [round, i]));
                 s.payload(3).copy_from_slice(&[i, round, 9]);
                 assert!(!s.publish());
             }
             assert!(ob.slot().is_none(), "ring of 4 is full");
             for i in 0..4u8 {
                 let s = mb.peek(0).unwrap();
-                assert_eq!((s.kind, s.len, s.f[0], s.f[1]), (kind::EAGER, 3, round, i));
+                assert_eq!(s.head, head(1, 3, [round, i]));
                 assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i, round, 9]);
                 mb.release(s);
             }
@@ -1120,7 +1131,7 @@ mod tests {
         let mut mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).unwrap();
         let mut ob = Outbox::connect(uid, &me, &addr(6)).unwrap().unwrap();
         let mut s = ob.slot().unwrap();
-        s.fields(kind::EAGER, 0, &[]);
+        s.head(&head(1, 0, [0, 0]));
         // A producer that lies about the length.
         s.out.map.write(s.off + 12, &u32::MAX.to_le_bytes());
         s.publish();

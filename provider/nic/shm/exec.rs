@@ -1,0 +1,651 @@
+//! The shm wire's executor: the protocol machine (`machine/`) run against
+//! a `Port` (real mailboxes, or the tests' plain memory). It routes peers
+//! to rings, polls the rings of our mailbox and hands their frames to the
+//! machine, does the machine's actions in order and feeds their results
+//! back at once, publishes what the machine offers while rings have room,
+//! checks on peers' liveness, rings doorbells, and implements
+//! `nic::wire::Wire` for the endpoint.
+//!
+//! Nothing here decides anything about the protocol; nothing here touches
+//! memory other than through the port.
+
+#![forbid(unsafe_code)]
+
+use super::frame::Frame;
+use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
+use super::port::{Claim, Port};
+use super::{ShmCredit, ShmStats};
+use crate::ffi::{FI_EHOSTUNREACH, FI_LOG_EP_CTRL, FI_LOG_EP_DATA};
+use crate::hash::KeyedState;
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, SendFlags, Sent, Take, Upcall, Wire, WireKind};
+use crate::proto::{MsgHdr, RecvSink, SendPayload, SendSource};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// Messages one `progress` takes from the rings at most, so that one call
+/// stays short under a flood.
+const BATCH: usize = 32;
+/// How soon progress must come back for a doorbell the socket refused.
+const BELL_RETRY_NS: u64 = 50_000;
+
+/// A message `poll_one` found.
+pub(crate) enum Msg<S> {
+    /// In `slot`, which the caller releases once it copied it out.
+    Eager {
+        slot: S,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        credit: ShmCredit,
+    },
+    /// A rendezvous message the machine holds as `held`.
+    Rndv {
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        held: u64,
+        credit: ShmCredit,
+    },
+}
+
+/// What became of an eager send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EagerOutcome {
+    /// In the peer's ring: complete.
+    Done,
+    /// Completes later (`SendDone`/`SendFailed` for its op).
+    Pending,
+    /// The peer's loan would not cover it: send it by rendezvous.
+    NoCredit,
+}
+
+pub(crate) struct Exec<P: Port> {
+    me: SocketAddr,
+    local_ips: Vec<IpAddr>,
+    pub(crate) port: P,
+    pub(crate) m: Machine,
+    /// Per peer address: our ring in its mailbox, or `None` (not local,
+    /// or no mailbox: UDP). The decision sticks, so messages to one peer
+    /// stay on one wire, hence in order, until the peer goes away.
+    routes: HashMap<SocketAddr, Option<PeerIx>, KeyedState>,
+    /// Where the next pass over the machine's active rings starts (fair
+    /// among peers).
+    next_ring: usize,
+    claims: Vec<Claim>,
+    /// Peers whose sleeping receiver wants a doorbell.
+    pub bells: Vec<SocketAddr>,
+    /// The machine's counters as of the last `pump`, and the doorbells
+    /// rung (see `stats`).
+    pub stats: ShmStats,
+    /// Operation ids of the endpoint's old calls (legacy.rs).
+    pub(crate) next_op: u64,
+}
+
+impl<P: Port> Exec<P> {
+    pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, port: P, m: Machine, seed: u64) -> Exec<P> {
+        Exec {
+            me,
+            local_ips,
+            port,
+            m,
+            routes: HashMap::with_hasher(KeyedState(seed ^ 4)),
+            next_ring: 0,
+            claims: Vec::new(),
+            bells: Vec::new(),
+            stats: ShmStats::default(),
+            next_op: super::legacy::SHM_IDS,
+        }
+    }
+
+    // Until the endpoint drives the wire through `Wire` (then it routes
+    // peers with `reaches` and sets the threshold once), only tests use
+    // these.
+    #[allow(dead_code)]
+    pub fn me(&self) -> SocketAddr {
+        self.me
+    }
+
+    #[allow(dead_code)]
+    pub fn set_rndv_threshold(&mut self, t: usize) {
+        self.m.set_rndv_threshold(t);
+    }
+
+    /// What the wire carried.
+    pub fn stats(&self) -> ShmStats {
+        ShmStats {
+            doorbells: self.stats.doorbells,
+            ..self.m.stats
+        }
+    }
+
+    /// Brings the `stats` field up to date (the endpoint reads it).
+    pub(crate) fn sync_stats(&mut self) {
+        self.stats = self.stats();
+    }
+
+    /// Payload bytes of a slot: the longest eager message.
+    pub fn eager_max(&self) -> usize {
+        self.m.config().payload_max
+    }
+
+    /// Whether any local peer talks to us over shm, or we to it (the
+    /// endpoint then polls its UDP socket less eagerly).
+    pub fn in_use(&self) -> bool {
+        self.m.in_use()
+    }
+
+    /// Whether the endpoint at `addr` is reached over shm (deciding it on
+    /// first use).
+    #[allow(dead_code)]
+    pub fn reaches(&mut self, addr: SocketAddr) -> bool {
+        self.route(addr).is_some()
+    }
+
+    /// Our ring for `addr`, deciding on first use: a local address and a
+    /// live mailbox with a free ring. A peer that closed (or restarted at
+    /// this address) is noticed here, on the next send, not only at the
+    /// next liveness check.
+    pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
+        if let Some(&r) = self.routes.get(&addr) {
+            match r {
+                Some(ix) if self.port.owner_closed(ix) => self.forget(ix),
+                r => return r,
+            }
+        }
+        let r = self.connect(addr);
+        self.routes.insert(addr, r);
+        r
+    }
+
+    fn connect(&mut self, addr: SocketAddr) -> Option<PeerIx> {
+        if !self.local_ips.contains(&addr.ip()) && !addr.ip().is_loopback() {
+            return None;
+        }
+        let (ix, loan) = self.port.connect(addr)?;
+        self.m.connect(ix, addr, loan);
+        crate::info!(FI_LOG_EP_CTRL, "{} -> {}: shm wire", self.me, addr);
+        Some(ix)
+    }
+
+    /// Drops our ring in a peer's mailbox that went away: its sends in
+    /// flight fail (those it took out of its ring before it went are
+    /// complete); the next message to that address decides afresh.
+    pub(crate) fn forget(&mut self, ix: PeerIx) {
+        let Some(addr) = self.m.peer_addr(ix) else { return };
+        crate::warn!(FI_LOG_EP_DATA, "shm peer {} went away", addr);
+        self.settle_deliveries(ix);
+        self.m.peer_gone(ix);
+        self.port.disconnect(ix);
+        self.routes.remove(&addr);
+    }
+
+    /// Sends to peer `ix` that wait for delivery and whose slots the peer
+    /// took: complete.
+    fn settle_deliveries(&mut self, ix: PeerIx) {
+        while let Some(pos) = self.m.delivery_front(ix) {
+            if !self.port.consumed(ix, pos) {
+                break;
+            }
+            self.m.delivered(ix);
+        }
+    }
+
+    fn bell(&mut self, ix: PeerIx) {
+        if let Some(a) = self.m.peer_addr(ix) {
+            self.bells.push(a);
+        }
+    }
+
+    /// An eager send as operation `op` (`Machine::eager_fits`): straight
+    /// from `src` into the peer's ring when it has room and nothing waits
+    /// ahead, else queued with a copy.
+    pub(crate) fn eager(
+        &mut self,
+        ix: PeerIx,
+        op: OpId,
+        hdr: &MsgHdr,
+        src: &dyn SendSource,
+        inject: bool,
+        delivery: bool,
+    ) -> EagerOutcome {
+        let view = RingView {
+            room: self.port.room(ix),
+            freed: self.port.freed(ix),
+        };
+        match self.m.send_eager(ix, op, hdr, src, inject, delivery, view) {
+            EagerStep::Now(head) => match self.port.post(ix, &head, |dst| src.read_at(0, dst)) {
+                Some(sleeping) => {
+                    if sleeping {
+                        self.bell(ix);
+                    }
+                    if self.m.eager_posted(ix, op, src.len(), delivery) {
+                        EagerOutcome::Done
+                    } else {
+                        EagerOutcome::Pending
+                    }
+                }
+                // The consumer took the free slot back (it cannot, unless
+                // it breaks the rules): wait like any other.
+                None => {
+                    self.m.eager_queue(ix, op, hdr, src, delivery);
+                    EagerOutcome::Pending
+                }
+            },
+            EagerStep::Queued => EagerOutcome::Pending,
+            EagerStep::NoCredit => EagerOutcome::NoCredit,
+        }
+    }
+
+    /// A rendezvous send of `src` (read where `addrs` say) as `op`.
+    pub(crate) fn rendezvous(
+        &mut self,
+        ix: PeerIx,
+        op: OpId,
+        hdr: &MsgHdr,
+        src: Box<dyn SendSource>,
+        addrs: Vec<Range>,
+    ) -> Result<(), i32> {
+        if let Err(e) = self.m.send_rts(ix, op, hdr, src, addrs) {
+            crate::warn!(FI_LOG_EP_DATA, "shm: too many iovs for an RTS");
+            return Err(e);
+        }
+        self.drain(ix);
+        Ok(())
+    }
+
+    /// Publishes what the machine has for peer `ix` while its ring has
+    /// room (and the peer's credit covers it).
+    fn drain(&mut self, ix: PeerIx) {
+        loop {
+            let freed = self.port.freed(ix);
+            let Some(o) = self.m.poll_post(ix, freed) else { break };
+            let next = o.next;
+            let Some(sleeping) = self.port.post(ix, &o.head, |dst| o.bytes.fill(dst)) else {
+                break;
+            };
+            self.m.posted(ix, next);
+            if sleeping {
+                self.bell(ix);
+            }
+        }
+    }
+
+    /// Does what the machine asks, feeding results back, until it asks
+    /// nothing more.
+    pub(crate) fn run(&mut self) {
+        while let Some(a) = self.m.poll_action() {
+            match a {
+                Action::Post { to, frame } => match self.route(to) {
+                    Some(ix) => {
+                        self.m.enqueue(ix, frame);
+                        self.drain(ix);
+                    }
+                    None => {
+                        crate::warn!(FI_LOG_EP_DATA, "shm: cannot answer {} (its mailbox is gone)", to);
+                        self.m.unreachable(to);
+                    }
+                },
+                Action::CmaRead {
+                    token,
+                    pid,
+                    local,
+                    remote,
+                } => {
+                    let r = self.port.cma_read(pid, &local, &remote);
+                    if let Err(e) = r {
+                        crate::info!(FI_LOG_EP_DATA, "shm: reading from process {}: {:?}", pid, e);
+                    }
+                    self.m.cma_done(token, r);
+                }
+                Action::CmaWrite {
+                    token,
+                    peer,
+                    grant,
+                    rid,
+                    local,
+                    remote,
+                } => {
+                    let r = self.port.write_granted(peer, grant, rid, &local, &remote);
+                    self.m.cma_done(token, r);
+                }
+                Action::ArmGrant { ring, rid } => {
+                    let g = self.port.arm_grant(ring, rid);
+                    self.m.grant_armed(ring, rid, g);
+                }
+                Action::RevokeGrant { ring, grant, rid } => self.port.revoke_grant(ring, grant, rid),
+                Action::GiveCredit { ring, freed } => self.port.give_credit(ring, freed),
+                Action::FreeRing { ring } => self.port.free_ring(ring),
+            }
+        }
+    }
+
+    /// The next message from a local peer, if any. Control frames met on
+    /// the way are handled (their ends come as events).
+    pub(crate) fn poll_one(&mut self) -> Option<Msg<P::Slot>> {
+        self.port.claims(&mut self.claims);
+        for c in self.claims.drain(..) {
+            self.m.ring_claimed(c.ring, c.peer, c.pid);
+        }
+        // The polling loop of every receiver: no division, no allocation.
+        let len = self.m.active().len();
+        let mut k = self.next_ring;
+        for _ in 0..len {
+            if k >= len {
+                k = 0;
+            }
+            let r = self.m.active()[k];
+            k += 1;
+            let Some((slot, head)) = self.port.peek(r) else {
+                continue;
+            };
+            // Fair among peers: the next call starts with the next ring.
+            self.next_ring = k;
+            let payload = self.port.payload(&slot);
+            let parsed = Frame::parse(&head, payload.as_ref());
+            match self.m.on_frame(r, parsed, payload.as_ref()) {
+                OnFrame::Eager { peer, hdr, credit } => {
+                    return Some(Msg::Eager {
+                        slot,
+                        peer,
+                        hdr,
+                        credit,
+                    })
+                }
+                OnFrame::Rndv {
+                    peer,
+                    hdr,
+                    held,
+                    credit,
+                } => {
+                    self.port.release(slot);
+                    return Some(Msg::Rndv {
+                        peer,
+                        hdr,
+                        held,
+                        credit,
+                    });
+                }
+                OnFrame::Handled => {
+                    self.port.release(slot);
+                    self.run();
+                }
+                OnFrame::Rejected(why) => {
+                    self.port.release(slot);
+                    crate::warn!(FI_LOG_EP_DATA, "shm: {} in ring {}; dropping its ring", why, r);
+                    self.run();
+                    // The active rings changed under our index: start over
+                    // next call.
+                    self.next_ring = 0;
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Publishes what waits for ring space, completes deliveries the peers
+    /// took, and checks on peers every `CHECK_EVERY_NS`.
+    pub(crate) fn pump(&mut self, now: u64) {
+        if self.m.wants_post() {
+            for ix in self.m.peer_ixs().collect::<smallvec::SmallVec<[PeerIx; 8]>>() {
+                self.drain(ix);
+            }
+        }
+        if self.m.delivering() > 0 {
+            for ix in self.m.peer_ixs().collect::<smallvec::SmallVec<[PeerIx; 8]>>() {
+                self.settle_deliveries(ix);
+            }
+        }
+        if self.m.check_due(now) {
+            self.check_peers();
+        }
+        self.run();
+        self.sync_stats();
+    }
+
+    /// Peers that died or closed: our sends to them fail, their routes are
+    /// forgotten (a restarted peer gets a fresh ring); rings they claimed
+    /// in our mailbox are freed once drained (a dead producer's receives
+    /// fail); banned rings are freed once their producer let go.
+    fn check_peers(&mut self) {
+        for ix in self.m.peer_ixs().collect::<Vec<_>>() {
+            if self.port.owner_gone(ix) {
+                self.forget(ix);
+            }
+        }
+        for r in self.m.banned().to_vec() {
+            if !self.port.sender_alive(r) || self.port.ring_closed(r) {
+                self.m.unban(r);
+            }
+        }
+        for r in self.m.active().to_vec() {
+            let drained = self.port.peek(r).is_none();
+            let dead = !self.port.sender_alive(r);
+            if drained && (dead || self.port.ring_closed(r)) {
+                self.m.retire(r, dead);
+            }
+        }
+        self.next_ring = 0;
+        self.run();
+    }
+
+    /// Doorbells for sleeping local peers, from the wire's own socket. One
+    /// the socket cannot take now stays queued (a sleeper must not miss
+    /// it); `next_deadline` brings us back soon.
+    fn ring_bells(&mut self) {
+        if self.bells.is_empty() {
+            return;
+        }
+        let mut bells = std::mem::take(&mut self.bells);
+        bells.retain(|&a| match self.port.ring_bell(a) {
+            Ok(()) => {
+                self.stats.doorbells += 1;
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Err(e) => {
+                crate::debug!(FI_LOG_EP_DATA, "doorbell to {}: {}", a, e);
+                false
+            }
+        });
+        self.bells = bells;
+    }
+
+    /// Hands the machine's events to the endpoint. Whether there were any.
+    fn deliver(&mut self, up: &mut dyn Upcall) -> bool {
+        let mut any = false;
+        while let Some(e) = self.m.poll_event() {
+            any = true;
+            up.event(e);
+        }
+        any
+    }
+
+    /// What the endpoint made of an arrived rendezvous message.
+    fn take(&mut self, held: u64, take: Take) {
+        match take {
+            Take::Accept { op, sink, ranges } => self.m.accept(held, op, sink, ranges),
+            Take::Keep => {}
+            // `Done` is for eager messages; a rendezvous nobody takes is
+            // let go rather than kept forever.
+            Take::Discard | Take::Done => self.m.discard(held),
+        }
+    }
+
+    /// After an input: actions, events, doorbells.
+    fn settle(&mut self, up: &mut dyn Upcall) -> bool {
+        self.run();
+        let any = self.deliver(up);
+        self.ring_bells();
+        any
+    }
+}
+
+/// The bytes a rendezvous send is read from, and where they are: the
+/// application's buffers, or a copy when the send's buffer is the
+/// application's again at once (inject) or has no address to give.
+fn rndv_source(src: SendPayload, inject: bool) -> (Box<dyn SendSource>, Vec<Range>) {
+    if !inject {
+        if let Some(r) = src.ranges() {
+            return (Box::new(src), r);
+        }
+    }
+    let mut v = vec![0u8; src.len()];
+    src.read_at(0, &mut v);
+    // The vector's heap buffer stays where it is when the box moves.
+    let r = v.ranges().expect("a vector has an address");
+    (Box::new(v), r)
+}
+
+impl<P: Port> Wire for Exec<P> {
+    fn kind(&self) -> WireKind {
+        WireKind::Shm
+    }
+
+    fn send(
+        &mut self,
+        peer: SocketAddr,
+        op: OpId,
+        hdr: MsgHdr,
+        src: SendPayload,
+        flags: SendFlags,
+        up: &mut dyn Upcall,
+        _now: u64,
+    ) -> Result<Sent, i32> {
+        let Some(ix) = self.route(peer) else {
+            self.settle(up);
+            return Err(-FI_EHOSTUNREACH);
+        };
+        let mut r = None;
+        if self.m.eager_fits(src.len(), flags.inject) {
+            r = match self.eager(ix, op, &hdr, &src, flags.inject, flags.delivery) {
+                EagerOutcome::Done => Some(Ok(Sent::Done)),
+                EagerOutcome::Pending => Some(Ok(Sent::Pending)),
+                // The peer holds its share of unexpected messages: this
+                // one waits in our memory until a receive takes it.
+                EagerOutcome::NoCredit => None,
+            };
+        }
+        let r = r.unwrap_or_else(|| {
+            let (src, addrs) = rndv_source(src, flags.inject);
+            self.rendezvous(ix, op, &hdr, src, addrs)
+                .map(|()| Sent::Pending)
+                .map_err(|e| -e)
+        });
+        self.settle(up);
+        r
+    }
+
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        _now: u64,
+    ) {
+        self.m.accept(held.id, op, sink, ranges);
+        self.settle(up);
+    }
+
+    fn discard(&mut self, held: Held, _now: u64) {
+        self.m.discard(held.id);
+        self.run();
+        self.ring_bells();
+    }
+
+    fn give_back(&mut self, credit: Credit) {
+        if let Credit::Shm(c) = credit {
+            self.m.free_credit(c);
+            self.run();
+        }
+    }
+
+    fn cancel_recv(&mut self, op: OpId) -> bool {
+        let ok = self.m.cancel(op);
+        self.run();
+        self.ring_bells();
+        ok
+    }
+
+    fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
+        self.port.disarm();
+        let mut any = false;
+        for _ in 0..BATCH {
+            let Some(msg) = self.poll_one() else { break };
+            any = true;
+            match msg {
+                Msg::Eager {
+                    slot,
+                    peer,
+                    hdr,
+                    credit,
+                } => {
+                    let payload = self.port.payload(&slot).expect("checked by Frame::parse");
+                    let _ = up.arrived(Arrival {
+                        peer,
+                        hdr,
+                        body: Body::Shared(payload),
+                        credit: Credit::Shm(credit),
+                    });
+                    // Taken in (matched, or copied for later): the slot goes
+                    // back, which completes a delivery-complete send.
+                    self.port.release(slot);
+                }
+                Msg::Rndv {
+                    peer,
+                    hdr,
+                    held,
+                    credit,
+                } => {
+                    let take = up.arrived(Arrival {
+                        peer,
+                        hdr,
+                        body: Body::Rndv(Held {
+                            wire: WireKind::Shm,
+                            id: held,
+                        }),
+                        credit: Credit::Shm(credit),
+                    });
+                    self.take(held, take);
+                    self.run();
+                }
+            }
+        }
+        self.pump(now);
+        any |= self.settle(up);
+        any
+    }
+
+    fn next_deadline(&self, now: u64) -> Option<u64> {
+        let bells = (!self.bells.is_empty()).then_some(now + BELL_RETRY_NS);
+        match (self.m.next_deadline(now), bells) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.m.owes()
+    }
+
+    fn backlog(&self) -> usize {
+        self.m.backlogged_untracked()
+    }
+
+    fn arm(&mut self) -> bool {
+        self.port.arm(self.m.active())
+    }
+
+    fn stats_line(&self) -> String {
+        format!("{:?}", self.stats())
+    }
+}
+
+impl<P: Port> Drop for Exec<P> {
+    /// No sender may write into our receives' buffers once we are gone:
+    /// the application may free them as soon as the endpoint is closed.
+    fn drop(&mut self) {
+        self.m.close();
+        self.run();
+    }
+}

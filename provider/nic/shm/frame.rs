@@ -1,0 +1,458 @@
+//! The shm wire's frames: what one slot of a mailbox ring carries, typed.
+//! This is the one place that encodes and decodes a slot's kind fields
+//! (`SlotHead::f`) and its iov payloads; `mailbox.rs` moves the bytes,
+//! `machine.rs` only ever sees `Frame`s.
+//!
+//! ```text
+//! kind   fields (bytes of SlotHead::f)                  payload
+//! EAGER  0 tag u64  8 data u64  16 flags u32            the message
+//! RTS    0 tag  8 data  16 flags  20 niov u32  24 key   niov × (addr u64, len u64);
+//!                                                       the message is their sum
+//! CTS    0 key u64  8 rid u64                           none: "push `key` to me as rid"
+//! DATA   0 rid u64  8 offset u64                        bytes of rid from offset
+//! FIN    0 key u64  8 status i64 (0 or -errno)          none: the rendezvous is over
+//! CTW    0 key  8 rid  16 offset u64  24 grant u64      niov × (addr, len): "write
+//!                                                       your bytes from offset on here"
+//! WDONE  0 rid u64  8 status i64 (0 or -errno)          none: the sender's share is written
+//! ```
+//!
+//! Everything in a slot is written by another process and is checked here
+//! before anything else sees it: an unknown kind, a payload longer than a
+//! slot, an iov list that does not match its count or whose lengths
+//! overflow, a payload on a frame that has none, a grant index beyond the
+//! ring's, a status that is no error number: each is `Malformed`, and the
+//! machine cuts the ring's producer off.
+
+#![forbid(unsafe_code)]
+
+use super::mailbox::{Range, SharedBytes, SlotHead, GRANTS};
+use crate::proto::MsgHdr;
+
+/// Slot kinds.
+pub mod kind {
+    pub const EAGER: u8 = 1;
+    pub const RTS: u8 = 2;
+    pub const CTS: u8 = 3;
+    pub const DATA: u8 = 4;
+    pub const FIN: u8 = 5;
+    pub const CTW: u8 = 6;
+    pub const WDONE: u8 = 7;
+}
+
+/// One frame of the shm protocol. `key` names a rendezvous send (chosen by
+/// its sender), `rid` a rendezvous receive (chosen by its receiver).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A message in the slot; `hdr.len` is its payload length.
+    Eager { hdr: MsgHdr },
+    /// A rendezvous request: the message is at `iov` in the sender's
+    /// memory; `hdr.len` is their total length.
+    Rts { hdr: MsgHdr, key: u64, iov: Vec<Range> },
+    /// Push `key`'s data to me through your ring (no cross-memory attach).
+    Cts { key: u64, rid: u64 },
+    /// `len` bytes of `rid`'s data from `off` on, in the slot.
+    Data { rid: u64, off: u64, len: usize },
+    /// The rendezvous of `key` is over: 0, or the receiver's -errno.
+    Fin { key: u64, status: i32 },
+    /// Write your bytes of `key` from `at` on into `iov` of mine, under
+    /// grant word `grant` of your ring, for receive `rid`.
+    Ctw {
+        key: u64,
+        rid: u64,
+        at: u64,
+        grant: usize,
+        iov: Vec<Range>,
+    },
+    /// The sender's share of `rid` is written (0) or not (-errno).
+    Wdone { rid: u64, status: i64 },
+}
+
+/// Why a slot is not a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Malformed {
+    Kind(u8),
+    /// The payload length exceeds the slot.
+    TooLong,
+    /// An iov payload that does not match its count (RTS) or is not a
+    /// whole number of entries (CTW).
+    IovList,
+    /// Iov lengths whose sum overflows.
+    IovSum,
+    /// A payload on a frame that carries none.
+    Payload,
+    Grant,
+    Status,
+}
+
+impl Malformed {
+    pub fn why(&self) -> &'static str {
+        match self {
+            Malformed::Kind(_) => "unknown slot kind",
+            Malformed::TooLong => "payload longer than a slot",
+            Malformed::IovList => "bad iov list",
+            Malformed::IovSum => "iov lengths overflow",
+            Malformed::Payload => "payload on a control frame",
+            Malformed::Grant => "grant index out of range",
+            Malformed::Status => "status is no error number",
+        }
+    }
+}
+
+fn get64(f: &[u8; 32], at: usize) -> u64 {
+    u64::from_le_bytes(f[at..at + 8].try_into().unwrap())
+}
+
+fn get32(f: &[u8; 32], at: usize) -> u32 {
+    u32::from_le_bytes(f[at..at + 4].try_into().unwrap())
+}
+
+fn put64(f: &mut [u8; 32], at: usize, v: u64) {
+    f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn hdr_fields(hdr: &MsgHdr) -> [u8; 32] {
+    let mut f = [0u8; 32];
+    put64(&mut f, 0, hdr.tag);
+    put64(&mut f, 8, hdr.data);
+    f[16..20].copy_from_slice(&hdr.flags.to_le_bytes());
+    f
+}
+
+fn hdr_of(f: &[u8; 32], len: u64) -> MsgHdr {
+    MsgHdr {
+        tag: get64(f, 0),
+        data: get64(f, 8),
+        flags: get32(f, 16),
+        len,
+    }
+}
+
+/// Bytes an iov list takes in a payload.
+pub(crate) fn iov_bytes(n: usize) -> usize {
+    n * 16
+}
+
+/// Writes `iov` as (addr u64, len u64) pairs.
+pub(crate) fn encode_iov(iov: &[Range], dst: &mut [u8]) {
+    for (c, &(a, l)) in dst.chunks_mut(16).zip(iov) {
+        c[0..8].copy_from_slice(&a.to_le_bytes());
+        c[8..16].copy_from_slice(&l.to_le_bytes());
+    }
+}
+
+/// An iov list from a payload of whole entries, and its total length.
+fn decode_iov(p: &SharedBytes<'_>) -> Result<(Vec<Range>, u64), Malformed> {
+    if !p.len().is_multiple_of(16) {
+        return Err(Malformed::IovList);
+    }
+    let mut v = Vec::with_capacity(p.len() / 16);
+    let mut total = 0u64;
+    let mut e = [0u8; 16];
+    for i in 0..p.len() / 16 {
+        p.copy_to(i * 16, &mut e);
+        let a = u64::from_le_bytes(e[0..8].try_into().unwrap());
+        let l = u64::from_le_bytes(e[8..16].try_into().unwrap());
+        total = total.checked_add(l).ok_or(Malformed::IovSum)?;
+        v.push((a, l));
+    }
+    Ok((v, total))
+}
+
+/// A status field: 0 or a negative error number.
+fn status_of(v: u64) -> Result<i64, Malformed> {
+    let s = v as i64;
+    if (-(i32::MAX as i64)..=0).contains(&s) {
+        Ok(s)
+    } else {
+        Err(Malformed::Status)
+    }
+}
+
+impl Frame {
+    /// The frame in a slot with header `h` and payload `payload` (`None`
+    /// when the header's length does not fit the slot).
+    pub fn parse(h: &SlotHead, payload: Option<&SharedBytes<'_>>) -> Result<Frame, Malformed> {
+        let f = &h.f;
+        let p = payload.ok_or(Malformed::TooLong)?;
+        let none = || if p.is_empty() { Ok(()) } else { Err(Malformed::Payload) };
+        Ok(match h.kind {
+            kind::EAGER => Frame::Eager {
+                hdr: hdr_of(f, p.len() as u64),
+            },
+            kind::RTS => {
+                let niov = get32(f, 20) as usize;
+                if p.len() != iov_bytes(niov) {
+                    return Err(Malformed::IovList);
+                }
+                let (iov, total) = decode_iov(p)?;
+                Frame::Rts {
+                    hdr: hdr_of(f, total),
+                    key: get64(f, 24),
+                    iov,
+                }
+            }
+            kind::CTS => {
+                none()?;
+                Frame::Cts {
+                    key: get64(f, 0),
+                    rid: get64(f, 8),
+                }
+            }
+            kind::DATA => Frame::Data {
+                rid: get64(f, 0),
+                off: get64(f, 8),
+                len: p.len(),
+            },
+            kind::FIN => {
+                none()?;
+                Frame::Fin {
+                    key: get64(f, 0),
+                    status: status_of(get64(f, 8))? as i32,
+                }
+            }
+            kind::CTW => {
+                let grant = usize::try_from(get64(f, 24)).map_err(|_| Malformed::Grant)?;
+                if grant >= GRANTS {
+                    return Err(Malformed::Grant);
+                }
+                let (iov, _) = decode_iov(p)?;
+                Frame::Ctw {
+                    key: get64(f, 0),
+                    rid: get64(f, 8),
+                    at: get64(f, 16),
+                    grant,
+                    iov,
+                }
+            }
+            kind::WDONE => {
+                none()?;
+                Frame::Wdone {
+                    rid: get64(f, 0),
+                    status: status_of(get64(f, 8))?,
+                }
+            }
+            k => return Err(Malformed::Kind(k)),
+        })
+    }
+
+    /// The slot header that carries this frame.
+    pub fn head(&self) -> SlotHead {
+        let mut f = [0u8; 32];
+        let (kind, len) = match self {
+            Frame::Eager { hdr } => {
+                f = hdr_fields(hdr);
+                (kind::EAGER, hdr.len as usize)
+            }
+            Frame::Rts { hdr, key, iov } => {
+                f = hdr_fields(hdr);
+                f[20..24].copy_from_slice(&(iov.len() as u32).to_le_bytes());
+                put64(&mut f, 24, *key);
+                (kind::RTS, iov_bytes(iov.len()))
+            }
+            Frame::Cts { key, rid } => {
+                put64(&mut f, 0, *key);
+                put64(&mut f, 8, *rid);
+                (kind::CTS, 0)
+            }
+            Frame::Data { rid, off, len } => {
+                put64(&mut f, 0, *rid);
+                put64(&mut f, 8, *off);
+                (kind::DATA, *len)
+            }
+            Frame::Fin { key, status } => {
+                put64(&mut f, 0, *key);
+                put64(&mut f, 8, *status as i64 as u64);
+                (kind::FIN, 0)
+            }
+            Frame::Ctw {
+                key,
+                rid,
+                at,
+                grant,
+                iov,
+            } => {
+                put64(&mut f, 0, *key);
+                put64(&mut f, 8, *rid);
+                put64(&mut f, 16, *at);
+                put64(&mut f, 24, *grant as u64);
+                (kind::CTW, iov_bytes(iov.len()))
+            }
+            Frame::Wdone { rid, status } => {
+                put64(&mut f, 0, *rid);
+                put64(&mut f, 8, *status as u64);
+                (kind::WDONE, 0)
+            }
+        };
+        SlotHead { kind, len, f }
+    }
+
+    /// Writes the payload the frame itself carries (the iov list of an RTS
+    /// or CTW; an EAGER's or DATA's bytes come from the message).
+    pub fn write_payload(&self, dst: &mut [u8]) {
+        match self {
+            Frame::Rts { iov, .. } | Frame::Ctw { iov, .. } => encode_iov(iov, dst),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix;
+
+    fn round_trip(fr: &Frame) -> Result<Frame, Malformed> {
+        let h = fr.head();
+        let mut p = vec![0u8; h.len];
+        match fr {
+            Frame::Eager { .. } | Frame::Data { .. } => p.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8),
+            _ => fr.write_payload(&mut p),
+        }
+        Frame::parse(&h, Some(&SharedBytes::of_slice(&p)))
+    }
+
+    fn hdr(len: u64) -> MsgHdr {
+        MsgHdr {
+            tag: 0x1122_3344_5566_7788,
+            data: 99,
+            len,
+            flags: MsgHdr::TAGGED | MsgHdr::HAS_DATA,
+        }
+    }
+
+    #[test]
+    fn every_frame_parses_back_to_itself() {
+        let iov = vec![(0x1000, 3000), (0x9000, 5)];
+        for fr in [
+            Frame::Eager { hdr: hdr(17) },
+            Frame::Eager { hdr: hdr(0) },
+            Frame::Rts {
+                hdr: hdr(3005),
+                key: 7,
+                iov: iov.clone(),
+            },
+            Frame::Rts {
+                hdr: hdr(0),
+                key: 8,
+                iov: vec![],
+            },
+            Frame::Cts { key: 1, rid: 2 },
+            Frame::Data {
+                rid: 3,
+                off: 4096,
+                len: 100,
+            },
+            Frame::Fin { key: 5, status: 0 },
+            Frame::Fin {
+                key: 5,
+                status: -(libc::EIO),
+            },
+            Frame::Ctw {
+                key: 6,
+                rid: 7,
+                at: 8192,
+                grant: GRANTS - 1,
+                iov: iov.clone(),
+            },
+            Frame::Wdone {
+                rid: 9,
+                status: -(libc::ECANCELED as i64),
+            },
+        ] {
+            assert_eq!(round_trip(&fr), Ok(fr.clone()), "{fr:?}");
+        }
+    }
+
+    /// A header of `kind` with `len` payload bytes, the rest from `f`.
+    fn raw(kind: u8, len: usize, f: [u8; 32]) -> (SlotHead, Vec<u8>) {
+        (SlotHead { kind, len, f }, vec![0u8; len])
+    }
+
+    fn parse_raw(h: &SlotHead, p: &[u8]) -> Result<Frame, Malformed> {
+        Frame::parse(h, Some(&SharedBytes::of_slice(p)))
+    }
+
+    #[test]
+    fn malformed_slots_are_refused_with_their_reason() {
+        let mut f = [0u8; 32];
+        // An RTS announcing five iovs with one sent.
+        f[20] = 5;
+        let (h, p) = raw(kind::RTS, 16, f);
+        assert_eq!(parse_raw(&h, &p), Err(Malformed::IovList));
+        // Iov lengths that overflow.
+        let fr = Frame::Rts {
+            hdr: hdr(0),
+            key: 1,
+            iov: vec![(0, u64::MAX), (0, 1)],
+        };
+        let h = fr.head();
+        let mut p = vec![0u8; h.len];
+        fr.write_payload(&mut p);
+        assert_eq!(parse_raw(&h, &p), Err(Malformed::IovSum));
+        // A CTW whose list is not whole entries, or whose grant is beyond
+        // the ring's.
+        let (h, p) = raw(kind::CTW, 17, [0; 32]);
+        assert_eq!(parse_raw(&h, &p), Err(Malformed::IovList));
+        let mut f = [0u8; 32];
+        f[24] = GRANTS as u8;
+        let (h, p) = raw(kind::CTW, 16, f);
+        assert_eq!(parse_raw(&h, &p), Err(Malformed::Grant));
+        // Control frames carry nothing.
+        for k in [kind::CTS, kind::FIN, kind::WDONE] {
+            let (h, p) = raw(k, 1, [0; 32]);
+            assert_eq!(parse_raw(&h, &p), Err(Malformed::Payload), "kind {k}");
+        }
+        // A status that is no error number.
+        for k in [kind::FIN, kind::WDONE] {
+            let mut f = [0u8; 32];
+            f[8] = 1;
+            let (h, p) = raw(k, 0, f);
+            assert_eq!(parse_raw(&h, &p), Err(Malformed::Status), "kind {k}");
+        }
+        // Unknown kinds, and a length the slot does not hold.
+        for k in [0u8, 8, 99, 255] {
+            let (h, p) = raw(k, 0, [0; 32]);
+            assert_eq!(parse_raw(&h, &p), Err(Malformed::Kind(k)));
+        }
+        let (h, _) = raw(kind::EAGER, 1 << 20, [0; 32]);
+        assert_eq!(Frame::parse(&h, None), Err(Malformed::TooLong));
+    }
+
+    /// Random slots: whatever a peer writes, parsing returns (never panics),
+    /// and what it accepts re-encodes to the same header.
+    #[test]
+    fn random_slots_parse_or_are_refused() {
+        let mut rng = SplitMix::new(0x5eed_f00d);
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let kind = (rng.next_u64() % 9) as u8;
+            let len = match rng.next_u64() % 4 {
+                0 => 0,
+                1 => 16,
+                2 => 32,
+                _ => (rng.next_u64() % 80) as usize,
+            };
+            let mut f = [0u8; 32];
+            for b in f.iter_mut() {
+                // Mostly small values, so that counts and grants sometimes fit.
+                *b = if rng.next_u64().is_multiple_of(3) {
+                    rng.next_u64() as u8
+                } else {
+                    0
+                };
+            }
+            if kind == kind::RTS && rng.next_u64().is_multiple_of(2) {
+                f[20..24].copy_from_slice(&((len / 16) as u32).to_le_bytes());
+            }
+            let p: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            let h = SlotHead { kind, len, f };
+            if let Ok(fr) = parse_raw(&h, &p) {
+                accepted += 1;
+                let back = fr.head();
+                assert_eq!((back.kind, back.len), (h.kind, h.len), "{fr:?}");
+                assert_eq!(round_trip(&fr).map(|_| ()), Ok(()));
+            }
+        }
+        assert!(accepted > 1000, "the generator reaches valid frames: {accepted}");
+    }
+}

@@ -1,0 +1,327 @@
+//! What the shm executor needs of the world, as one trait: our rings in
+//! peers' mailboxes (post, room, credit word, deliveries, grant-guarded
+//! writes), the rings of our own mailbox (claims, slots, credit, grants,
+//! liveness of their producers), cross-memory reads, and doorbells.
+//!
+//! `MailboxPort` does it for real, over `mailbox.rs` (the one place that
+//! touches shared memory and other processes' memory) and a UDP socket of
+//! its own for doorbells. The tests' `SimPort` (`sim.rs`) does it with
+//! plain memory, so the executor and the machine run unchanged in virtual
+//! time.
+
+#![forbid(unsafe_code)]
+
+use super::machine::{CmaErr, Copied, PeerIx, RingIx};
+use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, Range, SharedBytes, SlotHead};
+use super::DOORBELL;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+/// A ring of our mailbox that a peer claimed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Claim {
+    pub ring: RingIx,
+    pub peer: SocketAddr,
+    pub pid: u32,
+}
+
+pub(crate) trait Port {
+    /// A published slot of our mailbox, until it is released.
+    type Slot: Copy;
+
+    // Our rings in peers' mailboxes (we produce).
+
+    /// Opens the mailbox of the endpoint at `peer` and claims a ring in
+    /// it: its number, and the credit bytes its owner lends (0: no
+    /// limit). `None`: no usable mailbox there.
+    fn connect(&mut self, peer: SocketAddr) -> Option<(PeerIx, u64)>;
+    /// Gives the ring up (its owner frees it once drained).
+    fn disconnect(&mut self, ix: PeerIx);
+    /// The owner closed its mailbox (cheap: for every send).
+    fn owner_closed(&self, ix: PeerIx) -> bool;
+    /// The owner closed its mailbox or died.
+    fn owner_gone(&self, ix: PeerIx) -> bool;
+    /// The next slot is free.
+    fn room(&self, ix: PeerIx) -> bool;
+    /// The credit word: bytes the owner gave back, cumulative.
+    fn freed(&self, ix: PeerIx) -> u64;
+    /// Publishes the next slot with `head`, its payload filled by `fill`
+    /// (`head.len` bytes). `None`: no room. `Some(true)`: the owner sleeps
+    /// and wants a doorbell.
+    fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool>;
+    /// The owner took the slot published at `pos` out of its ring.
+    fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
+    /// Takes grant `grant` for `rid` (refused: `Revoked`), writes `local`
+    /// of ours into `remote` of the owner's process, releases the grant.
+    fn write_granted(&mut self, ix: PeerIx, grant: usize, rid: u64, local: &[Range], remote: &[Range]) -> Copied;
+
+    // The rings of our mailbox (we consume).
+
+    /// Rings claimed since the last call, appended to `out`.
+    fn claims(&mut self, out: &mut Vec<Claim>);
+    /// The next published slot of ring `ring` and its header.
+    fn peek(&mut self, ring: RingIx) -> Option<(Self::Slot, SlotHead)>;
+    /// A slot's payload; `None` if its length does not fit a slot.
+    fn payload(&self, slot: &Self::Slot) -> Option<SharedBytes<'_>>;
+    /// Hands a slot back to its producer.
+    fn release(&mut self, slot: Self::Slot);
+    /// Ring `ring`'s producer has `freed` credit bytes back (cumulative).
+    fn give_credit(&mut self, ring: RingIx, freed: u64);
+    /// Arms a free grant word of ring `ring` for `rid`.
+    fn arm_grant(&mut self, ring: RingIx, rid: u64) -> Option<usize>;
+    /// Takes grant `grant` back, waiting for a write under it that runs
+    /// (or for its writer to die).
+    fn revoke_grant(&mut self, ring: RingIx, grant: usize, rid: u64);
+    /// The producer closed ring `ring` (call once it is drained).
+    fn ring_closed(&self, ring: RingIx) -> bool;
+    /// The producer of ring `ring` lives.
+    fn sender_alive(&self, ring: RingIx) -> bool;
+    /// Ring `ring` goes back to the pool.
+    fn free_ring(&mut self, ring: RingIx);
+    /// About to sleep: asks producers for a doorbell. False if a slot is
+    /// already waiting in one of `active`.
+    fn arm(&mut self, active: &[RingIx]) -> bool;
+    /// Awake again.
+    fn disarm(&mut self);
+
+    // Other processes.
+
+    /// Reads `remote` of process `pid` into `local` of ours.
+    fn cma_read(&mut self, pid: u32, local: &[Range], remote: &[Range]) -> Copied;
+    /// Wakes the sleeping endpoint at `to`.
+    fn ring_bell(&mut self, to: SocketAddr) -> io::Result<()>;
+}
+
+/// What a failed `process_vm_readv/writev` means for the protocol.
+fn cma_err(e: io::Error) -> CmaErr {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => CmaErr::Gone,
+        Some(x @ (libc::EPERM | libc::EACCES | libc::ENOSYS)) => CmaErr::Refused(x),
+        Some(x) => CmaErr::Fault(x),
+        None => CmaErr::Fault(libc::EIO),
+    }
+}
+
+/// The real world: this endpoint's mailbox, its rings in local peers'
+/// mailboxes, and a socket for doorbells.
+pub(crate) struct MailboxPort {
+    uid: u32,
+    me: SocketAddr,
+    mb: Mailbox,
+    outs: Vec<Option<Outbox>>,
+    /// Producers of the rings of our mailbox, watched for death.
+    senders: Vec<Option<Liveness>>,
+    /// Doorbells leave from a socket of the wire's own (any source port
+    /// does: the sleeper's endpoint drops them before its UDP engine).
+    bell_v4: Option<UdpSocket>,
+    bell_v6: Option<UdpSocket>,
+}
+
+impl MailboxPort {
+    /// Creates the mailbox of the endpoint at `me`.
+    pub fn new(me: SocketAddr, geo: Geometry, loan: u64) -> io::Result<MailboxPort> {
+        let uid = mailbox::euid();
+        let mb = Mailbox::create(uid, &me, geo, loan)?;
+        let nrings = mb.geometry().nrings;
+        Ok(MailboxPort {
+            uid,
+            me,
+            mb,
+            outs: Vec::new(),
+            senders: (0..nrings).map(|_| None).collect(),
+            bell_v4: None,
+            bell_v6: None,
+        })
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.mb.geometry()
+    }
+
+    #[cfg(test)]
+    pub fn path(&self) -> &str {
+        self.mb.path()
+    }
+
+    fn out(&self, ix: PeerIx) -> Option<&Outbox> {
+        self.outs.get(ix)?.as_ref()
+    }
+
+    /// A producer that breaks the rules: publishes `head` (whatever its
+    /// length says) and `payload` into our ring `ix`.
+    #[cfg(test)]
+    pub fn publish_raw(&mut self, ix: PeerIx, head: SlotHead, payload: &[u8]) {
+        let mut s = self.outs[ix].as_mut().expect("connected").slot().expect("room");
+        s.head(&SlotHead {
+            len: payload.len(),
+            ..head
+        });
+        s.payload(payload.len()).copy_from_slice(payload);
+        s.set_len(head.len);
+        s.publish();
+    }
+
+    fn bell_socket(&mut self, v6: bool) -> io::Result<&UdpSocket> {
+        let (slot, any) = if v6 {
+            (&mut self.bell_v6, "[::]:0")
+        } else {
+            (&mut self.bell_v4, "0.0.0.0:0")
+        };
+        if slot.is_none() {
+            let s = UdpSocket::bind(any)?;
+            s.set_nonblocking(true)?;
+            *slot = Some(s);
+        }
+        Ok(slot.as_ref().expect("made above"))
+    }
+}
+
+impl Port for MailboxPort {
+    type Slot = InSlot;
+
+    fn connect(&mut self, peer: SocketAddr) -> Option<(PeerIx, u64)> {
+        let out = match Outbox::connect(self.uid, &peer, &self.me) {
+            Ok(Some(o)) => o,
+            Ok(None) => return None,
+            Err(e) => {
+                crate::warn!(crate::ffi::FI_LOG_EP_CTRL, "shm mailbox of {}: {}; using UDP", peer, e);
+                return None;
+            }
+        };
+        let loan = out.loan();
+        let ix = match self.outs.iter().position(Option::is_none) {
+            Some(i) => {
+                self.outs[i] = Some(out);
+                i
+            }
+            None => {
+                self.outs.push(Some(out));
+                self.outs.len() - 1
+            }
+        };
+        Some((ix, loan))
+    }
+
+    fn disconnect(&mut self, ix: PeerIx) {
+        if let Some(o) = self.outs.get_mut(ix) {
+            *o = None;
+        }
+    }
+
+    fn owner_closed(&self, ix: PeerIx) -> bool {
+        self.out(ix).is_none_or(Outbox::owner_closed)
+    }
+
+    fn owner_gone(&self, ix: PeerIx) -> bool {
+        self.out(ix).is_none_or(Outbox::owner_gone)
+    }
+
+    fn room(&self, ix: PeerIx) -> bool {
+        self.out(ix).is_some_and(Outbox::has_room)
+    }
+
+    fn freed(&self, ix: PeerIx) -> u64 {
+        self.out(ix).map_or(0, Outbox::freed)
+    }
+
+    fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool> {
+        let mut s = self.outs.get_mut(ix)?.as_mut()?.slot()?;
+        s.head(head);
+        fill(s.payload(head.len));
+        Some(s.publish())
+    }
+
+    fn consumed(&self, ix: PeerIx, pos: u64) -> bool {
+        self.out(ix).is_some_and(|o| o.consumed(pos))
+    }
+
+    fn write_granted(&mut self, ix: PeerIx, grant: usize, rid: u64, local: &[Range], remote: &[Range]) -> Copied {
+        let Some(o) = self.out(ix) else {
+            return Err(CmaErr::Gone);
+        };
+        if !o.begin_write(grant, rid) {
+            return Err(CmaErr::Revoked);
+        }
+        let r = mailbox::cma_write(o.owner_pid(), local, remote);
+        o.end_write(grant, rid);
+        r.map_err(cma_err)
+    }
+
+    fn claims(&mut self, out: &mut Vec<Claim>) {
+        if !self.mb.claims_changed() {
+            return;
+        }
+        let mut fresh = Vec::new();
+        self.mb.scan_claims(&mut fresh);
+        for ring in fresh {
+            let info = self.mb.rings[ring].expect("claimed ring has a peer");
+            self.senders[ring] = Some(Liveness::watch(info.pid));
+            out.push(Claim {
+                ring,
+                peer: info.peer,
+                pid: info.pid,
+            });
+        }
+    }
+
+    #[inline]
+    fn peek(&mut self, ring: RingIx) -> Option<(InSlot, SlotHead)> {
+        self.mb.peek(ring).map(|s| (s, s.head))
+    }
+
+    fn payload(&self, slot: &InSlot) -> Option<SharedBytes<'_>> {
+        self.mb.payload(slot)
+    }
+
+    fn release(&mut self, slot: InSlot) {
+        self.mb.release(slot);
+    }
+
+    fn give_credit(&mut self, ring: RingIx, freed: u64) {
+        self.mb.give_credit(ring, freed);
+    }
+
+    fn arm_grant(&mut self, ring: RingIx, rid: u64) -> Option<usize> {
+        self.mb.grant(ring, rid)
+    }
+
+    fn revoke_grant(&mut self, ring: RingIx, grant: usize, rid: u64) {
+        // A write runs: it is one process_vm_writev; wait it out (or the
+        // writer's death).
+        while !self.mb.revoke(ring, grant, rid) {
+            if !self.sender_alive(ring) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn ring_closed(&self, ring: RingIx) -> bool {
+        self.mb.ring_closed(ring)
+    }
+
+    fn sender_alive(&self, ring: RingIx) -> bool {
+        self.senders[ring].as_ref().is_some_and(Liveness::alive)
+    }
+
+    fn free_ring(&mut self, ring: RingIx) {
+        self.senders[ring] = None;
+        self.mb.free_ring(ring);
+    }
+
+    fn arm(&mut self, active: &[RingIx]) -> bool {
+        self.mb.arm(active)
+    }
+
+    fn disarm(&mut self) {
+        self.mb.disarm();
+    }
+
+    fn cma_read(&mut self, pid: u32, local: &[Range], remote: &[Range]) -> Copied {
+        mailbox::cma_read(pid, local, remote).map_err(cma_err)
+    }
+
+    fn ring_bell(&mut self, to: SocketAddr) -> io::Result<()> {
+        self.bell_socket(to.is_ipv6())?.send_to(DOORBELL, to).map(|_| ())
+    }
+}

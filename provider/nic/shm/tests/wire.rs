@@ -1,0 +1,536 @@
+//! The shm wire end to end in the simulated host, in virtual time: two
+//! (or three) processes whose executors and machines talk through rings
+//! in plain memory, driven through `nic::Wire` by a stand-in endpoint.
+
+use super::{pattern, sim_node, Node, SimMem, Unposted};
+use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::nic::shm::frame::Frame;
+use crate::nic::shm::machine::CHECK_EVERY_NS;
+use crate::nic::shm::mailbox::{credit_cost, SlotHead};
+use crate::nic::shm::sim::{SimPort, World};
+use crate::nic::wire::{SendFlags, Wire};
+use crate::proto::MsgHdr;
+
+type SimNode = Node<SimPort, SimMem>;
+
+const A: u16 = 10;
+const B: u16 = 11;
+
+fn pair(depth: usize, payload: usize, loan: u64) -> (World, SimNode, SimNode) {
+    let w = World::default();
+    let a = sim_node(&w, A, depth, payload, loan);
+    let b = sim_node(&w, B, depth, payload, loan);
+    (w, a, b)
+}
+
+/// Progresses both until neither does anything for a few rounds, with a
+/// bound.
+fn settle(a: &mut SimNode, b: &mut SimNode) {
+    let mut quiet = 0;
+    for _ in 0..10_000 {
+        let any = a.progress() | b.progress();
+        quiet = if any { 0 } else { quiet + 1 };
+        if quiet > 3 && !a.w.m.in_flight() && !b.w.m.in_flight() {
+            return;
+        }
+    }
+}
+
+const PLAIN: SendFlags = SendFlags {
+    inject: false,
+    inject_complete: false,
+    delivery: false,
+    more: false,
+};
+
+fn flags(f: impl FnOnce(&mut SendFlags)) -> SendFlags {
+    let mut x = PLAIN;
+    f(&mut x);
+    x
+}
+
+#[test]
+fn eager_sends_complete_in_order_and_only_once_in_the_ring() {
+    let (_w, mut a, mut b) = pair(4, 256, 0);
+    let ops: Vec<_> = (0..10u64)
+        .map(|i| a.send(b.addr, i, &pattern(i, 100 + i as usize), PLAIN))
+        .collect();
+    // Four fit the ring; the other six wait, incomplete.
+    let done = |a: &SimNode| ops.iter().filter(|&&op| a.send_result(op).is_some()).count();
+    assert_eq!(done(&a), 4);
+    assert_eq!(a.w.m.backlogged(), 6);
+    assert_eq!(a.w.backlog(), 0, "eager sends count as the endpoint's own");
+    a.progress();
+    assert_eq!(done(&a), 4, "nothing left the queue yet");
+    // The receiver takes the four in its ring (two matched, two kept):
+    // exactly the next four sends complete, in order.
+    let r1 = [b.post(300), b.post(300)];
+    b.progress();
+    assert!(r1.iter().all(|&r| b.recv_result(r).is_some()));
+    assert_eq!(b.unexpected(), 2);
+    a.progress();
+    assert_eq!(done(&a), 8);
+    assert!(ops[..8].iter().all(|&op| a.send_result(op) == Some(Ok(()))));
+    let rest: Vec<_> = (0..8).map(|_| b.post(300)).collect();
+    settle(&mut a, &mut b);
+    assert_eq!(done(&a), 10);
+    for (i, r) in r1.iter().chain(&rest).enumerate() {
+        assert_eq!(b.recv_result(*r), Some(Ok(100 + i)));
+        assert_eq!(b.up.hdrs[r].tag, i as u64);
+        assert_eq!(b.data(*r)[..100 + i], pattern(i as u64, 100 + i)[..]);
+    }
+}
+
+#[test]
+fn delivery_complete_waits_until_the_receiver_took_the_message() {
+    let (_w, mut a, mut b) = pair(4, 256, 0);
+    let op = a.send(b.addr, 1, &[1, 2, 3], flags(|f| f.delivery = true));
+    a.progress();
+    assert_eq!(a.send_result(op), None, "published, not yet taken");
+    // Taken as unexpected counts: the receiver holds it.
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    a.progress();
+    assert_eq!(a.send_result(op), Some(Ok(())));
+}
+
+/// A rendezvous of `len` bytes, A to B, the receive posted first.
+fn rendezvous(len: usize, refuse: bool) -> (SimNode, SimNode) {
+    let (w, mut a, mut b) = pair(4, 512, 0);
+    w.refuse_cma(refuse);
+    let r = b.post(len);
+    let data = pattern(5, len);
+    let s = a.send(b.addr, 5, &data, PLAIN);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s), b.recv_result(r)), (Some(Ok(())), Some(Ok(len))));
+    assert_eq!(b.data(r), data);
+    (a, b)
+}
+
+#[test]
+fn a_rendezvous_is_read_by_its_receiver() {
+    let (a, b) = rendezvous(5000, false);
+    assert_eq!(
+        (b.w.stats().pulled, a.w.stats().pushed_cma, a.w.stats().pushed),
+        (1, 0, 0)
+    );
+}
+
+#[test]
+fn a_large_rendezvous_is_copied_by_both_processes() {
+    let (a, b) = rendezvous(100_000, false);
+    assert_eq!(
+        (b.w.stats().pulled, a.w.stats().pushed_cma, a.w.stats().pushed),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn cma_refused_makes_the_sender_push_through_its_ring() {
+    let (a, b) = rendezvous(100_000, true);
+    assert_eq!((b.w.stats().pulled, a.w.stats().pushed_cma), (0, 0));
+    assert_eq!(a.w.stats().pushed, 100_000usize.div_ceil(512) as u64);
+}
+
+#[test]
+fn an_unexpected_rendezvous_is_kept_then_accepted_or_discarded() {
+    let (_w, mut a, mut b) = pair(4, 512, 0);
+    let data = pattern(1, 50_000);
+    let s1 = a.send(b.addr, 1, &data, PLAIN);
+    settle(&mut a, &mut b);
+    assert_eq!((b.unexpected(), a.send_result(s1)), (1, None));
+    let r = b.post(50_000);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s1), b.recv_result(r)), (Some(Ok(())), Some(Ok(50_000))));
+    assert_eq!(b.data(r), data);
+    // Nobody will receive the next one: its send completes all the same.
+    b.up.unposted = Unposted::Discard;
+    let s2 = a.send(b.addr, 2, &data, PLAIN);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s2), b.up.discarded), (Some(Ok(())), 1));
+}
+
+/// B accepts a large message from A and has its CTW out, A has not seen
+/// it yet: B's receive, A's send, B's buffer, and the split point.
+fn ctw_outstanding() -> (World, SimNode, SimNode, u64, u64, Vec<u8>) {
+    let (w, mut a, mut b) = pair(4, 512, 0);
+    let r = b.post(100_000);
+    let data = pattern(9, 100_000);
+    let s = a.send(b.addr, 9, &data, PLAIN);
+    b.progress();
+    assert_eq!(w.in_rings(a.addr), 1, "the CTW waits for A");
+    (w, a, b, r, s, data)
+}
+
+const AT: usize = 49_152;
+
+#[test]
+fn cancel_revokes_the_senders_write_and_lets_its_send_complete() {
+    let (_w, mut a, mut b, r, s, data) = ctw_outstanding();
+    assert_eq!(b.data(r)[..AT], data[..AT], "the head was read");
+    assert!(b.w.cancel_recv(r));
+    assert_eq!(b.w.stats().revoked, 1);
+    settle(&mut a, &mut b);
+    assert!(
+        b.data(r)[AT..].iter().all(|&x| x == 0),
+        "the sender wrote after the revocation"
+    );
+    assert_eq!(a.w.stats().pushed_cma, 0);
+    assert_eq!(a.send_result(s), Some(Ok(())), "the message was matched");
+    assert_eq!(b.recv_result(r), None, "no event after a cancel");
+    assert!(!b.w.cancel_recv(r));
+}
+
+#[test]
+fn close_revokes_the_senders_write_and_fails_its_send() {
+    let (_w, mut a, b, r, s, _) = ctw_outstanding();
+    let (mem, buf) = (b.up.mem.0.clone(), b.bufs[&r]);
+    drop(b);
+    a.progress();
+    let tail = mem
+        .lock()
+        .unwrap()
+        .read(buf.0 + AT as u64, (100_000 - AT) as u64)
+        .unwrap();
+    assert!(tail.iter().all(|&x| x == 0), "the sender wrote after the close");
+    assert_eq!(a.w.stats().pushed_cma, 0);
+    // The receiver is gone: noticed when its answer is routed.
+    assert_eq!(a.send_result(s), Some(Err(FI_EHOSTUNREACH)));
+    assert!(!a.w.m.in_flight());
+}
+
+#[test]
+fn a_sender_dying_mid_split_fails_the_receive() {
+    let (w, _a, mut b, r, _, _) = ctw_outstanding();
+    w.kill(A as u32);
+    b.progress();
+    assert_eq!(b.recv_result(r), None, "noticed at the next liveness check");
+    b.progress_after(CHECK_EVERY_NS);
+    assert_eq!(b.recv_result(r), Some(Err(FI_EHOSTUNREACH)));
+    assert!(b.w.m.active().is_empty(), "its ring went back");
+}
+
+#[test]
+fn a_sender_dead_before_its_message_is_taken_fails_the_receive() {
+    let (w, mut a, mut b) = pair(4, 512, 0);
+    a.send(b.addr, 1, &pattern(1, 20_000), PLAIN);
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    w.kill(A as u32);
+    let r = b.post(20_000);
+    assert_eq!(b.recv_result(r), Some(Err(FI_EHOSTUNREACH)));
+}
+
+#[test]
+fn a_message_kept_past_its_senders_death_fails_when_taken() {
+    // The sender pushes (no CMA), so no read would notice its death.
+    let (w, mut a, mut b) = pair(4, 512, 0);
+    w.refuse_cma(true);
+    let r1 = b.post(1000);
+    a.send(b.addr, 1, &pattern(1, 1000), PLAIN);
+    settle(&mut a, &mut b);
+    assert_eq!((b.recv_result(r1), b.unexpected()), (Some(Ok(1000)), 0));
+    a.send(b.addr, 2, &pattern(2, 1000), PLAIN);
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    w.kill(A as u32);
+    b.progress_after(CHECK_EVERY_NS);
+    assert!(b.w.m.active().is_empty(), "the dead sender's ring is retired");
+    let r2 = b.post(1000);
+    assert_eq!(b.recv_result(r2), Some(Err(FI_EHOSTUNREACH)));
+    assert!(!b.w.m.in_flight());
+}
+
+#[test]
+fn a_receiver_dying_fails_what_it_had_not_taken() {
+    let (w, mut a, mut b) = pair(2, 256, 0);
+    // Published and taken; published, awaiting delivery; a rendezvous;
+    // queued behind a full ring.
+    let taken = a.send(b.addr, 1, &[1], flags(|f| f.delivery = true));
+    b.progress();
+    let waiting = a.send(b.addr, 2, &[2], flags(|f| f.delivery = true));
+    let rndv = a.send(b.addr, 3, &pattern(3, 10_000), PLAIN);
+    let queued = a.send(b.addr, 4, &[4], PLAIN);
+    assert_eq!(a.send_result(queued), None);
+    w.kill(B as u32);
+    a.progress();
+    assert_eq!(a.send_result(taken), Some(Ok(())));
+    a.progress_after(CHECK_EVERY_NS);
+    for op in [waiting, rndv, queued] {
+        assert_eq!(a.send_result(op), Some(Err(FI_EHOSTUNREACH)), "op {op}");
+    }
+    assert!(!a.w.m.in_flight() && !a.w.m.in_use());
+}
+
+#[test]
+fn full_rings_hold_control_frames_too() {
+    let (_w, mut a, mut b) = pair(2, 256, 0);
+    let n = 8;
+    let ra: Vec<_> = (0..n).map(|_| a.post(5000)).collect();
+    let rb: Vec<_> = (0..n).map(|_| b.post(5000)).collect();
+    let sa: Vec<_> = (0..n).map(|i| a.send(b.addr, i, &pattern(i, 5000), PLAIN)).collect();
+    let sb: Vec<_> = (0..n)
+        .map(|i| b.send(a.addr, i, &pattern(100 + i, 5000), PLAIN))
+        .collect();
+    assert!(a.w.backlog() > 0, "RTS frames wait for room");
+    let mut peak = 0;
+    for _ in 0..1000 {
+        a.progress();
+        b.progress();
+        peak = peak.max(a.w.backlog()).max(b.w.backlog());
+    }
+    assert!(peak > 0);
+    for i in 0..n as usize {
+        assert_eq!(a.send_result(sa[i]), Some(Ok(())));
+        assert_eq!(b.send_result(sb[i]), Some(Ok(())));
+        assert_eq!(b.data(rb[i]), pattern(i as u64, 5000));
+        assert_eq!(a.data(ra[i]), pattern(100 + i as u64, 5000));
+    }
+    assert_eq!((a.w.backlog(), a.w.m.backlogged()), (0, 0));
+}
+
+#[test]
+fn credits_bound_what_the_receiver_keeps_and_come_back() {
+    let cost = credit_cost(200);
+    let loan = 8 * cost;
+    let (_w, mut a, mut b) = pair(64, 256, loan);
+    let ops: Vec<_> = (0..40u64).map(|i| a.send(b.addr, i, &pattern(i, 200), PLAIN)).collect();
+    for _ in 0..200 {
+        a.progress();
+        b.progress();
+        assert!(b.w.m.held_credit(0) <= loan, "the receiver holds more than it lent");
+    }
+    // Eager while the loan lasted (6, a quarter kept back), rendezvous
+    // (the header only) with the rest (4), then the sender waits until
+    // the receiver takes something.
+    assert!(a.w.stats().no_credit > 0);
+    assert_eq!((b.unexpected(), a.w.m.backlogged()), (10, 30));
+    assert!(b.w.m.held_credit(0) <= loan);
+    let rs: Vec<_> = (0..40).map(|_| b.post(200)).collect();
+    settle(&mut a, &mut b);
+    for (i, r) in rs.iter().enumerate() {
+        assert_eq!(b.up.hdrs[r].tag, i as u64, "in order");
+        assert_eq!(b.data(*r), pattern(i as u64, 200));
+        assert_eq!(a.send_result(ops[i]), Some(Ok(())));
+    }
+    assert_eq!(b.w.m.held_credit(0), 0, "all given back");
+}
+
+#[test]
+fn an_inject_waits_for_credit() {
+    let cost = credit_cost(200);
+    let (_w, mut a, mut b) = pair(64, 256, 3 * cost);
+    let inject = flags(|f| f.inject = true);
+    let ops: Vec<_> = (0..4u64).map(|i| a.send(b.addr, i, &pattern(i, 200), inject)).collect();
+    assert_eq!(
+        ops.iter().map(|&o| a.send_result(o).is_some()).collect::<Vec<_>>(),
+        [true, true, true, false]
+    );
+    settle(&mut a, &mut b);
+    assert_eq!(a.send_result(ops[3]), None, "no credit until a message is taken");
+    let r = b.post(200);
+    settle(&mut a, &mut b);
+    assert_eq!((b.recv_result(r), a.send_result(ops[3])), (Some(Ok(200)), Some(Ok(()))));
+    assert_eq!(a.w.stats().no_credit, 0, "injects never go by rendezvous");
+}
+
+/// A publishes `slots` into its ring at B as they are.
+fn hostile(a: &mut SimNode, b: &SimNode, slots: &[(SlotHead, Vec<u8>)]) {
+    let ix = a.w.route(b.addr).expect("B is local");
+    for (h, p) in slots {
+        a.w.port.publish_raw(ix, *h, p.clone());
+    }
+}
+
+fn eager_head(len: usize) -> SlotHead {
+    let hdr = MsgHdr {
+        tag: 1,
+        data: 0,
+        len: len as u64,
+        flags: 0,
+    };
+    Frame::Eager { hdr }.head()
+}
+
+#[test]
+fn a_producer_beyond_its_loan_is_cut_off() {
+    let loan = 2 * credit_cost(100);
+    let (_w, mut a, mut b) = pair(8, 256, loan);
+    hostile(&mut a, &b, &vec![(eager_head(100), vec![7; 100]); 3]);
+    for _ in 0..3 {
+        b.progress();
+    }
+    assert_eq!((b.unexpected(), b.w.stats().rejected), (2, 1));
+    assert_eq!(b.w.m.banned(), &[0]);
+}
+
+#[test]
+fn garbage_slots_are_rejected_and_their_rings_freed_once_let_go() {
+    let (_w, mut a, mut b) = pair(4, 128, 0);
+    let mut rts_short = Frame::Rts {
+        hdr: MsgHdr::default(),
+        key: 1,
+        iov: vec![(8, 8)],
+    }
+    .head();
+    rts_short.f[20] = 5; // five iovs announced, one sent
+    let garbage = [
+        (
+            SlotHead {
+                kind: 99,
+                len: 0,
+                f: [0; 32],
+            },
+            vec![],
+        ),
+        (eager_head(1 << 20), vec![]),
+        (rts_short, vec![0; 16]),
+        (
+            SlotHead {
+                len: 8,
+                ..Frame::Fin { key: 1, status: 0 }.head()
+            },
+            vec![0; 8],
+        ),
+    ];
+    for (i, slot) in garbage.iter().enumerate() {
+        hostile(&mut a, &b, std::slice::from_ref(slot));
+        b.progress();
+        assert_eq!(b.w.stats().rejected, i as u64 + 1);
+        // A forgets that ring; the next message claims another.
+        let ix = a.w.route(b.addr).unwrap();
+        a.w.forget(ix);
+    }
+    assert_eq!(b.w.m.banned().len(), 4);
+    let mut c = sim_node(&_w, 12, 4, 128, 0);
+    assert_eq!(c.w.route(b.addr), None, "banned rings are not handed out again");
+    // Closed by their producer, banned rings return to the pool.
+    b.progress_after(CHECK_EVERY_NS);
+    assert!(b.w.m.banned().is_empty());
+    let s = a.send(b.addr, 3, &[1, 2, 3], PLAIN);
+    let r = b.post(3);
+    settle(&mut a, &mut b);
+    assert_eq!(
+        (a.send_result(s), b.recv_result(r), b.data(r)),
+        (Some(Ok(())), Some(Ok(3)), vec![1, 2, 3])
+    );
+}
+
+#[test]
+fn rendezvous_frames_from_a_third_process_are_ignored() {
+    let (w, mut a, mut b) = pair(4, 512, 0);
+    let mut c = sim_node(&w, 12, 4, 512, 0);
+    let s = a.send(b.addr, 1, &pattern(1, 100_000), PLAIN);
+    b.progress();
+    // C forges B's answers to A's first rendezvous (key 1).
+    let forged = [
+        Frame::Fin { key: 1, status: 0 },
+        Frame::Cts { key: 1, rid: 1 },
+        Frame::Ctw {
+            key: 1,
+            rid: 1,
+            at: 0,
+            grant: 0,
+            iov: vec![(8, 16)],
+        },
+    ];
+    let slots: Vec<_> = forged
+        .iter()
+        .map(|f| {
+            let mut p = vec![0u8; f.head().len];
+            f.write_payload(&mut p);
+            (f.head(), p)
+        })
+        .collect();
+    hostile(&mut c, &a, &slots);
+    for _ in 0..10 {
+        a.progress();
+    }
+    assert_eq!(a.send_result(s), None, "a forged FIN completed the send");
+    assert_eq!(
+        (a.w.stats().pushed, a.w.stats().pushed_cma, a.w.stats().rejected),
+        (0, 0, 0)
+    );
+    let r = b.post(100_000);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s), b.recv_result(r)), (Some(Ok(())), Some(Ok(100_000))));
+}
+
+#[test]
+fn a_sleeping_receiver_gets_one_doorbell() {
+    let (w, mut a, mut b) = pair(4, 256, 0);
+    assert!(Wire::arm(&mut b.w), "nothing waiting");
+    a.send(b.addr, 1, &[1], PLAIN);
+    assert_eq!(w.bells(), vec![b.addr]);
+    a.send(b.addr, 2, &[2], PLAIN);
+    assert_eq!(w.bells().len(), 1, "the flag was cleared by the first");
+    assert!(!Wire::arm(&mut b.w), "messages wait: do not sleep");
+    // A polling receiver costs its senders no doorbell.
+    b.progress();
+    assert!(!w.sleeping(b.addr));
+    a.send(b.addr, 3, &[3], PLAIN);
+    assert_eq!(w.bells().len(), 1);
+}
+
+#[test]
+fn messages_to_one_peer_stay_in_order_whatever_their_size() {
+    let (_w, mut a, mut b) = pair(3, 256, 4 * credit_cost(256));
+    let sizes = [0usize, 1, 256, 257, 5000, 3, 40_000, 100, 0, 70_000, 12];
+    let rs: Vec<_> = sizes.iter().map(|&n| b.post(n)).collect();
+    for (i, &n) in sizes.iter().enumerate() {
+        a.send(b.addr, i as u64, &pattern(i as u64, n), PLAIN);
+        a.progress();
+    }
+    settle(&mut a, &mut b);
+    for (i, (&n, r)) in sizes.iter().zip(&rs).enumerate() {
+        assert_eq!(b.recv_result(*r), Some(Ok(n)));
+        assert_eq!(b.up.hdrs[r].tag, i as u64);
+        assert_eq!(b.data(*r), pattern(i as u64, n));
+    }
+}
+
+#[test]
+fn a_restarted_peer_gets_a_fresh_ring_at_once() {
+    let (w, mut a, b) = pair(4, 256, 0);
+    let s = a.send(b.addr, 1, &pattern(1, 10_000), PLAIN);
+    let b_addr = b.addr;
+    drop(b);
+    // The same address, a new process.
+    let (p, mem) = w.process(b_addr, 77, 4, 4, 256, 0);
+    let m = crate::nic::shm::machine::Machine::new(
+        crate::nic::shm::machine::Config {
+            payload_max: 256,
+            nrings: 4,
+            loan: 0,
+            cma: true,
+            rndv_threshold: usize::MAX,
+        },
+        77,
+    );
+    let mut b2 = Node::new(
+        crate::nic::shm::exec::Exec::with_port(b_addr, vec![], p, m, 77),
+        SimMem(mem),
+    );
+    let r = b2.post(8);
+    let s2 = a.send(b_addr, 2, &[4, 2], PLAIN);
+    assert_eq!(a.send_result(s), Some(Err(FI_EHOSTUNREACH)), "noticed by the next send");
+    b2.progress();
+    assert_eq!(
+        (a.send_result(s2), b2.recv_result(r), b2.up.hdrs[&r].tag),
+        (Some(Ok(())), Some(Ok(2)), 2)
+    );
+}
+
+#[test]
+fn bad_rts_addresses_fail_the_message_at_both_ends() {
+    let (_w, mut a, mut b) = pair(4, 512, 0);
+    let ix = a.w.route(b.addr).unwrap();
+    // An RTS whose addresses are not mapped in A (key 1 is A's first).
+    let src: Box<dyn crate::proto::SendSource> = Box::new(vec![0u8; 4096]);
+    a.w.rendezvous(ix, 500, &MsgHdr::default(), src, vec![(0x10, 4096)])
+        .unwrap();
+    let r = b.post(4096);
+    settle(&mut a, &mut b);
+    assert_eq!(b.recv_result(r), Some(Err(FI_EIO)));
+    assert_eq!(a.up.sends.get(&500), Some(&Err(FI_EIO)));
+}
