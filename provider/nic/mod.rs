@@ -12,6 +12,7 @@
 
 pub mod shm;
 pub mod udp;
+pub(crate) mod fabreq;
 pub(crate) mod wire;
 
 use crate::progress::{now_ns, Progress};
