@@ -573,17 +573,6 @@ impl Ep {
     }
 
     fn complete_recv(&self, st: &mut EpState, d: RecvDone, err: Option<i32>) {
-        crate::debug!(
-            FI_LOG_EP_DATA,
-            "DBGRECV ctx={:#x} buf={:#x} len={} olen={} multi={:?} err={:?} peer={}",
-            d.ctx,
-            d.buf,
-            d.len,
-            d.olen,
-            d.multi,
-            err,
-            d.peer
-        );
         let b = self.binds();
         let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
         if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
