@@ -10,9 +10,12 @@
 //! computing, or waiting on something else) the thread sleeps in epoll on
 //! every endpoint's socket and progresses them as data arrives.
 
-pub mod shm;
-pub mod udp;
 pub(crate) mod fabreq;
+pub(crate) mod iov;
+pub mod shm;
+pub(crate) mod shm_port;
+pub mod udp;
+pub(crate) mod udp_wire;
 pub(crate) mod wire;
 
 use crate::progress::{now_ns, Progress};
