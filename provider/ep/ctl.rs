@@ -293,7 +293,7 @@ unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i3
     if len.is_null() {
         return -FI_EINVAL;
     }
-    let bytes = std_to_sockaddr(&ep.lock().udp.local_addr());
+    let bytes = std_to_sockaddr(&ep.lock().port.local_addr());
     let room = *len;
     *len = bytes.len();
     if room < bytes.len() || addr.is_null() {
@@ -325,15 +325,15 @@ unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
         return -FI_EINVAL;
     }
     let mut st = ep.lock();
-    if a == st.udp.local_addr() {
+    if a == st.port.local_addr() {
         return 0;
     }
     match new_state(&ep.domain, a, ep.tx_size, ep.rx_size) {
         Ok(ns) => {
-            ep.fd.store(ns.udp.wait_fd(), Ordering::Relaxed);
+            ep.fd.store(ns.port.wait_fd(), Ordering::Relaxed);
             if ep.watched.load(Ordering::Acquire) {
                 // A sleeper of the old wire may sleep on the new one.
-                let _ = ns.udp.watch();
+                let _ = ns.port.watch();
             }
             *st = ns;
             0

@@ -1,11 +1,14 @@
 //! RDM endpoint class: the libfabric face of one port of the software NIC.
 //!
-//! An endpoint has two wires (`nic::wire::Wire`): shared memory to peers on
-//! this host (`nic::shm_port::ShmPort`) and UDP to the others
-//! (`nic::udp_wire::UdpPort`), chosen per peer on first use. Its
-//! operations are `FabReq`s (`nic::fabreq`), one table bounded by
-//! `tx_size` and `rx_size`; its receives are matched by two tag-matching
-//! engines (`Tme`, untagged and tagged).
+//! An endpoint has a port on the software NIC (`nic::port::Port`) with two
+//! wires (`nic::wire::Wire`): shared memory to peers on this host and UDP
+//! to the others, chosen per peer on first use. Its operations are
+//! `FabReq`s (`nic::fabreq`), one table bounded by `tx_size` and
+//! `rx_size`; its receives are matched by two tag-matching engines (`Tme`,
+//! untagged and tagged). The receive and transmit paths see the endpoint
+//! itself only as a `Face` (capabilities, the AV, the completion queues
+//! and counters), so their unit tests run against a fake one and fake
+//! wires.
 //!
 //! The rooms:
 //!
@@ -26,6 +29,8 @@
 mod ctl;
 mod rx;
 mod shims;
+#[cfg(test)]
+mod tests;
 mod tx;
 mod unsupported;
 
@@ -36,11 +41,11 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{fid_header, FidObj, ParentRef};
 use crate::nic::fabreq::FabReqs;
+use crate::nic::port::Port;
 use crate::nic::shm::{self, ShmConfig};
 use crate::nic::shm_port::ShmPort;
 use crate::nic::udp::UdpWire;
 use crate::nic::udp_wire::UdpPort;
-use crate::nic::wire::Wire;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
 use crate::proto::EngineConfig;
@@ -50,14 +55,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
+use crate::cq::{CqEntry, CqError};
+use crate::getinfo::std_to_sockaddr;
 pub(crate) use rx::Rx;
-use rx::{Handler, Req};
-
-/// The UDP side counts as active this long after its last datagram.
-const UDP_HOT_NS: u64 = 1_000_000;
-/// While only local peers talk to us over shm, the UDP socket is read at
-/// most this often (a recvfrom costs more than a whole shm message).
-const UDP_IDLE_POLL_NS: u64 = 50_000;
+use rx::{Handler, Req, SendReq};
 
 #[derive(Clone, Default)]
 struct Bindings {
@@ -78,22 +79,37 @@ struct Bindings {
 /// What the endpoint's lock guards: its wires, its operations, its
 /// matching.
 struct EpState {
-    udp: UdpPort,
-    /// `None` with FI_GNIX_SHM=0 or when no mailbox could be made.
-    shm: Option<ShmPort>,
+    port: Port,
     reqs: FabReqs<Req>,
     rx: Rx,
-    /// Next time the UDP socket is due while only shm peers are active.
-    udp_next: u64,
 }
 
 impl EpState {
-    /// The handler of wire upcalls: the receive state and the operations,
-    /// apart from the wires that call it.
-    fn split<'a>(&'a mut self, ep: &'a Ep) -> (&'a mut UdpPort, Option<&'a mut ShmPort>, Handler<'a>) {
-        let EpState { udp, shm, reqs, rx, .. } = self;
-        (udp, shm.as_mut(), Handler { ep, rx, reqs })
+    /// The receive and transmit paths (`Handler`, also the wires'
+    /// upcall), apart from the port whose wires they drive.
+    fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
+        let EpState { port, reqs, rx } = self;
+        (port, Handler { face, rx, reqs })
     }
+}
+
+/// The endpoint as its receive and transmit paths see it: capabilities,
+/// the AV, and where completions go. `Ep` is the real one.
+pub(super) trait Face {
+    fn caps(&self) -> u64;
+    /// The fi_addr the AV has for `peer`.
+    fn reverse(&self, peer: &SocketAddr) -> Option<u64>;
+    /// Changes whenever the AV does.
+    fn av_generation(&self) -> u64;
+    /// A send's completion (or error entry); fi_inject only counts.
+    fn tx_complete(&self, r: &SendReq, err: Option<i32>);
+    /// A receive's completion, or with `err` its error entry
+    /// (FI_EADDRNOTAVAIL carries `peer`'s address); its counter. A
+    /// successful one is written only if not selective or asked for
+    /// (`op_flags & FI_COMPLETION`).
+    fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>);
+    /// A peek's answer (or with `err`, FI_ENOMSG): an entry, no counter.
+    fn rx_peek(&self, entry: CqEntry, err: Option<i32>);
 }
 
 pub struct Ep {
@@ -218,11 +234,9 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         None
     };
     Ok(EpState {
-        udp,
-        shm,
+        port: Port::new(udp, shm),
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
-        udp_next: 0,
     })
 }
 
@@ -239,7 +253,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         return Err(-FI_EINVAL);
     }
     let st = new_state(dom, o.src, o.tx_size, o.rx_size)?;
-    let fd = st.udp.wait_fd();
+    let fd = st.port.wait_fd();
     let ep = Arc::new_cyclic(|me| Ep {
         domain: ParentRef::new(dom),
         me: me.clone(),
@@ -295,26 +309,11 @@ impl Ep {
         self.rx_op_flags.load(Ordering::Relaxed)
     }
 
-    /// One pass over both wires. The udp wire's timers and queued
-    /// datagrams first; then the shm wire; then the UDP sockets, unless
-    /// the shm wire just produced something (hand that to the application
-    /// first) or only local peers are active and the sockets are not due
-    /// (`UDP_IDLE_POLL_NS`).
+    /// One pass over both wires; what arrives is matched, what ends is
+    /// completed.
     fn progress_locked(&self, st: &mut EpState, now: u64) {
-        let udp_next = st.udp_next;
-        let (udp, shm, mut h) = st.split(self);
-        udp.progress_timers(now, &mut h);
-        let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
-        let shm_any = shm.is_some_and(|s| s.progress(now, &mut h));
-        if shm_any {
-            return;
-        }
-        let shm_only = shm_active && now.saturating_sub(udp.last_active) > UDP_HOT_NS;
-        if shm_only && now < udp_next {
-            return;
-        }
-        udp.progress_rx(now, &mut h);
-        st.udp_next = now + UDP_IDLE_POLL_NS;
+        let (port, mut h) = st.split(self);
+        port.progress(now, &mut h);
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -323,14 +322,14 @@ impl Ep {
     fn linger(&self) {
         const LINGER_NS: u64 = 1_000_000_000;
         let mut st = self.lock();
-        st.udp.flush_acks(now_ns());
+        st.port.flush_acks(now_ns());
         self.progress_locked(&mut st, now_ns());
         let deadline = now_ns() + LINGER_NS;
         // Without its sockets the wait fd could not cut a poll short.
-        let _ = st.udp.watch();
-        while (st.udp.busy() || st.shm.as_ref().is_some_and(|w| w.busy())) && now_ns() < deadline {
+        let _ = st.port.watch();
+        while st.port.busy() && now_ns() < deadline {
             let mut pfd = libc::pollfd {
-                fd: st.udp.wait_fd(),
+                fd: st.port.wait_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -340,10 +339,9 @@ impl Ep {
         }
         crate::info!(
             FI_LOG_EP_CTRL,
-            "endpoint {} closing: {} {:?}",
-            st.udp.local_addr(),
-            st.udp.stats_line(),
-            st.shm.as_ref().map(|w| w.stats_line())
+            "endpoint {} closing: {}",
+            st.port.local_addr(),
+            st.port.stats_line()
         );
     }
 }
@@ -365,12 +363,7 @@ impl Progress for Ep {
         let Ok(st) = self.state.try_lock() else {
             return Some(now_ns() + 50_000);
         };
-        let now = now_ns();
-        let t = st.udp.next_deadline(now);
-        match st.shm.as_ref().and_then(|w| w.next_deadline(now)) {
-            Some(s) => Some(t.map_or(s, |t| t.min(s))),
-            None => t,
-        }
+        st.port.next_deadline(now_ns())
     }
     fn arm_wakeup(&self) -> bool {
         // Contended: the holder is progressing, and next_deadline said
@@ -379,13 +372,9 @@ impl Progress for Ep {
         let Ok(mut st) = self.state.try_lock() else {
             return self.watched.load(Ordering::Acquire);
         };
-        if !st.udp.arm() {
-            return false;
-        }
+        let armed = st.port.arm();
         self.watched.store(true, Ordering::Release);
-        // Whatever woke us may be a doorbell: read the socket next pass.
-        st.udp_next = 0;
-        st.shm.as_mut().is_none_or(|s| s.arm())
+        armed
     }
 }
 
@@ -396,6 +385,104 @@ impl AutoProgress for Ep {
     fn auto_progress(&self) {
         if let Ok(mut st) = self.state.try_lock() {
             self.progress_locked(&mut st, now_ns());
+        }
+    }
+}
+
+impl Face for Ep {
+    fn caps(&self) -> u64 {
+        self.caps
+    }
+
+    fn reverse(&self, peer: &SocketAddr) -> Option<u64> {
+        self.binds().av.as_ref().and_then(|av| av.reverse(peer))
+    }
+
+    fn av_generation(&self) -> u64 {
+        self.binds().av.as_ref().map_or(0, |av| av.generation())
+    }
+
+    fn tx_complete(&self, r: &SendReq, err: Option<i32>) {
+        let b = self.binds();
+        if r.silent {
+            if let Some(c) = &b.send_cntr {
+                if err.is_none() {
+                    c.inc();
+                } else {
+                    c.inc_err();
+                }
+            }
+            return;
+        }
+        let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
+        let entry = CqEntry {
+            op_context: r.ctx as *mut c_void,
+            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
+            ..CqEntry::default()
+        };
+        match err {
+            None => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc();
+                }
+                if want {
+                    if let Some(cq) = &b.tx_cq {
+                        cq.push(entry);
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc_err();
+                }
+                // Errors are always reported, selective or not (fi_cq(3)).
+                if let Some(cq) = &b.tx_cq {
+                    cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e));
+                }
+            }
+        }
+    }
+
+    fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>) {
+        let b = self.binds();
+        match err {
+            None => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc();
+                }
+                if !b.rx_selective || op_flags & FI_COMPLETION != 0 {
+                    if let Some(cq) = &b.rx_cq {
+                        cq.push(entry);
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc_err();
+                }
+                let err_data = match peer {
+                    Some(p) if e == FI_EADDRNOTAVAIL => std_to_sockaddr(p),
+                    _ => Vec::new(),
+                };
+                if let Some(cq) = &b.rx_cq {
+                    cq.push_err(CqError {
+                        entry,
+                        err: e,
+                        prov_errno: e,
+                        olen,
+                        err_data,
+                    });
+                }
+            }
+        }
+    }
+
+    fn rx_peek(&self, entry: CqEntry, err: Option<i32>) {
+        if let Some(cq) = &self.binds().rx_cq {
+            match err {
+                None => cq.push(entry),
+                Some(e) => cq.push_err(CqError::new(entry, e)),
+            }
         }
     }
 }

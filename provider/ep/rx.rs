@@ -4,13 +4,12 @@
 //! wire), and the receive completions. Also the wires' upcalls
 //! (`Handler`): arrivals, and the ends of operations, sends included.
 
-use super::{Bindings, Ep, EpState};
-use crate::cq::{CqEntry, CqError};
+use super::{Ep, Face};
+use crate::cq::CqEntry;
 use crate::ffi::*;
-use crate::getinfo::std_to_sockaddr;
 use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{iov_len, ranges, Iov, IovSink};
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, Wire, WireEvent, WireKind};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEvent, WireKind, Wires};
 use crate::progress::now_ns;
 use crate::proto::{MsgHdr, Payload, RecvSink};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
@@ -141,10 +140,11 @@ impl Rx {
     }
 }
 
-/// The endpoint's side of the wires' progress: the receive state and the
-/// operations, borrowed apart from the wires that call it.
+/// The receive and transmit paths at work: the endpoint's face, its
+/// receive state and its operations, borrowed apart from the wires (which
+/// call it back as their `Upcall`).
 pub(super) struct Handler<'a> {
-    pub(super) ep: &'a Ep,
+    pub(super) face: &'a dyn Face,
     pub(super) rx: &'a mut Rx,
     pub(super) reqs: &'a mut FabReqs<Req>,
 }
@@ -157,9 +157,8 @@ impl Upcall for Handler<'_> {
             body,
             credit,
         } = a;
-        let ep = self.ep;
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
-        let src = ep.source_cached(self.rx, &peer);
+        let src = self.source_cached(&peer);
         let tag = if tagged { hdr.tag } else { 0 };
         let min = self.rx.min_multi_recv;
         let tme = if tagged {
@@ -204,7 +203,7 @@ impl Upcall for Handler<'_> {
             }
             _ => m.consume(),
         };
-        let done = ep.recv_done(self.reqs, op, src, peer, hdr);
+        let done = self.recv_done(op, src, peer, hdr);
         let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
             unreachable!("a posted receive is a Recv")
         };
@@ -212,17 +211,17 @@ impl Upcall for Handler<'_> {
         match body {
             Body::Bytes(b) => {
                 IovSink::new(r.iov.clone()).write_at(0, &b[..b.len().min(cap)]);
-                ep.complete_recv(self.reqs, op, done, None);
+                self.complete_recv(op, done, None);
                 Take::Done
             }
             Body::Shared(s) => {
                 IovSink::new(r.iov.clone()).write_shared(&s, s.len().min(cap));
-                ep.complete_recv(self.reqs, op, done, None);
+                self.complete_recv(op, done, None);
                 Take::Done
             }
             Body::Rndv(h) => {
                 if cap == 0 {
-                    ep.complete_recv(self.reqs, op, done, None);
+                    self.complete_recv(op, done, None);
                     return Take::Discard;
                 }
                 r.done = Some((done, h.wire));
@@ -236,12 +235,11 @@ impl Upcall for Handler<'_> {
     }
 
     fn event(&mut self, e: WireEvent) {
-        let ep = self.ep;
         match e {
-            WireEvent::SendDone { op } => ep.send_finished(self.reqs, op, None),
-            WireEvent::SendFailed { op, err } => ep.send_finished(self.reqs, op, Some(err)),
-            WireEvent::RecvDone { op, written } => ep.recv_finished(self.reqs, op, Some(written), None),
-            WireEvent::RecvFailed { op, err } => ep.recv_finished(self.reqs, op, None, Some(err)),
+            WireEvent::SendDone { op } => self.send_finished(op, None),
+            WireEvent::SendFailed { op, err } => self.send_finished(op, Some(err)),
+            WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
+            WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
             WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
         }
     }
@@ -311,12 +309,49 @@ impl Ep {
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
         let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        match h.post(port, spec, a, flags) {
+            Err(Full) => {
+                self.progress_locked(&mut st, now_ns());
+                -FI_EAGAIN as isize
+            }
+            Ok(r) => r,
+        }
+    }
+
+    /// fi_cancel: a posted receive, or one a local sender is still writing
+    /// into.
+    pub(super) fn cancel(&self, ctx: usize) -> isize {
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        h.cancel(port, ctx)
+    }
+
+    /// Posted receives (`fi_rx_size_left`).
+    pub(super) fn rx_left(&self) -> usize {
+        self.lock().reqs.left(Dir::Rx)
+    }
+}
+
+/// The receive budget (rx_size) is used up: the application tries again.
+pub(super) struct Full;
+
+impl Handler<'_> {
+    /// A validated receive: matched against what is kept, or posted.
+    pub(super) fn post(
+        &mut self,
+        wires: &mut dyn Wires,
+        spec: MatchSpec,
+        a: RecvArgs,
+        flags: u64,
+    ) -> Result<isize, Full> {
         if spec.src.is_some() {
-            self.resolve_sources(&mut st.rx);
+            self.resolve_sources();
         }
         if a.flags & (FI_PEEK | FI_CLAIM) != 0 {
-            return self.peek_claim(&mut st, spec, a, flags);
+            return Ok(self.peek_claim(wires, spec, a, flags));
         }
+        let multi = a.flags & FI_MULTI_RECV != 0;
         let req = if multi {
             let (base, len) = a.iov[0];
             Req::Multi(MultiBuf {
@@ -340,45 +375,39 @@ impl Ep {
         };
         // The receive budget (rx_size) is the one limit: a receive that
         // does not fit waits for the application to try again.
-        let id = match st.reqs.insert(Dir::Rx, req) {
-            Ok(id) => id,
-            Err(_) => {
-                self.progress_locked(&mut st, now_ns());
-                return -FI_EAGAIN as isize;
-            }
-        };
+        let id = self.reqs.insert(Dir::Rx, req).map_err(|_| Full)?;
         if multi {
             // Unexpected messages first, in arrival order, then post the rest.
-            let min = st.rx.min_multi_recv;
-            while let Some(m) = st.rx.tme_msg.take_unexpected(&spec) {
-                let Some(Req::Multi(mb)) = st.reqs.get_mut(id) else {
+            let min = self.rx.min_multi_recv;
+            while let Some(m) = self.rx.tme_msg.take_unexpected(&spec) {
+                let Some(Req::Multi(mb)) = self.reqs.get_mut(id) else {
                     unreachable!("the multi-recv buffer just inserted")
                 };
                 let (slice, consumed) = mb.carve(id, m.msg.hdr.len as usize, min);
-                let slice = st.reqs.insert_part(Dir::Rx, Req::Recv(slice));
-                self.take_kept(&mut st, slice, m);
+                let slice = self.reqs.insert_part(Dir::Rx, Req::Recv(slice));
+                self.take_kept(wires, slice, m);
                 if consumed {
-                    return 0;
+                    return Ok(0);
                 }
             }
-            st.rx.tme_msg.append_posted(spec, id);
-            return 0;
+            self.rx.tme_msg.append_posted(spec, id);
+            return Ok(0);
         }
         let tme = if a.tagged {
-            &mut st.rx.tme_tag
+            &mut self.rx.tme_tag
         } else {
-            &mut st.rx.tme_msg
+            &mut self.rx.tme_msg
         };
         if let PostOutcome::Matched { recv, msg } = tme.post(spec, id) {
-            self.take_kept(&mut st, recv, msg);
+            self.take_kept(wires, recv, msg);
         }
-        0
+        Ok(0)
     }
 
     /// What receive `op` reports once it completes, for a message of
     /// `hdr.len` bytes from `peer` (`src` as the AV names it).
-    fn recv_done(&self, reqs: &FabReqs<Req>, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
-        let Some(Req::Recv(r)) = reqs.get(op) else {
+    fn recv_done(&self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
+        let Some(Req::Recv(r)) = self.reqs.get(op) else {
             unreachable!("recv_done of a receive")
         };
         let cap = iov_len(&r.iov);
@@ -390,7 +419,7 @@ impl Ep {
             len: mlen.min(cap),
             olen: mlen.saturating_sub(cap),
             hdr,
-            src: if self.caps & FI_SOURCE == 0 {
+            src: if self.face.caps() & FI_SOURCE == 0 {
                 FI_ADDR_NOTAVAIL
             } else if src == FI_ADDR_NOTAVAIL {
                 // Unknown when it arrived; perhaps inserted since.
@@ -405,105 +434,88 @@ impl Ep {
 
     /// A kept message taken by receive `op`: eager bytes copied now,
     /// rendezvous data pulled by its wire.
-    fn take_kept(&self, st: &mut EpState, op: OpId, msg: Arrived<Unexpected>) {
+    fn take_kept(&mut self, wires: &mut dyn Wires, op: OpId, msg: Arrived<Unexpected>) {
         let Arrived { src, msg: u, .. } = msg;
-        give_back(st, u.credit);
-        let done = self.recv_done(&st.reqs, op, src, u.peer, u.hdr);
-        let now = now_ns();
-        let (udp, shm, mut h) = st.split(self);
-        let Some(Req::Recv(r)) = h.reqs.get_mut(op) else {
+        wires.give_back(u.credit);
+        let done = self.recv_done(op, src, u.peer, u.hdr);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
             unreachable!("a receive taking a kept message")
         };
         let cap = iov_len(&r.iov);
         match u.body {
             Kept::Eager(data) => {
                 IovSink::new(r.iov.clone()).write_at(0, &data[..data.len().min(cap)]);
-                self.complete_recv(h.reqs, op, done, None);
+                self.complete_recv(op, done, None);
             }
             Kept::Rndv(held) => {
-                let wire: &mut dyn Wire = match (held.wire, shm) {
-                    (WireKind::Shm, Some(s)) => s,
-                    _ => udp,
-                };
+                let now = now_ns();
+                let wire = wires.wire(held.wire);
                 if cap == 0 {
                     wire.discard(held, now);
-                    self.complete_recv(h.reqs, op, done, None);
+                    self.complete_recv(op, done, None);
                     return;
                 }
                 r.done = Some((done, held.wire));
-                let (sink, rg): (Box<dyn RecvSink>, _) = (Box::new(IovSink::new(r.iov.clone())), ranges(&r.iov));
-                wire.accept(held, op, sink, rg, &mut h, now);
+                let sink: Box<dyn RecvSink> = Box::new(IovSink::new(r.iov.clone()));
+                let rg = ranges(&r.iov);
+                wire.accept(held, op, sink, rg, self, now);
             }
         }
     }
 
     /// A kept message nobody will receive (FI_DISCARD): let its sender go.
-    fn discard_kept(&self, st: &mut EpState, u: Unexpected) {
-        give_back(st, u.credit);
+    fn discard_kept(&mut self, wires: &mut dyn Wires, u: Unexpected) {
+        wires.give_back(u.credit);
         if let Kept::Rndv(held) = u.body {
-            let now = now_ns();
-            match (held.wire, st.shm.as_mut()) {
-                (WireKind::Shm, Some(s)) => s.discard(held, now),
-                _ => st.udp.discard(held, now),
-            }
+            wires.wire(held.wire).discard(held, now_ns());
         }
     }
 
     /// FI_PEEK, FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, FI_CLAIM, FI_CLAIM|FI_DISCARD.
-    fn peek_claim(&self, st: &mut EpState, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
-        // A peek should see what is already on the wire.
-        self.progress_locked(st, now_ns());
-        let b = self.binds();
-        let src_of = |src: u64| {
-            if self.caps & FI_SOURCE != 0 {
-                src
-            } else {
-                FI_ADDR_NOTAVAIL
-            }
-        };
+    fn peek_claim(&mut self, wires: &mut dyn Wires, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
+        let src_of = |src: u64, caps: u64| if caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL };
+        let caps = self.face.caps();
         if a.flags & FI_PEEK != 0 {
             let found = if a.flags & FI_CLAIM != 0 {
-                st.rx
+                self.rx
                     .tme_tag
                     .peek_claim(&spec, a.ctx as u64)
                     .map(|m| (m.src, m.msg.hdr))
             } else {
-                st.rx.tme_tag.peek(&spec).map(|m| (m.src, m.msg.hdr))
+                self.rx.tme_tag.peek(&spec).map(|m| (m.src, m.msg.hdr))
             };
             let Some((src, hdr)) = found else {
-                if let Some(cq) = &b.rx_cq {
-                    let entry = CqEntry {
-                        op_context: a.ctx as *mut c_void,
-                        flags,
-                        tag: a.tag,
-                        ..CqEntry::default()
-                    };
-                    cq.push_err(CqError::new(entry, FI_ENOMSG));
-                }
+                let entry = CqEntry {
+                    op_context: a.ctx as *mut c_void,
+                    flags,
+                    tag: a.tag,
+                    ..CqEntry::default()
+                };
+                self.face.rx_peek(entry, Some(FI_ENOMSG));
                 return 0;
             };
             if a.flags & FI_DISCARD != 0 {
-                if let Some(m) = st.rx.tme_tag.take_unexpected(&spec) {
-                    self.discard_kept(st, m.msg);
+                if let Some(m) = self.rx.tme_tag.take_unexpected(&spec) {
+                    self.discard_kept(wires, m.msg);
                 }
             }
-            self.complete_peek(a.ctx, flags, hdr, hdr.len as usize, src_of(src));
+            self.complete_peek(a.ctx, flags, hdr, hdr.len as usize, src_of(src, caps));
             return 0;
         }
         // FI_CLAIM: the message a previous FI_PEEK|FI_CLAIM set aside.
-        let Some(m) = st.rx.tme_tag.take_claimed(a.ctx as u64) else {
+        let Some(m) = self.rx.tme_tag.take_claimed(a.ctx as u64) else {
             crate::warn!(FI_LOG_EP_DATA, "FI_CLAIM: no message was claimed with this context");
             return -FI_EINVAL as isize;
         };
         if a.flags & FI_DISCARD != 0 {
             let (src, hdr) = (m.src, m.msg.hdr);
-            self.discard_kept(st, m.msg);
-            self.complete_peek(a.ctx, flags, hdr, 0, src_of(src));
+            self.discard_kept(wires, m.msg);
+            self.complete_peek(a.ctx, flags, hdr, 0, src_of(src, caps));
             return 0;
         }
         // A claimed message is the application's already: its receive is
         // a part of the peek that claimed it, not a new posted receive.
-        let op = st.reqs.insert_part(
+        let op = self.reqs.insert_part(
             Dir::Rx,
             Req::Recv(RecvReq {
                 ctx: a.ctx,
@@ -514,19 +526,18 @@ impl Ep {
                 done: None,
             }),
         );
-        self.take_kept(st, op, m);
+        self.take_kept(wires, op, m);
         0
     }
 
     /// A peek's answer: the message's size, tag and data, nothing copied.
     fn complete_peek(&self, ctx: usize, flags: u64, hdr: MsgHdr, len: usize, src: u64) {
-        let b = self.binds();
         let mut flags = flags & (FI_RECV | FI_TAGGED);
         if hdr.flags & MsgHdr::HAS_DATA != 0 {
             flags |= FI_REMOTE_CQ_DATA;
         }
-        if let Some(cq) = &b.rx_cq {
-            cq.push(CqEntry {
+        self.face.rx_peek(
+            CqEntry {
                 op_context: ctx as *mut c_void,
                 flags,
                 len,
@@ -534,45 +545,40 @@ impl Ep {
                 data: if hdr.flags & MsgHdr::HAS_DATA != 0 { hdr.data } else { 0 },
                 tag: hdr.tag,
                 src,
-            });
-        }
+            },
+            None,
+        );
     }
 
-    /// fi_cancel: a posted receive, or one a local sender is still writing
-    /// into (see `cancel_matched`).
-    pub(super) fn cancel(&self, ctx: usize) -> isize {
-        let mut st = self.lock();
-        let EpState { rx, reqs, .. } = &mut *st;
+    /// fi_cancel: a posted receive (it completes with FI_ECANCELED), or
+    /// one whose data a wire is still placing (`cancel_matched`).
+    pub(super) fn cancel(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
+        let reqs = &*self.reqs;
         let has_ctx = |op: &OpId| match reqs.get(*op) {
             Some(Req::Recv(r)) => r.ctx == ctx,
             Some(Req::Multi(m)) => m.ctx == ctx,
             _ => false,
         };
-        let found = rx
+        let found = self
+            .rx
             .tme_msg
             .cancel_where(|op| has_ctx(op))
-            .or_else(|| rx.tme_tag.cancel_where(|op| has_ctx(op)));
+            .or_else(|| self.rx.tme_tag.cancel_where(|op| has_ctx(op)));
         let Some(op) = found else {
-            return self.cancel_matched(&mut st, ctx);
+            return self.cancel_matched(wires, ctx);
         };
-        let (flags, tag) = match st.reqs.remove(op) {
+        let (flags, tag) = match self.reqs.remove(op) {
             Some(Req::Recv(r)) => (r.flags, r.tag),
             Some(Req::Multi(m)) => (m.flags, 0),
             _ => (0, 0),
         };
-        let b = self.binds();
-        if let Some(cq) = &b.rx_cq {
-            let entry = CqEntry {
-                op_context: ctx as *mut c_void,
-                flags: flags & (FI_RECV | FI_MSG | FI_TAGGED),
-                tag,
-                ..CqEntry::default()
-            };
-            cq.push_err(CqError::new(entry, FI_ECANCELED));
-        }
-        if let Some(c) = &b.recv_cntr {
-            c.inc_err();
-        }
+        let entry = CqEntry {
+            op_context: ctx as *mut c_void,
+            flags: flags & (FI_RECV | FI_MSG | FI_TAGGED),
+            tag,
+            ..CqEntry::default()
+        };
+        self.face.rx_complete(flags, entry, Some(FI_ECANCELED), 0, None);
         0
     }
 
@@ -581,63 +587,58 @@ impl Ep {
     /// revokes a local sender's write, or waits for one already running,
     /// so nothing lands in the buffer after this); otherwise -FI_ENOENT
     /// and the receive completes as usual.
-    fn cancel_matched(&self, st: &mut EpState, ctx: usize) -> isize {
-        let found = st
+    fn cancel_matched(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
+        let found = self
             .reqs
             .find(|r| matches!(r, Req::Recv(r) if r.ctx == ctx && r.done.is_some()));
         let Some(op) = found else { return -FI_ENOENT as isize };
         let Some(Req::Recv(RecvReq {
             done: Some((done, wire)),
             ..
-        })) = st.reqs.get(op)
+        })) = self.reqs.get(op)
         else {
             unreachable!("found above")
         };
         let (done, wire) = (*done, *wire);
-        let taken = match (wire, st.shm.as_mut()) {
-            (WireKind::Shm, Some(s)) => s.cancel_recv(op),
-            _ => st.udp.cancel_recv(op),
-        };
-        if !taken {
+        if !wires.wire(wire).cancel_recv(op) {
             return -FI_ENOENT as isize;
         }
-        self.complete_recv(&mut st.reqs, op, done, Some(FI_ECANCELED));
+        self.complete_recv(op, done, Some(FI_ECANCELED));
         0
     }
 
     /// A receive's data is in (or failed to come): its completion.
-    fn recv_finished(&self, reqs: &mut FabReqs<Req>, op: OpId, written: Option<usize>, err: Option<i32>) {
+    fn recv_finished(&mut self, op: OpId, written: Option<usize>, err: Option<i32>) {
         let Some(Req::Recv(RecvReq {
             done: Some((mut d, _)), ..
-        })) = reqs.get(op)
+        })) = self.reqs.get(op)
         else {
             return;
         };
         if let Some(w) = written {
             d.len = w;
         }
-        self.complete_recv(reqs, op, d, err);
+        self.complete_recv(op, d, err);
     }
 
     /// Ends receive `op`: its FabReq goes, its completion entry (or error
     /// entry) is written, its counter counts.
-    fn complete_recv(&self, reqs: &mut FabReqs<Req>, op: OpId, d: RecvDone, err: Option<i32>) {
-        reqs.remove(op);
-        let b = self.binds();
+    fn complete_recv(&mut self, op: OpId, d: RecvDone, err: Option<i32>) {
+        self.reqs.remove(op);
         let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
         if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
             flags |= FI_REMOTE_CQ_DATA;
         }
         if let Some(m) = d.multi {
-            if let Some(Req::Multi(mb)) = reqs.get_mut(m) {
+            if let Some(Req::Multi(mb)) = self.reqs.get_mut(m) {
                 mb.pending -= 1;
                 if mb.consumed && mb.pending == 0 {
                     flags |= FI_MULTI_RECV;
-                    reqs.remove(m);
+                    self.reqs.remove(m);
                 }
             }
         }
-        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.caps & FI_SOURCE_ERR != 0;
+        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.face.caps() & FI_SOURCE_ERR != 0;
         let err = err
             .or(if d.olen > 0 { Some(FI_ETRUNC) } else { None })
             .or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
@@ -654,35 +655,31 @@ impl Ep {
             tag: if d.flags & FI_TAGGED != 0 { d.hdr.tag } else { 0 },
             src: d.src,
         };
-        complete_rx(b, d.flags, entry, err, d.olen, &d.peer);
+        self.face.rx_complete(d.flags, entry, err, d.olen, Some(&d.peer));
     }
 
     /// The fi_addr a peer was inserted as, when the application asked to
     /// know (FI_SOURCE) or to filter on it (FI_DIRECTED_RECV).
     fn source_of(&self, peer: &SocketAddr) -> u64 {
-        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
             return FI_ADDR_NOTAVAIL;
         }
-        self.binds()
-            .av
-            .as_ref()
-            .and_then(|av| av.reverse(peer))
-            .unwrap_or(FI_ADDR_NOTAVAIL)
+        self.face.reverse(peer).unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
     /// `source_of`, remembering the answer for the next message.
-    fn source_cached(&self, rx: &mut Rx, peer: &SocketAddr) -> u64 {
-        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+    fn source_cached(&mut self, peer: &SocketAddr) -> u64 {
+        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
             return FI_ADDR_NOTAVAIL;
         }
-        let gen = self.binds().av.as_ref().map_or(0, |av| av.generation());
-        if let Some((p, g, a)) = rx.src_cache {
+        let gen = self.face.av_generation();
+        if let Some((p, g, a)) = self.rx.src_cache {
             if p == *peer && g == gen {
                 return a;
             }
         }
         let a = self.source_of(peer);
-        rx.src_cache = Some((*peer, gen, a));
+        self.rx.src_cache = Some((*peer, gen, a));
         a
     }
 
@@ -691,66 +688,15 @@ impl Ep {
     /// insert a peer's address after its first message): a directed
     /// receive must find them. Done when the AV changed since the last
     /// time, before a directed receive or peek looks.
-    fn resolve_sources(&self, rx: &mut Rx) {
-        let Some(av) = self.binds().av.as_ref() else { return };
-        let gen = av.generation();
-        if gen == rx.resolved_gen {
+    fn resolve_sources(&mut self) {
+        let gen = self.face.av_generation();
+        if gen == self.rx.resolved_gen {
             return;
         }
-        rx.resolved_gen = gen;
-        for tme in [&mut rx.tme_tag, &mut rx.tme_msg] {
-            tme.resolve_unknown_sources(|u| av.reverse(&u.peer));
-        }
-    }
-
-    /// Posted receives (`fi_rx_size_left`).
-    pub(super) fn rx_left(&self) -> usize {
-        self.lock().reqs.left(Dir::Rx)
-    }
-}
-
-/// A kept message's receive budget goes back to its sender's wire.
-fn give_back(st: &mut EpState, credit: Credit) {
-    match (credit, st.shm.as_mut()) {
-        (Credit::None, _) => {}
-        (Credit::Shm(_), Some(s)) => s.give_back(credit),
-        (Credit::Shm(_), None) => {}
-        (Credit::Udp { .. }, _) => st.udp.give_back(credit),
-    }
-}
-
-/// Writes a receive's completion: its entry (or, with `err`, its error
-/// entry: FI_EADDRNOTAVAIL carries the sender's address), its counter.
-fn complete_rx(b: &Bindings, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: &SocketAddr) {
-    match err {
-        None => {
-            if let Some(c) = &b.recv_cntr {
-                c.inc();
-            }
-            if !b.rx_selective || op_flags & FI_COMPLETION != 0 {
-                if let Some(cq) = &b.rx_cq {
-                    cq.push(entry);
-                }
-            }
-        }
-        Some(e) => {
-            if let Some(c) = &b.recv_cntr {
-                c.inc_err();
-            }
-            let err_data = if e == FI_EADDRNOTAVAIL {
-                std_to_sockaddr(peer)
-            } else {
-                Vec::new()
-            };
-            if let Some(cq) = &b.rx_cq {
-                cq.push_err(CqError {
-                    entry,
-                    err: e,
-                    prov_errno: e,
-                    olen,
-                    err_data,
-                });
-            }
+        self.rx.resolved_gen = gen;
+        let face = self.face;
+        for tme in [&mut self.rx.tme_tag, &mut self.rx.tme_msg] {
+            tme.resolve_unknown_sources(|u| face.reverse(&u.peer));
         }
     }
 }

@@ -4,16 +4,15 @@
 //! and completes when the wire says so (or at once, when the data is
 //! already out of the sender's hands).
 
-use super::rx::{Req, SendReq};
-use super::{Bindings, Ep, EpState};
-use crate::cq::{CqEntry, CqError};
+use super::rx::{Handler, Req, SendReq};
+use super::{Bindings, Ep};
 use crate::ffi::*;
-use crate::nic::fabreq::{Dir, FabReqs};
+use crate::nic::fabreq::Dir;
 use crate::nic::iov::{iov_len, Iov, IovSource};
-use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wire};
+use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wires};
 use crate::progress::now_ns;
 use crate::proto::MsgHdr;
-use std::ffi::c_void;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 /// One send call after argument conversion.
@@ -38,16 +37,6 @@ const SEND_FLAGS: u64 = FI_COMPLETION
     | FI_DELIVERY_COMPLETE
     | FI_REMOTE_CQ_DATA
     | FI_MORE;
-
-impl EpState {
-    /// Transmit slots in use: sends in flight, and what the wires hold
-    /// that is no operation's (inject-complete sends not yet
-    /// acknowledged, shm control frames waiting for ring space). A
-    /// receiver that stops reading cannot make us buffer without bound.
-    fn tx_used(&self) -> usize {
-        self.reqs.len(Dir::Tx) + self.udp.backlog() + self.shm.as_ref().map_or(0, |s| s.backlog())
-    }
-}
 
 impl Ep {
     /// FI_SEND / FI_RECV: an endpoint that names neither does both.
@@ -131,15 +120,12 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
             return -FI_EINVAL as isize;
         };
-        let mut st = self.lock();
-        // The transmit budget (tx_size) is the one limit: progress once,
-        // then the application tries again.
-        if st.tx_used() >= self.tx_size {
-            self.progress_locked(&mut st, now);
-            if st.tx_used() >= self.tx_size {
-                return -FI_EAGAIN as isize;
-            }
-        }
+        let req = SendReq {
+            ctx: a.ctx,
+            flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG } | (a.flags & FI_COMPLETION),
+            len,
+            silent: a.silent,
+        };
         let mut hflags = if a.tagged { MsgHdr::TAGGED } else { 0 };
         if a.data.is_some() {
             hflags |= MsgHdr::HAS_DATA;
@@ -149,16 +135,6 @@ impl Ep {
             data: a.data.unwrap_or(0),
             len: len as u64,
             flags: hflags,
-        };
-        let op_kind = if a.tagged { FI_TAGGED } else { FI_MSG };
-        let req = SendReq {
-            ctx: a.ctx,
-            flags: FI_SEND | op_kind | (a.flags & FI_COMPLETION),
-            len,
-            silent: a.silent,
-        };
-        let Ok(op) = st.reqs.insert(Dir::Tx, Req::Send(req)) else {
-            return -FI_EAGAIN as isize;
         };
         // FI_DELIVERY_COMPLETE (MPICH and Open MPI's btl ofi set it in
         // their tx op flags) keeps the protocol: an eager message completes
@@ -172,86 +148,73 @@ impl Ep {
         // The wire reads the payload where it is (an inject's only during
         // this call).
         let src = IovSource { iov: a.iov, len };
-        let (udp, shm, mut h) = st.split(self);
-        let wire: &mut dyn Wire = match shm {
-            Some(s) => {
-                if s.reaches(peer) {
-                    s
-                } else {
-                    udp
-                }
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {
+            Ok(r) => r,
+            Err(Busy) => {
+                // Progress once; the application tries again.
+                self.progress_locked(&mut st, now);
+                -FI_EAGAIN as isize
             }
-            None => udp,
-        };
-        match wire.send(SendOp { peer, op, hdr, flags }, src, &mut h, now) {
-            Ok(Sent::Pending) => 0,
-            Ok(Sent::Done) => {
-                self.send_finished(h.reqs, op, None);
-                0
-            }
-            Err(e) => {
-                h.reqs.remove(op);
-                e as isize
-            }
-        }
-    }
-
-    /// Send `op` ended: its FabReq goes, its completion is written.
-    pub(super) fn send_finished(&self, reqs: &mut FabReqs<Req>, op: OpId, err: Option<i32>) {
-        if let Some(Req::Send(r)) = reqs.remove(op) {
-            complete_send(self.binds(), &r, err);
         }
     }
 
     /// `fi_tx_size_left`.
     pub(super) fn tx_left(&self) -> usize {
-        self.tx_size.saturating_sub(self.lock().tx_used())
+        let mut st = self.lock();
+        let (port, h) = st.split(self);
+        self.tx_size.saturating_sub(h.tx_used(port))
     }
 }
 
-/// A send's completion: its entry (fi_inject: only its counter), or its
-/// error entry, which is written whatever the selective flags say.
-fn complete_send(b: &Bindings, r: &SendReq, err: Option<i32>) {
-    if r.silent {
-        if let Some(c) = &b.send_cntr {
-            if err.is_none() {
-                c.inc();
-            } else {
-                c.inc_err();
-            }
-        }
-        return;
+/// The transmit budget (tx_size) is used up.
+pub(super) struct Busy;
+
+impl Handler<'_> {
+    /// Transmit slots in use: sends in flight, and what the wires hold
+    /// that is no operation's (inject-complete sends not yet
+    /// acknowledged, shm control frames waiting for ring space). A
+    /// receiver that stops reading cannot make us buffer without bound.
+    fn tx_used(&self, wires: &dyn Wires) -> usize {
+        self.reqs.len(Dir::Tx) + wires.backlog()
     }
-    let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
-    match err {
-        None => {
-            if let Some(c) = &b.send_cntr {
-                c.inc();
+
+    /// A validated send: a FabReq, then the wire that reaches `peer`. The
+    /// transmit budget (`tx_size`) is the one limit.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send(
+        &mut self,
+        wires: &mut dyn Wires,
+        tx_size: usize,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        flags: SendFlags,
+        req: SendReq,
+        src: IovSource,
+        now: u64,
+    ) -> Result<isize, Busy> {
+        if self.tx_used(wires) >= tx_size {
+            return Err(Busy);
+        }
+        let op = self.reqs.insert(Dir::Tx, Req::Send(req)).map_err(|_| Busy)?;
+        match wires.route(peer).send(SendOp { peer, op, hdr, flags }, src, self, now) {
+            Ok(Sent::Pending) => Ok(0),
+            Ok(Sent::Done) => {
+                self.send_finished(op, None);
+                Ok(0)
             }
-            if want {
-                if let Some(cq) = &b.tx_cq {
-                    cq.push(CqEntry {
-                        op_context: r.ctx as *mut c_void,
-                        flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
-                        ..CqEntry::default()
-                    });
-                }
+            Err(e) => {
+                self.reqs.remove(op);
+                Ok(e as isize)
             }
         }
-        Some(e) => {
-            if let Some(c) = &b.send_cntr {
-                c.inc_err();
-            }
-            // Errors are always reported, selective or not (fi_cq(3)).
-            if let Some(cq) = &b.tx_cq {
-                let entry = CqEntry {
-                    op_context: r.ctx as *mut c_void,
-                    flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
-                    len: r.len,
-                    ..CqEntry::default()
-                };
-                cq.push_err(CqError::new(entry, e));
-            }
+    }
+
+    /// Send `op` ended: its FabReq goes, its completion is written.
+    pub(super) fn send_finished(&mut self, op: OpId, err: Option<i32>) {
+        if let Some(Req::Send(r)) = self.reqs.remove(op) {
+            self.face.tx_complete(&r, err);
         }
     }
 }

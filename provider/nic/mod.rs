@@ -12,6 +12,7 @@
 
 pub(crate) mod fabreq;
 pub(crate) mod iov;
+pub(crate) mod port;
 pub mod shm;
 pub(crate) mod shm_port;
 pub mod udp;

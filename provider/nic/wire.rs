@@ -246,3 +246,16 @@ pub(crate) trait Wire {
     /// What the wire carried and dropped, for the endpoint's closing log.
     fn stats_line(&self) -> String;
 }
+
+/// An endpoint's wires, as its receive and transmit paths reach them.
+pub(crate) trait Wires {
+    /// The wire of a kind (a kept message goes back to the wire it came
+    /// over).
+    fn wire(&mut self, k: WireKind) -> &mut dyn Wire;
+    /// The wire that reaches `peer`.
+    fn route(&mut self, peer: SocketAddr) -> &mut dyn Wire;
+    /// A kept message's credit goes back to its wire.
+    fn give_back(&mut self, credit: Credit);
+    /// Transmit slots the wires hold that are no operation's.
+    fn backlog(&self) -> usize;
+}
