@@ -234,7 +234,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         None
     };
     Ok(EpState {
-        port: Port::new(udp, shm),
+        port: Port::new(udp, shm, tx_size),
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
     })

@@ -449,16 +449,15 @@ impl Handler<'_> {
             }
             Kept::Rndv(held) => {
                 let now = now_ns();
-                let wire = wires.wire(held.wire);
                 if cap == 0 {
-                    wire.discard(held, now);
+                    wires.discard(held, now);
                     self.complete_recv(op, done, None);
                     return;
                 }
                 r.done = Some((done, held.wire));
                 let sink: Box<dyn RecvSink> = Box::new(IovSink::new(r.iov.clone()));
                 let rg = ranges(&r.iov);
-                wire.accept(held, op, sink, rg, self, now);
+                wires.accept(held, op, sink, rg, self, now);
             }
         }
     }
@@ -467,7 +466,7 @@ impl Handler<'_> {
     fn discard_kept(&mut self, wires: &mut dyn Wires, u: Unexpected) {
         wires.give_back(u.credit);
         if let Kept::Rndv(held) = u.body {
-            wires.wire(held.wire).discard(held, now_ns());
+            wires.discard(held, now_ns());
         }
     }
 
@@ -600,7 +599,7 @@ impl Handler<'_> {
             unreachable!("found above")
         };
         let (done, wire) = (*done, *wire);
-        if !wires.wire(wire).cancel_recv(op) {
+        if !wires.cancel_recv(wire, op) {
             return -FI_ENOENT as isize;
         }
         self.complete_recv(op, done, Some(FI_ECANCELED));

@@ -149,19 +149,32 @@ struct FakeWires {
     local: Vec<SocketAddr>,
 }
 
-impl Wires for FakeWires {
-    fn wire(&mut self, k: WireKind) -> &mut dyn Wire {
+impl FakeWires {
+    fn wire(&mut self, k: WireKind) -> &mut FakeWire {
         match k {
             WireKind::Shm => &mut self.shm,
             WireKind::Udp => &mut self.udp,
         }
     }
-    fn route(&mut self, peer: SocketAddr) -> &mut dyn Wire {
-        if self.local.contains(&peer) {
-            &mut self.shm
+}
+
+impl Wires for FakeWires {
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
+        let k = if self.local.contains(&s.peer) {
+            WireKind::Shm
         } else {
-            &mut self.udp
-        }
+            WireKind::Udp
+        };
+        self.wire(k).send(s, src, up, now)
+    }
+    fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, r: Vec<Range>, up: &mut dyn Upcall, now: u64) {
+        self.wire(held.wire).accept(held, op, sink, r, up, now);
+    }
+    fn discard(&mut self, held: Held, now: u64) {
+        self.wire(held.wire).discard(held, now);
+    }
+    fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool {
+        self.wire(wire).cancel_recv(op)
     }
     fn give_back(&mut self, credit: Credit) {
         match credit {

@@ -198,7 +198,7 @@ impl Handler<'_> {
             return Err(Busy);
         }
         let op = self.reqs.insert(Dir::Tx, Req::Send(req)).map_err(|_| Busy)?;
-        match wires.route(peer).send(SendOp { peer, op, hdr, flags }, src, self, now) {
+        match wires.send(SendOp { peer, op, hdr, flags }, src, self, now) {
             Ok(Sent::Pending) => Ok(0),
             Ok(Sent::Done) => {
                 self.send_finished(op, None);

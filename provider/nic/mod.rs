@@ -15,6 +15,8 @@ pub(crate) mod iov;
 pub(crate) mod port;
 pub mod shm;
 pub(crate) mod shm_port;
+pub(crate) mod slab;
+pub(crate) mod txdesc;
 pub mod udp;
 pub(crate) mod udp_wire;
 pub(crate) mod wire;

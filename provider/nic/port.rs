@@ -1,9 +1,17 @@
 //! An endpoint's port on the software NIC: its two wires, which peer goes
-//! over which, and how one progress pass shares its time between them.
+//! over which, the pool of transaction descriptors its sends take (the
+//! wires know a send only by its `TxDesc`), and how one progress pass
+//! shares its time between the wires.
 
+use crate::ffi::FI_EAGAIN;
+use crate::nic::iov::IovSource;
 use crate::nic::shm_port::ShmPort;
+use crate::nic::txdesc::{TxDesc, TxPool};
 use crate::nic::udp_wire::UdpPort;
-use crate::nic::wire::{Credit, Upcall, Wire, WireKind, Wires};
+use crate::nic::wire::{
+    Arrival, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
+};
+use crate::proto::RecvSink;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
@@ -17,13 +25,56 @@ pub(crate) struct Port {
     pub(crate) udp: UdpPort,
     /// `None` with FI_GNIX_SHM=0 or when no mailbox could be made.
     pub(crate) shm: Option<ShmPort>,
+    /// Descriptors of the sends the wires have in flight.
+    txds: TxPool,
     /// Next time the UDP socket is due while only shm peers are active.
     udp_next: u64,
 }
 
+/// A wire's upcall seen through the port: the wire names its sends by
+/// descriptor, the endpoint by operation.
+struct TxMap<'a> {
+    up: &'a mut dyn Upcall,
+    txds: &'a mut TxPool,
+}
+
+impl Upcall for TxMap<'_> {
+    fn arrived(&mut self, a: Arrival<'_>) -> Take {
+        self.up.arrived(a)
+    }
+
+    fn event(&mut self, e: WireEvent) {
+        let e = match e {
+            WireEvent::SendDone { op: tx } => match self.txds.put(tx) {
+                Some(d) => WireEvent::SendDone { op: d.op },
+                None => return,
+            },
+            WireEvent::SendFailed { op: tx, err } => match self.txds.put(tx) {
+                Some(d) => WireEvent::SendFailed { op: d.op, err },
+                None => return,
+            },
+            e => e,
+        };
+        self.up.event(e);
+    }
+}
+
 impl Port {
-    pub(crate) fn new(udp: UdpPort, shm: Option<ShmPort>) -> Port {
-        Port { udp, shm, udp_next: 0 }
+    /// `txds`: the most sends the wires may have in flight at once.
+    pub(crate) fn new(udp: UdpPort, shm: Option<ShmPort>, txds: usize) -> Port {
+        Port {
+            udp,
+            shm,
+            txds: TxPool::new(txds),
+            udp_next: 0,
+        }
+    }
+
+    fn wire(&mut self, k: WireKind) -> &mut dyn Wire {
+        match (k, self.shm.as_mut()) {
+            (WireKind::Shm, Some(s)) => s,
+            _ => &mut self.udp,
+        }
     }
 
     /// One pass over both wires. The udp wire's timers and queued
@@ -31,7 +82,13 @@ impl Port {
     /// the shm wire just produced something (hand that to the application
     /// first) or only local peers are active and the sockets are not due.
     pub(crate) fn progress(&mut self, now: u64, up: &mut dyn Upcall) {
-        let Port { udp, shm, udp_next } = self;
+        let Port {
+            udp,
+            shm,
+            txds,
+            udp_next,
+        } = self;
+        let up = &mut TxMap { up, txds };
         udp.progress_timers(now, up);
         let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
         if shm.as_mut().is_some_and(|s| s.progress(now, up)) {
@@ -99,27 +156,58 @@ impl Port {
 }
 
 impl Wires for Port {
-    fn wire(&mut self, k: WireKind) -> &mut dyn Wire {
-        match (k, self.shm.as_mut()) {
-            (WireKind::Shm, Some(s)) => s,
-            _ => &mut self.udp,
-        }
-    }
-
-    /// Shm when the peer is on this host and has a mailbox (decided once
-    /// per peer, so messages to one peer stay on one wire, hence in
+    /// Over shm when the peer is on this host and has a mailbox (decided
+    /// once per peer, so messages to one peer stay on one wire, hence in
     /// order), udp otherwise.
-    fn route(&mut self, peer: SocketAddr) -> &mut dyn Wire {
-        match self.shm.as_mut() {
-            Some(s) => {
-                if s.reaches(peer) {
-                    s
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
+        let Port { udp, shm, txds, .. } = self;
+        let wire: &mut dyn Wire = match shm.as_mut() {
+            Some(w) => {
+                if w.reaches(s.peer) {
+                    w
                 } else {
-                    &mut self.udp
+                    udp
                 }
             }
-            None => &mut self.udp,
+            None => udp,
+        };
+        let desc = TxDesc {
+            op: s.op,
+            wire: wire.kind(),
+        };
+        let Some(tx) = txds.take(desc) else {
+            return Err(-FI_EAGAIN);
+        };
+        let r = wire.send(SendOp { op: tx, ..s }, src, &mut TxMap { up, txds }, now);
+        if !matches!(r, Ok(Sent::Pending)) {
+            txds.put(tx);
         }
+        r
+    }
+
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        now: u64,
+    ) {
+        let Port { udp, shm, txds, .. } = self;
+        let wire: &mut dyn Wire = match (held.wire, shm.as_mut()) {
+            (WireKind::Shm, Some(w)) => w,
+            _ => udp,
+        };
+        wire.accept(held, op, sink, ranges, &mut TxMap { up, txds }, now);
+    }
+
+    fn discard(&mut self, held: Held, now: u64) {
+        self.wire(held.wire).discard(held, now);
+    }
+
+    fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool {
+        self.wire(wire).cancel_recv(op)
     }
 
     fn give_back(&mut self, credit: Credit) {

@@ -247,13 +247,27 @@ pub(crate) trait Wire {
     fn stats_line(&self) -> String;
 }
 
-/// An endpoint's wires, as its receive and transmit paths reach them.
+/// An endpoint's wires, as its receive and transmit paths reach them (the
+/// port: `nic::port::Port`). A send goes over the wire that reaches its
+/// peer; a kept message goes back to the wire it came over.
 pub(crate) trait Wires {
-    /// The wire of a kind (a kept message goes back to the wire it came
-    /// over).
-    fn wire(&mut self, k: WireKind) -> &mut dyn Wire;
-    /// The wire that reaches `peer`.
-    fn route(&mut self, peer: SocketAddr) -> &mut dyn Wire;
+    /// `Wire::send` over the wire that reaches `s.peer`, as a transaction
+    /// of its own (a `TxDesc`); `-FI_EAGAIN` when none is left.
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
+    /// `Wire::accept` on the wire `held` came over.
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        now: u64,
+    );
+    /// `Wire::discard` on the wire `held` came over.
+    fn discard(&mut self, held: Held, now: u64);
+    /// `Wire::cancel_recv` of a receive whose data comes over `wire`.
+    fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool;
     /// A kept message's credit goes back to its wire.
     fn give_back(&mut self, credit: Credit);
     /// Transmit slots the wires hold that are no operation's.
