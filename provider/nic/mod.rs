@@ -10,9 +10,15 @@
 //! computing, or waiting on something else) the thread sleeps in epoll on
 //! every endpoint's socket and progresses them as data arrives.
 
-pub mod shm;
-pub mod udp;
 pub(crate) mod fabreq;
+pub(crate) mod iov;
+pub(crate) mod port;
+pub mod shm;
+pub(crate) mod shm_port;
+pub(crate) mod slab;
+pub(crate) mod txdesc;
+pub mod udp;
+pub(crate) mod udp_wire;
 pub(crate) mod wire;
 
 use crate::progress::{now_ns, Progress};
