@@ -196,7 +196,7 @@ impl Pair {
             }
         }
         while let Some((to, n)) = self.b.poll_transmit(self.now, &mut self.buf) {
-            if let Ok(Packet::ConnResp { nonce, .. } | Packet::ConnReq { nonce, .. }) = wire::decode(&self.buf[..n]) {
+            if let Ok(Packet::ConnResp { nonce, .. } | Packet::ConnReq { nonce, .. }) = Packet::parse(&self.buf[..n]) {
                 self.b_nonces.insert(nonce);
             }
             if to == addr_a() {
@@ -208,7 +208,7 @@ impl Pair {
             if rng.chance(loss as f64) {
                 continue;
             }
-            match wire::decode(&d) {
+            match Packet::parse(&d) {
                 Ok(Packet::Ack { conn, .. }) => self.b_conn = Some(conn),
                 Ok(Packet::Seg { conn, seq, .. }) => {
                     self.b_conn = Some(conn);
@@ -313,22 +313,26 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
     let conn = rng.next_u64();
     let (ack, sack, seq) = (rng.next_u64() as u32, rng.next_u64(), rng.next_u64() as u32);
     let n = match rng.below(12) {
-        0 => wire::encode_conn_req(
-            &mut b,
-            rng.next_u64() | 1,
-            if rng.chance(50.0) { 0 } else { rng.next_u64() },
-            rng.next_u64() as u32,
-            1 + rng.below(8192) as u32,
-        ),
-        11 => wire::encode_challenge(&mut b, rng.next_u64() | 1, rng.next_u64() | 1),
-        1 => wire::encode_conn_resp(
-            &mut b,
-            rng.next_u64() | 1,
-            rng.next_u64() | 1,
-            rng.next_u64() as u32,
-            1 + rng.below(8192) as u32,
-        ),
-        2 => wire::encode_ack(&mut b, conn, ack, sack),
+        0 => Packet::ConnReq {
+            nonce: rng.next_u64() | 1,
+            cookie: if rng.chance(50.0) { 0 } else { rng.next_u64() },
+            isn: rng.next_u64() as u32,
+            window: 1 + rng.below(8192) as u32,
+        }
+        .emit(&mut b),
+        11 => Packet::Challenge {
+            echo: rng.next_u64() | 1,
+            cookie: rng.next_u64() | 1,
+        }
+        .emit(&mut b),
+        1 => Packet::ConnResp {
+            nonce: rng.next_u64() | 1,
+            echo: rng.next_u64() | 1,
+            isn: rng.next_u64() as u32,
+            window: 1 + rng.below(8192) as u32,
+        }
+        .emit(&mut b),
+        2 => Packet::Ack { conn, ack, sack }.emit(&mut b),
         k => {
             let head = match k {
                 3 => FrameHead::Msg {
@@ -366,7 +370,7 @@ fn synthetic(rng: &mut Rng) -> Vec<u8> {
                 },
                 _ => FrameHead::Nop,
             };
-            let h = wire::encode_seg_head(&mut b, conn, ack, sack, seq, &head);
+            let h = head.emit_seg(&mut b, conn, ack, sack, seq);
             let pl = match head {
                 FrameHead::Msg { .. }
                 | FrameHead::MsgCont { .. }
@@ -451,104 +455,6 @@ fn mutate(rng: &mut Rng, base: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
     b
 }
 
-/// The datagram `p` encodes to (reserved fields zero).
-fn encode(p: &Packet<'_>) -> Vec<u8> {
-    let mut b = vec![0u8; 70_000];
-    let n = match *p {
-        Packet::ConnReq {
-            nonce,
-            cookie,
-            isn,
-            window,
-        } => wire::encode_conn_req(&mut b, nonce, cookie, isn, window),
-        Packet::Challenge { echo, cookie } => wire::encode_challenge(&mut b, echo, cookie),
-        Packet::ConnResp {
-            nonce,
-            echo,
-            isn,
-            window,
-        } => wire::encode_conn_resp(&mut b, nonce, echo, isn, window),
-        Packet::Ack { conn, ack, sack } => wire::encode_ack(&mut b, conn, ack, sack),
-        Packet::Credit {
-            conn,
-            granted,
-            returned,
-            byte,
-        } => wire::encode_credit(&mut b, conn, granted, returned, byte),
-        Packet::Seg {
-            conn,
-            ack,
-            sack,
-            seq,
-            frame,
-        } => {
-            use wire::Frame;
-            let (head, pl): (FrameHead, &[u8]) = match frame {
-                Frame::Msg {
-                    tag,
-                    data,
-                    flags,
-                    total,
-                    payload,
-                } => (
-                    FrameHead::Msg {
-                        tag,
-                        data,
-                        flags,
-                        total,
-                    },
-                    payload,
-                ),
-                Frame::MsgCont { offset, payload } => (FrameHead::MsgCont { offset }, payload),
-                Frame::Rts {
-                    tag,
-                    data,
-                    flags,
-                    total,
-                    key,
-                    push,
-                    tail,
-                } => (
-                    FrameHead::Rts {
-                        tag,
-                        data,
-                        flags,
-                        total,
-                        key,
-                        push,
-                    },
-                    tail,
-                ),
-                Frame::Get {
-                    key,
-                    rid,
-                    offset,
-                    len,
-                    last,
-                } => (
-                    FrameHead::Get {
-                        key,
-                        rid,
-                        offset,
-                        len,
-                        last,
-                    },
-                    &[],
-                ),
-                Frame::RData { rid, offset, payload } => (FrameHead::RData { rid, offset }, payload),
-                Frame::PData { key, offset, payload } => (FrameHead::PData { key, offset }, payload),
-                Frame::Fin { key } => (FrameHead::Fin { key }, &[]),
-                Frame::Nop => (FrameHead::Nop, &[]),
-            };
-            let h = wire::encode_seg_head(&mut b, conn, ack, sack, seq, &head);
-            b[h..h + pl.len()].copy_from_slice(pl);
-            h + pl.len()
-        }
-    };
-    b.truncate(n);
-    b
-}
-
 /// A corpus of real datagrams: one lossy exchange of messages of every size
 /// class in both directions (handshake, eager single and multi-segment,
 /// rendezvous RTS/GET/RDATA/FIN, ACKs with SACK bits), plus synthetic ones.
@@ -595,10 +501,10 @@ fn run_decoder(seed: u64, budget: Budget) -> (u64, u64) {
             let base = &corpus[rng.below(corpus.len() as u64) as usize];
             let input = mutate(&mut rng, base, &corpus);
             let r = catch_unwind(|| {
-                let Ok(p) = wire::decode(&input) else { return false };
-                let again = encode(&p);
+                let Ok(p) = Packet::parse(&input) else { return false };
+                let again = p.to_vec();
                 assert_eq!(again.len(), input.len(), "re-encoded length differs");
-                assert_eq!(wire::decode(&again), Ok(p), "decode(encode(p)) != p");
+                assert_eq!(Packet::parse(&again), Ok(p), "decode(encode(p)) != p");
                 true
             });
             match r {
@@ -644,7 +550,7 @@ fn fuzz_wire_decoder_long() {
 /// Feeds one datagram to B and checks the drop oracle.
 fn feed(p: &mut Pair, from: SocketAddr, d: &[u8]) -> bool {
     let before = drops(p.b.stats());
-    let decoded = wire::decode(d);
+    let decoded = Packet::parse(d);
     let known_conn = |c: u64| p.b_conn == Some(c) || p.b_nonces.contains(&c);
     let must_drop = match &decoded {
         Err(_) => Some("does not decode"),
@@ -692,22 +598,22 @@ fn stranger(rng: &mut Rng) -> SocketAddr {
 fn junk(rng: &mut Rng, p: &Pair, corpus: &[Vec<u8>]) -> (SocketAddr, Vec<u8>) {
     if rng.chance(5.0) {
         // A first contact from a stranger, with or without a (wrong) cookie.
-        let mut d = vec![0u8; wire::CONN_LEN];
         let cookie = if rng.chance(50.0) { rng.next_u64() } else { 0 };
-        wire::encode_conn_req(
-            &mut d,
-            rng.next_u64(),
+        // Zero nonces and windows too (Packet::emit writes what it is given).
+        let d = Packet::ConnReq {
+            nonce: rng.next_u64(),
             cookie,
-            rng.next_u64() as u32,
-            rng.below(100) as u32,
-        );
+            isn: rng.next_u64() as u32,
+            window: rng.below(100) as u32,
+        }
+        .to_vec();
         return (stranger(rng), d);
     }
     loop {
         let base = &corpus[rng.below(corpus.len() as u64) as usize];
         let mut d = mutate(rng, base, corpus);
         let from = if rng.chance(70.0) { addr_a() } else { stranger(rng) };
-        let ok = match wire::decode(&d) {
+        let ok = match Packet::parse(&d) {
             Err(_) => true,
             Ok(Packet::ConnReq { .. }) => {
                 if let (Some(c), true) = (p.b_conn, rng.chance(30.0)) {
@@ -749,8 +655,13 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
                 // B's table of unproven VCs is full before A's first
                 // contact, which B then challenges (conn.rs).
                 for k in 0..config().max_unproven as u8 {
-                    let mut d = vec![0u8; wire::CONN_LEN];
-                    wire::encode_conn_req(&mut d, rng.next_u64(), 0, 1, 64);
+                    let d = Packet::ConnReq {
+                        nonce: rng.next_u64(),
+                        cookie: 0,
+                        isn: 1,
+                        window: 64,
+                    }
+                    .to_vec();
                     feed(&mut p, SocketAddr::from(([10, 9, 2, k], 9100)), &d);
                 }
                 assert_eq!(p.b.unproven_count(), config().max_unproven);

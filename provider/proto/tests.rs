@@ -736,9 +736,12 @@ fn peer_restart_at_same_address() {
     let cfg = test_config();
     let (mut sim, pending) = vc_with_pending_rndv(41);
     // Node 1 restarts; a datagram of its old incarnation still in flight.
-    let mut stale = vec![0u8; 64];
-    let n = wire::encode_ack(&mut stale, 0x1234, 0, 0);
-    stale.truncate(n);
+    let stale = wire::Packet::Ack {
+        conn: 0x1234,
+        ack: 0,
+        sack: 0,
+    }
+    .to_vec();
     sim.restart(1, cfg, 999);
     sim.inject(addr(1), 0, stale, 0);
     let now = sim.now;
@@ -885,21 +888,42 @@ fn forget_peer_fails_ops_without_peer_failed() {
 #[test]
 fn unknown_and_stale_datagrams_are_counted() {
     let mut e = Engine::seeded(test_config(), addr(0), 1);
-    let mut b = [0u8; 64];
-    let n = wire::encode_ack(&mut b, 5, 0, 0);
-    e.handle_datagram(addr(1), &b[..n], 0);
+    use wire::Packet;
+    let ack = Packet::Ack {
+        conn: 5,
+        ack: 0,
+        sack: 0,
+    };
+    e.handle_datagram(addr(1), &ack.to_vec(), 0);
     assert_eq!(e.stats().dropped_unknown_peer, 1);
-    let n = wire::encode_conn_resp(&mut b, 5, 6, 0, 10);
-    e.handle_datagram(addr(1), &b[..n], 0);
+    let resp = Packet::ConnResp {
+        nonce: 5,
+        echo: 6,
+        isn: 0,
+        window: 10,
+    }
+    .to_vec();
+    e.handle_datagram(addr(1), &resp, 0);
     assert_eq!(e.stats().dropped_unknown_peer, 2);
-    e.handle_datagram(addr(1), &b[..3], 0);
+    e.handle_datagram(addr(1), &resp[..3], 0);
     assert_eq!(e.stats().dropped_malformed, 1);
     // A CONN_REQ creates a VC; data with a wrong connection id is stale.
-    let n = wire::encode_conn_req(&mut b, 77, 0, 100, 64);
-    e.handle_datagram(addr(1), &b[..n], 0);
+    let req = Packet::ConnReq {
+        nonce: 77,
+        cookie: 0,
+        isn: 100,
+        window: 64,
+    };
+    e.handle_datagram(addr(1), &req.to_vec(), 0);
     assert_eq!(e.peer_count(), 1);
-    let n = wire::encode_seg_head(&mut b, 12345, 0, 0, 100, &wire::FrameHead::Nop);
-    e.handle_datagram(addr(1), &b[..n], 0);
+    let nop = Packet::Seg {
+        conn: 12345,
+        ack: 0,
+        sack: 0,
+        seq: 100,
+        frame: wire::Frame::Nop,
+    };
+    e.handle_datagram(addr(1), &nop.to_vec(), 0);
     assert_eq!(e.stats().dropped_stale, 1);
     // A CONN_REQ proves nothing (its source may be forged): no PeerUp yet.
     assert!(e.poll_event().is_none());
@@ -2038,7 +2062,7 @@ fn pushed_data_overtaking_its_rts_is_pulled_again() {
             while let Some((_, n)) = e[s].poll_transmit(now, &mut buf) {
                 let d = buf[..n].to_vec();
                 let is_rts = matches!(
-                    wire::decode(&d),
+                    wire::Packet::parse(&d),
                     Ok(wire::Packet::Seg {
                         frame: wire::Frame::Rts { .. },
                         ..

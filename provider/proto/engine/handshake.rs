@@ -7,7 +7,7 @@ use super::source::{Transmit, TxOut};
 use super::vc::Vc;
 use super::{Engine, Map, Shared};
 use crate::proto::conn::{classify_req, Ask, Handshake, ReqVerdict, Unproven};
-use crate::proto::wire;
+use crate::proto::wire::Packet;
 use crate::proto::{EngineError, Event};
 use std::net::SocketAddr;
 
@@ -58,7 +58,13 @@ impl Vc {
     /// Our CONN_REQ (with the peer's cookie, if it challenged us).
     pub(super) fn conn_req(&self, sh: &mut Shared, cookie: u64, buf: &mut [u8]) -> usize {
         sh.stats.conn_reqs_sent += 1;
-        wire::encode_conn_req(buf, self.local_nonce, cookie, self.snd_isn, self.rcv.window)
+        Packet::ConnReq {
+            nonce: self.local_nonce,
+            cookie,
+            isn: self.snd_isn,
+            window: self.rcv.window,
+        }
+        .emit(buf)
     }
 }
 
@@ -265,7 +271,7 @@ impl Engine {
         while let Some(&(to, echo)) = self.first_contact.front() {
             let Some(buf) = out.slot() else { return false };
             let cookie = self.sh.cookie_key.first_contact(to, echo, now);
-            let len = wire::encode_challenge(buf, echo, cookie);
+            let len = Packet::Challenge { echo, cookie }.emit(buf);
             self.first_contact.pop_front();
             let st = &mut self.sh.stats;
             st.challenges_sent += 1;

@@ -355,7 +355,7 @@ impl Engine {
     pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += bytes.len() as u64;
-        let pkt = match wire::decode(bytes) {
+        let pkt = match Packet::parse(bytes) {
             Ok(p) => p,
             Err(_) => {
                 self.sh.stats.dropped_malformed += 1;

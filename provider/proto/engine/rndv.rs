@@ -129,7 +129,7 @@ impl Placement {
     /// Whether a datagram whose first `HEAD_LEN` bytes are `head`, followed
     /// by `len` bytes received into the region, is the guessed segment.
     pub fn matches(&self, head: &[u8], len: usize) -> Option<wire::RDataHead> {
-        let h = wire::decode_rdata_head(head)?;
+        let h = wire::RDataHead::parse(head)?;
         let id = if self.pushed { self.key } else { self.rid };
         (h.pushed == self.pushed && h.id == id && h.offset == self.offset && len > 0 && len <= self.len).then_some(h)
     }

@@ -7,7 +7,7 @@
 
 use super::msg::{SegFrame, TxBody, TxMsg};
 use super::vc::Vc;
-use crate::proto::wire::{self, FrameHead};
+use crate::proto::wire::FrameHead;
 use crate::proto::{MsgId, SendSource};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -169,7 +169,7 @@ impl Vc {
         let (ack, sack) = self.rcv.ack_fields();
         self.rcv.clear_ack();
         let seq = seq as u32;
-        let nop = |buf: &mut [u8]| wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Nop);
+        let nop = |buf: &mut [u8]| FrameHead::Nop.emit_seg(buf, conn, ack, sack, seq);
         match *frame {
             SegFrame::Msg { id, off, len, first } => {
                 let Some(TxMsg {
@@ -190,7 +190,7 @@ impl Vc {
                 } else {
                     FrameHead::MsgCont { offset: off }
                 };
-                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
+                let at = head.emit_seg(buf, conn, ack, sack, seq);
                 scratch.attach(mode, id, payload, off as usize, len as usize, buf, at)
             }
             SegFrame::Rts { id } => {
@@ -212,7 +212,7 @@ impl Vc {
                     key: id,
                     push: *push,
                 };
-                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
+                let at = head.emit_seg(buf, conn, ack, sack, seq);
                 let off = (*len - *tail as u64) as usize;
                 scratch.attach(mode, id, &**src, off, *tail as usize, buf, at)
             }
@@ -232,7 +232,7 @@ impl Vc {
                     Some(rid) => FrameHead::RData { rid, offset },
                     None => FrameHead::PData { key, offset },
                 };
-                let at = wire::encode_seg_head(buf, conn, ack, sack, seq, &head);
+                let at = head.emit_seg(buf, conn, ack, sack, seq);
                 let l = len as usize;
                 if mode == PayloadMode::Gather && l > 0 {
                     scratch.deferred = Some(Deferred {
@@ -251,21 +251,15 @@ impl Vc {
                 offset,
                 len,
                 last,
-            } => wire::encode_seg_head(
-                buf,
-                conn,
-                ack,
-                sack,
-                seq,
-                &FrameHead::Get {
-                    key,
-                    rid,
-                    offset,
-                    len,
-                    last,
-                },
-            ),
-            SegFrame::Fin { key } => wire::encode_seg_head(buf, conn, ack, sack, seq, &FrameHead::Fin { key }),
+            } => FrameHead::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            }
+            .emit_seg(buf, conn, ack, sack, seq),
+            SegFrame::Fin { key } => FrameHead::Fin { key }.emit_seg(buf, conn, ack, sack, seq),
             SegFrame::Nop => nop(buf),
         }
     }

@@ -15,7 +15,7 @@ use super::{Map, Shared};
 use crate::proto::conn::{AskTick, Handshake, Unproven};
 use crate::proto::credit::{Borrower, CreditBank, Lender};
 use crate::proto::rel::{Ooo, RecvWindow, RtoTick, SendWindow, Slot, SEQ_BASE};
-use crate::proto::wire::{self, Frame};
+use crate::proto::wire::{Frame, Packet};
 use crate::proto::{EngineConfig, MsgId, RndvId};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -318,30 +318,30 @@ impl Vc {
             // carried; its answer to ours establishes the VC.
             let echo = answer.take()?;
             sh.stats.conn_resps_sent += 1;
-            return Some(wire::encode_conn_resp(
-                buf,
-                self.local_nonce,
+            let resp = Packet::ConnResp {
+                nonce: self.local_nonce,
                 echo,
-                self.snd_isn,
-                self.rcv.window,
-            ));
+                isn: self.snd_isn,
+                window: self.rcv.window,
+            };
+            return Some(resp.emit(buf));
         }
         let peer_nonce = self.peer_nonce?;
         if let Some(theirs) = self.challenge_due.take() {
             sh.stats.challenges_sent += 1;
             let cookie = sh.cookie_key.cookie(self.peer, theirs, self.local_nonce);
-            return Some(wire::encode_challenge(buf, theirs, cookie));
+            return Some(Packet::Challenge { echo: theirs, cookie }.emit(buf));
         }
         if self.resp_pending {
             self.resp_pending = false;
             sh.stats.conn_resps_sent += 1;
-            return Some(wire::encode_conn_resp(
-                buf,
-                self.local_nonce,
-                peer_nonce,
-                self.snd_isn,
-                self.rcv.window,
-            ));
+            let resp = Packet::ConnResp {
+                nonce: self.local_nonce,
+                echo: peer_nonce,
+                isn: self.snd_isn,
+                window: self.rcv.window,
+            };
+            return Some(resp.emit(buf));
         }
         if let Some(Unproven { ask: Some(ask), .. }) = &mut self.unproven {
             // We send on a VC whose peer id only a CONN_REQ vouched for:
@@ -377,7 +377,14 @@ impl Vc {
             let (ack, sack) = self.rcv.ack_fields();
             self.rcv.clear_ack();
             sh.stats.acks_sent += 1;
-            return Some(wire::encode_ack(buf, peer_nonce, ack, sack));
+            return Some(
+                Packet::Ack {
+                    conn: peer_nonce,
+                    ack,
+                    sack,
+                }
+                .emit(buf),
+            );
         }
         None
     }
@@ -406,7 +413,13 @@ impl Vc {
         let (returned, want) = self.borrower.header();
         self.lender.announced(granted);
         sh.stats.credits_sent += 1;
-        wire::encode_credit(buf, peer_nonce, granted, returned, give | want)
+        Packet::Credit {
+            conn: peer_nonce,
+            granted,
+            returned,
+            byte: give | want,
+        }
+        .emit(buf)
     }
 
     /// Next new frame, or None when every queue is empty: control frames,
@@ -493,7 +506,7 @@ impl Vc {
                 let filled_hole = self.rcv.advance(body_len);
                 while let Some(entry) = self.rcv.pop_parked() {
                     if let Ooo::Stored { kind, body } = entry {
-                        match wire::decode_frame(kind, &body) {
+                        match Frame::parse(kind, &body) {
                             Ok(f) => self.deliver(sh, f),
                             Err(_) => sh.stats.dropped_malformed += 1,
                         }
