@@ -46,6 +46,10 @@
 //! is the one inherently linear case, as in every Portals-style matcher.
 //! Claimed messages leave the matching indexes altogether and sit in a
 //! per-claim-key list, so they cost nothing to later searches.
+//!
+//! No `unsafe` here, and none may come in: slab indexes and generations
+//! do what pointers would.
+#![forbid(unsafe_code)]
 
 /// SipHash was a tenth of the 8 B ping-pong's user-space instructions
 /// (several lookups per message); tags come from peers, hence the key.
