@@ -22,8 +22,8 @@ mod rel;
 mod siphash;
 pub mod wire;
 
-#[cfg(test)]
-mod fuzz;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -163,6 +163,7 @@ pub enum DecodeError {
 
 /// One datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "fuzz"), derive(arbitrary::Arbitrary))]
 pub enum Packet<'a> {
     ConnReq {
         nonce: u64,
@@ -203,6 +204,7 @@ pub enum Packet<'a> {
 
 /// What one segment carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "fuzz"), derive(arbitrary::Arbitrary))]
 pub enum Frame<'a> {
     Msg {
         tag: u64,

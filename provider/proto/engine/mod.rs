@@ -153,7 +153,7 @@ impl Engine {
 
     /// An engine whose randomness replays from `seed` (the simulated
     /// network, the fuzzers).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn seeded(cfg: EngineConfig, local: SocketAddr, seed: u64) -> Engine {
         Engine::new(cfg, local, Box::new(crate::rng::SplitMix(seed ^ 0x6E69_7867_5F70_726F)))
     }
