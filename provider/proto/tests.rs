@@ -1,9 +1,11 @@
 //! Engine tests over the simulated network (`sim.rs`), in virtual time.
 //! The handshake's defences against forgery are in `tests/handshake.rs`.
 
-use super::sim::{addr, test_config, Link, PatternSink, PatternSource, Rng, Sim};
+use super::sim::{addr, prop_config, test_config, Link, PatternSink, PatternSource, Rng, Sim};
 use super::wire;
 use super::*;
+use proptest::collection::vec;
+use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
 
 mod first_contact;
@@ -63,30 +65,47 @@ fn hdr(tag: u64) -> MsgHdr {
     }
 }
 
-fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
+/// Lengths of an eager stream: mostly small, some multi-segment, zero
+/// included.
+fn eager_len() -> impl Strategy<Value = usize> {
+    prop_oneof![1 => Just(0usize), 6 => 0..200usize, 3 => 0..6000usize]
+}
+
+/// `count` lengths each way from `eager_len`'s distribution, drawn from `seed`.
+fn eager_sizes(seed: u64, count: usize) -> [Vec<usize>; 2] {
+    let mut rng = Rng::new(seed);
+    let mut sizes = [Vec::new(), Vec::new()];
+    for _ in 0..count {
+        for s in &mut sizes {
+            s.push(match rng.below(10) {
+                0 => 0,
+                1..=6 => rng.below(200) as usize,
+                _ => rng.below(6000) as usize,
+            });
+        }
+    }
+    sizes
+}
+
+/// Node 0 sends messages of `sizes[0]`'s lengths to node 1 and node 1 of
+/// `sizes[1]`'s to node 0, all at once, over a link losing `loss` %
+/// (and duplicating and reordering when lossy): each arrives exactly
+/// once, in order, intact, and each send completes.
+fn eager_stream(loss: f64, seed: u64, sizes: &[Vec<usize>; 2], isn: Option<u32>) {
     let mut sim = Sim::new(2, test_config(), Link::lossy(loss), seed);
     if loss == 0.0 {
         sim.link = Link::clean();
     }
     sim.eng(0).force_isn(isn);
     sim.eng(1).force_isn(isn);
-    let mut rng = Rng::new(seed);
-    let mut sizes = [Vec::new(), Vec::new()];
     let mut ids = [Vec::new(), Vec::new()];
-    for k in 0..count {
-        for s in 0..2 {
-            // Mostly small, some multi-segment, zero included.
-            let len = match rng.below(10) {
-                0 => 0,
-                1..=6 => rng.below(200) as usize,
-                _ => rng.below(6000) as usize,
-            };
-            let p = payload(seed + s as u64, k, len);
+    for s in 0..2 {
+        for (k, &len) in sizes[s].iter().enumerate() {
+            let p = payload(seed + s as u64, k as u64, len);
             let id = sim
                 .eng(s)
-                .send(addr(1 - s), hdr(k), Box::new(p), SendMode::Eager, 0)
+                .send(addr(1 - s), hdr(k as u64), Box::new(p), SendMode::Eager, 0)
                 .unwrap();
-            sizes[s].push(len);
             ids[s].push(id);
         }
     }
@@ -100,8 +119,9 @@ fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
             l.peer_failed.is_empty() && l.send_failed.is_empty(),
             "failures at loss {loss}"
         );
+        let count = sizes[s].len();
         assert_eq!(
-            l.msgs.len() as u64,
+            l.msgs.len(),
             count,
             "node {r} got {} of {count} (loss {loss} seed {seed})",
             l.msgs.len()
@@ -126,20 +146,31 @@ fn eager_stream(loss: f64, seed: u64, count: u64, isn: Option<u32>) {
     }
 }
 
-#[test]
-fn eager_exactly_once_in_order_under_loss() {
-    for &loss in &[0.0, 1.0, 10.0, 30.0] {
-        for seed in 1..=3 {
-            eager_stream(loss, seed, if loss >= 30.0 { 120 } else { 250 }, None);
-        }
+proptest! {
+    #![proptest_config(prop_config(64))]
+
+    /// A failure shrinks to the fewest, shortest messages, the lowest
+    /// loss and the smallest seed that still fail.
+    #[test]
+    fn eager_exactly_once_in_order_under_loss(
+        loss in prop_oneof![Just(0.0), Just(1.0), Just(10.0), Just(30.0)],
+        seed in any::<u64>(),
+        sizes in [vec(eager_len(), 0..250), vec(eager_len(), 0..250)],
+    ) {
+        eager_stream(loss, seed, &sizes, None);
+    }
+
+    #[test]
+    fn simultaneous_connect(seed in any::<u64>(), loss in prop_oneof![Just(0.0), 0.0..30.0]) {
+        simultaneous_connect_run(seed, loss);
     }
 }
 
 #[test]
 fn sequence_numbers_wrap() {
     // Both directions start 40 segments short of the 32-bit wrap.
-    eager_stream(0.0, 7, 200, Some(u32::MAX - 40));
-    eager_stream(10.0, 8, 200, Some(u32::MAX - 40));
+    eager_stream(0.0, 7, &eager_sizes(7, 200), Some(u32::MAX - 40));
+    eager_stream(10.0, 8, &eager_sizes(8, 200), Some(u32::MAX - 40));
 }
 
 #[test]
@@ -489,14 +520,11 @@ fn accept_unknown_rid_returns_sink() {
     }
 }
 
-#[test]
-fn simultaneous_connect() {
-    for seed in 0..20 {
-        let link = if seed % 2 == 0 {
-            Link::clean()
-        } else {
-            Link::lossy(20.0)
-        };
+/// Both nodes send to each other at once, so their CONN_REQs cross: both
+/// VCs come up (proven, never restarted) and every message arrives.
+fn simultaneous_connect_run(seed: u64, loss: f64) {
+    {
+        let link = if loss == 0.0 { Link::clean() } else { Link::lossy(loss) };
         let mut sim = Sim::new(2, test_config(), link, seed);
         for k in 0..5 {
             sim.eng(0)
@@ -512,7 +540,7 @@ fn simultaneous_connect() {
             assert_eq!(
                 l.msgs.iter().map(|m| m.1.tag).collect::<Vec<_>>(),
                 vec![0, 1, 2, 3, 4],
-                "seed {seed} node {i}"
+                "seed {seed} loss {loss} node {i}"
             );
             assert_eq!(l.send_done.len(), 5);
             assert!(l.peer_failed.is_empty());
