@@ -144,41 +144,13 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
 }
 
 fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
-    let t = *dom.tunables.lock().unwrap();
-    EngineConfig {
+    let link = crate::params::LinkFacts {
         max_datagram: wire.max_datagram,
-        local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
         local_max_datagram: wire.local_max_datagram,
-        rndv_threshold: t.rndv_threshold,
-        // Peers are assumed to get the receive buffer we got: more in flight
-        // than it holds is lost in bursts (an unprivileged process gets
-        // net.core.rmem_max, 208 KiB on a stock kernel, under the 4 MiB default).
-        window_bytes: EngineConfig::default().window_bytes.min(wire.rcvbuf.max(64 << 10)),
-        max_retrans: t.max_retrans,
-        peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
-        rndv_push: crate::params::params().rndv_push,
-        credits: credit_config(crate::params::params()),
-        ..EngineConfig::default()
-    }
-}
-
-/// FI_GNIX_CREDIT_*: bytes in, credits of 1 KiB out.
-fn credit_config(p: &crate::params::Params) -> Option<crate::proto::credit::CreditConfig> {
-    if p.credit_bytes == 0 {
-        return None;
-    }
-    let unit = 1024usize;
-    let c = |b: usize| (b / unit).clamp(1, u32::MAX as usize / 4) as u32;
-    let total = c(p.credit_bytes);
-    let min_loan = c(p.credit_min_loan).min(total);
-    Some(crate::proto::credit::CreditConfig {
-        unit: unit as u32,
-        total,
-        min_loan,
-        max_loan: c(p.credit_max_loan).clamp(min_loan, total),
-        low_water: total / 8,
-        epoch_ns: p.credit_epoch_ms * 1_000_000,
-    })
+        rcvbuf: wire.rcvbuf,
+        local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
+    };
+    crate::params::engine_config(crate::params::params(), *dom.tunables.lock().unwrap(), link)
 }
 
 /// A key for the wires' hash maps, which peers' addresses and ids fill:
