@@ -5,6 +5,7 @@ use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
 use crate::getinfo::Offer;
 use crate::nic::Nic;
+use crate::params::decl;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
@@ -12,8 +13,10 @@ use std::sync::{Arc, Mutex};
 /// the longest eager message a receiver reassembles.
 pub const MAX_RNDV_THRESHOLD: usize = crate::proto::MAX_EAGER_LEN as usize;
 
-/// Protocol knobs a domain hands to the endpoints it opens; the
-/// `fi_ext_gnix.h` domain ops read and write them.
+/// Protocol knobs a domain hands to the endpoints it opens; they start as
+/// the FI_GNIX_* values (`Params::domain_tunables`), and the
+/// `fi_ext_gnix.h` domain ops read and write them, within the ranges the
+/// same tunables declare (`params::decl`).
 #[derive(Clone, Copy, Debug)]
 pub struct Tunables {
     pub rndv_threshold: usize,
@@ -51,11 +54,7 @@ pub unsafe fn open(
     let dom = Arc::new(Domain {
         refs: Refs::default(),
         fabric,
-        tunables: Mutex::new(Tunables {
-            rndv_threshold: p.rndv_threshold,
-            peer_timeout_ms: p.peer_timeout_ms,
-            max_retrans: p.max_retrans,
-        }),
+        tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),
         attr,
@@ -176,6 +175,15 @@ pub struct GnixOpsDomain {
     get_val: unsafe extern "C" fn(*mut fid, u32, *mut c_void) -> i32,
 }
 
+/// Whether set_val may store `v` into the knob `t` declares (warns if not).
+fn admits(t: &crate::params::Tunable, v: u64) -> bool {
+    let ok = i64::try_from(v).is_ok_and(|n| t.admits(n));
+    if !ok {
+        crate::warn!(FI_LOG_DOMAIN, "set_val: {} {} outside {}", t.env_name(), v, t.range);
+    }
+    ok
+}
+
 unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     let Some(d) = from_fid(f as *const c_void) else {
         return -FI_EINVAL;
@@ -187,27 +195,21 @@ unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     match t {
         GNIX_RNDV_THRESHOLD => {
             let v = *(val as *const usize);
-            if v > MAX_RNDV_THRESHOLD {
-                crate::warn!(
-                    FI_LOG_DOMAIN,
-                    "set_val: rendezvous threshold {} > {}",
-                    v,
-                    MAX_RNDV_THRESHOLD
-                );
+            if !admits(&decl::rndv_threshold, v as u64) {
                 return -FI_EINVAL;
             }
             tun.rndv_threshold = v;
         }
         GNIX_PEER_TIMEOUT_MS => {
             let v = *(val as *const u64);
-            if v == 0 {
+            if !admits(&decl::peer_timeout_ms, v) {
                 return -FI_EINVAL;
             }
             tun.peer_timeout_ms = v;
         }
         GNIX_MAX_RETRANS => {
             let v = *(val as *const u32);
-            if v == 0 {
+            if !admits(&decl::max_retrans, v as u64) {
                 return -FI_EINVAL;
             }
             tun.max_retrans = v;

@@ -15,9 +15,12 @@
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
 use crate::progress::{now_ns, Progress};
+use rustix::event::{epoll, eventfd, EventfdFlags, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
 use std::any::Any;
 use std::ffi::c_void;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -115,35 +118,51 @@ impl Sources {
 }
 
 // ---------------------------------------------------------------------------
-// Thin syscall wrappers; the only unsafe outside the extern "C" shims.
+// Descriptor helpers (rustix: owned descriptors, checked errors).
 
-fn cvt(r: i32) -> Result<i32, i32> {
-    if r < 0 {
-        Err(-std::io::Error::last_os_error().raw_os_error().unwrap_or(FI_EOTHER))
-    } else {
-        Ok(r)
+/// A libfabric error code (negative errno) for a failed syscall.
+fn fi_err(e: Errno) -> i32 {
+    -e.raw_os_error()
+}
+
+/// Puts `fd` into the epoll set `epfd` for input, with its number as data.
+fn epoll_add(epfd: &OwnedFd, fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    let data = epoll::EventData::new_u64(fd.as_raw_fd() as u64);
+    epoll::add(epfd, fd, data, epoll::EventFlags::IN)
+}
+
+/// Borrows the descriptor of an endpoint for one epoll_ctl call.
+///
+/// # Safety
+/// `fd` is a number an endpoint reported (`Progress::wait_fds`). It may
+/// have been closed since (the endpoint closed while its old number is
+/// still in our registration), or even reused. An epoll_ctl on such a
+/// number touches no memory: on a closed one it fails (EBADF, ENOENT), on a
+/// reused one it adds or removes that file's registration in our own epoll
+/// set, which costs at most a spurious wake-up. The caller uses the borrow
+/// only for that call.
+unsafe fn endpoint_fd<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: see the function's contract; fd is never negative here
+    // (`refresh` drops -1 entries first).
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// Adds one to an eventfd (a wake-up); a full counter is already a wake-up.
+fn write_one(fd: impl AsFd) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Clears a non-blocking eventfd or an expired timerfd (nothing to read is fine).
+fn read_u64(fd: impl AsFd) {
+    let _ = rustix::io::read(fd, &mut [0u8; 8]);
+}
+
+/// Nanoseconds as a `Timespec`.
+fn timespec(ns: u64) -> Timespec {
+    Timespec {
+        tv_sec: (ns / 1_000_000_000) as i64,
+        tv_nsec: (ns % 1_000_000_000) as _,
     }
-}
-
-fn epoll_ctl(epfd: RawFd, op: i32, fd: RawFd) -> Result<(), i32> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: fd as u64,
-    };
-    // SAFETY: plain syscall; `ev` is valid for the duration of the call.
-    cvt(unsafe { libc::epoll_ctl(epfd, op, fd, &mut ev) }).map(|_| ())
-}
-
-fn write_one(fd: RawFd) {
-    let one = 1u64;
-    // SAFETY: writes 8 bytes from a local u64 to an eventfd we own.
-    unsafe { libc::write(fd, &one as *const u64 as *const c_void, 8) };
-}
-
-fn read_u64(fd: RawFd) {
-    let mut v = 0u64;
-    // SAFETY: reads at most 8 bytes into a local u64; the fd is non-blocking.
-    unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
 }
 
 // ---------------------------------------------------------------------------
@@ -154,11 +173,7 @@ thread_local! {
     /// one by one through these rather than through one shared eventfd:
     /// whoever drained a shared one could swallow the wake-up meant for a
     /// thread still asleep.
-    static WAKE_FD: Option<OwnedFd> = {
-        // SAFETY: creates a new descriptor, owned by the OwnedFd at once.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-    };
+    static WAKE_FD: Option<OwnedFd> = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok();
 }
 
 fn my_wake_fd() -> Option<RawFd> {
@@ -172,7 +187,9 @@ pub(crate) struct WaitObj {
     tfd: OwnedFd,
     epfd: OwnedFd,
     armed: AtomicBool,
-    /// Private eventfds of the threads blocked in this object right now.
+    /// Private eventfds of the threads blocked in this object right now
+    /// (`WAKE_FD`s: each thread takes its own out before `block` returns,
+    /// so every number here is open while it is listed).
     sleepers: Mutex<Vec<RawFd>>,
     reg: Mutex<Reg>,
     /// What the unit tests observe instead of timing: how often a blocked
@@ -198,18 +215,15 @@ struct Reg {
 
 impl WaitObj {
     pub fn new() -> Result<Arc<WaitObj>, i32> {
-        // SAFETY: each call creates a new descriptor owned by the OwnedFd
-        // built right after it succeeds.
-        let efd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
-        // SAFETY: as above.
-        let tfd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
-        let tfd = unsafe { OwnedFd::from_raw_fd(tfd) };
-        // SAFETY: as above.
-        let epfd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
-        epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd.as_raw_fd())?;
-        epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, tfd.as_raw_fd())?;
+        let efd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).map_err(fi_err)?;
+        let tfd = rustix::time::timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )
+        .map_err(fi_err)?;
+        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(fi_err)?;
+        epoll_add(&epfd, efd.as_fd()).map_err(fi_err)?;
+        epoll_add(&epfd, tfd.as_fd()).map_err(fi_err)?;
         Ok(Arc::new(WaitObj {
             efd,
             tfd,
@@ -263,17 +277,19 @@ impl WaitObj {
     /// Unconditional wake-up of every sleeper and of native waiters
     /// (fi_cq_signal uses it directly).
     pub fn kick(&self) {
-        write_one(self.efd.as_raw_fd());
+        write_one(&self.efd);
         for &fd in lock(&self.sleepers).iter() {
-            write_one(fd);
+            // SAFETY: a sleeper's own eventfd, open while it is listed (see
+            // `sleepers`; the list's lock is held).
+            write_one(unsafe { BorrowedFd::borrow_raw(fd) });
         }
     }
 
     /// Clears the shared eventfd and an expired timer so the epoll fd stops
     /// being readable for reasons already handled.
     pub fn drain(&self) {
-        read_u64(self.efd.as_raw_fd());
-        read_u64(self.tfd.as_raw_fd());
+        read_u64(&self.efd);
+        read_u64(&self.tfd);
     }
 
     /// Makes the epoll set hold exactly `fds` (plus our own two).
@@ -286,15 +302,17 @@ impl WaitObj {
         if r.gen == Some(gen) && r.fds == *fds {
             return;
         }
-        let ep = self.epfd.as_raw_fd();
         for &fd in r.fds.iter().filter(|fd| fds.binary_search(fd).is_err()) {
             // A closed descriptor already left the set on its own.
-            let _ = epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd);
+            // SAFETY: an endpoint's number, used for this call only.
+            let _ = epoll::delete(&self.epfd, unsafe { endpoint_fd(fd) });
         }
         for &fd in fds.iter() {
-            match epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd) {
-                Ok(()) | Err(libc::EEXIST) => {}
-                Err(e) => crate::warn!(FI_LOG_CQ, "wait object: cannot watch fd {}: errno {}", fd, e),
+            // SAFETY: an endpoint's number, used for this call only.
+            match epoll_add(&self.epfd, unsafe { endpoint_fd(fd) }) {
+                // Already watched from an earlier registration.
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => crate::warn!(FI_LOG_CQ, "wait object: cannot watch fd {}: {}", fd, e),
             }
         }
         r.fds.clone_from(fds);
@@ -312,61 +330,38 @@ impl WaitObj {
         r.timer = deadline;
         // An all-zero it_value disarms; a past deadline fires at once.
         let ns = deadline.map_or(0, |d| d.max(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec {
-                tv_sec: (ns / 1_000_000_000) as i64,
-                tv_nsec: (ns % 1_000_000_000) as i64,
-            },
+        let spec = Itimerspec {
+            it_interval: timespec(0),
+            it_value: timespec(ns),
         };
-        // SAFETY: plain syscall on our own timerfd with a valid itimerspec.
-        unsafe {
-            libc::timerfd_settime(
-                self.tfd.as_raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &spec,
-                std::ptr::null_mut(),
-            )
-        };
+        // Cannot fail on our own timerfd with a valid, absolute time.
+        let _ = rustix::time::timerfd_settime(&self.tfd, TimerfdTimerFlags::ABSTIME, &spec);
     }
 
     /// Sleeps until the epoll set or `wake` is readable, or `until`
     /// (absolute `now_ns`) passes.
-    fn sleep(&self, wake: Option<RawFd>, until: Option<u64>) {
+    fn sleep(&self, wake: Option<BorrowedFd<'_>>, until: Option<u64>) {
         // Without a private eventfd (descriptor limit reached) a kick cannot
         // reach us: nap in short slices instead of hanging.
         let until = match wake {
             Some(_) => until,
             None => min_opt(until, Some(now_ns() + 1_000_000)),
         };
-        let ts = until.map(|u| {
-            let d = u.saturating_sub(now_ns());
-            libc::timespec {
-                tv_sec: (d / 1_000_000_000) as i64,
-                tv_nsec: (d % 1_000_000_000) as i64,
-            }
-        });
-        let mut pfd = [
-            libc::pollfd {
-                fd: self.epfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let ts = until.map(|u| timespec(u.saturating_sub(now_ns())));
         #[cfg(test)]
         {
             self.probe.sleeps.fetch_add(1, SeqCst);
             self.probe.asleep.fetch_add(1, SeqCst);
         }
-        // SAFETY: two valid pollfds (a negative fd is ignored), a valid or
-        // NULL timespec, no sigmask.
-        unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, tsp, std::ptr::null()) };
+        // An interrupted or failed poll returns early; the caller's loop
+        // checks again, as after any wake-up.
+        let _ = match wake {
+            Some(w) => rustix::event::poll(
+                &mut [PollFd::new(&self.epfd, PollFlags::IN), PollFd::new(&w, PollFlags::IN)],
+                ts.as_ref(),
+            ),
+            None => rustix::event::poll(&mut [PollFd::new(&self.epfd, PollFlags::IN)], ts.as_ref()),
+        };
         #[cfg(test)]
         self.probe.asleep.fetch_sub(1, SeqCst);
     }
@@ -386,7 +381,9 @@ impl WaitObj {
         interrupted: impl Fn() -> bool,
     ) -> Option<R> {
         let mut fds = Vec::new();
-        let wake = my_wake_fd();
+        // SAFETY: this thread's own eventfd (`WAKE_FD`), which stays open
+        // until the thread exits, so through this call.
+        let wake = my_wake_fd().map(|w| unsafe { BorrowedFd::borrow_raw(w) });
         loop {
             progress();
             if let Some(r) = check() {
@@ -394,7 +391,7 @@ impl WaitObj {
             }
             if let Some(w) = wake {
                 read_u64(w);
-                lock(&self.sleepers).push(w);
+                lock(&self.sleepers).push(w.as_raw_fd());
             }
             self.arm();
             self.drain();
@@ -409,7 +406,7 @@ impl WaitObj {
             }
             if let Some(w) = wake {
                 let mut s = lock(&self.sleepers);
-                if let Some(i) = s.iter().position(|&x| x == w) {
+                if let Some(i) = s.iter().position(|&x| x == w.as_raw_fd()) {
                     s.swap_remove(i);
                 }
             }
@@ -1016,7 +1013,8 @@ static POLL_OPS: Table<fi_ops_poll> = Table(fi_ops_poll {
 pub(crate) mod testutil {
     //! A fake endpoint for the completion classes' tests.
     use crate::progress::Progress;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use rustix::event::{PollFd, PollFlags};
+    use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Mutex;
     use std::thread::JoinHandle;
@@ -1054,23 +1052,19 @@ pub(crate) mod testutil {
 
     /// A non-blocking pipe: (read end, write end).
     pub fn pipe() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: test helper; pipe2 fills two descriptors we then own.
-        unsafe {
-            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
-        }
+        use rustix::pipe::{pipe_with, PipeFlags};
+        pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC).unwrap()
     }
     pub fn write_byte(fd: &OwnedFd) {
-        // SAFETY: test helper writing one byte from a local.
-        unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr() as *const _, 1) };
+        rustix::io::write(fd, b"x").unwrap();
     }
     /// Drains the pipe; true if anything was there.
     pub fn read_all(fd: RawFd) -> bool {
         let mut b = [0u8; 64];
         let mut any = false;
-        // SAFETY: test helper reading into a local buffer.
-        while unsafe { libc::read(fd, b.as_mut_ptr() as *mut _, b.len()) } > 0 {
+        // SAFETY: test helper; callers pass a descriptor they hold open.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        while rustix::io::read(fd, &mut b).is_ok_and(|n| n > 0) {
             any = true;
         }
         any
@@ -1100,13 +1094,10 @@ pub(crate) mod testutil {
     }
 
     pub fn fd_readable(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        // SAFETY: test helper; callers pass a descriptor they hold open.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        rustix::event::poll(&mut [PollFd::new(&fd, PollFlags::IN)], Some(&zero)) == Ok(1)
     }
 }
 

@@ -83,7 +83,7 @@ fn two(n: u32) -> bool {
     n == 2
 }
 fn even(n: u32) -> bool {
-    n >= 2 && n % 2 == 0
+    n >= 2 && n.is_multiple_of(2)
 }
 
 /// The programs (tests/mpi/<name>.c).  Each checks its data, exits

@@ -10,12 +10,20 @@
 //! computing, or waiting on something else) the thread sleeps in epoll on
 //! every endpoint's socket and progresses them as data arrives.
 
+pub(crate) mod fabreq;
+pub(crate) mod iov;
+pub(crate) mod port;
 pub mod shm;
+pub(crate) mod shm_port;
+pub(crate) mod slab;
+pub(crate) mod txdesc;
 pub mod udp;
+pub(crate) mod udp_wire;
 pub(crate) mod wire;
 
 use crate::progress::{now_ns, Progress};
-use std::os::fd::RawFd;
+use rustix::event::{epoll, eventfd, EventfdFlags};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -39,7 +47,9 @@ struct Shared {
     stop: AtomicBool,
     /// Bumped when the endpoint list changes, so the thread rebuilds its epoll set.
     generation: AtomicU64,
-    wake: RawFd,
+    /// Wakes the thread (`kick`). None if the process is out of
+    /// descriptors: then the thread only wakes on its timeouts (≤ 100 ms).
+    wake: Option<OwnedFd>,
 }
 
 pub struct Nic {
@@ -50,8 +60,15 @@ pub struct Nic {
 
 impl Nic {
     pub fn new(auto: bool) -> Nic {
-        // SAFETY: eventfd has no memory preconditions.
-        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .inspect_err(|e| {
+                crate::warn!(
+                    crate::ffi::FI_LOG_DOMAIN,
+                    "progress thread: no eventfd ({}): it wakes on timeouts only",
+                    e
+                )
+            })
+            .ok();
         Nic {
             auto,
             shared: Arc::new(Shared {
@@ -100,9 +117,10 @@ impl Nic {
 
     /// Wakes the thread to re-evaluate (new endpoint, new work queued).
     pub fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
-        unsafe { libc::write(self.shared.wake, &one as *const u64 as *const libc::c_void, 8) };
+        if let Some(w) = &self.shared.wake {
+            // A full counter (EAGAIN) is a pending wake-up already.
+            let _ = rustix::io::write(w, &1u64.to_ne_bytes());
+        }
     }
 
     pub fn stop(&self) {
@@ -116,44 +134,95 @@ impl Nic {
 
 impl Drop for Nic {
     fn drop(&mut self) {
+        // The eventfd closes with `shared`, once the thread has let go of it.
         self.stop();
-        // SAFETY: closing our own eventfd once.
-        unsafe { libc::close(self.shared.wake) };
     }
 }
 
-fn epoll_add(ep: RawFd, fd: RawFd) {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: fd as u64,
+/// Watches `fd` for input in `set`, with its number as the event's data. A
+/// failure (out of memory, or `fd` closed meanwhile) leaves that descriptor
+/// to the timeouts.
+fn epoll_add(set: &OwnedFd, fd: BorrowedFd<'_>) {
+    let _ = epoll::add(
+        set,
+        fd,
+        epoll::EventData::new_u64(fd.as_raw_fd() as u64),
+        epoll::EventFlags::IN,
+    );
+}
+
+/// Sleeps until a descriptor of `set` is readable or `ms` pass, then drains
+/// the wake-up eventfd if it fired. Without an epoll set (the process was
+/// out of descriptors when the thread started) it naps instead.
+fn sleep_in(set: Option<&OwnedFd>, wake: Option<&OwnedFd>, events: &mut [epoll::Event], ms: u64) {
+    let Some(set) = set else {
+        std::thread::sleep(std::time::Duration::from_millis(ms.clamp(1, 100)));
+        return;
     };
-    // SAFETY: valid epoll fd and event struct.
-    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    let timeout = rustix::time::Timespec {
+        tv_sec: (ms / 1000) as i64,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
+    };
+    // EINTR and the like: the loop goes round and sleeps again.
+    let n = epoll::wait(set, &mut *events, Some(&timeout)).unwrap_or(0);
+    let Some(wake) = wake else { return };
+    if events[..n].iter().any(|e| e.data.u64() == wake.as_raw_fd() as u64) {
+        let _ = rustix::io::read(wake, &mut [0u8; 8]);
+    }
 }
 
 fn run(shared: Arc<Shared>) {
-    // SAFETY: epoll_create1 has no memory preconditions.
-    let busy_set = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    let timer_set = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    epoll_add(timer_set, shared.wake);
+    let set = || {
+        epoll::create(epoll::CreateFlags::CLOEXEC)
+            .inspect_err(|e| {
+                crate::warn!(
+                    crate::ffi::FI_LOG_DOMAIN,
+                    "progress thread: no epoll set ({}): polling every ms",
+                    e
+                )
+            })
+            .ok()
+    };
+    let busy_set = set();
+    let timer_set = set();
+    let wake = shared.wake.as_ref();
+    if let (Some(t), Some(w)) = (&timer_set, wake) {
+        epoll_add(t, w.as_fd());
+    }
     let mut seen_gen = u64::MAX;
     let mut fds: Vec<RawFd> = Vec::new();
-    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+    let empty = epoll::Event {
+        flags: epoll::EventFlags::empty(),
+        data: epoll::EventData::new_u64(0),
+    };
+    let mut events = [empty; 16];
     while !shared.stop.load(Ordering::Acquire) {
         let pass = shared.pass.lock().unwrap();
         let gen = shared.generation.load(Ordering::Acquire);
         let eps: Vec<Arc<dyn AutoProgress>> = shared.eps.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
-        if gen != seen_gen {
+        if let (true, Some(busy_set)) = (gen != seen_gen, &busy_set) {
             for fd in fds.drain(..) {
-                // SAFETY: removing fds we added; a closed fd is already gone from the set.
-                unsafe { libc::epoll_ctl(busy_set, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+                // SAFETY: a number we added (the wake-up eventfd, or an
+                // endpoint's socket), borrowed for this call only; epoll_ctl
+                // touches no memory through it. An endpoint's may be closed
+                // by now: then it already left the set and the call fails.
+                // If the number was reused, the call finds that file in our
+                // set only if we added it, and then the rebuild below adds
+                // it again.
+                let _ = epoll::delete(busy_set, unsafe { BorrowedFd::borrow_raw(fd) });
             }
-            fds.push(shared.wake);
+            if let Some(w) = wake {
+                fds.push(w.as_raw_fd());
+            }
             for ep in &eps {
                 ep.wait_fds(&mut fds);
             }
+            // An endpoint without a socket yet reports -1.
+            fds.retain(|&fd| fd >= 0);
             for &fd in &fds {
-                epoll_add(busy_set, fd);
+                // SAFETY: the wake-up eventfd, or a descriptor of an
+                // endpoint in `eps`, which we hold: open through this call.
+                epoll_add(busy_set, unsafe { BorrowedFd::borrow_raw(fd) });
             }
             seen_gen = gen;
         }
@@ -176,7 +245,7 @@ fn run(shared: Arc<Shared>) {
                 Some(d) => (d.saturating_sub(now).div_ceil(1_000_000)).clamp(1, busy_ms),
                 None => busy_ms,
             };
-            (timer_set, t as i32)
+            (&timer_set, t)
         } else {
             for ep in &eps {
                 ep.auto_progress();
@@ -188,26 +257,13 @@ fn run(shared: Arc<Shared>) {
             }
             let t = match deadline {
                 Some(d) if d <= now => 0,
-                Some(d) => ((d - now).div_ceil(1_000_000)).min(100) as i32,
+                Some(d) => ((d - now).div_ceil(1_000_000)).min(100),
                 None => 100,
             };
-            (busy_set, t)
+            (&busy_set, t)
         };
         drop(eps);
         drop(pass);
-        // SAFETY: events buffer is valid for its length.
-        let n = unsafe { libc::epoll_wait(set, events.as_mut_ptr(), events.len() as i32, timeout_ms) };
-        for e in events.iter().take(n.max(0) as usize) {
-            if e.u64 == shared.wake as u64 {
-                let mut v: u64 = 0;
-                // SAFETY: drains our eventfd into a valid u64.
-                unsafe { libc::read(shared.wake, &mut v as *mut u64 as *mut libc::c_void, 8) };
-            }
-        }
-    }
-    // SAFETY: closing the epoll fds this thread created.
-    unsafe {
-        libc::close(busy_set);
-        libc::close(timer_set);
+        sleep_in(set.as_ref(), wake, &mut events, timeout_ms);
     }
 }

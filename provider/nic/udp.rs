@@ -3,10 +3,24 @@
 //! a peer sees on our datagrams must be the one `fi_getname` reports, since
 //! that is what the peer's AV holds), plus up to a few sockets of that same
 //! address connected to one busy peer each (`UdpWire::connect`).
+//!
+//! Sockets, socket options, the epoll set and plain datagram sends go
+//! through `rustix` (owned descriptors, checked errors). What stays
+//! hand-written on `libc`, because rustix cannot do it: the UDP_SEGMENT
+//! (GSO) and UDP_GRO control messages and the UDP_GRO option (rustix's
+//! ancillary types carry only SCM_RIGHTS/CREDENTIALS/TXTIME and it has no
+//! UDP_GRO setter), so every `sendmsg`/`recvmsg` that carries or may
+//! receive one; `recvmmsg` (not in rustix); the gather of one GSO run from
+//! header slots and user buffers into one `sendmsg`; the receive placed
+//! into a guessed user buffer (`recv_split`); and SIOCGIFMTU (no rustix
+//! wrapper). Each such block says why it is sound.
 
+use rustix::event::epoll;
+use rustix::io::Errno;
+use rustix::net::sockopt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 /// linux/udp.h (not in libc for glibc targets).
 const UDP_SEGMENT: i32 = 103;
@@ -88,22 +102,27 @@ pub struct UdpWire {
     pub rcvbuf: usize,
 }
 
-fn setsockopt_int(fd: RawFd, level: i32, name: i32, val: i32) -> bool {
-    // SAFETY: passes a valid int of the size given.
+/// Turns UDP_GRO on (rustix has no setter for it); false if refused.
+fn set_udp_gro(fd: BorrowedFd<'_>) -> bool {
+    let on: i32 = 1;
+    // SAFETY: passes a valid int of the size given, on a descriptor the
+    // borrow keeps open.
     unsafe {
         libc::setsockopt(
-            fd,
-            level,
-            name,
-            &val as *const i32 as *const libc::c_void,
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            &on as *const i32 as *const libc::c_void,
             std::mem::size_of::<i32>() as u32,
         ) == 0
     }
 }
 
-/// MTU of the named interface (SIOCGIFMTU).
-fn iface_mtu(fd: RawFd, name: &str) -> Option<usize> {
-    // SAFETY: ifreq is plain data; the ioctl fills ifru_mtu for the named interface.
+/// MTU of the named interface (SIOCGIFMTU; rustix has no wrapper for it).
+fn iface_mtu(fd: BorrowedFd<'_>, name: &str) -> Option<usize> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: ifreq is plain data; the ioctl fills ifru_mtu for the named
+    // interface, on a descriptor the borrow keeps open.
     unsafe {
         let mut req: libc::ifreq = std::mem::zeroed();
         let bytes = name.as_bytes();
@@ -122,28 +141,30 @@ fn iface_mtu(fd: RawFd, name: &str) -> Option<usize> {
 
 /// Sets both socket buffers to `sockbuf` bytes. Root may exceed
 /// net.core.[rw]mem_max; others get what the sysctl allows.
-fn size_buffers(fd: RawFd, sockbuf: usize) {
-    let buf = sockbuf.min(i32::MAX as usize) as i32;
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        if !setsockopt_int(fd, libc::SOL_SOCKET, force, buf) {
-            setsockopt_int(fd, libc::SOL_SOCKET, plain, buf);
-        }
+fn size_buffers(fd: BorrowedFd<'_>, sockbuf: usize) {
+    let buf = sockbuf.min(i32::MAX as usize);
+    // What the kernel refuses (the *FORCE options need CAP_NET_ADMIN, the
+    // plain ones cap at the sysctl) leaves the size it allows.
+    if sockopt::set_socket_recv_buffer_size_force(fd, buf).is_err() {
+        let _ = sockopt::set_socket_recv_buffer_size(fd, buf);
+    }
+    if sockopt::set_socket_send_buffer_size_force(fd, buf).is_err() {
+        let _ = sockopt::set_socket_send_buffer_size(fd, buf);
     }
 }
 
-fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd) -> io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: fd as u64,
-    };
-    // SAFETY: `ep` is our epoll fd and `ev` a valid event for the call.
-    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+/// Puts socket `fd` into `set` for input, with its number as the event's data.
+fn epoll_add(set: &std::os::fd::OwnedFd, fd: BorrowedFd<'_>) -> io::Result<()> {
+    let data = epoll::EventData::new_u64(fd.as_raw_fd() as u64);
+    Ok(epoll::add(set, fd, data, epoll::EventFlags::IN)?)
+}
+
+/// A send's outcome: Ok(false) when the socket buffer is full.
+fn sent(r: rustix::io::Result<usize>) -> io::Result<bool> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(Errno::AGAIN) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -153,7 +174,7 @@ fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd) -> io::Result<()> {
 /// queued; else the datagram's length, its sender (None if the address
 /// is not one we read) and the GRO segment size (0: one datagram).
 fn recvmsg_slot0(
-    fd: RawFd,
+    fd: BorrowedFd<'_>,
     batch: &mut RecvBatch,
     iov: &mut [libc::iovec],
 ) -> io::Result<Option<(usize, Option<SocketAddr>, usize)>> {
@@ -167,8 +188,9 @@ fn recvmsg_slot0(
     msg.msg_controllen = CMSG_SPACE as _;
     // SAFETY: the iovecs describe writable buffers the caller holds
     // exclusive borrows of for the whole call; the name and control
-    // buffer point at batch.names[0] and batch.ctrl[0], borrowed here.
-    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    // buffer point at batch.names[0] and batch.ctrl[0], borrowed here;
+    // the borrow keeps `fd` open.
+    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::WouldBlock {
@@ -208,42 +230,25 @@ impl UdpWire {
     ) -> io::Result<UdpWire> {
         let sock = std::net::UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
-        let fd = sock.as_raw_fd();
+        let fd = sock.as_fd();
         size_buffers(fd, sockbuf);
         // Only after the bind, so the port was picked (or checked) as one
         // nobody else holds: another socket can join it only with
         // SO_REUSEPORT set before its own bind, and only under our uid,
         // which our connected sockets are. (An unrelated process of ours
         // that did so could take datagrams, but it could as well ptrace us.)
-        let max_connected = if max_connected > 0 && setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1) {
+        let max_connected = if max_connected > 0 && sockopt::set_socket_reuseport(fd, true).is_ok() {
             max_connected
         } else {
             0
         };
-        // SAFETY: epoll_create1 has no memory preconditions; a valid fd is
-        // owned by the OwnedFd from here on.
-        let epoll = unsafe {
-            let e = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-            if e < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(e)
-        };
-        let mut got: i32 = 0;
-        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-        // SAFETY: reads an int of the size given into `got`.
-        let ok = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                &mut got as *mut i32 as *mut libc::c_void,
-                &mut len,
-            )
-        } == 0;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         // The kernel reports twice what it grants for data (the rest is
         // its bookkeeping per datagram).
-        let rcvbuf = if ok && got > 0 { got as usize / 2 } else { sockbuf };
+        let rcvbuf = match sockopt::socket_recv_buffer_size(fd) {
+            Ok(got) if got > 0 => got / 2,
+            _ => sockbuf,
+        };
         let local = sock.local_addr()?;
         let hdr = if local.is_ipv4() { 28 } else { 48 };
         let limit = 65507 - if local.is_ipv4() { 0 } else { 20 };
@@ -289,14 +294,14 @@ impl UdpWire {
             return Ok(());
         }
         for i in 0..self.socks() {
-            epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, self.sock_at(i).as_raw_fd())?;
+            epoll_add(&self.epoll, self.sock_at(i).as_fd())?;
         }
         self.watched.set(true);
         Ok(())
     }
 
-    fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
     /// Socket `i`: a connected one, or (`i == connected.len()`) the main one.
@@ -311,9 +316,9 @@ impl UdpWire {
 
     /// The socket that sends to `to`, and whether it is connected (then the
     /// destination must not be named).
-    fn sock_for(&self, to: SocketAddr) -> (RawFd, bool) {
+    fn sock_for(&self, to: SocketAddr) -> (BorrowedFd<'_>, bool) {
         match self.connected.iter().find(|c| c.peer == to) {
-            Some(c) => (c.sock.as_raw_fd(), true),
+            Some(c) => (c.sock.as_fd(), true),
             None => (self.fd(), false),
         }
     }
@@ -340,36 +345,29 @@ impl UdpWire {
         {
             return Ok(());
         }
-        let domain = if self.local.is_ipv4() {
-            libc::AF_INET
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let family = if self.local.is_ipv4() {
+            AddressFamily::INET
         } else {
-            libc::AF_INET6
+            AddressFamily::INET6
         };
-        // SAFETY: socket() has no memory preconditions; the fd is owned by
-        // the UdpSocket from here on (closed on every error path by its drop).
-        let sock = unsafe {
-            let fd = libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            <std::net::UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd)
-        };
-        let fd = sock.as_raw_fd();
-        if !setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1) {
-            return Err(io::Error::last_os_error());
-        }
-        size_buffers(fd, self.sockbuf);
+        let fd = rustix::net::socket_with(
+            family,
+            SocketType::DGRAM,
+            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            None,
+        )?;
+        // SO_REUSEPORT before the bind, to share the main socket's port.
+        sockopt::set_socket_reuseport(&fd, true)?;
+        size_buffers(fd.as_fd(), self.sockbuf);
         if self.gro.get() {
-            setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
+            set_udp_gro(fd.as_fd());
         }
-        let (name, len) = sockaddr_of(self.local);
-        // SAFETY: `name` holds a sockaddr of `len` bytes.
-        if unsafe { libc::bind(fd, &name as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::net::bind(&fd, &self.local)?;
+        let sock = std::net::UdpSocket::from(fd);
         sock.connect(peer)?;
         if self.watched.get() {
-            epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd)?;
+            epoll_add(&self.epoll, sock.as_fd())?;
         }
         self.connected.push(Connected { peer, sock });
         self.hot.set(0);
@@ -411,6 +409,19 @@ impl UdpWire {
         self.sock.send_to(bytes, to).map(|_| ())
     }
 
+    /// One contiguous datagram (small messages, stashed ones): sendto, or
+    /// send on a connected socket, spares the kernel importing a msghdr and
+    /// an iovec, which shows on an 8-byte ping-pong. Ok(false) when the
+    /// socket buffer is full.
+    fn send_datagram(&self, bytes: &[u8], to: SocketAddr) -> io::Result<bool> {
+        use rustix::net::SendFlags;
+        match self.sock_for(to) {
+            // A connected socket sends without naming the destination.
+            (fd, true) => sent(rustix::net::send(fd, bytes, SendFlags::DONTWAIT)),
+            (fd, false) => sent(rustix::net::sendto(fd, bytes, SendFlags::DONTWAIT, &to)),
+        }
+    }
+
     /// Polls the sockets in turn (connected ones first) with `recv` until
     /// one gives a datagram; remembers which in `hot`. A connected socket's
     /// error (ECONNREFUSED when its peer's port is closed) is not the
@@ -423,11 +434,16 @@ impl UdpWire {
         let mut ready = [0usize; 8];
         let mut count = 0;
         if n > DIRECT_POLL_MAX {
-            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
-            // SAFETY: `evs` has room for the 8 events asked for.
-            let r = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 0) };
-            for ev in evs.iter().take(r.max(0) as usize) {
-                let fd = ev.u64 as RawFd;
+            let empty = epoll::Event {
+                flags: epoll::EventFlags::empty(),
+                data: epoll::EventData::new_u64(0),
+            };
+            let mut evs = [empty; 8];
+            let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+            // A failed wait (EINTR) finds nothing this round.
+            let r = epoll::wait(&self.epoll, &mut evs, Some(&zero)).unwrap_or(0);
+            for ev in &evs[..r] {
+                let fd = ev.data.u64() as RawFd;
                 if let Some(i) = (0..n).find(|&i| self.sock_at(i).as_raw_fd() == fd) {
                     ready[count] = i;
                     count += 1;
@@ -489,7 +505,7 @@ impl UdpWire {
     /// its completion.
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let i = self.hot.get().min(self.socks() - 1);
-        self.recv_batch_n(self.sock_at(i).as_raw_fd(), batch, batch.slots)
+        self.recv_batch_n(self.sock_at(i).as_fd(), batch, batch.slots)
     }
 
     fn recv_msg(&self, batch: &mut RecvBatch) -> io::Result<bool> {
@@ -497,7 +513,7 @@ impl UdpWire {
             iov_base: batch.bufs[0].as_mut_ptr() as *mut libc::c_void,
             iov_len: batch.bufs[0].len(),
         }];
-        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_raw_fd(), batch, &mut iov))? else {
+        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
             return Ok(false);
         };
         let Some(from) = from else { return Ok(false) };
@@ -507,7 +523,8 @@ impl UdpWire {
         Ok(true)
     }
 
-    fn recv_batch_n(&self, fd: RawFd, batch: &mut RecvBatch, n: usize) -> io::Result<usize> {
+    /// recvmmsg (not in rustix; the GRO size arrives as a control message).
+    fn recv_batch_n(&self, fd: BorrowedFd<'_>, batch: &mut RecvBatch, n: usize) -> io::Result<usize> {
         for i in 0..n {
             batch.iov[i] = libc::iovec {
                 iov_base: batch.bufs[i].as_mut_ptr() as *mut libc::c_void,
@@ -523,10 +540,11 @@ impl UdpWire {
             h.msg_flags = 0;
         }
         // SAFETY: every header points at storage owned by `batch` (names,
-        // iovecs, buffers) that outlives the call; vlen matches the arrays.
+        // iovecs, buffers) that outlives the call; vlen matches the arrays;
+        // the borrow keeps `fd` open.
         let r = unsafe {
             libc::recvmmsg(
-                fd,
+                fd.as_raw_fd(),
                 batch.hdrs.as_mut_ptr(),
                 n as u32,
                 libc::MSG_DONTWAIT,
@@ -575,7 +593,7 @@ impl UdpWire {
                 iov_len: batch.bufs[1].len(),
             },
         ];
-        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_raw_fd(), batch, &mut iov))? else {
+        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
             return Ok(None);
         };
         batch.split = (n, head_len, region.len());
@@ -593,11 +611,17 @@ impl UdpWire {
     /// the batch being built is empty afterwards.
     pub fn send_batch(&self, tx: &mut TxBatch) -> bool {
         while let Some(&(start, len, to, seg)) = tx.pending.front() {
-            let iov = [libc::iovec {
-                iov_base: tx.pending_buf[start..].as_ptr() as *mut libc::c_void,
-                iov_len: len,
-            }];
-            match self.sendmsg_gso(&iov, to, seg) {
+            let bytes = &tx.pending_buf[start..start + len];
+            let r = if seg == 0 {
+                self.send_datagram(bytes, to)
+            } else {
+                let iov = [libc::iovec {
+                    iov_base: bytes.as_ptr() as *mut libc::c_void,
+                    iov_len: len,
+                }];
+                self.sendmsg_gso(&iov, to, seg)
+            };
+            match r {
                 Ok(false) => {
                     tx.stash();
                     tx.reset();
@@ -612,7 +636,10 @@ impl UdpWire {
         let Some(to) = tx.to else {
             return true;
         };
-        let r = self.sendmsg_gso(&tx.iov, to, tx.gso_size());
+        let r = match tx.single() {
+            Some(bytes) => self.send_datagram(bytes, to),
+            None => self.sendmsg_gso(&tx.iov, to, tx.gso_size()),
+        };
         let sent = match r {
             Ok(sent) => sent,
             Err(e) => {
@@ -634,11 +661,7 @@ impl UdpWire {
     pub fn send_slot(&self, tx: &mut TxBatch, to: SocketAddr, len: usize) {
         debug_assert!(!tx.building() && !tx.stalled());
         let slot = &tx.arena[tx.used..tx.used + len];
-        let iov = [libc::iovec {
-            iov_base: slot.as_ptr() as *mut libc::c_void,
-            iov_len: len,
-        }];
-        match self.sendmsg_gso(&iov, to, 0) {
+        match self.send_datagram(slot, to) {
             Ok(true) => {}
             Ok(false) => {
                 let start = tx.pending_buf.len();
@@ -654,6 +677,11 @@ impl UdpWire {
     /// socket buffer is full. A kernel or device that refuses UDP_SEGMENT
     /// turns it off for this socket; that batch is lost to the reliability
     /// layer, which resends it.
+    ///
+    /// libc, not rustix: rustix's sendmsg cannot carry the UDP_SEGMENT
+    /// control message (not among its ancillary types), and takes
+    /// `IoSlice`s, while the gathered run is held as raw iovecs into user
+    /// buffers under `TxBatch::push`'s contract.
     fn sendmsg_gso(&self, iov: &[libc::iovec], to: SocketAddr, seg: usize) -> io::Result<bool> {
         let (fd, connected) = self.sock_for(to);
         // A connected socket sends without naming the destination.
@@ -662,33 +690,6 @@ impl UdpWire {
             Some((n, len)) => (n as *const libc::sockaddr_storage, *len),
             None => (std::ptr::null(), 0),
         };
-        if let ([one], 0) = (iov, seg) {
-            // One contiguous datagram (small messages): sendto spares the
-            // kernel importing a msghdr and an iovec, which shows on an
-            // 8-byte ping-pong.
-            // SAFETY: the iovec describes readable memory for the whole call
-            // (TxBatch's contract) and `name_ptr` is null (connected socket)
-            // or holds a sockaddr of `namelen` bytes.
-            let r = unsafe {
-                libc::sendto(
-                    fd,
-                    one.iov_base,
-                    one.iov_len,
-                    libc::MSG_DONTWAIT,
-                    name_ptr as *const libc::sockaddr,
-                    namelen,
-                )
-            };
-            if r >= 0 {
-                return Ok(true);
-            }
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
         let mut ctrl = [0u64; CMSG_SPACE / 8];
         // SAFETY: msghdr is plain data; zero is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -713,8 +714,8 @@ impl UdpWire {
         // SAFETY: msg points at the address (or none, connected), the
         // control buffer and the caller's iovecs, which describe readable
         // memory for the whole call (TxBatch's contract); the kernel only
-        // reads them.
-        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+        // reads them; the borrow keeps `fd` open.
+        let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
         if r >= 0 {
             return Ok(true);
         }
@@ -737,14 +738,10 @@ impl UdpWire {
     /// when a receive fills the whole batch, i.e. bulk data arrives as
     /// separate small datagrams.
     pub fn tune_gro(&self, batch: &RecvBatch, n: usize) {
-        if self.gro_capable
-            && !self.gro.get()
-            && n >= batch.slots
-            && setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1)
-        {
+        if self.gro_capable && !self.gro.get() && n >= batch.slots && set_udp_gro(self.fd()) {
             // All or none: recv_one picks recvfrom or recvmsg for all.
             for c in &self.connected {
-                setsockopt_int(c.sock.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
+                set_udp_gro(c.sock.as_fd());
             }
             self.gro.set(true);
         }
@@ -752,7 +749,7 @@ impl UdpWire {
 
     #[cfg(test)]
     fn force_gro(&self) {
-        assert!(setsockopt_int(self.fd(), libc::SOL_UDP, UDP_GRO, 1));
+        assert!(set_udp_gro(self.fd()));
         self.gro.set(true);
     }
 
@@ -922,6 +919,8 @@ pub struct TxBatch {
     arena: Vec<u8>,
     used: usize,
     iov: Vec<libc::iovec>,
+    /// Where the batch being built starts in `arena`.
+    start: usize,
     to: Option<SocketAddr>,
     seg: usize,
     count: usize,
@@ -947,6 +946,7 @@ impl Default for TxBatch {
             arena: vec![0; 2 * SLOT],
             used: 0,
             iov: Vec::with_capacity(2 * GSO_MAX_SEGS),
+            start: 0,
             to: None,
             seg: 0,
             count: 0,
@@ -1010,6 +1010,7 @@ impl TxBatch {
         let len = hdr_len + payload.len();
         if self.to.is_none() {
             self.to = Some(to);
+            self.start = self.used;
             self.seg = len;
         } else if len < self.seg {
             self.closed = true;
@@ -1042,6 +1043,12 @@ impl TxBatch {
         self.pending.push_back((start, self.total, to, self.gso_size()));
     }
 
+    /// The batch as one contiguous datagram, if it is one whose bytes are
+    /// all in the arena (a lone datagram with no separate payload).
+    fn single(&self) -> Option<&[u8]> {
+        (self.count == 1 && self.iov.len() == 1).then(|| &self.arena[self.start..self.used])
+    }
+
     /// The UDP_SEGMENT size the batch goes out with: 0 for a lone datagram.
     fn gso_size(&self) -> usize {
         if self.count > 1 {
@@ -1065,15 +1072,11 @@ mod tests {
     use super::*;
 
     fn wait_readable(w: &UdpWire) {
+        use rustix::event::{PollFd, PollFlags};
         w.watch().unwrap();
-        let mut pfd = libc::pollfd {
-            fd: w.wait_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, 5_000) };
-        assert_eq!(r, 1, "nothing arrived");
+        let t = rustix::time::Timespec { tv_sec: 5, tv_nsec: 0 };
+        let r = rustix::event::poll(&mut [PollFd::new(&w.epoll, PollFlags::IN)], Some(&t));
+        assert_eq!(r, Ok(1), "nothing arrived");
     }
 
     /// A run of equal-sized datagrams (the last shorter) leaves as one GSO

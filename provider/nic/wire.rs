@@ -25,8 +25,9 @@
 // do, parts of it have no user yet.
 #![allow(dead_code)]
 
+use crate::nic::iov::IovSource;
 use crate::nic::shm::mailbox::SharedBytes;
-use crate::proto::{MsgHdr, RecvSink, SendPayload};
+use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 
 /// An operation of the endpoint: the id of its `FabReq` (one id space for
@@ -59,6 +60,15 @@ pub(crate) struct SendFlags {
     /// More sends follow at once (`FI_MORE`): the wire may hold this one
     /// back to batch it with them.
     pub more: bool,
+}
+
+/// A send as a wire takes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendOp {
+    pub peer: SocketAddr,
+    pub op: OpId,
+    pub hdr: MsgHdr,
+    pub flags: SendFlags,
 }
 
 /// What `Wire::send` made of a send.
@@ -117,21 +127,25 @@ pub(crate) enum Credit {
 
 /// What the endpoint made of an arrived message.
 pub(crate) enum Take {
-    /// Eager: its bytes were copied out (into a posted receive, or a copy
-    /// the endpoint keeps). Rendezvous: never.
+    /// Eager: its bytes were copied into a posted receive. The wire gives
+    /// the message's credit back.
     Done,
+    /// The endpoint keeps the message for a receive posted later: its own
+    /// copy of an eager message, or (rendezvous) the `Held`, which stays
+    /// valid. The credit stays charged until the endpoint gives it back
+    /// (`Wire::give_back`) once the application takes the message.
+    Kept,
     /// Rendezvous: a posted receive takes it; its data goes into `sink`
     /// (at `ranges` of this process, when the sink is plain memory) and
-    /// the wire reports `RecvDone` or `RecvFailed` for `op`.
+    /// the wire reports `RecvDone` or `RecvFailed` for `op`. The wire gives
+    /// the credit back.
     Accept {
         op: OpId,
         sink: Box<dyn RecvSink>,
         ranges: Vec<Range>,
     },
-    /// Rendezvous: no receive yet; the `Held` stays valid.
-    Keep,
     /// Rendezvous: nobody will receive it (`FI_DISCARD`); the sender's
-    /// send completes.
+    /// send completes. The wire gives the credit back.
     Discard,
 }
 
@@ -178,21 +192,12 @@ pub(crate) trait Upcall {
 pub(crate) trait Wire {
     fn kind(&self) -> WireKind;
 
-    /// Sends a message to `peer` for operation `op`. `src` reads the
-    /// payload (and says where it is in this process, for a peer that
-    /// reads it across processes). Eager or rendezvous is the wire's
-    /// choice. An error is a negative libfabric error code, and nothing
-    /// was sent.
-    fn send(
-        &mut self,
-        peer: SocketAddr,
-        op: OpId,
-        hdr: MsgHdr,
-        src: SendPayload,
-        flags: SendFlags,
-        up: &mut dyn Upcall,
-        now: u64,
-    ) -> Result<Sent, i32>;
+    /// Sends a message to `s.peer` for operation `s.op`. `src` is the
+    /// application's buffers (valid until the send completes, an inject's
+    /// only during this call: then the wire copies). Eager or rendezvous
+    /// is the wire's choice. An error is a negative libfabric error code,
+    /// and nothing was sent.
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
 
     /// A kept rendezvous message is taken by receive `op` (see
     /// `Take::Accept`); the end comes through `up`, possibly at once.
@@ -240,4 +245,31 @@ pub(crate) trait Wire {
 
     /// What the wire carried and dropped, for the endpoint's closing log.
     fn stats_line(&self) -> String;
+}
+
+/// An endpoint's wires, as its receive and transmit paths reach them (the
+/// port: `nic::port::Port`). A send goes over the wire that reaches its
+/// peer; a kept message goes back to the wire it came over.
+pub(crate) trait Wires {
+    /// `Wire::send` over the wire that reaches `s.peer`, as a transaction
+    /// of its own (a `TxDesc`); `-FI_EAGAIN` when none is left.
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
+    /// `Wire::accept` on the wire `held` came over.
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        now: u64,
+    );
+    /// `Wire::discard` on the wire `held` came over.
+    fn discard(&mut self, held: Held, now: u64);
+    /// `Wire::cancel_recv` of a receive whose data comes over `wire`.
+    fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool;
+    /// A kept message's credit goes back to its wire.
+    fn give_back(&mut self, credit: Credit);
+    /// Transmit slots the wires hold that are no operation's.
+    fn backlog(&self) -> usize;
 }

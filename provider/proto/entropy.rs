@@ -44,7 +44,7 @@ fn fallback_u64() -> u64 {
 }
 
 /// The simulated network's and the fuzzers' source: reproducible from a seed.
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzz"))]
 impl Entropy for crate::rng::SplitMix {
     fn next_u64(&mut self) -> u64 {
         crate::rng::SplitMix::next_u64(self)

@@ -9,6 +9,10 @@
 //! `Entropy` the engine is built with: the OS's for the endpoint
 //! (`OsEntropy`, the one piece here that makes a system call), a seeded
 //! generator for the tests.
+//!
+//! No `unsafe` anywhere in this tree, and none may come in: the machines
+//! are pure state and arithmetic (the wires do the I/O).
+#![forbid(unsafe_code)]
 
 mod conn;
 pub mod credit;
@@ -18,8 +22,8 @@ mod rel;
 mod siphash;
 pub mod wire;
 
-#[cfg(test)]
-mod fuzz;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -413,3 +413,18 @@ impl TxOut for SimOut {
         !(self.refuse_built && self.datagrams.len() == self.cap)
     }
 }
+
+/// The proptest configuration of the simulator and model tests: `cases`
+/// cases from a fixed seed, so that `cargo test` is bounded and
+/// reproducible, and no regression files (a failure prints its shrunk
+/// input). `PROPTEST_CASES` and `PROPTEST_RNG_SEED` override both, for
+/// longer runs or other inputs (tests/README.md, "Fuzzing").
+pub fn prop_config(cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{contextualize_config, Config, RngSeed};
+    contextualize_config(Config {
+        cases,
+        rng_seed: RngSeed::Fixed(0x676e_6978),
+        failure_persistence: None,
+        ..Config::default()
+    })
+}

@@ -41,6 +41,14 @@
 //! `ack` is the next sequence number the sender of the datagram expects;
 //! bit i of `sack` says it holds `ack + 1 + i`. `key` is the sender's
 //! message id, `rid` the receiver's rendezvous id.
+//!
+//! In the manner of smoltcp: the byte ranges of every field are named in
+//! `field`, and each kind is a typed value with `parse` and `emit`:
+//! `Packet` is a whole datagram, `Frame` what a segment carries, and
+//! `FrameHead` a frame without its payload, which the sender emits
+//! before the payload goes behind it straight from its source (or is left
+//! there for gather I/O). `emit` is the only encoder: the engine, the
+//! tests and the fuzzers all build datagrams with it.
 
 pub const MAGIC: u16 = 0x4E47;
 /// 2: GET_LAST, no FIN after a complete pull, RTS with a tail.
@@ -67,6 +75,63 @@ pub mod kind {
     pub const PDATA: u8 = 0x18;
 }
 
+/// Byte ranges of the fields (the table above). Datagram fields count from
+/// the start of the datagram; frame body fields from the end of the
+/// segment header (`SEG_HDR_LEN`).
+pub mod field {
+    pub type Field = core::ops::Range<usize>;
+
+    pub const MAGIC: Field = 0..2;
+    pub const VERSION: usize = 2;
+    pub const KIND: usize = 3;
+
+    /// CONN_REQ and CONN_RESP.
+    pub const NONCE: Field = 4..12;
+    /// CONN_REQ's cookie, CONN_RESP's echo.
+    pub const COOKIE_OR_ECHO: Field = 12..20;
+    pub const ISN: Field = 20..24;
+    pub const WINDOW: Field = 24..28;
+
+    /// CHALLENGE.
+    pub const CHALLENGE_ECHO: Field = 4..12;
+    pub const CHALLENGE_COOKIE: Field = 12..20;
+
+    /// ACK, CREDIT and every segment: the receiver's connection id.
+    pub const CONN: Field = 4..12;
+    /// ACK and every segment.
+    pub const ACK: Field = 12..16;
+    pub const SACK: Field = 16..24;
+    /// Segments.
+    pub const SEQ: Field = 24..28;
+
+    /// CREDIT.
+    pub const GRANTED: Field = 12..16;
+    pub const RETURNED: Field = 16..20;
+    pub const CREDIT_BYTE: usize = 20;
+
+    /// MSG and RTS bodies.
+    pub const TAG: Field = 0..8;
+    pub const DATA: Field = 8..16;
+    pub const FLAGS: Field = 16..20;
+    /// MSG: reserved (zero); RTS: push.
+    pub const PUSH: Field = 20..24;
+    pub const TOTAL: Field = 24..32;
+    /// RTS.
+    pub const RTS_KEY: Field = 32..40;
+    /// MSG_CONT.
+    pub const CONT_OFFSET: Field = 0..8;
+    /// GET and GET_LAST.
+    pub const GET_KEY: Field = 0..8;
+    pub const GET_RID: Field = 8..16;
+    pub const GET_OFFSET: Field = 16..24;
+    pub const GET_LEN: Field = 24..32;
+    /// RDATA (rid) and PDATA (key).
+    pub const DATA_ID: Field = 0..8;
+    pub const DATA_OFFSET: Field = 8..16;
+    /// FIN.
+    pub const FIN_KEY: Field = 0..8;
+}
+
 pub const CONN_LEN: usize = 28;
 pub const ACK_LEN: usize = 24;
 pub const CREDIT_LEN: usize = 21;
@@ -83,6 +148,9 @@ pub const FIN_BODY_LEN: usize = 8;
 /// payload byte.
 pub const MIN_DATAGRAM: usize = SEG_HDR_LEN + RTS_BODY_LEN + 1;
 
+/// Bytes of an RDATA (or PDATA) segment before its payload.
+pub const RDATA_HEAD_LEN: usize = SEG_HDR_LEN + RDATA_BODY_LEN;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
     Truncated,
@@ -93,7 +161,9 @@ pub enum DecodeError {
     BadField,
 }
 
+/// One datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "fuzz"), derive(arbitrary::Arbitrary))]
 pub enum Packet<'a> {
     ConnReq {
         nonce: u64,
@@ -132,7 +202,9 @@ pub enum Packet<'a> {
     },
 }
 
+/// What one segment carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(any(test, feature = "fuzz"), derive(arbitrary::Arbitrary))]
 pub enum Frame<'a> {
     Msg {
         tag: u64,
@@ -219,7 +291,454 @@ pub enum FrameHead {
     Nop,
 }
 
+#[inline]
+fn put_u32(b: &mut [u8], f: field::Field, v: u32) {
+    b[f].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+fn put_u64(b: &mut [u8], f: field::Field, v: u64) {
+    b[f].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+fn get_u32(b: &[u8], f: field::Field) -> u32 {
+    u32::from_le_bytes(b[f].try_into().unwrap())
+}
+#[inline]
+fn get_u64(b: &[u8], f: field::Field) -> u64 {
+    u64::from_le_bytes(b[f].try_into().unwrap())
+}
+
+fn put_preamble(b: &mut [u8], kind: u8) {
+    b[field::MAGIC].copy_from_slice(&MAGIC.to_le_bytes());
+    b[field::VERSION] = VERSION;
+    b[field::KIND] = kind;
+}
+
+impl<'a> Packet<'a> {
+    /// Parses a datagram, checking every field that can be wrong on its
+    /// face (lengths, offsets that overflow, zero ids).
+    pub fn parse(b: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
+        if b.len() < 4 {
+            return Err(DecodeError::Truncated);
+        }
+        if b[field::MAGIC] != MAGIC.to_le_bytes() {
+            return Err(DecodeError::BadMagic);
+        }
+        if b[field::VERSION] != VERSION {
+            return Err(DecodeError::BadVersion);
+        }
+        let k = b[field::KIND];
+        match k {
+            kind::CONN_REQ | kind::CONN_RESP => {
+                if b.len() != CONN_LEN {
+                    return Err(DecodeError::Truncated);
+                }
+                let nonce = get_u64(b, field::NONCE);
+                let echo = get_u64(b, field::COOKIE_OR_ECHO);
+                let isn = get_u32(b, field::ISN);
+                let window = get_u32(b, field::WINDOW);
+                if nonce == 0 || window == 0 {
+                    return Err(DecodeError::BadField);
+                }
+                if k == kind::CONN_REQ {
+                    Ok(Packet::ConnReq {
+                        nonce,
+                        cookie: echo,
+                        isn,
+                        window,
+                    })
+                } else {
+                    if echo == 0 {
+                        return Err(DecodeError::BadField);
+                    }
+                    Ok(Packet::ConnResp {
+                        nonce,
+                        echo,
+                        isn,
+                        window,
+                    })
+                }
+            }
+            kind::CHALLENGE => {
+                if b.len() != CHALLENGE_LEN {
+                    return Err(DecodeError::Truncated);
+                }
+                let (echo, cookie) = (get_u64(b, field::CHALLENGE_ECHO), get_u64(b, field::CHALLENGE_COOKIE));
+                if echo == 0 || cookie == 0 {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Packet::Challenge { echo, cookie })
+            }
+            kind::ACK => {
+                if b.len() != ACK_LEN {
+                    return Err(DecodeError::Truncated);
+                }
+                Ok(Packet::Ack {
+                    conn: get_u64(b, field::CONN),
+                    ack: get_u32(b, field::ACK),
+                    sack: get_u64(b, field::SACK),
+                })
+            }
+            kind::CREDIT => {
+                if b.len() != CREDIT_LEN {
+                    return Err(DecodeError::Truncated);
+                }
+                Ok(Packet::Credit {
+                    conn: get_u64(b, field::CONN),
+                    granted: get_u32(b, field::GRANTED),
+                    returned: get_u32(b, field::RETURNED),
+                    byte: b[field::CREDIT_BYTE],
+                })
+            }
+            kind::MSG..=kind::PDATA => {
+                if b.len() < SEG_HDR_LEN {
+                    return Err(DecodeError::Truncated);
+                }
+                let frame = Frame::parse(k, &b[SEG_HDR_LEN..])?;
+                Ok(Packet::Seg {
+                    conn: get_u64(b, field::CONN),
+                    ack: get_u32(b, field::ACK),
+                    sack: get_u64(b, field::SACK),
+                    seq: get_u32(b, field::SEQ),
+                    frame,
+                })
+            }
+            _ => Err(DecodeError::BadKind),
+        }
+    }
+
+    /// The kind byte this packet is sent with.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Packet::ConnReq { .. } => kind::CONN_REQ,
+            Packet::ConnResp { .. } => kind::CONN_RESP,
+            Packet::Challenge { .. } => kind::CHALLENGE,
+            Packet::Ack { .. } => kind::ACK,
+            Packet::Credit { .. } => kind::CREDIT,
+            Packet::Seg { frame, .. } => frame.split().0.kind(),
+        }
+    }
+
+    /// Bytes `emit` writes.
+    pub fn buffer_len(&self) -> usize {
+        match self {
+            Packet::ConnReq { .. } | Packet::ConnResp { .. } => CONN_LEN,
+            Packet::Challenge { .. } => CHALLENGE_LEN,
+            Packet::Ack { .. } => ACK_LEN,
+            Packet::Credit { .. } => CREDIT_LEN,
+            Packet::Seg { frame, .. } => {
+                let (head, payload) = frame.split();
+                SEG_HDR_LEN + head.body_len() + payload.len()
+            }
+        }
+    }
+
+    /// The datagram, in a buffer of its own.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.buffer_len()];
+        self.emit(&mut b);
+        b
+    }
+
+    /// Writes the datagram at the start of `b` (which must hold
+    /// `buffer_len()` bytes; reserved fields are written as zero) and
+    /// returns its length.
+    pub fn emit(&self, b: &mut [u8]) -> usize {
+        use field::*;
+        match *self {
+            Packet::ConnReq {
+                nonce,
+                cookie: echo,
+                isn,
+                window,
+            }
+            | Packet::ConnResp {
+                nonce,
+                echo,
+                isn,
+                window,
+            } => {
+                put_preamble(b, self.kind());
+                put_u64(b, NONCE, nonce);
+                put_u64(b, COOKIE_OR_ECHO, echo);
+                put_u32(b, ISN, isn);
+                put_u32(b, WINDOW, window);
+                CONN_LEN
+            }
+            Packet::Challenge { echo, cookie } => {
+                put_preamble(b, kind::CHALLENGE);
+                put_u64(b, CHALLENGE_ECHO, echo);
+                put_u64(b, CHALLENGE_COOKIE, cookie);
+                CHALLENGE_LEN
+            }
+            Packet::Ack { conn, ack, sack } => {
+                put_preamble(b, kind::ACK);
+                put_u64(b, CONN, conn);
+                put_u32(b, field::ACK, ack);
+                put_u64(b, SACK, sack);
+                ACK_LEN
+            }
+            Packet::Credit {
+                conn,
+                granted,
+                returned,
+                byte,
+            } => {
+                put_preamble(b, kind::CREDIT);
+                put_u64(b, CONN, conn);
+                put_u32(b, GRANTED, granted);
+                put_u32(b, RETURNED, returned);
+                b[CREDIT_BYTE] = byte;
+                CREDIT_LEN
+            }
+            Packet::Seg {
+                conn,
+                ack,
+                sack,
+                seq,
+                frame,
+            } => {
+                let (head, payload) = frame.split();
+                let at = head.emit_seg(b, conn, ack, sack, seq);
+                b[at..at + payload.len()].copy_from_slice(payload);
+                at + payload.len()
+            }
+        }
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// Parses a segment's frame from its kind and the bytes after the
+    /// segment header (also used for segments parked out of order).
+    pub fn parse(k: u8, b: &'a [u8]) -> Result<Frame<'a>, DecodeError> {
+        use field::*;
+        let need = |n: usize| {
+            if b.len() < n {
+                Err(DecodeError::Truncated)
+            } else {
+                Ok(())
+            }
+        };
+        let exact = |n: usize| {
+            if b.len() != n {
+                Err(DecodeError::Truncated)
+            } else {
+                Ok(())
+            }
+        };
+        match k {
+            kind::MSG => {
+                need(MSG_BODY_LEN)?;
+                let total = get_u64(b, TOTAL);
+                let payload = &b[MSG_BODY_LEN..];
+                // The first segment carries as much of the message as fits, and
+                // at least one byte always fits (MIN_DATAGRAM).
+                if (payload.len() as u64) > total || (payload.is_empty() && total > 0) {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Frame::Msg {
+                    tag: get_u64(b, TAG),
+                    data: get_u64(b, DATA),
+                    flags: get_u32(b, FLAGS),
+                    total,
+                    payload,
+                })
+            }
+            kind::MSG_CONT => {
+                need(MSG_CONT_BODY_LEN)?;
+                let offset = get_u64(b, CONT_OFFSET);
+                let payload = &b[MSG_CONT_BODY_LEN..];
+                if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Frame::MsgCont { offset, payload })
+            }
+            kind::RTS => {
+                need(RTS_BODY_LEN)?;
+                let total = get_u64(b, TOTAL);
+                let tail = &b[RTS_BODY_LEN..];
+                let push = get_u32(b, PUSH);
+                // At least one byte is left to pull: neither the tail nor the
+                // tail and the pushed bytes are ever the whole message.
+                if tail.len() as u64 + push as u64 >= total.max(1) {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Frame::Rts {
+                    tag: get_u64(b, TAG),
+                    data: get_u64(b, DATA),
+                    flags: get_u32(b, FLAGS),
+                    total,
+                    key: get_u64(b, RTS_KEY),
+                    push,
+                    tail,
+                })
+            }
+            kind::GET | kind::GET_LAST => {
+                exact(GET_BODY_LEN)?;
+                let (offset, len) = (get_u64(b, GET_OFFSET), get_u64(b, GET_LEN));
+                if len == 0 || offset.checked_add(len).is_none() {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(Frame::Get {
+                    key: get_u64(b, GET_KEY),
+                    rid: get_u64(b, GET_RID),
+                    offset,
+                    len,
+                    last: k == kind::GET_LAST,
+                })
+            }
+            kind::RDATA | kind::PDATA => {
+                need(RDATA_BODY_LEN)?;
+                let (id, offset) = (get_u64(b, DATA_ID), get_u64(b, DATA_OFFSET));
+                let payload = &b[RDATA_BODY_LEN..];
+                if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
+                    return Err(DecodeError::BadField);
+                }
+                Ok(if k == kind::RDATA {
+                    Frame::RData {
+                        rid: id,
+                        offset,
+                        payload,
+                    }
+                } else {
+                    Frame::PData {
+                        key: id,
+                        offset,
+                        payload,
+                    }
+                })
+            }
+            kind::FIN => {
+                exact(FIN_BODY_LEN)?;
+                Ok(Frame::Fin {
+                    key: get_u64(b, FIN_KEY),
+                })
+            }
+            kind::NOP => {
+                exact(0)?;
+                Ok(Frame::Nop)
+            }
+            _ => Err(DecodeError::BadKind),
+        }
+    }
+
+    /// The frame as its head and its payload (an RTS's tail; empty for
+    /// frames without one).
+    pub fn split(&self) -> (FrameHead, &'a [u8]) {
+        match *self {
+            Frame::Msg {
+                tag,
+                data,
+                flags,
+                total,
+                payload,
+            } => (
+                FrameHead::Msg {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                },
+                payload,
+            ),
+            Frame::MsgCont { offset, payload } => (FrameHead::MsgCont { offset }, payload),
+            Frame::Rts {
+                tag,
+                data,
+                flags,
+                total,
+                key,
+                push,
+                tail,
+            } => (
+                FrameHead::Rts {
+                    tag,
+                    data,
+                    flags,
+                    total,
+                    key,
+                    push,
+                },
+                tail,
+            ),
+            Frame::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            } => (
+                FrameHead::Get {
+                    key,
+                    rid,
+                    offset,
+                    len,
+                    last,
+                },
+                &[],
+            ),
+            Frame::RData { rid, offset, payload } => (FrameHead::RData { rid, offset }, payload),
+            Frame::PData { key, offset, payload } => (FrameHead::PData { key, offset }, payload),
+            Frame::Fin { key } => (FrameHead::Fin { key }, &[]),
+            Frame::Nop => (FrameHead::Nop, &[]),
+        }
+    }
+}
+
 impl FrameHead {
+    /// The frame with `payload` behind its head (ignored by frames that
+    /// carry none).
+    pub fn with_payload(self, payload: &[u8]) -> Frame<'_> {
+        match self {
+            FrameHead::Msg {
+                tag,
+                data,
+                flags,
+                total,
+            } => Frame::Msg {
+                tag,
+                data,
+                flags,
+                total,
+                payload,
+            },
+            FrameHead::MsgCont { offset } => Frame::MsgCont { offset, payload },
+            FrameHead::Rts {
+                tag,
+                data,
+                flags,
+                total,
+                key,
+                push,
+            } => Frame::Rts {
+                tag,
+                data,
+                flags,
+                total,
+                key,
+                push,
+                tail: payload,
+            },
+            FrameHead::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            } => Frame::Get {
+                key,
+                rid,
+                offset,
+                len,
+                last,
+            },
+            FrameHead::RData { rid, offset } => Frame::RData { rid, offset, payload },
+            FrameHead::PData { key, offset } => Frame::PData { key, offset, payload },
+            FrameHead::Fin { key } => Frame::Fin { key },
+            FrameHead::Nop => Frame::Nop,
+        }
+    }
+
     pub fn kind(&self) -> u8 {
         match self {
             FrameHead::Msg { .. } => kind::MSG,
@@ -251,9 +770,30 @@ impl FrameHead {
         }
     }
 
+    /// Writes a segment's header and this frame's body at the start of `b`
+    /// and returns where the payload starts: the caller puts the payload
+    /// there (or has the wire gather it) and sends `start + payload len`
+    /// bytes. The sender's hot path: `Packet::emit` for a segment whose
+    /// payload is not in one slice yet.
+    pub fn emit_seg(&self, b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32) -> usize {
+        // One bounds check for the fixed header instead of one per field: this
+        // runs for every segment of bulk data.
+        let h: &mut [u8; SEG_HDR_LEN] = (&mut b[..SEG_HDR_LEN]).try_into().expect("slice of SEG_HDR_LEN");
+        h[field::MAGIC].copy_from_slice(&MAGIC.to_le_bytes());
+        h[field::VERSION] = VERSION;
+        h[field::KIND] = self.kind();
+        h[field::CONN].copy_from_slice(&conn.to_le_bytes());
+        h[field::ACK].copy_from_slice(&ack.to_le_bytes());
+        h[field::SACK].copy_from_slice(&sack.to_le_bytes());
+        h[field::SEQ].copy_from_slice(&seq.to_le_bytes());
+        self.write_body(&mut b[SEG_HDR_LEN..]);
+        SEG_HDR_LEN + self.body_len()
+    }
+
     /// Writes the body fields at the start of `b` (which must hold
     /// `body_len()` bytes).
     fn write_body(&self, b: &mut [u8]) {
+        use field::*;
         match *self {
             FrameHead::Msg {
                 tag,
@@ -261,13 +801,13 @@ impl FrameHead {
                 flags,
                 total,
             } => {
-                put_u64(b, 0, tag);
-                put_u64(b, 8, data);
-                put_u32(b, 16, flags);
-                put_u32(b, 20, 0);
-                put_u64(b, 24, total);
+                put_u64(b, TAG, tag);
+                put_u64(b, DATA, data);
+                put_u32(b, FLAGS, flags);
+                put_u32(b, PUSH, 0);
+                put_u64(b, TOTAL, total);
             }
-            FrameHead::MsgCont { offset } => put_u64(b, 0, offset),
+            FrameHead::MsgCont { offset } => put_u64(b, CONT_OFFSET, offset),
             FrameHead::Rts {
                 tag,
                 data,
@@ -276,316 +816,30 @@ impl FrameHead {
                 key,
                 push,
             } => {
-                put_u64(b, 0, tag);
-                put_u64(b, 8, data);
-                put_u32(b, 16, flags);
-                put_u32(b, 20, push);
-                put_u64(b, 24, total);
-                put_u64(b, 32, key);
+                put_u64(b, TAG, tag);
+                put_u64(b, DATA, data);
+                put_u32(b, FLAGS, flags);
+                put_u32(b, PUSH, push);
+                put_u64(b, TOTAL, total);
+                put_u64(b, RTS_KEY, key);
             }
             FrameHead::Get {
                 key, rid, offset, len, ..
             } => {
-                put_u64(b, 0, key);
-                put_u64(b, 8, rid);
-                put_u64(b, 16, offset);
-                put_u64(b, 24, len);
+                put_u64(b, GET_KEY, key);
+                put_u64(b, GET_RID, rid);
+                put_u64(b, GET_OFFSET, offset);
+                put_u64(b, GET_LEN, len);
             }
             FrameHead::RData { rid: id, offset } | FrameHead::PData { key: id, offset } => {
-                put_u64(b, 0, id);
-                put_u64(b, 8, offset);
+                put_u64(b, DATA_ID, id);
+                put_u64(b, DATA_OFFSET, offset);
             }
-            FrameHead::Fin { key } => put_u64(b, 0, key),
+            FrameHead::Fin { key } => put_u64(b, FIN_KEY, key),
             FrameHead::Nop => {}
         }
     }
 }
-
-#[inline]
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-#[inline]
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-#[inline]
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-#[inline]
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-fn put_preamble(b: &mut [u8], kind: u8) {
-    b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
-    b[2] = VERSION;
-    b[3] = kind;
-}
-
-pub fn encode_conn_req(b: &mut [u8], nonce: u64, cookie: u64, isn: u32, window: u32) -> usize {
-    put_preamble(b, kind::CONN_REQ);
-    put_u64(b, 4, nonce);
-    put_u64(b, 12, cookie);
-    put_u32(b, 20, isn);
-    put_u32(b, 24, window);
-    CONN_LEN
-}
-
-pub fn encode_conn_resp(b: &mut [u8], nonce: u64, echo: u64, isn: u32, window: u32) -> usize {
-    put_preamble(b, kind::CONN_RESP);
-    put_u64(b, 4, nonce);
-    put_u64(b, 12, echo);
-    put_u32(b, 20, isn);
-    put_u32(b, 24, window);
-    CONN_LEN
-}
-
-pub fn encode_challenge(b: &mut [u8], echo: u64, cookie: u64) -> usize {
-    put_preamble(b, kind::CHALLENGE);
-    put_u64(b, 4, echo);
-    put_u64(b, 12, cookie);
-    CHALLENGE_LEN
-}
-
-pub fn encode_ack(b: &mut [u8], conn: u64, ack: u32, sack: u64) -> usize {
-    put_preamble(b, kind::ACK);
-    put_u64(b, 4, conn);
-    put_u32(b, 12, ack);
-    put_u64(b, 16, sack);
-    ACK_LEN
-}
-
-pub fn encode_credit(b: &mut [u8], conn: u64, granted: u32, returned: u32, byte: u8) -> usize {
-    put_preamble(b, kind::CREDIT);
-    put_u64(b, 4, conn);
-    put_u32(b, 12, granted);
-    put_u32(b, 16, returned);
-    b[20] = byte;
-    CREDIT_LEN
-}
-
-/// Writes segment header and frame body; returns where the payload starts.
-/// The caller copies the payload there and sends `start + payload len` bytes.
-pub fn encode_seg_head(b: &mut [u8], conn: u64, ack: u32, sack: u64, seq: u32, head: &FrameHead) -> usize {
-    // One bounds check for the fixed header instead of one per field: this
-    // runs for every segment of bulk data.
-    let h: &mut [u8; SEG_HDR_LEN] = (&mut b[..SEG_HDR_LEN]).try_into().expect("slice of SEG_HDR_LEN");
-    h[0..2].copy_from_slice(&MAGIC.to_le_bytes());
-    h[2] = VERSION;
-    h[3] = head.kind();
-    h[4..12].copy_from_slice(&conn.to_le_bytes());
-    h[12..16].copy_from_slice(&ack.to_le_bytes());
-    h[16..24].copy_from_slice(&sack.to_le_bytes());
-    h[24..28].copy_from_slice(&seq.to_le_bytes());
-    head.write_body(&mut b[SEG_HDR_LEN..]);
-    SEG_HDR_LEN + head.body_len()
-}
-
-pub fn decode(b: &[u8]) -> Result<Packet<'_>, DecodeError> {
-    if b.len() < 4 {
-        return Err(DecodeError::Truncated);
-    }
-    if b[0..2] != MAGIC.to_le_bytes() {
-        return Err(DecodeError::BadMagic);
-    }
-    if b[2] != VERSION {
-        return Err(DecodeError::BadVersion);
-    }
-    let k = b[3];
-    match k {
-        kind::CONN_REQ | kind::CONN_RESP => {
-            if b.len() != CONN_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            let nonce = get_u64(b, 4);
-            let echo = get_u64(b, 12);
-            let isn = get_u32(b, 20);
-            let window = get_u32(b, 24);
-            if nonce == 0 || window == 0 {
-                return Err(DecodeError::BadField);
-            }
-            if k == kind::CONN_REQ {
-                Ok(Packet::ConnReq {
-                    nonce,
-                    cookie: echo,
-                    isn,
-                    window,
-                })
-            } else {
-                if echo == 0 {
-                    return Err(DecodeError::BadField);
-                }
-                Ok(Packet::ConnResp {
-                    nonce,
-                    echo,
-                    isn,
-                    window,
-                })
-            }
-        }
-        kind::CHALLENGE => {
-            if b.len() != CHALLENGE_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            let (echo, cookie) = (get_u64(b, 4), get_u64(b, 12));
-            if echo == 0 || cookie == 0 {
-                return Err(DecodeError::BadField);
-            }
-            Ok(Packet::Challenge { echo, cookie })
-        }
-        kind::ACK => {
-            if b.len() != ACK_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            Ok(Packet::Ack {
-                conn: get_u64(b, 4),
-                ack: get_u32(b, 12),
-                sack: get_u64(b, 16),
-            })
-        }
-        kind::CREDIT => {
-            if b.len() != CREDIT_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            Ok(Packet::Credit {
-                conn: get_u64(b, 4),
-                granted: get_u32(b, 12),
-                returned: get_u32(b, 16),
-                byte: b[20],
-            })
-        }
-        kind::MSG..=kind::PDATA => {
-            if b.len() < SEG_HDR_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            let frame = decode_frame(k, &b[SEG_HDR_LEN..])?;
-            Ok(Packet::Seg {
-                conn: get_u64(b, 4),
-                ack: get_u32(b, 12),
-                sack: get_u64(b, 16),
-                seq: get_u32(b, 24),
-                frame,
-            })
-        }
-        _ => Err(DecodeError::BadKind),
-    }
-}
-
-/// Decodes a segment's frame from its kind and the bytes after the segment
-/// header (also used for segments parked out of order).
-pub fn decode_frame(k: u8, b: &[u8]) -> Result<Frame<'_>, DecodeError> {
-    let need = |n: usize| {
-        if b.len() < n {
-            Err(DecodeError::Truncated)
-        } else {
-            Ok(())
-        }
-    };
-    let exact = |n: usize| {
-        if b.len() != n {
-            Err(DecodeError::Truncated)
-        } else {
-            Ok(())
-        }
-    };
-    match k {
-        kind::MSG => {
-            need(MSG_BODY_LEN)?;
-            let total = get_u64(b, 24);
-            let payload = &b[MSG_BODY_LEN..];
-            // The first segment carries as much of the message as fits, and
-            // at least one byte always fits (MIN_DATAGRAM).
-            if (payload.len() as u64) > total || (payload.is_empty() && total > 0) {
-                return Err(DecodeError::BadField);
-            }
-            Ok(Frame::Msg {
-                tag: get_u64(b, 0),
-                data: get_u64(b, 8),
-                flags: get_u32(b, 16),
-                total,
-                payload,
-            })
-        }
-        kind::MSG_CONT => {
-            need(MSG_CONT_BODY_LEN)?;
-            let offset = get_u64(b, 0);
-            let payload = &b[MSG_CONT_BODY_LEN..];
-            if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
-                return Err(DecodeError::BadField);
-            }
-            Ok(Frame::MsgCont { offset, payload })
-        }
-        kind::RTS => {
-            need(RTS_BODY_LEN)?;
-            let total = get_u64(b, 24);
-            let tail = &b[RTS_BODY_LEN..];
-            let push = get_u32(b, 20);
-            // At least one byte is left to pull: neither the tail nor the
-            // tail and the pushed bytes are ever the whole message.
-            if tail.len() as u64 + push as u64 >= total.max(1) {
-                return Err(DecodeError::BadField);
-            }
-            Ok(Frame::Rts {
-                tag: get_u64(b, 0),
-                data: get_u64(b, 8),
-                flags: get_u32(b, 16),
-                total,
-                key: get_u64(b, 32),
-                push,
-                tail,
-            })
-        }
-        kind::GET | kind::GET_LAST => {
-            exact(GET_BODY_LEN)?;
-            let (offset, len) = (get_u64(b, 16), get_u64(b, 24));
-            if len == 0 || offset.checked_add(len).is_none() {
-                return Err(DecodeError::BadField);
-            }
-            Ok(Frame::Get {
-                key: get_u64(b, 0),
-                rid: get_u64(b, 8),
-                offset,
-                len,
-                last: k == kind::GET_LAST,
-            })
-        }
-        kind::RDATA | kind::PDATA => {
-            need(RDATA_BODY_LEN)?;
-            let (id, offset) = (get_u64(b, 0), get_u64(b, 8));
-            let payload = &b[RDATA_BODY_LEN..];
-            if payload.is_empty() || offset.checked_add(payload.len() as u64).is_none() {
-                return Err(DecodeError::BadField);
-            }
-            Ok(if k == kind::RDATA {
-                Frame::RData {
-                    rid: id,
-                    offset,
-                    payload,
-                }
-            } else {
-                Frame::PData {
-                    key: id,
-                    offset,
-                    payload,
-                }
-            })
-        }
-        kind::FIN => {
-            exact(FIN_BODY_LEN)?;
-            Ok(Frame::Fin { key: get_u64(b, 0) })
-        }
-        kind::NOP => {
-            exact(0)?;
-            Ok(Frame::Nop)
-        }
-        _ => Err(DecodeError::BadKind),
-    }
-}
-
-/// Bytes of an RDATA (or PDATA) segment before its payload.
-pub const RDATA_HEAD_LEN: usize = SEG_HDR_LEN + RDATA_BODY_LEN;
 
 /// The fields of an RDATA or PDATA segment header received apart from its
 /// payload.
@@ -601,101 +855,119 @@ pub struct RDataHead {
     pub offset: u64,
 }
 
-/// Decodes `b` as the header of an RDATA or PDATA segment, or None if it
-/// is neither.
-pub fn decode_rdata_head(b: &[u8]) -> Option<RDataHead> {
-    if b.len() != RDATA_HEAD_LEN
-        || b[0..2] != MAGIC.to_le_bytes()
-        || b[2] != VERSION
-        || !matches!(b[3], kind::RDATA | kind::PDATA)
-    {
-        return None;
+impl RDataHead {
+    /// Parses `b` as the header of an RDATA or PDATA segment, or None if
+    /// it is neither.
+    pub fn parse(b: &[u8]) -> Option<RDataHead> {
+        if b.len() != RDATA_HEAD_LEN
+            || b[field::MAGIC] != MAGIC.to_le_bytes()
+            || b[field::VERSION] != VERSION
+            || !matches!(b[field::KIND], kind::RDATA | kind::PDATA)
+        {
+            return None;
+        }
+        let body = &b[SEG_HDR_LEN..];
+        Some(RDataHead {
+            conn: get_u64(b, field::CONN),
+            ack: get_u32(b, field::ACK),
+            sack: get_u64(b, field::SACK),
+            seq: get_u32(b, field::SEQ),
+            pushed: b[field::KIND] == kind::PDATA,
+            id: get_u64(body, field::DATA_ID),
+            offset: get_u64(body, field::DATA_OFFSET),
+        })
     }
-    Some(RDataHead {
-        conn: get_u64(b, 4),
-        ack: get_u32(b, 12),
-        sack: get_u64(b, 16),
-        seq: get_u32(b, 24),
-        pushed: b[3] == kind::PDATA,
-        id: get_u64(b, SEG_HDR_LEN),
-        offset: get_u64(b, SEG_HDR_LEN + 8),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `p` emitted: exactly `buffer_len()` bytes.
+    fn emit(p: &Packet<'_>) -> Vec<u8> {
+        let mut b = vec![0u8; p.buffer_len() + 64];
+        let n = p.emit(&mut b);
+        assert_eq!(n, p.buffer_len(), "{p:?}");
+        b.truncate(n);
+        b
+    }
+
+    /// A segment of `head` and `payload`, emitted. (Kept apart from
+    /// `Packet::emit`'s own path: the header the sender writes before
+    /// the payload goes behind it, as the engine does.)
     fn seg(head: FrameHead, payload: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; 256];
-        let at = encode_seg_head(&mut b, 0xabcdef, 7, 0b101, u32::MAX, &head);
+        let at = head.emit_seg(&mut b, 0xabcdef, 7, 0b101, u32::MAX);
         b[at..at + payload.len()].copy_from_slice(payload);
         b.truncate(at + payload.len());
+        let frame = head.with_payload(payload);
+        if frame.split().1.len() == payload.len() {
+            // (Not a frame without payload given one: a malformed datagram.)
+            let p = Packet::Seg {
+                conn: 0xabcdef,
+                ack: 7,
+                sack: 0b101,
+                seq: u32::MAX,
+                frame,
+            };
+            assert_eq!(emit(&p), b, "Packet::emit and FrameHead::emit_seg agree");
+        }
         b
     }
 
     #[test]
     fn round_trips() {
-        let mut b = [0u8; 64];
-        let n = encode_conn_req(&mut b, 9, 0, 77, 4096);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::ConnReq {
+        let fixed = [
+            Packet::ConnReq {
                 nonce: 9,
                 cookie: 0,
                 isn: 77,
-                window: 4096
-            })
-        );
-        let n = encode_conn_req(&mut b, 9, u64::MAX, 77, 4096);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::ConnReq {
+                window: 4096,
+            },
+            Packet::ConnReq {
                 nonce: 9,
                 cookie: u64::MAX,
                 isn: 77,
-                window: 4096
-            })
-        );
-        let n = encode_challenge(&mut b, 9, 0xc00c1e);
-        assert_eq!(n, CHALLENGE_LEN);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::Challenge {
+                window: 4096,
+            },
+            Packet::Challenge {
                 echo: 9,
-                cookie: 0xc00c1e
-            })
-        );
-        let n = encode_conn_resp(&mut b, 9, 10, 77, 8);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::ConnResp {
+                cookie: 0xc00c1e,
+            },
+            Packet::ConnResp {
                 nonce: 9,
                 echo: 10,
                 isn: 77,
-                window: 8
-            })
-        );
-        let n = encode_ack(&mut b, 5, 6, 7);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::Ack {
+                window: 8,
+            },
+            Packet::Ack {
                 conn: 5,
                 ack: 6,
-                sack: 7
-            })
-        );
-
-        let n = encode_credit(&mut b, 5, 6, 7, 0x83);
-        assert_eq!(
-            decode(&b[..n]),
-            Ok(Packet::Credit {
+                sack: 7,
+            },
+            Packet::Credit {
                 conn: 5,
                 granted: 6,
                 returned: 7,
-                byte: 0x83
-            })
-        );
+                byte: 0x83,
+            },
+        ];
+        let lens = [CONN_LEN, CONN_LEN, CHALLENGE_LEN, CONN_LEN, ACK_LEN, CREDIT_LEN];
+        for (p, len) in fixed.iter().zip(lens) {
+            let b = emit(p);
+            assert_eq!(b.len(), len, "{p:?}");
+            assert_eq!(b[3], p.kind());
+            assert_eq!(Packet::parse(&b), Ok(*p));
+            // Every strict prefix of a fixed-length datagram is truncated.
+            for cut in 0..b.len() {
+                assert_eq!(
+                    Packet::parse(&b[..cut]),
+                    Err(DecodeError::Truncated),
+                    "kind {} cut at {cut}",
+                    b[3]
+                );
+            }
+        }
 
         let big = 5u64 << 32; // offsets beyond 4 GiB survive the codec
         let cases: Vec<(FrameHead, &[u8], Frame)> = vec![
@@ -819,9 +1091,10 @@ mod tests {
             (FrameHead::Nop, b"", Frame::Nop),
         ];
         for (head, payload, frame) in cases {
+            assert_eq!(frame.split(), (head, payload));
             let b = seg(head, payload);
             assert_eq!(
-                decode(&b),
+                Packet::parse(&b),
                 Ok(Packet::Seg {
                     conn: 0xabcdef,
                     ack: 7,
@@ -831,29 +1104,6 @@ mod tests {
                 })
             );
             assert_prefixes(&b, &head);
-        }
-        // The fixed-length datagrams: every strict prefix is truncated.
-        let mut fixed: Vec<Vec<u8>> = Vec::new();
-        for f in [
-            |b: &mut [u8]| encode_conn_req(b, 1, 2, 3, 4),
-            |b: &mut [u8]| encode_conn_resp(b, 1, 2, 3, 4),
-            |b: &mut [u8]| encode_challenge(b, 1, 2),
-            |b: &mut [u8]| encode_ack(b, 1, 2, 3),
-            |b: &mut [u8]| encode_credit(b, 1, 2, 3, 4),
-        ] {
-            let n = f(&mut b);
-            fixed.push(b[..n].to_vec());
-        }
-        for d in fixed {
-            assert!(decode(&d).is_ok());
-            for cut in 0..d.len() {
-                assert_eq!(
-                    decode(&d[..cut]),
-                    Err(DecodeError::Truncated),
-                    "kind {} cut at {cut}",
-                    d[3]
-                );
-            }
         }
     }
 
@@ -866,10 +1116,10 @@ mod tests {
     /// unless the frame needs a payload and none is left (MSG of a
     /// non-empty message, MSG_CONT, RDATA, PDATA), which is a bad field.
     fn assert_prefixes(b: &[u8], head: &FrameHead) {
-        let whole = decode(b).expect("the whole segment decodes");
+        let whole = Packet::parse(b).expect("the whole segment decodes");
         let body_end = SEG_HDR_LEN + head.body_len();
         for cut in 0..b.len() {
-            let got = decode(&b[..cut]);
+            let got = Packet::parse(&b[..cut]);
             if cut < body_end {
                 assert_eq!(got, Err(DecodeError::Truncated), "{head:?} cut at {cut}");
                 continue;
@@ -956,16 +1206,16 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         let mut b = seg(FrameHead::Fin { key: 1 }, b"");
-        assert_eq!(decode(&b[..3]), Err(DecodeError::Truncated));
-        assert_eq!(decode(&b[..b.len() - 1]), Err(DecodeError::Truncated));
+        assert_eq!(Packet::parse(&b[..3]), Err(DecodeError::Truncated));
+        assert_eq!(Packet::parse(&b[..b.len() - 1]), Err(DecodeError::Truncated));
         b[0] ^= 1;
-        assert_eq!(decode(&b), Err(DecodeError::BadMagic));
+        assert_eq!(Packet::parse(&b), Err(DecodeError::BadMagic));
         b[0] ^= 1;
         b[2] = VERSION + 1;
-        assert_eq!(decode(&b), Err(DecodeError::BadVersion));
+        assert_eq!(Packet::parse(&b), Err(DecodeError::BadVersion));
         b[2] = VERSION;
         b[3] = 0x7f;
-        assert_eq!(decode(&b), Err(DecodeError::BadKind));
+        assert_eq!(Packet::parse(&b), Err(DecodeError::BadKind));
         let m = seg(
             FrameHead::Msg {
                 tag: 0,
@@ -975,7 +1225,7 @@ mod tests {
             },
             b"abc",
         );
-        assert_eq!(decode(&m), Err(DecodeError::BadField));
+        assert_eq!(Packet::parse(&m), Err(DecodeError::BadField));
         // The first segment of a non-empty message carries at least a byte.
         let empty_first = |total| {
             seg(
@@ -988,8 +1238,8 @@ mod tests {
                 b"",
             )
         };
-        assert_eq!(decode(&empty_first(1)), Err(DecodeError::BadField));
-        assert!(decode(&empty_first(0)).is_ok());
+        assert_eq!(Packet::parse(&empty_first(1)), Err(DecodeError::BadField));
+        assert!(Packet::parse(&empty_first(0)).is_ok());
         let g = seg(
             FrameHead::Get {
                 key: 0,
@@ -1000,7 +1250,7 @@ mod tests {
             },
             b"",
         );
-        assert_eq!(decode(&g), Err(DecodeError::BadField));
+        assert_eq!(Packet::parse(&g), Err(DecodeError::BadField));
         let r = seg(
             FrameHead::RData {
                 rid: 0,
@@ -1008,9 +1258,9 @@ mod tests {
             },
             b"ab",
         );
-        assert_eq!(decode(&r), Err(DecodeError::BadField));
+        assert_eq!(Packet::parse(&r), Err(DecodeError::BadField));
         let p = seg(FrameHead::PData { key: 0, offset: 5 }, b"");
-        assert_eq!(decode(&p), Err(DecodeError::BadField));
+        assert_eq!(Packet::parse(&p), Err(DecodeError::BadField));
         // A tail (and pushed bytes) as long as the message would leave
         // nothing to pull.
         let rts = |total, push| {
@@ -1026,21 +1276,42 @@ mod tests {
                 b"abc",
             )
         };
-        assert_eq!(decode(&rts(3, 0)), Err(DecodeError::BadField));
-        assert!(decode(&rts(4, 0)).is_ok());
-        assert_eq!(decode(&rts(10, 7)), Err(DecodeError::BadField));
-        assert!(decode(&rts(10, 6)).is_ok());
-        let mut c = [0u8; CONN_LEN];
-        encode_conn_req(&mut c, 1, 0, 1, 1);
-        c[4..12].fill(0);
-        assert_eq!(decode(&c), Err(DecodeError::BadField));
-        encode_conn_resp(&mut c, 1, 1, 1, 1);
-        c[12..20].fill(0);
-        assert_eq!(decode(&c), Err(DecodeError::BadField));
-        let mut ch = [0u8; CHALLENGE_LEN];
+        assert_eq!(Packet::parse(&rts(3, 0)), Err(DecodeError::BadField));
+        assert!(Packet::parse(&rts(4, 0)).is_ok());
+        assert_eq!(Packet::parse(&rts(10, 7)), Err(DecodeError::BadField));
+        assert!(Packet::parse(&rts(10, 6)).is_ok());
+        // Zero ids: a CONN_REQ's or CONN_RESP's nonce, a CONN_RESP's echo,
+        // a CHALLENGE's echo or cookie; a zero receive window.
+        let conn = |req: bool, nonce, echo, window| {
+            let isn = 1;
+            if req {
+                emit(&Packet::ConnReq {
+                    nonce,
+                    cookie: echo,
+                    isn,
+                    window,
+                })
+            } else {
+                emit(&Packet::ConnResp {
+                    nonce,
+                    echo,
+                    isn,
+                    window,
+                })
+            }
+        };
+        for bad in [
+            conn(true, 0, 0, 1),
+            conn(false, 1, 0, 1),
+            conn(false, 0, 1, 1),
+            conn(true, 1, 0, 0),
+        ] {
+            assert_eq!(Packet::parse(&bad), Err(DecodeError::BadField));
+        }
+        assert!(Packet::parse(&conn(true, 1, 0, 1)).is_ok());
         for (echo, cookie) in [(0, 1), (1, 0)] {
-            encode_challenge(&mut ch, echo, cookie);
-            assert_eq!(decode(&ch), Err(DecodeError::BadField));
+            let ch = emit(&Packet::Challenge { echo, cookie });
+            assert_eq!(Packet::parse(&ch), Err(DecodeError::BadField));
         }
     }
 
@@ -1051,10 +1322,10 @@ mod tests {
             (FrameHead::PData { key: 3, offset: 70_000 }, true),
         ] {
             let b = seg(head, b"x");
-            let h = decode_rdata_head(&b[..RDATA_HEAD_LEN]).expect("an RDATA/PDATA head");
+            let h = RDataHead::parse(&b[..RDATA_HEAD_LEN]).expect("an RDATA/PDATA head");
             assert_eq!((h.pushed, h.id, h.offset, h.seq), (pushed, 3, 70_000, u32::MAX));
         }
         let fin = seg(FrameHead::Fin { key: 1 }, &[0u8; 8]);
-        assert_eq!(decode_rdata_head(&fin[..RDATA_HEAD_LEN]), None);
+        assert_eq!(RDataHead::parse(&fin[..RDATA_HEAD_LEN]), None);
     }
 }

@@ -10,9 +10,13 @@ use std::cell::{Cell, RefCell};
 
 /// A CONN_REQ datagram.
 fn conn_req(nonce: u64, cookie: u64, isn: u32, window: u32) -> Vec<u8> {
-    let mut b = vec![0u8; wire::CONN_LEN];
-    wire::encode_conn_req(&mut b, nonce, cookie, isn, window);
-    b
+    wire::Packet::ConnReq {
+        nonce,
+        cookie,
+        isn,
+        window,
+    }
+    .to_vec()
 }
 
 /// The `k`th made-up address: none of them is a node of the simulation,

@@ -9,9 +9,13 @@ use std::cell::RefCell;
 
 /// A CONN_REQ datagram.
 fn conn_req(nonce: u64, cookie: u64, isn: u32, window: u32) -> Vec<u8> {
-    let mut b = vec![0u8; wire::CONN_LEN];
-    wire::encode_conn_req(&mut b, nonce, cookie, isn, window);
-    b
+    wire::Packet::ConnReq {
+        nonce,
+        cookie,
+        isn,
+        window,
+    }
+    .to_vec()
 }
 
 /// The CONN_REQs node `from` sent to node `to` so far, in order.
@@ -33,7 +37,7 @@ fn live_conn_id(sim: &Sim, from: usize, to: usize) -> u64 {
         .expect("recording")
         .iter()
         .rev()
-        .find_map(|r| match wire::decode(&r.2) {
+        .find_map(|r| match wire::Packet::parse(&r.2) {
             Ok(wire::Packet::Seg { conn, .. } | wire::Packet::Ack { conn, .. }) if r.0 == from && r.1 == addr(to) => {
                 Some(conn)
             }
@@ -43,7 +47,7 @@ fn live_conn_id(sim: &Sim, from: usize, to: usize) -> u64 {
 }
 
 fn nonce_of(req: &[u8]) -> u64 {
-    match wire::decode(req) {
+    match wire::Packet::parse(req) {
         Ok(wire::Packet::ConnReq { nonce, .. }) => nonce,
         other => panic!("not a CONN_REQ: {other:?}"),
     }
@@ -339,7 +343,7 @@ fn first_req(e: &mut Engine, to: SocketAddr) -> (u64, u32) {
     loop {
         let (dst, n) = e.poll_transmit(0, &mut buf).expect("a CONN_REQ");
         if dst == to {
-            match wire::decode(&buf[..n]) {
+            match wire::Packet::parse(&buf[..n]) {
                 Ok(wire::Packet::ConnReq { nonce, isn, .. }) => return (nonce, isn),
                 other => panic!("{other:?}"),
             }

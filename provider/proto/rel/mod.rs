@@ -1,6 +1,15 @@
-//! Reliability building blocks: serial-number arithmetic and the RTO
-//! estimator. The per-VC windows live in `engine.rs` next to the message
-//! layer they feed.
+//! Reliability (DESIGN.md §3, usnic): per-VC sequence numbers, the send
+//! window with SACK, fast retransmit and an adaptive RTO (`send.rs`), the
+//! receive window with out-of-order parking and the ACK policy
+//! (`recv.rs`), and here the serial-number arithmetic and the RTT
+//! estimator they share. Nothing here knows what a segment carries: the
+//! engine's message layer puts frames in and gets them back.
+
+mod recv;
+mod send;
+
+pub use recv::{Ooo, RecvWindow, Slot};
+pub use send::{RtoTick, SendWindow};
 
 use super::EngineConfig;
 

@@ -1,0 +1,460 @@
+//! RDM endpoint class: the libfabric face of one port of the software NIC.
+//!
+//! An endpoint has a port on the software NIC (`nic::port::Port`) with two
+//! wires (`nic::wire::Wire`): shared memory to peers on this host and UDP
+//! to the others, chosen per peer on first use. Its operations are
+//! `FabReq`s (`nic::fabreq`), one table bounded by `tx_size` and
+//! `rx_size`; its receives are matched by two tag-matching engines (`Tme`,
+//! untagged and tagged). The receive and transmit paths see the endpoint
+//! itself only as a `Face` (capabilities, the AV, the completion queues
+//! and counters), so their unit tests run against a fake one and fake
+//! wires.
+//!
+//! The rooms:
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | the endpoint object and its state, opening, progress across the wires, closing |
+//! | `tx.rs` | the transmit path: validation, the FabReq, the wire, send completions |
+//! | `rx.rs` | the receive path: posting, matching, arrivals, peek/claim/discard, cancel, receive completions |
+//! | `ctl.rs` | `fi_ops`, `fi_ops_ep`, `fi_ops_cm`: close, bind, enable, control, options, names |
+//! | `shims.rs` | the data-path `extern "C"` shims and the msg and tagged ops tables |
+//! | `unsupported.rs` | RMA, atomic and collective tables answering `-FI_ENOSYS` |
+//!
+//! Every data call and every progress pass runs under the endpoint's one
+//! lock, so threads using different endpoints never contend (DESIGN.md
+//! §4); completions go to the bound CQs and counters, which have locks of
+//! their own (taken after this one, never before).
+
+mod ctl;
+mod rx;
+mod shims;
+#[cfg(test)]
+mod tests;
+mod tx;
+mod unsupported;
+
+use crate::av::Av;
+use crate::cntr::Cntr;
+use crate::cq::Cq;
+use crate::domain::Domain;
+use crate::ffi::*;
+use crate::fid::{fid_header, FidObj, ParentRef};
+use crate::nic::fabreq::FabReqs;
+use crate::nic::port::Port;
+use crate::nic::shm::{self, ShmConfig};
+use crate::nic::shm_port::ShmPort;
+use crate::nic::udp::UdpWire;
+use crate::nic::udp_wire::UdpPort;
+use crate::nic::AutoProgress;
+use crate::progress::{now_ns, Progress};
+use crate::proto::EngineConfig;
+use std::ffi::c_void;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use crate::cq::{CqEntry, CqError};
+use crate::getinfo::std_to_sockaddr;
+pub(crate) use rx::Rx;
+use rx::{Handler, Req, SendReq};
+
+#[derive(Clone, Default)]
+struct Bindings {
+    av: Option<Arc<Av>>,
+    tx_cq: Option<Arc<Cq>>,
+    rx_cq: Option<Arc<Cq>>,
+    tx_selective: bool,
+    rx_selective: bool,
+    send_cntr: Option<Arc<Cntr>>,
+    recv_cntr: Option<Arc<Cntr>>,
+    /// Bound for RMA events, which cannot happen yet: held, never counted.
+    rma_cntrs: Vec<Arc<Cntr>>,
+    /// Held so the EQ cannot close under the endpoint; RDM endpoints have
+    /// no asynchronous events to report in it yet.
+    eq: Option<Arc<crate::eq::Eq>>,
+}
+
+/// What the endpoint's lock guards: its wires, its operations, its
+/// matching.
+struct EpState {
+    port: Port,
+    reqs: FabReqs<Req>,
+    rx: Rx,
+}
+
+impl EpState {
+    /// The receive and transmit paths (`Handler`, also the wires'
+    /// upcall), apart from the port whose wires they drive.
+    fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
+        let EpState { port, reqs, rx } = self;
+        (port, Handler { face, rx, reqs })
+    }
+}
+
+/// The endpoint as its receive and transmit paths see it: capabilities,
+/// the AV, and where completions go. `Ep` is the real one.
+pub(super) trait Face {
+    fn caps(&self) -> u64;
+    /// The fi_addr the AV has for `peer`.
+    fn reverse(&self, peer: &SocketAddr) -> Option<u64>;
+    /// Changes whenever the AV does.
+    fn av_generation(&self) -> u64;
+    /// A send's completion (or error entry); fi_inject only counts.
+    fn tx_complete(&self, r: &SendReq, err: Option<i32>);
+    /// A receive's completion, or with `err` its error entry
+    /// (FI_EADDRNOTAVAIL carries `peer`'s address); its counter. A
+    /// successful one is written only if not selective or asked for
+    /// (`op_flags & FI_COMPLETION`).
+    fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>);
+    /// A peek's answer (or with `err`, FI_ENOMSG): an entry, no counter.
+    fn rx_peek(&self, entry: CqEntry, err: Option<i32>);
+}
+
+pub struct Ep {
+    pub domain: ParentRef<Domain>,
+    me: Weak<Ep>,
+    caps: u64,
+    tx_op_flags: AtomicU64,
+    rx_op_flags: AtomicU64,
+    inject_size: usize,
+    tx_size: usize,
+    rx_size: usize,
+    tx_iov_limit: usize,
+    rx_iov_limit: usize,
+    max_msg_size: usize,
+    pending_binds: Mutex<Bindings>,
+    binds: OnceLock<Bindings>,
+    enabled: AtomicBool,
+    fd: AtomicI32,
+    /// The wire's sockets are in its wait fd's epoll set (`UdpWire::watch`,
+    /// done by the first sleeper's `arm_wakeup`).
+    watched: AtomicBool,
+    last_app: AtomicU64,
+    state: Mutex<EpState>,
+}
+
+type Obj = FidObj<fid_ep, Ep>;
+
+pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
+    // SAFETY: the caller passes a pointer libfabric handed it as a fid
+    // (or NULL); Obj::get checks the class before casting.
+    unsafe { Obj::get(p, FI_CLASS_EP) }
+}
+
+fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
+    let link = crate::params::LinkFacts {
+        max_datagram: wire.max_datagram,
+        local_max_datagram: wire.local_max_datagram,
+        rcvbuf: wire.rcvbuf,
+        local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
+    };
+    crate::params::engine_config(crate::params::params(), *dom.tunables.lock().unwrap(), link)
+}
+
+/// A key for the wires' hash maps, which peers' addresses and ids fill:
+/// from the operating system's random source, so nobody can aim
+/// collisions.
+fn seed() -> u64 {
+    use crate::proto::Entropy;
+    crate::proto::OsEntropy.next_u64()
+}
+
+fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> Result<EpState, i32> {
+    let p = crate::params::params();
+    let sockets = UdpWire::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu, p.udp_connect).map_err(|e| {
+        crate::warn!(FI_LOG_EP_CTRL, "cannot bind a UDP socket to {}: {}", addr, e);
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            -FI_EADDRINUSE
+        } else {
+            -FI_EINVAL
+        }
+    })?;
+    let cfg = engine_config(dom, &sockets);
+    let threshold = cfg.rndv_threshold;
+    let udp = UdpPort::new(sockets, cfg, seed());
+    let shm = if p.shm {
+        let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager);
+        let cfg = ShmConfig {
+            // The receive budget (FI_GNIX_CREDIT_BYTES) split among the
+            // rings: bounds what local peers' unexpected messages hold
+            // here, whatever their number; enough for a few slots each.
+            loan: match p.credit_bytes {
+                0 => 0,
+                b => ((b / geo.nrings) as u64).max(8 * geo.slot_size as u64),
+            },
+            geo,
+            cma: p.cma,
+            local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
+        };
+        ShmPort::new(udp.local_addr(), cfg, seed())
+            .inspect_err(|e| {
+                crate::warn!(
+                    FI_LOG_EP_CTRL,
+                    "no shm mailbox for {} ({}): local peers use UDP",
+                    udp.local_addr(),
+                    e
+                )
+            })
+            .ok()
+            .map(|mut s| {
+                s.threshold = threshold;
+                s
+            })
+    } else {
+        None
+    };
+    Ok(EpState {
+        port: Port::new(udp, shm, tx_size),
+        reqs: FabReqs::new(tx_size, rx_size),
+        rx: Rx::new(),
+    })
+}
+
+pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_ep, i32> {
+    // SAFETY: `info` comes from the application's fi_endpoint call.
+    let o = unsafe { crate::getinfo::offer_from_info(info) }?;
+    if o.iface.name != dom.attr.iface.name {
+        crate::warn!(
+            FI_LOG_EP_CTRL,
+            "fi_endpoint: info is for domain {}, not {}",
+            o.iface.name,
+            dom.attr.iface.name
+        );
+        return Err(-FI_EINVAL);
+    }
+    let st = new_state(dom, o.src, o.tx_size, o.rx_size)?;
+    let fd = st.port.wait_fd();
+    let ep = Arc::new_cyclic(|me| Ep {
+        domain: ParentRef::new(dom),
+        me: me.clone(),
+        caps: o.caps,
+        tx_op_flags: AtomicU64::new(o.tx_op_flags),
+        rx_op_flags: AtomicU64::new(o.rx_op_flags),
+        inject_size: o.inject_size,
+        tx_size: o.tx_size,
+        rx_size: o.rx_size,
+        tx_iov_limit: o.tx_iov_limit,
+        rx_iov_limit: o.rx_iov_limit,
+        max_msg_size: o.max_msg_size,
+        pending_binds: Mutex::new(Bindings::default()),
+        binds: OnceLock::new(),
+        enabled: AtomicBool::new(false),
+        fd: AtomicI32::new(fd),
+        watched: AtomicBool::new(false),
+        last_app: AtomicU64::new(0),
+        state: Mutex::new(st),
+    });
+    let c = fid_ep {
+        fid: fid_header(FI_CLASS_EP, ctx, ctl::EP_FI_OPS.ptr()),
+        ops: ctl::EP_OPS.ptr(),
+        cm: ctl::CM_OPS.ptr(),
+        msg: shims::MSG_OPS.ptr(),
+        rma: unsupported::RMA_OPS.ptr(),
+        tagged: shims::TAGGED_OPS.ptr(),
+        atomic: unsupported::ATOMIC_OPS.ptr(),
+        collective: unsupported::COLLECTIVE_OPS.ptr(),
+    };
+    Ok(Obj::create(c, ep))
+}
+
+impl Ep {
+    fn binds(&self) -> &Bindings {
+        // Only reached after enable (data calls check it).
+        self.binds.get().expect("endpoint enabled")
+    }
+
+    fn touch(&self, now: u64) {
+        self.last_app.store(now, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, EpState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tx_flags(&self) -> u64 {
+        self.tx_op_flags.load(Ordering::Relaxed)
+    }
+
+    fn rx_flags(&self) -> u64 {
+        self.rx_op_flags.load(Ordering::Relaxed)
+    }
+
+    /// One pass over both wires; what arrives is matched, what ends is
+    /// completed.
+    fn progress_locked(&self, st: &mut EpState, now: u64) {
+        let (port, mut h) = st.split(self);
+        port.progress(now, &mut h);
+    }
+
+    /// Closing: send the ACKs still owed, then wait (bounded) until what we
+    /// sent is acknowledged, so a peer's last message is neither lost nor
+    /// left to time out because we went away first.
+    fn linger(&self) {
+        const LINGER_NS: u64 = 1_000_000_000;
+        let mut st = self.lock();
+        st.port.flush_acks(now_ns());
+        self.progress_locked(&mut st, now_ns());
+        let deadline = now_ns() + LINGER_NS;
+        // Without its sockets the wait fd could not cut a poll short.
+        let _ = st.port.watch();
+        while st.port.busy() && now_ns() < deadline {
+            let mut pfd = libc::pollfd {
+                fd: st.port.wait_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd; waits for the peer's ACK (or 1 ms).
+            unsafe { libc::poll(&mut pfd, 1, 1) };
+            self.progress_locked(&mut st, now_ns());
+        }
+        crate::info!(
+            FI_LOG_EP_CTRL,
+            "endpoint {} closing: {}",
+            st.port.local_addr(),
+            st.port.stats_line()
+        );
+    }
+}
+
+impl Progress for Ep {
+    fn progress(&self) {
+        let now = now_ns();
+        self.touch(now);
+        if let Ok(mut st) = self.state.try_lock() {
+            self.progress_locked(&mut st, now);
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        out.push(self.fd.load(Ordering::Relaxed));
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        // Contended: whoever holds the lock is progressing; look again soon
+        // rather than sleeping past a retransmission.
+        let Ok(st) = self.state.try_lock() else {
+            return Some(now_ns() + 50_000);
+        };
+        st.port.next_deadline(now_ns())
+    }
+    fn arm_wakeup(&self) -> bool {
+        // Contended: the holder is progressing, and next_deadline said
+        // to look again soon; but an epoll set not watching our sockets
+        // yet would not wake us at all.
+        let Ok(mut st) = self.state.try_lock() else {
+            return self.watched.load(Ordering::Acquire);
+        };
+        let armed = st.port.arm();
+        self.watched.store(true, Ordering::Release);
+        armed
+    }
+}
+
+impl AutoProgress for Ep {
+    fn last_app_activity(&self) -> u64 {
+        self.last_app.load(Ordering::Relaxed)
+    }
+    fn auto_progress(&self) {
+        if let Ok(mut st) = self.state.try_lock() {
+            self.progress_locked(&mut st, now_ns());
+        }
+    }
+}
+
+impl Face for Ep {
+    fn caps(&self) -> u64 {
+        self.caps
+    }
+
+    fn reverse(&self, peer: &SocketAddr) -> Option<u64> {
+        self.binds().av.as_ref().and_then(|av| av.reverse(peer))
+    }
+
+    fn av_generation(&self) -> u64 {
+        self.binds().av.as_ref().map_or(0, |av| av.generation())
+    }
+
+    fn tx_complete(&self, r: &SendReq, err: Option<i32>) {
+        let b = self.binds();
+        if r.silent {
+            if let Some(c) = &b.send_cntr {
+                if err.is_none() {
+                    c.inc();
+                } else {
+                    c.inc_err();
+                }
+            }
+            return;
+        }
+        let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
+        let entry = CqEntry {
+            op_context: r.ctx as *mut c_void,
+            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
+            ..CqEntry::default()
+        };
+        match err {
+            None => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc();
+                }
+                if want {
+                    if let Some(cq) = &b.tx_cq {
+                        cq.push(entry);
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.send_cntr {
+                    c.inc_err();
+                }
+                // Errors are always reported, selective or not (fi_cq(3)).
+                if let Some(cq) = &b.tx_cq {
+                    cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e));
+                }
+            }
+        }
+    }
+
+    fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>) {
+        let b = self.binds();
+        match err {
+            None => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc();
+                }
+                if !b.rx_selective || op_flags & FI_COMPLETION != 0 {
+                    if let Some(cq) = &b.rx_cq {
+                        cq.push(entry);
+                    }
+                }
+            }
+            Some(e) => {
+                if let Some(c) = &b.recv_cntr {
+                    c.inc_err();
+                }
+                let err_data = match peer {
+                    Some(p) if e == FI_EADDRNOTAVAIL => std_to_sockaddr(p),
+                    _ => Vec::new(),
+                };
+                if let Some(cq) = &b.rx_cq {
+                    cq.push_err(CqError {
+                        entry,
+                        err: e,
+                        prov_errno: e,
+                        olen,
+                        err_data,
+                    });
+                }
+            }
+        }
+    }
+
+    fn rx_peek(&self, entry: CqEntry, err: Option<i32>) {
+        if let Some(cq) = &self.binds().rx_cq {
+            match err {
+                None => cq.push(entry),
+                Some(e) => cq.push_err(CqError::new(entry, e)),
+            }
+        }
+    }
+}

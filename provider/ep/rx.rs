@@ -1,0 +1,701 @@
+//! The receive path: posting receives (`FabReq`s in the endpoint's table),
+//! matching them against what arrives (two `Tme`s, untagged and tagged),
+//! placing the data (eager bytes copied now, rendezvous data pulled by the
+//! wire), and the receive completions. Also the wires' upcalls
+//! (`Handler`): arrivals, and the ends of operations, sends included.
+
+use super::{Ep, Face};
+use crate::cq::CqEntry;
+use crate::ffi::*;
+use crate::nic::fabreq::{Dir, FabReqs};
+use crate::nic::iov::{iov_len, ranges, Iov, IovSink};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEvent, WireKind, Wires};
+use crate::progress::now_ns;
+use crate::proto::{MsgHdr, Payload, RecvSink};
+use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
+use std::ffi::c_void;
+use std::net::SocketAddr;
+
+/// An operation of the endpoint (its `FabReq`).
+pub(crate) enum Req {
+    Send(SendReq),
+    Recv(RecvReq),
+    /// An FI_MULTI_RECV buffer: messages are packed into it (each a
+    /// `Recv` of its own) until less than the endpoint's minimum is left.
+    Multi(MultiBuf),
+}
+
+/// A send in flight.
+pub(crate) struct SendReq {
+    pub(crate) ctx: usize,
+    pub(crate) flags: u64,
+    pub(crate) len: usize,
+    /// fi_inject and kin: it only counts (its counter), it writes no
+    /// completion entry.
+    pub(crate) silent: bool,
+}
+
+/// A posted receive, or one whose data is on its way (`done` set, and
+/// the wire it is coming over).
+pub(crate) struct RecvReq {
+    ctx: usize,
+    flags: u64,
+    /// The posted tag, which a cancelled receive reports back.
+    tag: u64,
+    iov: Iov,
+    /// The FI_MULTI_RECV buffer this receive is a slice of.
+    multi: Option<OpId>,
+    done: Option<(RecvDone, WireKind)>,
+}
+
+/// What a completing receive reports.
+#[derive(Clone, Copy)]
+struct RecvDone {
+    ctx: usize,
+    flags: u64,
+    buf: usize,
+    len: usize,
+    olen: usize,
+    hdr: MsgHdr,
+    src: u64,
+    peer: SocketAddr,
+    multi: Option<OpId>,
+}
+
+/// An FI_MULTI_RECV buffer; released (FI_MULTI_RECV on a completion) once
+/// consumed and no message into it is still on its way.
+pub(crate) struct MultiBuf {
+    ctx: usize,
+    base: usize,
+    len: usize,
+    used: usize,
+    pending: usize,
+    consumed: bool,
+    flags: u64,
+}
+
+impl MultiBuf {
+    /// The slice of this buffer the next message (`len` bytes, truncated to
+    /// what is left) lands in, as a receive of its own; and whether the
+    /// buffer is now consumed (less than `min` left).
+    fn carve(&mut self, id: OpId, len: usize, min: usize) -> (RecvReq, bool) {
+        let off = self.used;
+        let n = len.min(self.len - off);
+        self.used += n;
+        self.pending += 1;
+        if self.len - self.used < min {
+            self.consumed = true;
+        }
+        let slice = RecvReq {
+            ctx: self.ctx,
+            tag: 0,
+            iov: smallvec::smallvec![(self.base + off, n)],
+            flags: self.flags,
+            multi: Some(id),
+            done: None,
+        };
+        (slice, self.consumed)
+    }
+}
+
+/// A message that arrived before its receive.
+pub(crate) struct Unexpected {
+    peer: SocketAddr,
+    hdr: MsgHdr,
+    body: Kept,
+    /// Given back to the sender's wire once the application takes it.
+    credit: Credit,
+}
+
+/// Where a kept message's data is.
+enum Kept {
+    /// In our memory.
+    Eager(Payload),
+    /// Still at the sender; its wire holds the request.
+    Rndv(Held),
+}
+
+/// The receive state: matching, and how senders are named.
+pub(crate) struct Rx {
+    tme_msg: Tme<OpId, Unexpected>,
+    tme_tag: Tme<OpId, Unexpected>,
+    /// The last sender's fi_addr (peer, AV generation, fi_addr): a stream
+    /// from one peer then costs no AV lookup per message.
+    src_cache: Option<(SocketAddr, u64, u64)>,
+    /// AV generation unexpected messages of unknown senders were last
+    /// re-filed at (`Ep::resolve_sources`).
+    resolved_gen: u64,
+    pub(super) min_multi_recv: usize,
+}
+
+impl Rx {
+    pub(super) fn new() -> Rx {
+        Rx {
+            tme_msg: Tme::new(),
+            tme_tag: Tme::new(),
+            src_cache: None,
+            resolved_gen: 0,
+            min_multi_recv: 64,
+        }
+    }
+}
+
+/// The receive and transmit paths at work: the endpoint's face, its
+/// receive state and its operations, borrowed apart from the wires (which
+/// call it back as their `Upcall`).
+pub(super) struct Handler<'a> {
+    pub(super) face: &'a dyn Face,
+    pub(super) rx: &'a mut Rx,
+    pub(super) reqs: &'a mut FabReqs<Req>,
+}
+
+impl Upcall for Handler<'_> {
+    fn arrived(&mut self, a: Arrival<'_>) -> Take {
+        let Arrival {
+            peer,
+            hdr,
+            body,
+            credit,
+        } = a;
+        let tagged = hdr.flags & MsgHdr::TAGGED != 0;
+        let src = self.source_cached(&peer);
+        let tag = if tagged { hdr.tag } else { 0 };
+        let min = self.rx.min_multi_recv;
+        let tme = if tagged {
+            &mut self.rx.tme_tag
+        } else {
+            &mut self.rx.tme_msg
+        };
+        let Some(m) = tme.match_incoming(src, tag) else {
+            // Kept for a receive posted later; an eager message's bytes are
+            // copied (a slot goes back to its sender).
+            let body = match body {
+                Body::Bytes(b) => Kept::Eager(b.into()),
+                Body::Shared(s) => {
+                    let mut copy = Payload::from_elem(0, s.len());
+                    s.copy_to(0, &mut copy);
+                    Kept::Eager(copy)
+                }
+                Body::Rndv(h) => Kept::Rndv(h),
+            };
+            tme.push_unexpected(
+                src,
+                tag,
+                Unexpected {
+                    peer,
+                    hdr,
+                    body,
+                    credit,
+                },
+            );
+            return Take::Kept;
+        };
+        let posted = *m.get();
+        let op = match self.reqs.get_mut(posted) {
+            Some(Req::Multi(mb)) => {
+                let (slice, consumed) = mb.carve(posted, hdr.len as usize, min);
+                // Otherwise the buffer stays posted where it is (dropping
+                // the match keeps it).
+                if consumed {
+                    m.consume();
+                }
+                self.reqs.insert_part(Dir::Rx, Req::Recv(slice))
+            }
+            _ => m.consume(),
+        };
+        let done = self.recv_done(op, src, peer, hdr);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
+            unreachable!("a posted receive is a Recv")
+        };
+        let cap = iov_len(&r.iov);
+        match body {
+            Body::Bytes(b) => {
+                IovSink::new(r.iov.clone()).write_at(0, &b[..b.len().min(cap)]);
+                self.complete_recv(op, done, None);
+                Take::Done
+            }
+            Body::Shared(s) => {
+                IovSink::new(r.iov.clone()).write_shared(&s, s.len().min(cap));
+                self.complete_recv(op, done, None);
+                Take::Done
+            }
+            Body::Rndv(h) => {
+                if cap == 0 {
+                    self.complete_recv(op, done, None);
+                    return Take::Discard;
+                }
+                r.done = Some((done, h.wire));
+                Take::Accept {
+                    op,
+                    sink: Box::new(IovSink::new(r.iov.clone())),
+                    ranges: ranges(&r.iov),
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, e: WireEvent) {
+        match e {
+            WireEvent::SendDone { op } => self.send_finished(op, None),
+            WireEvent::SendFailed { op, err } => self.send_finished(op, Some(err)),
+            WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
+            WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
+            WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
+        }
+    }
+}
+
+/// One receive call after argument conversion.
+pub(super) struct RecvArgs {
+    pub(super) iov: Iov,
+    pub(super) src: u64,
+    pub(super) tag: u64,
+    pub(super) ignore: u64,
+    pub(super) ctx: usize,
+    pub(super) flags: u64,
+    pub(super) tagged: bool,
+}
+
+const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE;
+
+impl Ep {
+    pub(super) fn recv(&self, a: RecvArgs) -> isize {
+        self.touch(now_ns());
+        if let Err(e) = self.check_enabled() {
+            return e;
+        }
+        if a.flags & !RECV_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "recv: unsupported flags {:#x}", a.flags & !RECV_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        if let Some(cap) = self.missing_cap(a.tagged, false) {
+            crate::warn!(FI_LOG_EP_DATA, "recv: endpoint was opened without {}", cap);
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if a.iov.len() > self.rx_iov_limit {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "recv: {} iovs > iov_limit {}",
+                a.iov.len(),
+                self.rx_iov_limit
+            );
+            return -FI_EINVAL as isize;
+        }
+        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+            crate::warn!(FI_LOG_EP_DATA, "recv: NULL buffer with non-zero length");
+            return -FI_EINVAL as isize;
+        }
+        let multi = a.flags & FI_MULTI_RECV != 0;
+        if multi && (a.tagged || a.iov.len() != 1 || self.caps & FI_MULTI_RECV == 0) {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "FI_MULTI_RECV needs an untagged receive of one buffer on an FI_MULTI_RECV endpoint"
+            );
+            return -FI_EINVAL as isize;
+        }
+        if !a.tagged && a.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD) != 0 {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "recv: FI_PEEK/FI_CLAIM/FI_DISCARD apply to tagged receives only"
+            );
+            return -FI_EBADFLAGS as isize;
+        }
+        let directed = self.caps & FI_DIRECTED_RECV != 0;
+        let spec = MatchSpec {
+            tag: if a.tagged { a.tag } else { 0 },
+            ignore: if a.tagged { a.ignore } else { 0 },
+            src: src_filter(a.src, directed),
+        };
+        let op = if a.tagged { FI_TAGGED } else { FI_MSG };
+        let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        match h.post(port, spec, a, flags) {
+            Err(Full) => {
+                self.progress_locked(&mut st, now_ns());
+                -FI_EAGAIN as isize
+            }
+            Ok(r) => r,
+        }
+    }
+
+    /// fi_cancel: a posted receive, or one a local sender is still writing
+    /// into.
+    pub(super) fn cancel(&self, ctx: usize) -> isize {
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        h.cancel(port, ctx)
+    }
+
+    /// Posted receives (`fi_rx_size_left`).
+    pub(super) fn rx_left(&self) -> usize {
+        self.lock().reqs.left(Dir::Rx)
+    }
+}
+
+/// The receive budget (rx_size) is used up: the application tries again.
+pub(super) struct Full;
+
+impl Handler<'_> {
+    /// A validated receive: matched against what is kept, or posted.
+    pub(super) fn post(
+        &mut self,
+        wires: &mut dyn Wires,
+        spec: MatchSpec,
+        a: RecvArgs,
+        flags: u64,
+    ) -> Result<isize, Full> {
+        if spec.src.is_some() {
+            self.resolve_sources();
+        }
+        if a.flags & (FI_PEEK | FI_CLAIM) != 0 {
+            return Ok(self.peek_claim(wires, spec, a, flags));
+        }
+        let multi = a.flags & FI_MULTI_RECV != 0;
+        let req = if multi {
+            let (base, len) = a.iov[0];
+            Req::Multi(MultiBuf {
+                ctx: a.ctx,
+                base,
+                len,
+                used: 0,
+                pending: 0,
+                consumed: false,
+                flags,
+            })
+        } else {
+            Req::Recv(RecvReq {
+                ctx: a.ctx,
+                tag: a.tag,
+                iov: a.iov,
+                flags,
+                multi: None,
+                done: None,
+            })
+        };
+        // The receive budget (rx_size) is the one limit: a receive that
+        // does not fit waits for the application to try again.
+        let id = self.reqs.insert(Dir::Rx, req).map_err(|_| Full)?;
+        if multi {
+            // Unexpected messages first, in arrival order, then post the rest.
+            let min = self.rx.min_multi_recv;
+            while let Some(m) = self.rx.tme_msg.take_unexpected(&spec) {
+                let Some(Req::Multi(mb)) = self.reqs.get_mut(id) else {
+                    unreachable!("the multi-recv buffer just inserted")
+                };
+                let (slice, consumed) = mb.carve(id, m.msg.hdr.len as usize, min);
+                let slice = self.reqs.insert_part(Dir::Rx, Req::Recv(slice));
+                self.take_kept(wires, slice, m);
+                if consumed {
+                    return Ok(0);
+                }
+            }
+            self.rx.tme_msg.append_posted(spec, id);
+            return Ok(0);
+        }
+        let tme = if a.tagged {
+            &mut self.rx.tme_tag
+        } else {
+            &mut self.rx.tme_msg
+        };
+        if let PostOutcome::Matched { recv, msg } = tme.post(spec, id) {
+            self.take_kept(wires, recv, msg);
+        }
+        Ok(0)
+    }
+
+    /// What receive `op` reports once it completes, for a message of
+    /// `hdr.len` bytes from `peer` (`src` as the AV names it).
+    fn recv_done(&self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
+        let Some(Req::Recv(r)) = self.reqs.get(op) else {
+            unreachable!("recv_done of a receive")
+        };
+        let cap = iov_len(&r.iov);
+        let mlen = hdr.len as usize;
+        RecvDone {
+            ctx: r.ctx,
+            flags: r.flags,
+            buf: r.iov.first().map_or(0, |v| v.0),
+            len: mlen.min(cap),
+            olen: mlen.saturating_sub(cap),
+            hdr,
+            src: if self.face.caps() & FI_SOURCE == 0 {
+                FI_ADDR_NOTAVAIL
+            } else if src == FI_ADDR_NOTAVAIL {
+                // Unknown when it arrived; perhaps inserted since.
+                self.source_of(&peer)
+            } else {
+                src
+            },
+            peer,
+            multi: r.multi,
+        }
+    }
+
+    /// A kept message taken by receive `op`: eager bytes copied now,
+    /// rendezvous data pulled by its wire.
+    fn take_kept(&mut self, wires: &mut dyn Wires, op: OpId, msg: Arrived<Unexpected>) {
+        let Arrived { src, msg: u, .. } = msg;
+        wires.give_back(u.credit);
+        let done = self.recv_done(op, src, u.peer, u.hdr);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
+            unreachable!("a receive taking a kept message")
+        };
+        let cap = iov_len(&r.iov);
+        match u.body {
+            Kept::Eager(data) => {
+                IovSink::new(r.iov.clone()).write_at(0, &data[..data.len().min(cap)]);
+                self.complete_recv(op, done, None);
+            }
+            Kept::Rndv(held) => {
+                let now = now_ns();
+                if cap == 0 {
+                    wires.discard(held, now);
+                    self.complete_recv(op, done, None);
+                    return;
+                }
+                r.done = Some((done, held.wire));
+                let sink: Box<dyn RecvSink> = Box::new(IovSink::new(r.iov.clone()));
+                let rg = ranges(&r.iov);
+                wires.accept(held, op, sink, rg, self, now);
+            }
+        }
+    }
+
+    /// A kept message nobody will receive (FI_DISCARD): let its sender go.
+    fn discard_kept(&mut self, wires: &mut dyn Wires, u: Unexpected) {
+        wires.give_back(u.credit);
+        if let Kept::Rndv(held) = u.body {
+            wires.discard(held, now_ns());
+        }
+    }
+
+    /// FI_PEEK, FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, FI_CLAIM, FI_CLAIM|FI_DISCARD.
+    fn peek_claim(&mut self, wires: &mut dyn Wires, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
+        let src_of = |src: u64, caps: u64| if caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL };
+        let caps = self.face.caps();
+        if a.flags & FI_PEEK != 0 {
+            let found = if a.flags & FI_CLAIM != 0 {
+                self.rx
+                    .tme_tag
+                    .peek_claim(&spec, a.ctx as u64)
+                    .map(|m| (m.src, m.msg.hdr))
+            } else {
+                self.rx.tme_tag.peek(&spec).map(|m| (m.src, m.msg.hdr))
+            };
+            let Some((src, hdr)) = found else {
+                let entry = CqEntry {
+                    op_context: a.ctx as *mut c_void,
+                    flags,
+                    tag: a.tag,
+                    ..CqEntry::default()
+                };
+                self.face.rx_peek(entry, Some(FI_ENOMSG));
+                return 0;
+            };
+            if a.flags & FI_DISCARD != 0 {
+                if let Some(m) = self.rx.tme_tag.take_unexpected(&spec) {
+                    self.discard_kept(wires, m.msg);
+                }
+            }
+            self.complete_peek(a.ctx, flags, hdr, hdr.len as usize, src_of(src, caps));
+            return 0;
+        }
+        // FI_CLAIM: the message a previous FI_PEEK|FI_CLAIM set aside.
+        let Some(m) = self.rx.tme_tag.take_claimed(a.ctx as u64) else {
+            crate::warn!(FI_LOG_EP_DATA, "FI_CLAIM: no message was claimed with this context");
+            return -FI_EINVAL as isize;
+        };
+        if a.flags & FI_DISCARD != 0 {
+            let (src, hdr) = (m.src, m.msg.hdr);
+            self.discard_kept(wires, m.msg);
+            self.complete_peek(a.ctx, flags, hdr, 0, src_of(src, caps));
+            return 0;
+        }
+        // A claimed message is the application's already: its receive is
+        // a part of the peek that claimed it, not a new posted receive.
+        let op = self.reqs.insert_part(
+            Dir::Rx,
+            Req::Recv(RecvReq {
+                ctx: a.ctx,
+                tag: a.tag,
+                iov: a.iov,
+                flags,
+                multi: None,
+                done: None,
+            }),
+        );
+        self.take_kept(wires, op, m);
+        0
+    }
+
+    /// A peek's answer: the message's size, tag and data, nothing copied.
+    fn complete_peek(&self, ctx: usize, flags: u64, hdr: MsgHdr, len: usize, src: u64) {
+        let mut flags = flags & (FI_RECV | FI_TAGGED);
+        if hdr.flags & MsgHdr::HAS_DATA != 0 {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        self.face.rx_peek(
+            CqEntry {
+                op_context: ctx as *mut c_void,
+                flags,
+                len,
+                buf: std::ptr::null_mut(),
+                data: if hdr.flags & MsgHdr::HAS_DATA != 0 { hdr.data } else { 0 },
+                tag: hdr.tag,
+                src,
+            },
+            None,
+        );
+    }
+
+    /// fi_cancel: a posted receive (it completes with FI_ECANCELED), or
+    /// one whose data a wire is still placing (`cancel_matched`).
+    pub(super) fn cancel(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
+        let reqs = &*self.reqs;
+        let has_ctx = |op: &OpId| match reqs.get(*op) {
+            Some(Req::Recv(r)) => r.ctx == ctx,
+            Some(Req::Multi(m)) => m.ctx == ctx,
+            _ => false,
+        };
+        let found = self
+            .rx
+            .tme_msg
+            .cancel_where(|op| has_ctx(op))
+            .or_else(|| self.rx.tme_tag.cancel_where(|op| has_ctx(op)));
+        let Some(op) = found else {
+            return self.cancel_matched(wires, ctx);
+        };
+        let (flags, tag) = match self.reqs.remove(op) {
+            Some(Req::Recv(r)) => (r.flags, r.tag),
+            Some(Req::Multi(m)) => (m.flags, 0),
+            _ => (0, 0),
+        };
+        let entry = CqEntry {
+            op_context: ctx as *mut c_void,
+            flags: flags & (FI_RECV | FI_MSG | FI_TAGGED),
+            tag,
+            ..CqEntry::default()
+        };
+        self.face.rx_complete(flags, entry, Some(FI_ECANCELED), 0, None);
+        0
+    }
+
+    /// fi_cancel of a receive that was matched and whose data a wire is
+    /// still placing: the wire takes it back if it can (the shm wire
+    /// revokes a local sender's write, or waits for one already running,
+    /// so nothing lands in the buffer after this); otherwise -FI_ENOENT
+    /// and the receive completes as usual.
+    fn cancel_matched(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
+        let found = self
+            .reqs
+            .find(|r| matches!(r, Req::Recv(r) if r.ctx == ctx && r.done.is_some()));
+        let Some(op) = found else { return -FI_ENOENT as isize };
+        let Some(Req::Recv(RecvReq {
+            done: Some((done, wire)),
+            ..
+        })) = self.reqs.get(op)
+        else {
+            unreachable!("found above")
+        };
+        let (done, wire) = (*done, *wire);
+        if !wires.cancel_recv(wire, op) {
+            return -FI_ENOENT as isize;
+        }
+        self.complete_recv(op, done, Some(FI_ECANCELED));
+        0
+    }
+
+    /// A receive's data is in (or failed to come): its completion.
+    fn recv_finished(&mut self, op: OpId, written: Option<usize>, err: Option<i32>) {
+        let Some(Req::Recv(RecvReq {
+            done: Some((mut d, _)), ..
+        })) = self.reqs.get(op)
+        else {
+            return;
+        };
+        if let Some(w) = written {
+            d.len = w;
+        }
+        self.complete_recv(op, d, err);
+    }
+
+    /// Ends receive `op`: its FabReq goes, its completion entry (or error
+    /// entry) is written, its counter counts.
+    fn complete_recv(&mut self, op: OpId, d: RecvDone, err: Option<i32>) {
+        self.reqs.remove(op);
+        let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
+        if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        if let Some(m) = d.multi {
+            if let Some(Req::Multi(mb)) = self.reqs.get_mut(m) {
+                mb.pending -= 1;
+                if mb.consumed && mb.pending == 0 {
+                    flags |= FI_MULTI_RECV;
+                    self.reqs.remove(m);
+                }
+            }
+        }
+        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.face.caps() & FI_SOURCE_ERR != 0;
+        let err = err
+            .or(if d.olen > 0 { Some(FI_ETRUNC) } else { None })
+            .or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
+        let entry = CqEntry {
+            op_context: d.ctx as *mut c_void,
+            flags,
+            len: d.len,
+            buf: d.buf as *mut c_void,
+            data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
+                d.hdr.data
+            } else {
+                0
+            },
+            tag: if d.flags & FI_TAGGED != 0 { d.hdr.tag } else { 0 },
+            src: d.src,
+        };
+        self.face.rx_complete(d.flags, entry, err, d.olen, Some(&d.peer));
+    }
+
+    /// The fi_addr a peer was inserted as, when the application asked to
+    /// know (FI_SOURCE) or to filter on it (FI_DIRECTED_RECV).
+    fn source_of(&self, peer: &SocketAddr) -> u64 {
+        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+            return FI_ADDR_NOTAVAIL;
+        }
+        self.face.reverse(peer).unwrap_or(FI_ADDR_NOTAVAIL)
+    }
+
+    /// `source_of`, remembering the answer for the next message.
+    fn source_cached(&mut self, peer: &SocketAddr) -> u64 {
+        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+            return FI_ADDR_NOTAVAIL;
+        }
+        let gen = self.face.av_generation();
+        if let Some((p, g, a)) = self.rx.src_cache {
+            if p == *peer && g == gen {
+                return a;
+            }
+        }
+        let a = self.source_of(peer);
+        self.rx.src_cache = Some((*peer, gen, a));
+        a
+    }
+
+    /// Unexpected messages whose sender was not in the AV when they arrived
+    /// are filed under their fi_addr once it is (MPI's dynamic processes
+    /// insert a peer's address after its first message): a directed
+    /// receive must find them. Done when the AV changed since the last
+    /// time, before a directed receive or peek looks.
+    fn resolve_sources(&mut self) {
+        let gen = self.face.av_generation();
+        if gen == self.rx.resolved_gen {
+            return;
+        }
+        self.rx.resolved_gen = gen;
+        let face = self.face;
+        for tme in [&mut self.rx.tme_tag, &mut self.rx.tme_msg] {
+            tme.resolve_unknown_sources(|u| face.reverse(&u.peer));
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The data path's `extern "C"` shims (`fi_ops_msg`, `fi_ops_tagged`):
+//! each converts its arguments and calls the safe transmit (`tx.rs`) or
+//! receive (`rx.rs`) path. No protocol logic lives here.
+
+use super::from_fid;
+use super::rx::RecvArgs;
+use super::tx::SendArgs;
+use crate::ffi::*;
+use crate::fid::Table;
+use crate::nic::iov::Iov;
+use std::ffi::c_void;
+
+unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
+    if count == 0 {
+        return Some(Iov::new());
+    }
+    if iov.is_null() {
+        return None;
+    }
+    Some(
+        std::slice::from_raw_parts(iov, count)
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect(),
+    )
+}
+
+fn one(buf: *const c_void, len: usize) -> Iov {
+    if len == 0 {
+        Iov::new()
+    } else {
+        smallvec::smallvec![(buf as usize, len)]
+    }
+}
+
+macro_rules! ep_or_inval {
+    ($e:expr) => {
+        match from_fid($e as *const c_void) {
+            Some(ep) => ep,
+            None => return -FI_EINVAL as isize,
+        }
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn do_send(
+    e: *mut fid_ep,
+    iov: Option<Iov>,
+    dest: u64,
+    tag: u64,
+    data: Option<u64>,
+    ctx: *mut c_void,
+    flags: Option<u64>,
+    tagged: bool,
+) -> isize {
+    let ep = ep_or_inval!(e);
+    let Some(iov) = iov else {
+        crate::warn!(FI_LOG_EP_DATA, "send: NULL iov with a non-zero count");
+        return -FI_EINVAL as isize;
+    };
+    let flags = flags.unwrap_or_else(|| ep.tx_flags());
+    ep.send(SendArgs {
+        iov,
+        dest,
+        tag,
+        data,
+        ctx: ctx as usize,
+        flags,
+        tagged,
+        silent: false,
+    })
+}
+
+/// fi_inject, fi_injectdata, fi_tinject, fi_tinjectdata: the op flags do
+/// not apply (fi_msg(3)), and no completion is written.
+unsafe fn do_inject(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+) -> isize {
+    let ep = ep_or_inval!(e);
+    let data_flag = if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+    ep.send(SendArgs {
+        iov: one(buf, len),
+        dest,
+        tag: tag.unwrap_or(0),
+        data,
+        ctx: 0,
+        flags: FI_INJECT | data_flag,
+        tagged: tag.is_some(),
+        silent: true,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn do_recv(
+    e: *mut fid_ep,
+    iov: Option<Iov>,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+    flags: Option<u64>,
+    tagged: bool,
+) -> isize {
+    let ep = ep_or_inval!(e);
+    let Some(iov) = iov else {
+        crate::warn!(FI_LOG_EP_DATA, "recv: NULL iov with a non-zero count");
+        return -FI_EINVAL as isize;
+    };
+    let flags = flags.unwrap_or_else(|| ep.rx_flags());
+    ep.recv(RecvArgs {
+        iov,
+        src,
+        tag,
+        ignore,
+        ctx: ctx as usize,
+        flags,
+        tagged,
+    })
+}
+
+unsafe extern "C" fn msg_send(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false)
+}
+unsafe extern "C" fn msg_sendv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false)
+}
+unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+        return -FI_EINVAL as isize;
+    };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_send(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        0,
+        data,
+        m.context,
+        Some(flags),
+        false,
+    )
+}
+unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
+    do_inject(e, buf, len, dest, None, None)
+}
+unsafe extern "C" fn msg_senddata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
+}
+unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
+    do_inject(e, buf, len, dest, None, Some(data))
+}
+unsafe extern "C" fn msg_recv(
+    e: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _d: *mut c_void,
+    src: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false)
+}
+unsafe extern "C" fn msg_recvv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false)
+}
+unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+        return -FI_EINVAL as isize;
+    };
+    do_recv(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        0,
+        0,
+        m.context,
+        Some(flags),
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_send(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_sendv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true)
+}
+unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+        return -FI_EINVAL as isize;
+    };
+    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+    do_send(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        m.tag,
+        data,
+        m.context,
+        Some(flags),
+        true,
+    )
+}
+unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
+    do_inject(e, buf, len, dest, Some(tag), None)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_senddata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _d: *mut c_void,
+    data: u64,
+    dest: u64,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true)
+}
+unsafe extern "C" fn tag_injectdata(
+    e: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: u64,
+    tag: u64,
+) -> isize {
+    do_inject(e, buf, len, dest, Some(tag), Some(data))
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_recv(
+    e: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _d: *mut c_void,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tag_recvv(
+    e: *mut fid_ep,
+    iov: *const iovec,
+    _d: *mut *mut c_void,
+    count: usize,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true)
+}
+unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
+    let Some(m) = m.as_ref() else {
+        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+        return -FI_EINVAL as isize;
+    };
+    do_recv(
+        e,
+        iov_of(m.msg_iov, m.iov_count),
+        m.addr,
+        m.tag,
+        m.ignore,
+        m.context,
+        Some(flags),
+        true,
+    )
+}
+
+pub(super) static MSG_OPS: Table<fi_ops_msg> = Table(fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+});
+pub(super) static TAGGED_OPS: Table<fi_ops_tagged> = Table(fi_ops_tagged {
+    size: std::mem::size_of::<fi_ops_tagged>(),
+    recv: Some(tag_recv),
+    recvv: Some(tag_recvv),
+    recvmsg: Some(tag_recvmsg),
+    send: Some(tag_send),
+    sendv: Some(tag_sendv),
+    sendmsg: Some(tag_sendmsg),
+    inject: Some(tag_inject),
+    senddata: Some(tag_senddata),
+    injectdata: Some(tag_injectdata),
+});

@@ -1,0 +1,220 @@
+//! The transmit path: a send is checked against the endpoint's attributes
+//! and the libfabric rules, becomes a `FabReq` (or `-FI_EAGAIN` when the
+//! transmit budget is used up), goes to the wire that reaches its peer,
+//! and completes when the wire says so (or at once, when the data is
+//! already out of the sender's hands).
+
+use super::rx::{Handler, Req, SendReq};
+use super::{Bindings, Ep};
+use crate::ffi::*;
+use crate::nic::fabreq::Dir;
+use crate::nic::iov::{iov_len, Iov, IovSource};
+use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wires};
+use crate::progress::now_ns;
+use crate::proto::MsgHdr;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+/// One send call after argument conversion.
+pub(super) struct SendArgs {
+    pub(super) iov: Iov,
+    pub(super) dest: u64,
+    pub(super) tag: u64,
+    pub(super) data: Option<u64>,
+    pub(super) ctx: usize,
+    pub(super) flags: u64,
+    pub(super) tagged: bool,
+    /// fi_inject and kin: no completion entry, ever. (The FI_INJECT flag
+    /// of fi_sendmsg or of the op flags only lets the buffer go at once;
+    /// its completion is written as for any send.)
+    pub(super) silent: bool,
+}
+
+const SEND_FLAGS: u64 = FI_COMPLETION
+    | FI_INJECT
+    | FI_INJECT_COMPLETE
+    | FI_TRANSMIT_COMPLETE
+    | FI_DELIVERY_COMPLETE
+    | FI_REMOTE_CQ_DATA
+    | FI_MORE;
+
+impl Ep {
+    /// FI_SEND / FI_RECV: an endpoint that names neither does both.
+    pub(super) fn sends(&self) -> bool {
+        self.caps & FI_SEND != 0 || self.caps & (FI_SEND | FI_RECV) == 0
+    }
+    pub(super) fn receives(&self) -> bool {
+        self.caps & FI_RECV != 0 || self.caps & (FI_SEND | FI_RECV) == 0
+    }
+
+    /// The capability a send (or receive), tagged or not, needs that the
+    /// endpoint was opened without.
+    pub(super) fn missing_cap(&self, tagged: bool, send: bool) -> Option<&'static str> {
+        if send && !self.sends() {
+            Some("FI_SEND")
+        } else if !send && !self.receives() {
+            Some("FI_RECV")
+        } else if tagged && self.caps & FI_TAGGED == 0 {
+            Some("FI_TAGGED")
+        } else if !tagged && self.caps & FI_MSG == 0 {
+            Some("FI_MSG")
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn check_enabled(&self) -> Result<&Bindings, isize> {
+        match self.binds.get() {
+            Some(b) if self.enabled.load(Ordering::Acquire) => Ok(b),
+            _ => {
+                crate::warn!(FI_LOG_EP_DATA, "data transfer on an endpoint that is not enabled");
+                Err(-FI_EOPBADSTATE as isize)
+            }
+        }
+    }
+
+    pub(super) fn send(&self, a: SendArgs) -> isize {
+        let now = now_ns();
+        self.touch(now);
+        let b = match self.check_enabled() {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        if a.flags & !SEND_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        if let Some(cap) = self.missing_cap(a.tagged, true) {
+            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if a.iov.len() > self.tx_iov_limit {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "send: {} iovs > iov_limit {}",
+                a.iov.len(),
+                self.tx_iov_limit
+            );
+            return -FI_EINVAL as isize;
+        }
+        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+            crate::warn!(FI_LOG_EP_DATA, "send: NULL buffer with non-zero length");
+            return -FI_EINVAL as isize;
+        }
+        let len = iov_len(&a.iov);
+        if len > self.max_msg_size {
+            crate::warn!(FI_LOG_EP_DATA, "send: {} bytes > max_msg_size", len);
+            return -FI_EMSGSIZE as isize;
+        }
+        let inject = a.flags & FI_INJECT != 0;
+        if inject && len > self.inject_size {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "inject: {} bytes > inject_size {}",
+                len,
+                self.inject_size
+            );
+            return -FI_EMSGSIZE as isize;
+        }
+        let Some(peer) = b.av.as_ref().and_then(|av| av.lookup(a.dest)) else {
+            crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
+            return -FI_EINVAL as isize;
+        };
+        let req = SendReq {
+            ctx: a.ctx,
+            flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG } | (a.flags & FI_COMPLETION),
+            len,
+            silent: a.silent,
+        };
+        let mut hflags = if a.tagged { MsgHdr::TAGGED } else { 0 };
+        if a.data.is_some() {
+            hflags |= MsgHdr::HAS_DATA;
+        }
+        let hdr = MsgHdr {
+            tag: if a.tagged { a.tag } else { 0 },
+            data: a.data.unwrap_or(0),
+            len: len as u64,
+            flags: hflags,
+        };
+        // FI_DELIVERY_COMPLETE (MPICH and Open MPI's btl ofi set it in
+        // their tx op flags) keeps the protocol: an eager message completes
+        // once the receiver took it in.
+        let flags = SendFlags {
+            inject,
+            inject_complete: a.flags & FI_INJECT_COMPLETE != 0,
+            delivery: a.flags & FI_DELIVERY_COMPLETE != 0,
+            more: a.flags & FI_MORE != 0,
+        };
+        // The wire reads the payload where it is (an inject's only during
+        // this call).
+        let src = IovSource { iov: a.iov, len };
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {
+            Ok(r) => r,
+            Err(Busy) => {
+                // Progress once; the application tries again.
+                self.progress_locked(&mut st, now);
+                -FI_EAGAIN as isize
+            }
+        }
+    }
+
+    /// `fi_tx_size_left`.
+    pub(super) fn tx_left(&self) -> usize {
+        let mut st = self.lock();
+        let (port, h) = st.split(self);
+        self.tx_size.saturating_sub(h.tx_used(port))
+    }
+}
+
+/// The transmit budget (tx_size) is used up.
+pub(super) struct Busy;
+
+impl Handler<'_> {
+    /// Transmit slots in use: sends in flight, and what the wires hold
+    /// that is no operation's (inject-complete sends not yet
+    /// acknowledged, shm control frames waiting for ring space). A
+    /// receiver that stops reading cannot make us buffer without bound.
+    fn tx_used(&self, wires: &dyn Wires) -> usize {
+        self.reqs.len(Dir::Tx) + wires.backlog()
+    }
+
+    /// A validated send: a FabReq, then the wire that reaches `peer`. The
+    /// transmit budget (`tx_size`) is the one limit.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send(
+        &mut self,
+        wires: &mut dyn Wires,
+        tx_size: usize,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        flags: SendFlags,
+        req: SendReq,
+        src: IovSource,
+        now: u64,
+    ) -> Result<isize, Busy> {
+        if self.tx_used(wires) >= tx_size {
+            return Err(Busy);
+        }
+        let op = self.reqs.insert(Dir::Tx, Req::Send(req)).map_err(|_| Busy)?;
+        match wires.send(SendOp { peer, op, hdr, flags }, src, self, now) {
+            Ok(Sent::Pending) => Ok(0),
+            Ok(Sent::Done) => {
+                self.send_finished(op, None);
+                Ok(0)
+            }
+            Err(e) => {
+                self.reqs.remove(op);
+                Ok(e as isize)
+            }
+        }
+    }
+
+    /// Send `op` ended: its FabReq goes, its completion is written.
+    pub(super) fn send_finished(&mut self, op: OpId, err: Option<i32>) {
+        if let Some(Req::Send(r)) = self.reqs.remove(op) {
+            self.face.tx_complete(&r, err);
+        }
+    }
+}

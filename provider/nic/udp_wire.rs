@@ -1,0 +1,574 @@
+//! The udp wire as the endpoint drives it (`nic::wire::Wire`): the sans-IO
+//! `proto::Engine` (VCs, reliability, eager and rendezvous messages) and
+//! the executor that moves its datagrams through the endpoint's sockets
+//! (`nic::udp::UdpWire`): batches out, GRO runs and placed receives in.
+//!
+//! The engine names its messages by its own ids; this layer maps them to
+//! the endpoint's operations (`OpId`) and lends arrived messages to the
+//! endpoint (`Upcall::arrived`) as the engine surfaces them.
+
+use crate::ffi::*;
+use crate::nic::iov::IovSource;
+use crate::nic::shm;
+use crate::nic::udp::{RecvBatch, TxBatch, UdpWire};
+use crate::nic::wire::{
+    Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
+};
+use crate::proto::{
+    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, Payload, Placement, RecvSink, RndvId, SendMode,
+    SendPayload, SendSource, Transmit, TxOut,
+};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// Datagrams taken from the socket per syscall.
+const RX_BATCH: usize = 16;
+/// Eager payloads up to this size are copied into the datagram when sent
+/// at once (`Engine::send_now`); larger ones leave from the application's
+/// buffer through the flush's gather I/O.
+const DIRECT_COPY_MAX: usize = 4096;
+
+type IdMap<V> = HashMap<u64, V, crate::hash::KeyedState>;
+
+pub(crate) struct UdpPort {
+    pub(crate) sockets: UdpWire,
+    pub(crate) engine: Engine,
+    /// Datagrams on their way out, and those the socket had no room for.
+    txbuf: TxBatch,
+    rx: RecvBatch,
+    /// The engine's send ids and accepted rendezvous ids, by operation.
+    sends: IdMap<OpId>,
+    recvs: IdMap<OpId>,
+    /// The engine sent or received something: it may have timers and
+    /// queued datagrams (until then `progress` skips them).
+    hot: bool,
+    /// Monotonic ns of the last datagram in or out.
+    pub(crate) last_active: u64,
+}
+
+impl UdpPort {
+    pub(crate) fn new(sockets: UdpWire, cfg: EngineConfig, seed: u64) -> UdpPort {
+        let engine = Engine::new(cfg, sockets.local_addr(), Box::new(crate::proto::OsEntropy));
+        UdpPort {
+            sockets,
+            engine,
+            txbuf: TxBatch::default(),
+            rx: RecvBatch::new(RX_BATCH),
+            sends: IdMap::with_hasher(crate::hash::KeyedState(seed)),
+            recvs: IdMap::with_hasher(crate::hash::KeyedState(seed ^ 1)),
+            hot: false,
+            last_active: 0,
+        }
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.sockets.local_addr()
+    }
+
+    pub(crate) fn wait_fd(&self) -> RawFd {
+        self.sockets.wait_fd()
+    }
+
+    /// Timers due, events, and what the engine queued (a datagram the
+    /// socket refused, sends held back with FI_MORE, an accepted receive's
+    /// first GET).
+    pub(crate) fn progress_timers(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
+        if !self.hot {
+            return false;
+        }
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        let any = self.handle_events(now, up);
+        self.flush(now);
+        any
+    }
+
+    /// Receives what the sockets hold (a few batches at most) and answers.
+    /// First one datagram with a plain recvfrom: a polling application
+    /// finds the socket empty almost every time, and that is the cheapest
+    /// way to find out. Once something arrived, batches of recvmmsg, a few
+    /// at most so one call stays short under a flood.
+    pub(crate) fn progress_rx(&mut self, mut now: u64, up: &mut dyn Upcall) -> bool {
+        let mut first = true;
+        let mut placed = 0;
+        let mut any = false;
+        for _ in 0..8 {
+            // Rendezvous data is being pulled: receive the next datagram
+            // with its payload straight into the receive buffer it is
+            // probably for (see Engine::rdata_placement), one per call.
+            if placed < 16 && self.engine.pulling() {
+                match self.recv_placed(now, up) {
+                    Some(true) => {
+                        any = true;
+                        placed += 1;
+                        now = crate::progress::now_ns();
+                        let produced = self.handle_events(now, up);
+                        self.flush(now);
+                        if produced {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(false) => break,
+                    None => {}
+                }
+            }
+            let r = if first {
+                self.sockets.recv_one(&mut self.rx).map(usize::from)
+            } else {
+                self.sockets.recv_batch(&mut self.rx)
+            };
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => {
+                    crate::debug!(FI_LOG_EP_DATA, "recv: {}", e);
+                    0
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            any = true;
+            if !first {
+                now = crate::progress::now_ns();
+            }
+            self.sockets.tune_gro(&self.rx, n);
+            let mut produced = false;
+            for i in 0..n {
+                produced |= self.feed(i, now, up);
+            }
+            produced |= self.handle_events(now, up);
+            self.flush(now);
+            // A completion for the application: hand it over now rather
+            // than spend another syscall between it and the application.
+            if produced || (!first && n < RX_BATCH) {
+                break;
+            }
+            first = false;
+        }
+        any
+    }
+
+    /// Engine events to the endpoint: arrivals matched on the spot,
+    /// completions by operation. Whether there was any.
+    fn handle_events(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
+        let mut any = false;
+        while let Some(ev) = self.engine.poll_event() {
+            any = true;
+            match ev {
+                Event::Msg { peer, hdr, body } => self.arrived(peer, hdr, body, now, up),
+                Event::RecvDone { rid, written, .. } => {
+                    if let Some(op) = self.recvs.remove(&rid) {
+                        up.event(WireEvent::RecvDone { op, written });
+                    }
+                }
+                Event::RecvFailed { rid, err, .. } => {
+                    crate::warn!(FI_LOG_EP_DATA, "receive failed: {}", err);
+                    if let Some(op) = self.recvs.remove(&rid) {
+                        up.event(WireEvent::RecvFailed {
+                            op,
+                            err: engine_errno(err),
+                        });
+                    }
+                }
+                Event::SendDone { id } => {
+                    if let Some(op) = self.sends.remove(&id) {
+                        up.event(WireEvent::SendDone { op });
+                    }
+                }
+                Event::SendFailed { id, err } => {
+                    crate::warn!(FI_LOG_EP_DATA, "send failed: {}", err);
+                    if let Some(op) = self.sends.remove(&id) {
+                        up.event(WireEvent::SendFailed {
+                            op,
+                            err: engine_errno(err),
+                        });
+                    }
+                }
+                Event::PeerFailed { peer } => {
+                    crate::warn!(
+                        FI_LOG_EP_DATA,
+                        "peer {} is unreachable; its operations completed in error",
+                        peer
+                    );
+                    self.sockets.disconnect(peer);
+                    self.sockets.set_peer_count(self.engine.peer_count());
+                    up.event(WireEvent::PeerFailed { peer });
+                }
+                Event::PeerUp { peer } => {
+                    if let Err(e) = self.sockets.connect(peer) {
+                        // The main socket carries this peer instead.
+                        crate::info!(FI_LOG_EP_CTRL, "no connected socket for {}: {}", peer, e);
+                    }
+                    self.sockets.set_peer_count(self.engine.peer_count());
+                    up.event(WireEvent::PeerUp { peer });
+                }
+            }
+        }
+        any
+    }
+
+    /// A message the engine surfaced, lent to the endpoint. What the
+    /// engine charged its sender's credits goes with it: an RTS holds
+    /// only its tail (releasing its whole length would hand the peer back
+    /// credits still held by its unexpected eager messages).
+    fn arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: MsgBody, now: u64, up: &mut dyn Upcall) {
+        match body {
+            MsgBody::Eager(data) => {
+                let credit = Credit::Udp { peer, bytes: hdr.len };
+                // Eager bytes are copied out during the upcall.
+                let take = up.arrived(Arrival {
+                    peer,
+                    hdr,
+                    body: Body::Bytes(&data),
+                    credit,
+                });
+                if !matches!(take, Take::Kept) {
+                    self.give_back(credit);
+                }
+            }
+            MsgBody::Rndv(rid) => {
+                let credit = Credit::Udp {
+                    peer,
+                    bytes: self.engine.rts_charge(rid),
+                };
+                let held = Held {
+                    wire: WireKind::Udp,
+                    id: rid,
+                };
+                let take = up.arrived(Arrival {
+                    peer,
+                    hdr,
+                    body: Body::Rndv(held),
+                    credit,
+                });
+                match take {
+                    Take::Kept => {}
+                    Take::Done => {
+                        debug_assert!(false, "a rendezvous message is accepted, kept or discarded");
+                        self.give_back(credit);
+                    }
+                    Take::Accept { op, sink, .. } => {
+                        self.give_back(credit);
+                        self.accept_rid(rid, op, sink, now);
+                    }
+                    Take::Discard => {
+                        self.give_back(credit);
+                        self.engine.discard(rid, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept_rid(&mut self, rid: RndvId, op: OpId, sink: Box<dyn RecvSink>, now: u64) {
+        self.recvs.insert(rid, op);
+        self.engine.accept(rid, sink, now);
+    }
+
+    /// Sends what the engine has queued, as long as the socket takes it.
+    /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
+    /// path) leave as one GSO send; payloads go from the send buffers
+    /// straight into the socket.
+    pub(crate) fn flush(&mut self, now: u64) {
+        let UdpPort {
+            engine, sockets, txbuf, ..
+        } = self;
+        // The common case of a polling application: nothing to send.
+        if engine.transmit_idle() && !txbuf.stalled() {
+            return;
+        }
+        if txbuf.stalled() {
+            if !sockets.send_batch(txbuf) {
+                return;
+            }
+            txbuf.rewind();
+        }
+        let mut out = FlushOut {
+            wire: sockets,
+            txbuf,
+            refused: false,
+        };
+        engine.poll_transmit_burst(now, &mut out);
+        if out.refused {
+            return;
+        }
+        if txbuf.building() && sockets.send_batch(txbuf) {
+            txbuf.rewind();
+        }
+    }
+
+    /// One datagram received by guess (`Engine::rdata_placement`): None if
+    /// there is no guess to make, else whether a datagram arrived.
+    fn recv_placed(&mut self, now: u64, up: &mut dyn Upcall) -> Option<bool> {
+        let UdpPort {
+            engine, sockets, rx, ..
+        } = self;
+        let (p, region) = engine.rdata_placement()?;
+        let (n, from) = match sockets.recv_split(rx, Placement::HEAD_LEN, region) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Some(false),
+            Err(e) => {
+                crate::debug!(FI_LOG_EP_DATA, "recv: {}", e);
+                return Some(false);
+            }
+        };
+        let len = n.saturating_sub(Placement::HEAD_LEN);
+        if !rx.split_coalesced() && p.matches(rx.head(), len).is_some() {
+            engine.handle_datagram_placed(from, rx.head(), &p, len, now);
+        } else {
+            rx.gather(region);
+            engine.placement_missed();
+            self.feed(0, now, up);
+        }
+        Some(true)
+    }
+
+    /// Hands the engine what slot `i` of the receive batch holds (one
+    /// datagram, or a GRO run of equal-sized ones). Right after an RTS
+    /// with pushed data behind it, the engine's events are handled, so
+    /// the message is matched, and its receive accepted, before that data
+    /// is handled (`Engine::wants_match_now`). Whether events were handled.
+    fn feed(&mut self, i: usize, now: u64, up: &mut dyn Upcall) -> bool {
+        let mut at = 0;
+        let mut handled = false;
+        loop {
+            let Some((bytes, from, seg)) = self.rx.get(i) else {
+                return handled;
+            };
+            if at == 0 && shm::is_doorbell(bytes) {
+                return handled;
+            }
+            self.hot = true;
+            self.last_active = now;
+            let mut match_now = false;
+            while at < bytes.len() && !match_now {
+                self.engine
+                    .handle_datagram(from, &bytes[at..(at + seg).min(bytes.len())], now);
+                at += seg;
+                match_now = self.engine.wants_match_now();
+            }
+            if !match_now {
+                return handled;
+            }
+            handled |= self.handle_events(now, up);
+        }
+    }
+
+    /// Closing: the ACKs still owed go out now.
+    pub(crate) fn flush_acks(&mut self, now: u64) {
+        self.engine.flush_acks();
+        self.flush(now);
+    }
+
+    /// Our own sends not yet acknowledged (closing waits for them).
+    pub(crate) fn has_unacked(&self) -> bool {
+        self.engine.has_unacked() || self.txbuf.stalled()
+    }
+
+    /// The sockets' epoll set, once something sleeps on it.
+    pub(crate) fn watch(&self) -> std::io::Result<()> {
+        self.sockets.watch()
+    }
+}
+
+impl Wire for UdpPort {
+    fn kind(&self) -> WireKind {
+        WireKind::Udp
+    }
+
+    fn send(&mut self, s: SendOp, src: IovSource, _up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
+        let SendOp { peer, op, hdr, flags } = s;
+        self.hot = true;
+        self.last_active = now;
+        let len = hdr.len as usize;
+        let eager = len <= self.engine.eager_max();
+        // Complete as soon as the engine has its own copy (inject, and
+        // inject-complete eager sends), unless delivery is asked for. The
+        // engine reads the payload at transmission time, and again for a
+        // retransmission; only a send whose buffer is the application's
+        // again before it is acknowledged needs a copy.
+        let quiet = !flags.delivery && (flags.inject || (eager && flags.inject_complete));
+        let src = if quiet {
+            // Inline in the message up to INLINE_PAYLOAD bytes.
+            let mut copy = Payload::from_elem(0, len);
+            src.read_at(0, &mut copy);
+            SendPayload::Copied(copy)
+        } else if flags.inject {
+            // The buffer goes back now, the completion comes on delivery.
+            let mut copy = vec![0u8; len];
+            src.read_at(0, &mut copy);
+            SendPayload::Source(Box::new(copy))
+        } else {
+            SendPayload::Source(Box::new(src))
+        };
+        // A send that is not batched (FI_MORE) may go to the socket at once
+        // (Engine::send_now: if nothing else waits), except bulk eager
+        // data, which the flush sends from the application's buffer.
+        let at_once = !flags.more && (!eager || len <= DIRECT_COPY_MAX) && !self.txbuf.stalled();
+        let r = if at_once {
+            let UdpPort {
+                engine, sockets, txbuf, ..
+            } = self;
+            engine
+                .send_now(peer, hdr, src, SendMode::Eager, now, txbuf.slot())
+                .map(|(id, n)| {
+                    if let Some(n) = n {
+                        sockets.send_slot(txbuf, peer, n);
+                    }
+                    id
+                })
+        } else {
+            self.engine.send(peer, hdr, src, SendMode::Eager, now)
+        };
+        let id: MsgId = match r {
+            Ok(id) => id,
+            Err(e) => {
+                crate::warn!(FI_LOG_EP_DATA, "send to {}: {}", peer, e);
+                return Err(-engine_errno(e));
+            }
+        };
+        if !flags.more {
+            self.flush(now);
+        }
+        if quiet {
+            // The engine counts it until acknowledged (quiet_in_flight).
+            return Ok(Sent::Done);
+        }
+        self.sends.insert(id, op);
+        Ok(Sent::Pending)
+    }
+
+    fn accept(
+        &mut self,
+        held: Held,
+        op: OpId,
+        sink: Box<dyn RecvSink>,
+        _ranges: Vec<Range>,
+        up: &mut dyn Upcall,
+        now: u64,
+    ) {
+        debug_assert_eq!(held.wire, WireKind::Udp);
+        self.accept_rid(held.id, op, sink, now);
+        self.handle_events(now, up);
+        self.flush(now);
+    }
+
+    fn discard(&mut self, held: Held, now: u64) {
+        self.engine.discard(held.id, now);
+    }
+
+    fn give_back(&mut self, credit: Credit) {
+        if let Credit::Udp { peer, bytes } = credit {
+            self.engine.release(peer, bytes);
+        }
+    }
+
+    fn cancel_recv(&mut self, _op: OpId) -> bool {
+        // The engine places pulled data itself and cannot take a pull
+        // back mid-way: the receive completes.
+        false
+    }
+
+    fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
+        let a = self.progress_timers(now, up);
+        self.progress_rx(now, up) || a
+    }
+
+    fn next_deadline(&self, now: u64) -> Option<u64> {
+        // A stalled datagram needs another try soon even without input.
+        if self.txbuf.stalled() {
+            return Some(now + 50_000);
+        }
+        self.engine.poll_timeout()
+    }
+
+    fn busy(&self) -> bool {
+        self.has_unacked()
+    }
+
+    fn backlog(&self) -> usize {
+        self.engine.quiet_in_flight()
+    }
+
+    fn arm(&mut self) -> bool {
+        if let Err(e) = self.sockets.watch() {
+            crate::warn!(FI_LOG_EP_CTRL, "cannot watch the endpoint's sockets: {}", e);
+            return false;
+        }
+        true
+    }
+
+    fn stats_line(&self) -> String {
+        format!(
+            "{:?} connected_sockets: {}",
+            self.engine.stats(),
+            self.sockets.connected_count()
+        )
+    }
+}
+
+pub(crate) fn engine_errno(e: EngineError) -> i32 {
+    match e {
+        EngineError::PeerUnreachable => FI_EHOSTUNREACH,
+        EngineError::PeerRestarted => FI_ECONNRESET,
+        EngineError::PeerForgotten => FI_ECANCELED,
+        EngineError::UnknownRndv => FI_EIO,
+        EngineError::InvalidAddress => FI_EINVAL,
+        EngineError::DatagramTooSmall => FI_EMSGSIZE,
+    }
+}
+
+/// `UdpPort::flush`'s side of `Engine::poll_transmit_burst`: datagrams
+/// join the batch (GSO runs to one peer), which goes to the socket when
+/// full.
+struct FlushOut<'a> {
+    wire: &'a UdpWire,
+    txbuf: &'a mut TxBatch,
+    /// The socket refused a batch (it was stashed): stop for this pass.
+    refused: bool,
+}
+
+impl TxOut for FlushOut<'_> {
+    fn slot(&mut self) -> Option<&mut [u8]> {
+        if self.txbuf.full() {
+            if !self.wire.send_batch(self.txbuf) {
+                self.refused = true;
+                return None;
+            }
+            self.txbuf.rewind();
+        }
+        Some(self.txbuf.slot())
+    }
+
+    fn commit(&mut self, t: Transmit<'_>) -> bool {
+        let (h, n, to) = (t.hdr_len, t.len, t.to);
+        let payload: &[u8] = match t.payload {
+            None => &[],
+            Some((src, off)) => match src.contiguous(off, n - h) {
+                Some(p) => p,
+                None => {
+                    src.read_at(off, &mut self.txbuf.slot()[h..n]);
+                    &[]
+                }
+            },
+        };
+        let hdr_len = if payload.is_empty() { n } else { h };
+        if !self.txbuf.fits(to, n, self.wire.gso()) && !self.wire.send_batch(self.txbuf) {
+            // The socket is full: keep this one too and stop.
+            // SAFETY: send_batch below sends or stashes (copies) it.
+            unsafe { self.txbuf.push(to, hdr_len, payload) };
+            self.wire.send_batch(self.txbuf);
+            self.refused = true;
+            return false;
+        }
+        // SAFETY: the payload lives in a send source the engine keeps,
+        // unmoved and unchanged, until that send completes, which only an
+        // incoming ACK or FIN can do; none is handled before this batch is
+        // sent or stashed by send_batch within the same flush.
+        unsafe { self.txbuf.push(to, hdr_len, payload) };
+        true
+    }
+}

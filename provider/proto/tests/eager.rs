@@ -1,0 +1,411 @@
+//! Eager messages over the simulated network: streams both ways under
+//! loss (exactly once, in order), sequence-number wrap, crossing
+//! handshakes, piggybacked ACKs, `send_now`, sending to ourselves, many
+//! peers served round robin, short flushes.
+
+use super::*;
+
+/// Lengths of an eager stream: mostly small, some multi-segment, zero
+/// included.
+fn eager_len() -> impl Strategy<Value = usize> {
+    prop_oneof![1 => Just(0usize), 6 => 0..200usize, 3 => 0..6000usize]
+}
+
+/// `count` lengths each way from `eager_len`'s distribution, drawn from `seed`.
+fn eager_sizes(seed: u64, count: usize) -> [Vec<usize>; 2] {
+    let mut rng = Rng::new(seed);
+    let mut sizes = [Vec::new(), Vec::new()];
+    for _ in 0..count {
+        for s in &mut sizes {
+            s.push(match rng.below(10) {
+                0 => 0,
+                1..=6 => rng.below(200) as usize,
+                _ => rng.below(6000) as usize,
+            });
+        }
+    }
+    sizes
+}
+
+/// Node 0 sends messages of `sizes[0]`'s lengths to node 1 and node 1 of
+/// `sizes[1]`'s to node 0, all at once, over a link losing `loss` %
+/// (and duplicating and reordering when lossy): each arrives exactly
+/// once, in order, intact, and each send completes.
+fn eager_stream(loss: f64, seed: u64, sizes: &[Vec<usize>; 2], isn: Option<u32>) {
+    let mut sim = Sim::new(2, test_config(), Link::lossy(loss), seed);
+    if loss == 0.0 {
+        sim.link = Link::clean();
+    }
+    sim.eng(0).force_isn(isn);
+    sim.eng(1).force_isn(isn);
+    let mut ids = [Vec::new(), Vec::new()];
+    for s in 0..2 {
+        for (k, &len) in sizes[s].iter().enumerate() {
+            let p = payload(seed + s as u64, k as u64, len);
+            let id = sim
+                .eng(s)
+                .send(addr(1 - s), hdr(k as u64), Box::new(p), SendMode::Eager, 0)
+                .unwrap();
+            ids[s].push(id);
+        }
+    }
+    let mut log = logs(2);
+    // Runs until the network is idle: nothing in flight, no timer armed.
+    sim.run(60_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    for r in 0..2 {
+        let s = 1 - r;
+        let l = &log[r];
+        assert!(
+            l.peer_failed.is_empty() && l.send_failed.is_empty(),
+            "failures at loss {loss}"
+        );
+        let count = sizes[s].len();
+        assert_eq!(
+            l.msgs.len(),
+            count,
+            "node {r} got {} of {count} (loss {loss} seed {seed})",
+            l.msgs.len()
+        );
+        for (k, (peer, h, v)) in l.msgs.iter().enumerate() {
+            assert_eq!(*peer, addr(s));
+            assert_eq!(h.tag, k as u64, "out of order");
+            assert_eq!(h.data, (k as u64).wrapping_mul(3));
+            assert_eq!(h.flags, MsgHdr::TAGGED);
+            assert_eq!(h.len as usize, sizes[s][k]);
+            assert!(
+                *v == payload(seed + s as u64, k as u64, sizes[s][k]),
+                "payload {k} corrupt"
+            );
+        }
+        let mut done = log[s].send_done.clone();
+        done.sort_unstable();
+        assert_eq!(done, ids[s]);
+    }
+    for n in &sim.nodes {
+        assert!(!n.engine.has_pending_work());
+    }
+}
+
+proptest! {
+    #![proptest_config(prop_config(64))]
+
+    /// A failure shrinks to the fewest, shortest messages, the lowest
+    /// loss and the smallest seed that still fail.
+    #[test]
+    fn eager_exactly_once_in_order_under_loss(
+        loss in prop_oneof![Just(0.0), Just(1.0), Just(10.0), Just(30.0)],
+        seed in any::<u64>(),
+        sizes in [vec(eager_len(), 0..250), vec(eager_len(), 0..250)],
+    ) {
+        eager_stream(loss, seed, &sizes, None);
+    }
+
+    #[test]
+    fn simultaneous_connect(seed in any::<u64>(), loss in prop_oneof![Just(0.0), 0.0..30.0]) {
+        simultaneous_connect_run(seed, loss);
+    }
+}
+
+#[test]
+fn sequence_numbers_wrap() {
+    // Both directions start 40 segments short of the 32-bit wrap.
+    eager_stream(0.0, 7, &eager_sizes(7, 200), Some(u32::MAX - 40));
+    eager_stream(10.0, 8, &eager_sizes(8, 200), Some(u32::MAX - 40));
+}
+
+#[test]
+fn ping_pong_piggybacks_acks() {
+    let mut sim = Sim::new(2, test_config(), Link::clean(), 5);
+    let rounds = 200;
+    let mut got = 0;
+    sim.eng(0)
+        .send(addr(1), hdr(0), Box::new(vec![1u8; 8]), SendMode::Eager, 0)
+        .unwrap();
+    sim.run(
+        1_000_000_000,
+        |sim, i, ev| {
+            if let Event::Msg {
+                body: MsgBody::Eager(v),
+                hdr: h,
+                ..
+            } = ev
+            {
+                assert_eq!(v.len(), 8);
+                got += 1;
+                if i == 0 && h.tag + 1 >= rounds {
+                    return;
+                }
+                let now = sim.now;
+                sim.eng(i)
+                    .send(
+                        addr(1 - i),
+                        hdr(h.tag + (i == 0) as u64),
+                        Box::new(vec![2u8; 8]),
+                        SendMode::Eager,
+                        now,
+                    )
+                    .unwrap();
+            }
+        },
+        |_| false,
+    );
+    assert_eq!(got, 2 * rounds);
+    // Every message carried the ACK of the previous one; only the very last
+    // message's ACK had nothing to ride on.
+    let acks: u64 = sim.nodes.iter().map(|n| n.engine.stats().acks_sent).sum();
+    assert!(acks <= 1, "standalone ACKs: {acks}");
+    for n in &sim.nodes {
+        let s = n.engine.stats();
+        assert_eq!(s.retransmits, 0);
+        // One datagram per message (plus handshake and the final ACK).
+        assert!(s.datagrams_out <= rounds + 2, "{s:?}");
+    }
+}
+
+/// `Engine::send_now` in a lossy ping-pong: the datagram it hands back is
+/// the caller's to send, most messages leave that way, nothing is sent
+/// twice by poll_transmit, and delivery stays exactly-once and in order
+/// (losses are repaired by the usual retransmission). With another VC
+/// waiting to transmit, it queues instead.
+#[test]
+fn send_now_hands_back_the_datagram() {
+    let mut sim = Sim::new(3, test_config(), Link::lossy(5.0), 43);
+    let rounds = 300u64;
+    let mut got = [Vec::new(), Vec::new()];
+    let mut direct = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    sim.eng(0)
+        .send(addr(1), hdr(0), Box::new(payload(43, 0, 8)), SendMode::Eager, 0)
+        .unwrap();
+    sim.run(
+        60_000_000_000,
+        |sim, i, ev| {
+            let Event::Msg {
+                body: MsgBody::Eager(v),
+                hdr: h,
+                ..
+            } = ev
+            else {
+                return;
+            };
+            assert_eq!(v.into_vec(), payload(43, h.tag, 8 + h.tag as usize % 50));
+            got[i].push(h.tag);
+            if h.tag + 1 >= rounds {
+                return;
+            }
+            let (now, k) = (sim.now, h.tag + 1);
+            let src = SendPayload::Copied(Payload::from_vec(payload(43, k, 8 + k as usize % 50)));
+            let (_, n) = sim
+                .eng(i)
+                .send_now(addr(1 - i), hdr(k), src, SendMode::Eager, now, &mut buf)
+                .unwrap();
+            if let Some(n) = n {
+                direct += 1;
+                sim.emit_from(i, addr(1 - i), &buf[..n]);
+            }
+        },
+        |_| false,
+    );
+    let want = |first: u64| (first..rounds).step_by(2).collect::<Vec<_>>();
+    assert_eq!(got[1], want(0));
+    assert_eq!(got[0], want(1));
+    assert!(direct > rounds * 8 / 10, "only {direct} sent at once");
+    for n in &sim.nodes[..2] {
+        // One datagram per message plus handshake, retransmissions and a few ACKs.
+        let s = n.engine.stats();
+        assert!(s.datagrams_out <= rounds / 2 + s.retransmits + s.acks_sent + 3, "{s:?}");
+        assert_eq!(n.engine.quiet_in_flight(), 0);
+    }
+    // Node 2 has something queued: node 0's next message waits its turn.
+    let now = sim.now;
+    sim.eng(0)
+        .send(addr(2), hdr(500), Box::new(vec![1u8; 8]), SendMode::Eager, now)
+        .unwrap();
+    let (_, n) = sim
+        .eng(0)
+        .send_now(
+            addr(1),
+            hdr(501),
+            Box::new(vec![2u8; 8]),
+            SendMode::Eager,
+            now,
+            &mut buf,
+        )
+        .unwrap();
+    assert_eq!(n, None);
+    let mut log = logs(3);
+    sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[1].msgs.len(), 1);
+    assert_eq!(log[2].msgs.len(), 1);
+}
+
+/// Both nodes send to each other at once, so their CONN_REQs cross: both
+/// VCs come up (proven, never restarted) and every message arrives.
+fn simultaneous_connect_run(seed: u64, loss: f64) {
+    {
+        let link = if loss == 0.0 { Link::clean() } else { Link::lossy(loss) };
+        let mut sim = Sim::new(2, test_config(), link, seed);
+        for k in 0..5 {
+            sim.eng(0)
+                .send(addr(1), hdr(k), Box::new(vec![k as u8; 3000]), SendMode::Eager, 0)
+                .unwrap();
+            sim.eng(1)
+                .send(addr(0), hdr(k), Box::new(vec![k as u8; 10]), SendMode::Eager, 0)
+                .unwrap();
+        }
+        let mut log = logs(2);
+        sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+        for (i, l) in log.iter().enumerate() {
+            assert_eq!(
+                l.msgs.iter().map(|m| m.1.tag).collect::<Vec<_>>(),
+                vec![0, 1, 2, 3, 4],
+                "seed {seed} loss {loss} node {i}"
+            );
+            assert_eq!(l.send_done.len(), 5);
+            assert!(l.peer_failed.is_empty());
+        }
+        assert!(sim.nodes[0].engine.is_connected(addr(1)) && sim.nodes[1].engine.is_connected(addr(0)));
+        assert_eq!(sim.nodes[0].engine.stats().peers_restarted, 0);
+    }
+}
+
+#[test]
+fn send_to_self() {
+    let mut sim = Sim::new(1, test_config(), Link::clean(), 51);
+    let me = addr(0);
+    let a = sim
+        .eng(0)
+        .send(me, hdr(1), Box::new(vec![1u8; 3000]), SendMode::Eager, 0)
+        .unwrap();
+    let b = sim
+        .eng(0)
+        .send(
+            me,
+            hdr(2),
+            Box::new(PatternSource { len: 300_000, salt: 2 }),
+            SendMode::Eager,
+            0,
+        )
+        .unwrap();
+    let log = run_accepting(&mut sim, 1_000_000_000, 300_000, 2);
+    let mut done = log[0].send_done.clone();
+    done.sort_unstable();
+    assert_eq!(done, vec![a, b]);
+    assert_eq!(log[0].recv_done[0].1, 300_000);
+    assert_eq!(log[0].msgs[0].2, vec![1u8; 3000]);
+}
+
+/// Queues `count` eager messages (tags 0..count, body `body(sender, k)`)
+/// from every node to every other node.
+fn send_all_pairs(sim: &mut Sim, count: u64, body: impl Fn(usize, u64) -> Vec<u8>) {
+    let n = sim.nodes.len();
+    for s in 0..n {
+        for d in (0..n).filter(|&d| d != s) {
+            for k in 0..count {
+                let p = Box::new(body(s, k));
+                sim.eng(s).send(addr(d), hdr(k), p, SendMode::Eager, 0).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn many_peers_round_robin() {
+    let n = 5;
+    let mut sim = Sim::new(n, test_config(), Link::lossy(3.0), 71);
+    send_all_pairs(&mut sim, 20, |s, k| vec![s as u8; 700 * (k as usize % 4)]);
+    let mut log = logs(n);
+    sim.run(10_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    for (d, l) in log.iter().enumerate() {
+        assert_eq!(l.msgs.len(), 20 * (n - 1));
+        for s in 0..n {
+            let tags: Vec<u64> = l.msgs.iter().filter(|m| m.0 == addr(s)).map(|m| m.1.tag).collect();
+            if s != d {
+                assert_eq!(tags, (0..20).collect::<Vec<_>>());
+            }
+        }
+    }
+}
+
+/// Endpoints whose socket takes only a few datagrams per flush (the burst
+/// path stopped by a refused slot or a refused datagram, alternately)
+/// still deliver every eager message once and in order, and every
+/// rendezvous, to every peer, under loss.
+#[test]
+fn short_flushes_lose_nothing() {
+    let n = 3;
+    let mut sim = Sim::new(n, test_config(), Link::lossy(2.0), 73);
+    sim.tx_cap = 3;
+    let big = 200_000;
+    send_all_pairs(&mut sim, 10, |s, k| payload(s as u64, k, 2_900 * (k as usize % 3)));
+    for s in 0..n {
+        for d in (0..n).filter(|&d| d != s) {
+            let src = Box::new(PatternSource { len: big, salt: 7 });
+            sim.eng(s)
+                .send(addr(d), hdr(99), SendPayload::Source(src), SendMode::Rendezvous, 0)
+                .unwrap();
+        }
+    }
+    let log = run_accepting(&mut sim, 60_000_000_000, big, 7);
+    for (d, l) in log.iter().enumerate() {
+        let mut done = l.recv_done.clone();
+        done.sort();
+        assert_eq!(done, l.rndv.iter().map(|r| (r.2, big)).collect::<Vec<_>>());
+        assert_eq!(l.rndv.len(), n - 1);
+        assert_eq!(l.send_done.len(), 11 * (n - 1));
+        for s in (0..n).filter(|&s| s != d) {
+            let got: Vec<(u64, &[u8])> = l
+                .msgs
+                .iter()
+                .filter(|m| m.0 == addr(s))
+                .map(|m| (m.1.tag, &m.2[..]))
+                .collect();
+            let want: Vec<Vec<u8>> = (0..10)
+                .map(|k| payload(s as u64, k, 2_900 * (k as usize % 3)))
+                .collect();
+            assert_eq!(got, (0..10).zip(want.iter().map(|v| &v[..])).collect::<Vec<_>>());
+        }
+    }
+}
+
+#[test]
+#[ignore = "timing, run in release"]
+fn hot_path_ping_pong() {
+    let cfg = test_config();
+    let (a, b) = (addr(0), addr(1));
+    let mut e = [Engine::seeded(cfg.clone(), a, 1), Engine::seeded(cfg, b, 2)];
+    let mut buf = vec![0u8; 2048];
+    let mut now = 0u64;
+    let rounds = 200_000u64;
+    let t = std::time::Instant::now();
+    for r in 0..rounds {
+        for (s, d) in [(0usize, 1usize), (1, 0)] {
+            let to = if d == 1 { b } else { a };
+            let from = if s == 0 { a } else { b };
+            e[s].send(to, hdr(r), Box::new(vec![7u8; 8]), SendMode::Eager, now)
+                .unwrap();
+            let mut got = false;
+            while !got {
+                while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
+                    assert_eq!(dst, to);
+                    e[d].handle_datagram(from, &buf[..n], now);
+                }
+                while let Some((_, n)) = e[d].poll_transmit(now, &mut buf) {
+                    e[s].handle_datagram(to, &buf[..n], now);
+                }
+                while let Some(ev) = e[d].poll_event() {
+                    got |= matches!(ev, Event::Msg { .. });
+                }
+                while e[s].poll_event().is_some() {}
+            }
+            now += 1_000;
+        }
+    }
+    let el = t.elapsed();
+    eprintln!(
+        "{} ns per one-way message (send + encode + decode + deliver)",
+        el.as_nanos() as u64 / (2 * rounds)
+    );
+    let acks: u64 = e.iter().map(|x| x.stats().acks_sent).sum();
+    assert_eq!(acks, 0);
+}
