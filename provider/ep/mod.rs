@@ -42,8 +42,8 @@ use crate::ffi::*;
 use crate::fid::{fid_header, FidObj, ParentRef};
 use crate::nic::fabreq::FabReqs;
 use crate::nic::port::Port;
+use crate::nic::shm::ShmWire;
 use crate::nic::shm::{self, ShmConfig};
-use crate::nic::shm_port::ShmPort;
 use crate::nic::udp::UdpWire;
 use crate::nic::udp_wire::UdpPort;
 use crate::nic::AutoProgress;
@@ -188,7 +188,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
             cma: p.cma,
             local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
         };
-        ShmPort::new(udp.local_addr(), cfg, seed())
+        ShmWire::new(udp.local_addr(), cfg, seed())
             .inspect_err(|e| {
                 crate::warn!(
                     FI_LOG_EP_CTRL,
@@ -199,7 +199,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
             })
             .ok()
             .map(|mut s| {
-                s.threshold = threshold;
+                s.set_rndv_threshold(threshold);
                 s
             })
     } else {

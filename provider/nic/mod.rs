@@ -14,7 +14,6 @@ pub(crate) mod fabreq;
 pub(crate) mod iov;
 pub(crate) mod port;
 pub mod shm;
-pub(crate) mod shm_port;
 pub(crate) mod slab;
 pub(crate) mod txdesc;
 pub mod udp;

@@ -5,7 +5,7 @@
 
 use crate::ffi::FI_EAGAIN;
 use crate::nic::iov::IovSource;
-use crate::nic::shm_port::ShmPort;
+use crate::nic::shm::ShmWire;
 use crate::nic::txdesc::{TxDesc, TxPool};
 use crate::nic::udp_wire::UdpPort;
 use crate::nic::wire::{
@@ -24,7 +24,7 @@ const UDP_IDLE_POLL_NS: u64 = 50_000;
 pub(crate) struct Port {
     pub(crate) udp: UdpPort,
     /// `None` with FI_GNIX_SHM=0 or when no mailbox could be made.
-    pub(crate) shm: Option<ShmPort>,
+    pub(crate) shm: Option<ShmWire>,
     /// Descriptors of the sends the wires have in flight.
     txds: TxPool,
     /// Next time the UDP socket is due while only shm peers are active.
@@ -61,7 +61,7 @@ impl Upcall for TxMap<'_> {
 
 impl Port {
     /// `txds`: the most sends the wires may have in flight at once.
-    pub(crate) fn new(udp: UdpPort, shm: Option<ShmPort>, txds: usize) -> Port {
+    pub(crate) fn new(udp: UdpPort, shm: Option<ShmWire>, txds: usize) -> Port {
         Port {
             udp,
             shm,

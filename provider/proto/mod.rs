@@ -143,6 +143,22 @@ pub trait SendSource: Send + Sync {
     }
 }
 
+/// A boxed source reads as the source it holds.
+impl<T: SendSource + ?Sized> SendSource for Box<T> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        (**self).read_at(offset, dst)
+    }
+    fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        (**self).contiguous(offset, len)
+    }
+    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+        (**self).ranges()
+    }
+}
+
 impl SendSource for Vec<u8> {
     fn len(&self) -> usize {
         Vec::len(self)

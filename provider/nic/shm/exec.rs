@@ -12,13 +12,16 @@
 #![forbid(unsafe_code)]
 
 use super::frame::Frame;
+use super::machine;
 use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
-use super::port::{Claim, Port};
+use super::port::{Claim, MailboxPort, Port};
+use super::ShmConfig;
 use super::{ShmCredit, ShmStats};
 use crate::ffi::{FI_EHOSTUNREACH, FI_LOG_EP_CTRL, FI_LOG_EP_DATA};
 use crate::hash::KeyedState;
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, SendFlags, Sent, Take, Upcall, Wire, WireKind};
-use crate::proto::{MsgHdr, RecvSink, SendPayload, SendSource};
+use crate::nic::iov::IovSource;
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireKind};
+use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -75,8 +78,33 @@ pub(crate) struct Exec<P: Port> {
     /// The machine's counters as of the last `pump`, and the doorbells
     /// rung (see `stats`).
     pub stats: ShmStats,
-    /// Operation ids of the endpoint's old calls (legacy.rs).
+    /// Operation ids of the old calls the tests over real mailboxes use
+    /// (legacy.rs).
+    #[cfg(test)]
     pub(crate) next_op: u64,
+    /// The peer `reaches` just routed, for the `send` that follows it
+    /// (one route lookup per send, not two).
+    routed: Option<(SocketAddr, PeerIx)>,
+}
+
+impl Exec<MailboxPort> {
+    /// The mailbox of the endpoint at `me`; `Err` if it cannot be made
+    /// (the endpoint then uses UDP for everyone).
+    pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<Self> {
+        let port = MailboxPort::new(me, cfg.geo, cfg.loan)?;
+        let geo = port.geometry();
+        let m = Machine::new(
+            machine::Config {
+                payload_max: geo.payload(),
+                nrings: geo.nrings,
+                loan: cfg.loan,
+                cma: cfg.cma,
+                rndv_threshold: usize::MAX,
+            },
+            seed,
+        );
+        Ok(Exec::with_port(me, cfg.local_ips, port, m, seed))
+    }
 }
 
 impl<P: Port> Exec<P> {
@@ -91,19 +119,19 @@ impl<P: Port> Exec<P> {
             claims: Vec::new(),
             bells: Vec::new(),
             stats: ShmStats::default(),
+            #[cfg(test)]
             next_op: super::legacy::SHM_IDS,
+            routed: None,
         }
     }
 
-    // Until the endpoint drives the wire through `Wire` (then it routes
-    // peers with `reaches` and sets the threshold once), only tests use
-    // these.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub fn me(&self) -> SocketAddr {
         self.me
     }
 
-    #[allow(dead_code)]
+    /// Messages longer than `t` go by rendezvous (FI_GNIX_RNDV_THRESHOLD
+    /// applies here too, below the slot size).
     pub fn set_rndv_threshold(&mut self, t: usize) {
         self.m.set_rndv_threshold(t);
     }
@@ -121,11 +149,6 @@ impl<P: Port> Exec<P> {
         self.stats = self.stats();
     }
 
-    /// Payload bytes of a slot: the longest eager message.
-    pub fn eager_max(&self) -> usize {
-        self.m.config().payload_max
-    }
-
     /// Whether any local peer talks to us over shm, or we to it (the
     /// endpoint then polls its UDP socket less eagerly).
     pub fn in_use(&self) -> bool {
@@ -134,9 +157,10 @@ impl<P: Port> Exec<P> {
 
     /// Whether the endpoint at `addr` is reached over shm (deciding it on
     /// first use).
-    #[allow(dead_code)]
     pub fn reaches(&mut self, addr: SocketAddr) -> bool {
-        self.route(addr).is_some()
+        let r = self.route(addr);
+        self.routed = r.map(|ix| (addr, ix));
+        r.is_some()
     }
 
     /// Our ring for `addr`, deciding on first use: a local address and a
@@ -459,58 +483,38 @@ impl<P: Port> Exec<P> {
         any
     }
 
-    /// What the endpoint made of an arrived rendezvous message.
-    fn take(&mut self, held: u64, take: Take) {
+    /// What the endpoint made of an arrived rendezvous message. Its
+    /// credit goes back unless the endpoint keeps the message (then the
+    /// endpoint gives it back once the application takes it).
+    fn take(&mut self, held: u64, credit: ShmCredit, take: Take) {
         match take {
-            Take::Accept { op, sink, ranges } => self.m.accept(held, op, sink, ranges),
-            Take::Keep => {}
+            Take::Accept { op, sink, ranges } => {
+                self.m.free_credit(credit);
+                self.m.accept(held, op, sink, ranges)
+            }
+            Take::Kept => {}
             // `Done` is for eager messages; a rendezvous nobody takes is
             // let go rather than kept forever.
-            Take::Discard | Take::Done => self.m.discard(held),
+            Take::Discard | Take::Done => {
+                self.m.free_credit(credit);
+                self.m.discard(held)
+            }
         }
     }
 
-    /// After an input: actions, events, doorbells.
-    fn settle(&mut self, up: &mut dyn Upcall) -> bool {
-        self.run();
-        let any = self.deliver(up);
-        self.ring_bells();
-        any
-    }
-}
-
-/// The bytes a rendezvous send is read from, and where they are: the
-/// application's buffers, or a copy when the send's buffer is the
-/// application's again at once (inject) or has no address to give.
-fn rndv_source(src: SendPayload, inject: bool) -> (Box<dyn SendSource>, Vec<Range>) {
-    if !inject {
-        if let Some(r) = src.ranges() {
-            return (Box::new(src), r);
-        }
-    }
-    let mut v = vec![0u8; src.len()];
-    src.read_at(0, &mut v);
-    // The vector's heap buffer stays where it is when the box moves.
-    let r = v.ranges().expect("a vector has an address");
-    (Box::new(v), r)
-}
-
-impl<P: Port> Wire for Exec<P> {
-    fn kind(&self) -> WireKind {
-        WireKind::Shm
-    }
-
-    fn send(
+    /// `Wire::send` from any source (the tests' simulated memory too).
+    pub(crate) fn submit<S: SendSource + 'static>(
         &mut self,
-        peer: SocketAddr,
-        op: OpId,
-        hdr: MsgHdr,
-        src: SendPayload,
-        flags: SendFlags,
+        s: SendOp,
+        src: S,
         up: &mut dyn Upcall,
-        _now: u64,
     ) -> Result<Sent, i32> {
-        let Some(ix) = self.route(peer) else {
+        let SendOp { peer, op, hdr, flags } = s;
+        let ix = match self.routed.take() {
+            Some((p, ix)) if p == peer => Some(ix),
+            _ => self.route(peer),
+        };
+        let Some(ix) = ix else {
             self.settle(up);
             return Err(-FI_EHOSTUNREACH);
         };
@@ -532,6 +536,40 @@ impl<P: Port> Wire for Exec<P> {
         });
         self.settle(up);
         r
+    }
+
+    /// After an input: actions, events, doorbells.
+    fn settle(&mut self, up: &mut dyn Upcall) -> bool {
+        self.run();
+        let any = self.deliver(up);
+        self.ring_bells();
+        any
+    }
+}
+
+/// The bytes a rendezvous send is read from, and where they are: the
+/// application's buffers, or a copy when the send's buffer is the
+/// application's again at once (inject) or has no address to give.
+fn rndv_source<S: SendSource + 'static>(src: S, inject: bool) -> (Box<dyn SendSource>, Vec<Range>) {
+    if !inject {
+        if let Some(r) = src.ranges() {
+            return (Box::new(src), r);
+        }
+    }
+    let mut v = vec![0u8; src.len()];
+    src.read_at(0, &mut v);
+    // The vector's heap buffer stays where it is when the box moves.
+    let r = v.ranges().expect("a vector has an address");
+    (Box::new(v), r)
+}
+
+impl<P: Port> Wire for Exec<P> {
+    fn kind(&self) -> WireKind {
+        WireKind::Shm
+    }
+
+    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, _now: u64) -> Result<Sent, i32> {
+        self.submit(s, src, up)
     }
 
     fn accept(
@@ -581,15 +619,20 @@ impl<P: Port> Wire for Exec<P> {
                     credit,
                 } => {
                     let payload = self.port.payload(&slot).expect("checked by Frame::parse");
-                    let _ = up.arrived(Arrival {
+                    let take = up.arrived(Arrival {
                         peer,
                         hdr,
                         body: Body::Shared(payload),
                         credit: Credit::Shm(credit),
                     });
                     // Taken in (matched, or copied for later): the slot goes
-                    // back, which completes a delivery-complete send.
+                    // back, which completes a delivery-complete send. A
+                    // copy kept for later holds its credit until the
+                    // application takes it.
                     self.port.release(slot);
+                    if !matches!(take, Take::Kept) {
+                        self.m.free_credit(credit);
+                    }
                 }
                 Msg::Rndv {
                     peer,
@@ -606,7 +649,7 @@ impl<P: Port> Wire for Exec<P> {
                         }),
                         credit: Credit::Shm(credit),
                     });
-                    self.take(held, take);
+                    self.take(held, credit, take);
                     self.run();
                 }
             }

@@ -1,7 +1,6 @@
-//! The endpoint's calls into the shm wire from before `nic::Wire`: thin
-//! wrappers over the executor, kept until `ep.rs` drives the wire through
-//! `Wire` (then this file goes, with `Exec::stats`'s field, `bells` and
-//! `next_op`).
+//! The endpoint's calls into the shm wire from before `nic::Wire`, as thin
+//! wrappers over the executor: only the older tests over real mailboxes
+//! (`tests/real.rs`) still use them.
 //!
 //! Ids: the operations of these calls are numbered by the wire, with the
 //! top bit set, so they share the endpoint's maps with the udp engine's.
@@ -9,10 +8,9 @@
 #![forbid(unsafe_code)]
 
 use super::exec::{EagerOutcome, Exec, Msg};
-use super::machine::{self, Machine};
 use super::mailbox::{InSlot, Range, SharedBytes};
 use super::port::{MailboxPort, Port};
-use super::{ShmConfig, ShmCredit};
+use super::ShmCredit;
 use crate::nic::wire::WireEvent;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::net::SocketAddr;
@@ -83,29 +81,6 @@ pub enum Pull {
 }
 
 impl Exec<MailboxPort> {
-    /// The mailbox of the endpoint at `me`; `Err` if it cannot be made
-    /// (the endpoint then uses UDP for everyone).
-    pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<Self> {
-        let port = MailboxPort::new(me, cfg.geo, cfg.loan)?;
-        let geo = port.geometry();
-        let m = Machine::new(
-            machine::Config {
-                payload_max: geo.payload(),
-                nrings: geo.nrings,
-                loan: cfg.loan,
-                cma: cfg.cma,
-                rndv_threshold: usize::MAX,
-            },
-            seed,
-        );
-        Ok(Exec::with_port(me, cfg.local_ips, port, m, seed))
-    }
-
-    /// Whether `id` (a send or receive id of these calls) is this wire's.
-    pub fn owns(id: u64) -> bool {
-        id & SHM_IDS != 0
-    }
-
     fn next_id(&mut self) -> u64 {
         let id = self.next_op;
         self.next_op += 1;
@@ -200,12 +175,6 @@ impl Exec<MailboxPort> {
         }
     }
 
-    /// An RTS nobody will read (FI_DISCARD, cancelled): release the sender.
-    pub fn discard(&mut self, rts: &ShmRts) {
-        self.m.discard(rts.held);
-        self.run();
-    }
-
     /// The application took the message holding `c` (or it was matched on
     /// arrival): its producer may send that much more.
     pub fn free_credit(&mut self, c: ShmCredit) {
@@ -238,9 +207,5 @@ impl Exec<MailboxPort> {
     /// About to sleep: false if a message is already waiting.
     pub fn arm(&mut self) -> bool {
         self.port.arm(self.m.active())
-    }
-
-    pub fn disarm(&mut self) {
-        self.port.disarm();
     }
 }

@@ -372,10 +372,6 @@ impl Machine {
         }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
     // The endpoint sets it once it drives the wire through `Wire`.
     #[allow(dead_code)]
     pub fn set_rndv_threshold(&mut self, t: usize) {
@@ -399,6 +395,7 @@ impl Machine {
         self.events.pop_front()
     }
 
+    #[cfg(test)]
     /// Takes out the end of operation `op` if it is queued already (the
     /// endpoint's old, synchronous calls).
     pub fn take_event_of(&mut self, op: OpId) -> Option<WireEvent> {
@@ -439,6 +436,7 @@ impl Machine {
         !self.active.is_empty() || self.peers.iter().any(Option::is_some)
     }
 
+    #[cfg(test)]
     /// Frames waiting for ring space or credit, over all peers.
     pub fn backlogged(&self) -> usize {
         self.queued

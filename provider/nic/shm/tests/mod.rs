@@ -12,8 +12,8 @@ use super::exec::Exec;
 use super::mailbox::Range;
 use super::port::Port;
 use super::sim::{Mem, MemSink, MemSource, SimPort, World};
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendFlags, Sent, Take, Upcall, Wire, WireEvent};
-use crate::proto::{MsgHdr, RecvSink, SendPayload, SendSource};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent};
+use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -192,13 +192,11 @@ impl<M: Memory> Upcall for Up<M> {
                 let mut copy = vec![0u8; n];
                 b.copy_to(0, &mut copy);
                 self.mem.write(&buf, 0, &copy);
-                self.credits.push(a.credit);
                 self.hdrs.insert(op, a.hdr);
                 self.recv_done(op, Ok(n));
                 Take::Done
             }
             (Some((op, buf)), Body::Rndv(_)) => {
-                self.credits.push(a.credit);
                 self.hdrs.insert(op, a.hdr);
                 self.waiting.insert(op, a.hdr);
                 Take::Accept {
@@ -213,7 +211,7 @@ impl<M: Memory> Upcall for Up<M> {
                     bytes: b.to_vec(),
                     credit: a.credit,
                 });
-                Take::Done
+                Take::Kept
             }
             (None, Body::Rndv(held)) if self.unposted == Unposted::Keep => {
                 self.unexpected.push_back(Unexpected::Rndv {
@@ -221,10 +219,9 @@ impl<M: Memory> Upcall for Up<M> {
                     held,
                     credit: a.credit,
                 });
-                Take::Keep
+                Take::Kept
             }
             (None, Body::Rndv(_)) => {
-                self.credits.push(a.credit);
                 self.discarded += 1;
                 Take::Discard
             }
@@ -283,14 +280,20 @@ impl<P: Port, M: Memory> Node<P, M> {
         let op = self.op();
         let buf = self.up.mem.alloc(data.len());
         self.up.mem.write(&buf, 0, data);
-        let src = SendPayload::Source(self.up.mem.source(&buf));
+        let src = self.up.mem.source(&buf);
         let hdr = MsgHdr {
             tag,
             data: op,
             len: data.len() as u64,
             flags: MsgHdr::TAGGED,
         };
-        match self.w.send(to, op, hdr, src, flags, &mut self.up, self.now) {
+        let s = SendOp {
+            peer: to,
+            op,
+            hdr,
+            flags,
+        };
+        match self.w.submit(s, src, &mut self.up) {
             Ok(Sent::Done) => self.up.send_done(op, Ok(())),
             Ok(Sent::Pending) => {}
             // A negative error code; completions carry it positive.
