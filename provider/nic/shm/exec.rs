@@ -78,10 +78,6 @@ pub(crate) struct Exec<P: Port> {
     /// The machine's counters as of the last `pump`, and the doorbells
     /// rung (see `stats`).
     pub stats: ShmStats,
-    /// Operation ids of the old calls the tests over real mailboxes use
-    /// (legacy.rs).
-    #[cfg(test)]
-    pub(crate) next_op: u64,
     /// The peer `reaches` just routed, for the `send` that follows it
     /// (one route lookup per send, not two).
     routed: Option<(SocketAddr, PeerIx)>,
@@ -119,8 +115,6 @@ impl<P: Port> Exec<P> {
             claims: Vec::new(),
             bells: Vec::new(),
             stats: ShmStats::default(),
-            #[cfg(test)]
-            next_op: super::legacy::SHM_IDS,
             routed: None,
         }
     }

@@ -9,8 +9,7 @@
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
 //! | `port.rs` | what the executor needs of the world, as a trait; `MailboxPort` does it over `mailbox.rs` |
 //! | `exec.rs` | the executor: routes, polls rings, runs the machine's actions, liveness, doorbells; implements `nic::Wire` |
-//! | `legacy.rs` | (tests) the endpoint's older calls as wrappers over the executor, for the older tests over real mailboxes |
-//! | `sim.rs`, `tests.rs` | a simulated host (rings and address spaces in plain memory) and the tests: the machine in virtual time, the executor over real mailboxes |
+//! | `sim.rs`, `tests/` | a simulated host (rings and address spaces in plain memory) and the tests: the executor in virtual time, the executor over real mailboxes |
 //!
 //! One wire per endpoint. It owns the endpoint's mailbox (where local peers
 //! write to us) and the rings it claimed in peers' mailboxes (where we
@@ -51,8 +50,6 @@ pub mod mailbox;
 
 mod exec;
 mod frame;
-#[cfg(test)]
-mod legacy;
 mod machine;
 mod port;
 #[cfg(test)]
@@ -62,8 +59,6 @@ mod tests;
 
 use std::net::IpAddr;
 
-#[cfg(test)]
-pub use legacy::{Eager, Incoming, Pull, ShmEvent, ShmRts};
 pub use mailbox::Geometry;
 
 /// The shm wire of an endpoint: the executor over real mailboxes.

@@ -395,20 +395,6 @@ impl Machine {
         self.events.pop_front()
     }
 
-    #[cfg(test)]
-    /// Takes out the end of operation `op` if it is queued already (the
-    /// endpoint's old, synchronous calls).
-    pub fn take_event_of(&mut self, op: OpId) -> Option<WireEvent> {
-        let k = self.events.iter().position(|e| match *e {
-            WireEvent::SendDone { op: o }
-            | WireEvent::SendFailed { op: o, .. }
-            | WireEvent::RecvDone { op: o, .. }
-            | WireEvent::RecvFailed { op: o, .. } => o == op,
-            _ => false,
-        })?;
-        self.events.remove(k)
-    }
-
     /// Rings of our mailbox to read, in no particular order.
     pub fn active(&self) -> &[RingIx] {
         &self.active

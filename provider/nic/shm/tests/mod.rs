@@ -121,11 +121,13 @@ impl Memory for RealMem {
 /// A message that arrived before its receive.
 enum Unexpected {
     Eager {
+        peer: SocketAddr,
         hdr: MsgHdr,
         bytes: Vec<u8>,
         credit: Credit,
     },
     Rndv {
+        peer: SocketAddr,
         hdr: MsgHdr,
         held: Held,
         credit: Credit,
@@ -151,6 +153,10 @@ pub(super) struct Up<M: Memory> {
     pub sends: HashMap<OpId, Result<(), i32>>,
     pub recvs: HashMap<OpId, Result<usize, i32>>,
     pub hdrs: HashMap<OpId, MsgHdr>,
+    /// Who sent what each receive got.
+    pub from: HashMap<OpId, SocketAddr>,
+    /// Sends in the order they ended.
+    pub send_order: Vec<OpId>,
     /// Rendezvous receives accepted, waiting for their end.
     waiting: HashMap<OpId, MsgHdr>,
     /// Credit to give back once the upcall is over.
@@ -169,6 +175,8 @@ impl<M: Memory> Up<M> {
             sends: HashMap::new(),
             recvs: HashMap::new(),
             hdrs: HashMap::new(),
+            from: HashMap::new(),
+            send_order: Vec::new(),
             waiting: HashMap::new(),
             credits: Vec::new(),
             discarded: 0,
@@ -181,6 +189,7 @@ impl<M: Memory> Up<M> {
 
     fn send_done(&mut self, op: OpId, r: Result<(), i32>) {
         assert!(self.sends.insert(op, r).is_none(), "send {op} ended twice");
+        self.send_order.push(op);
     }
 }
 
@@ -193,11 +202,13 @@ impl<M: Memory> Upcall for Up<M> {
                 b.copy_to(0, &mut copy);
                 self.mem.write(&buf, 0, &copy);
                 self.hdrs.insert(op, a.hdr);
+                self.from.insert(op, a.peer);
                 self.recv_done(op, Ok(n));
                 Take::Done
             }
             (Some((op, buf)), Body::Rndv(_)) => {
                 self.hdrs.insert(op, a.hdr);
+                self.from.insert(op, a.peer);
                 self.waiting.insert(op, a.hdr);
                 Take::Accept {
                     op,
@@ -207,6 +218,7 @@ impl<M: Memory> Upcall for Up<M> {
             }
             (None, Body::Shared(b)) => {
                 self.unexpected.push_back(Unexpected::Eager {
+                    peer: a.peer,
                     hdr: a.hdr,
                     bytes: b.to_vec(),
                     credit: a.credit,
@@ -215,6 +227,7 @@ impl<M: Memory> Upcall for Up<M> {
             }
             (None, Body::Rndv(held)) if self.unposted == Unposted::Keep => {
                 self.unexpected.push_back(Unexpected::Rndv {
+                    peer: a.peer,
                     hdr: a.hdr,
                     held,
                     credit: a.credit,
@@ -274,17 +287,22 @@ impl<P: Port, M: Memory> Node<P, M> {
         self.next_op
     }
 
-    /// Sends `data` to `to` with `tag`: the op, and whether it is complete
-    /// already.
+    /// Sends `data` to `to` with `tag` (from a buffer of the node's
+    /// memory): the op, whose end `send_result` tells.
     pub fn send(&mut self, to: SocketAddr, tag: u64, data: &[u8], flags: SendFlags) -> OpId {
-        let op = self.op();
         let buf = self.up.mem.alloc(data.len());
         self.up.mem.write(&buf, 0, data);
         let src = self.up.mem.source(&buf);
+        self.send_from(to, tag, src, flags)
+    }
+
+    /// Sends what `src` holds (and says where it is) to `to` with `tag`.
+    pub fn send_from(&mut self, to: SocketAddr, tag: u64, src: Box<dyn SendSource>, flags: SendFlags) -> OpId {
+        let op = self.op();
         let hdr = MsgHdr {
             tag,
             data: op,
-            len: data.len() as u64,
+            len: src.len() as u64,
             flags: MsgHdr::TAGGED,
         };
         let s = SendOp {
@@ -311,15 +329,27 @@ impl<P: Port, M: Memory> Node<P, M> {
         self.bufs.insert(op, buf.clone());
         match self.up.unexpected.pop_front() {
             None => self.up.posted.push_back((op, buf)),
-            Some(Unexpected::Eager { hdr, bytes, credit }) => {
+            Some(Unexpected::Eager {
+                peer,
+                hdr,
+                bytes,
+                credit,
+            }) => {
                 let n = bytes.len().min(cap);
                 self.up.mem.write(&buf, 0, &bytes[..n]);
                 self.up.hdrs.insert(op, hdr);
+                self.up.from.insert(op, peer);
                 self.up.recv_done(op, Ok(n));
                 self.w.give_back(credit);
             }
-            Some(Unexpected::Rndv { hdr, held, credit }) => {
+            Some(Unexpected::Rndv {
+                peer,
+                hdr,
+                held,
+                credit,
+            }) => {
                 self.up.hdrs.insert(op, hdr);
+                self.up.from.insert(op, peer);
                 self.up.waiting.insert(op, hdr);
                 self.w.give_back(credit);
                 let (sink, range) = (self.up.mem.sink(&buf), self.up.mem.range(&buf));

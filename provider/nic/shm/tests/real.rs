@@ -1,17 +1,17 @@
 //! The executor over real mailboxes (`/dev/shm`) and real cross-memory
-//! attach, two endpoints in this process: through `nic::Wire` with a
-//! stand-in endpoint, and through the calls the endpoint makes today
-//! (legacy.rs). Each test uses its own ports so tests can run in parallel.
+//! attach, two endpoints in this process, driven through `nic::Wire` by
+//! the stand-in endpoint. Each test uses its own ports so tests can run
+//! in parallel; the mailboxes go when their wires are dropped.
 
-use super::{pattern, Node, RealMem, Shared};
+use super::{pattern, Node, RealMem};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::Frame;
-use crate::nic::shm::mailbox::{credit_cost, Geometry, SlotHead};
+use crate::nic::shm::machine::SPLIT_MIN;
+use crate::nic::shm::mailbox::{credit_cost, Geometry, Range, SlotHead};
 use crate::nic::shm::port::MailboxPort;
-use crate::nic::shm::{test_addr, Eager, Incoming, Pull, ShmConfig, ShmEvent, ShmWire};
+use crate::nic::shm::{test_addr, ShmConfig, ShmWire};
 use crate::nic::wire::{SendFlags, Wire};
-use crate::proto::MsgHdr;
-use std::sync::{Arc, Mutex};
+use crate::proto::{MsgHdr, SendSource};
 
 type RealNode = Node<MailboxPort, RealMem>;
 
@@ -25,19 +25,8 @@ fn wire(port: u16, geo: Geometry, cma: bool, loan: u64) -> ShmWire {
     ShmWire::new(test_addr(port), cfg, port as u64).unwrap()
 }
 
-/// Two endpoints of this process, A sending to B.
-fn pair(port: u16, geo: Geometry, cma: bool) -> (ShmWire, ShmWire, usize) {
-    pair_with(port, geo, cma, 0)
-}
-
-/// `pair` whose mailboxes lend `loan` credit bytes per ring.
-fn pair_with(port: u16, geo: Geometry, cma: bool, loan: u64) -> (ShmWire, ShmWire, usize) {
-    let mut a = wire(port, geo, cma, loan);
-    let b = wire(port + 1, geo, cma, loan);
-    let ix = a.route(b.me()).expect("loopback peer with a mailbox");
-    (a, b, ix)
-}
-
+/// Two endpoints of this process (A at `port`, B at `port + 1`) whose
+/// mailboxes lend `loan` credit bytes per ring.
 fn nodes(port: u16, geo: Geometry, cma: bool, loan: u64) -> (RealNode, RealNode) {
     let a = Node::new(wire(port, geo, cma, loan), RealMem);
     let b = Node::new(wire(port + 1, geo, cma, loan), RealMem);
@@ -57,6 +46,12 @@ const PLAIN: SendFlags = SendFlags {
     delivery: false,
     more: false,
 };
+
+fn flags(f: impl FnOnce(&mut SendFlags)) -> SendFlags {
+    let mut x = PLAIN;
+    f(&mut x);
+    x
+}
 
 #[test]
 fn through_the_wire_interface() {
@@ -125,257 +120,217 @@ fn the_wire_pushes_where_cma_is_refused() {
     );
 }
 
-/// Runs both sides until `b` yields a message.
-fn next_msg(a: &mut ShmWire, b: &mut ShmWire) -> Incoming {
-    for _ in 0..1000 {
-        a.pump(0);
-        if let Some(m) = b.poll_msg() {
-            return m;
-        }
+#[test]
+fn eager_messages_in_order_through_a_full_ring() {
+    let (mut a, mut b) = nodes(41000, Geometry::new(4, 4, 256), true, 0);
+    let data = |i: u64| vec![i as u8; 100 + i as usize];
+    let ops: Vec<_> = (0..10u64).map(|i| a.send(b.addr, i, &data(i), PLAIN)).collect();
+    // Four fit the ring; the other six wait in A's queue, incomplete.
+    assert_eq!(a.up.send_order, ops[..4]);
+    assert_eq!((a.w.m.backlogged(), a.w.backlog()), (6, 0));
+    let rs: Vec<_> = (0..10).map(|_| b.post(200)).collect();
+    // Each time B empties its ring, exactly the next sends complete, in
+    // the order sent.
+    for round in 1..=3 {
+        b.progress();
+        assert_eq!(a.up.send_order, ops[..(4 * round).min(10)], "round {round}");
+        a.progress();
+        assert_eq!(a.up.send_order, ops[..(4 + 4 * round).min(10)], "round {round}");
     }
-    panic!("no message");
+    assert!(ops.iter().all(|&s| a.send_result(s) == Some(Ok(()))));
+    assert_eq!(a.w.m.backlogged(), 0);
+    for (i, &r) in rs.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(b.recv_result(r), Some(Ok(100 + i as usize)));
+        assert_eq!((b.up.from[&r], b.up.hdrs[&r].tag), (a.addr, i));
+        assert_eq!(b.data(r)[..100 + i as usize], data(i)[..]);
+    }
 }
 
-fn hdr(len: usize, tag: u64) -> MsgHdr {
-    MsgHdr {
-        tag,
-        data: 7,
-        len: len as u64,
-        flags: MsgHdr::TAGGED,
+/// A rendezvous of `len` bytes, A to B: the RTS arrives before its
+/// receive, which then takes it.
+fn rendezvous(port: u16, cma: bool, len: usize) {
+    let (mut a, mut b) = nodes(port, Geometry::new(4, 4, 512), cma, 0);
+    let data = pattern(3, len);
+    let s = a.send(b.addr, 5, &data, PLAIN);
+    assert_eq!(a.send_result(s), None);
+    b.progress();
+    assert_eq!(b.unexpected(), 1, "the RTS is kept");
+    let r = b.post(len);
+    assert_eq!((b.up.hdrs[&r].len, b.up.from[&r]), (len as u64, a.addr));
+    // Read by B alone (small, CMA), at once; else B waits for A's part.
+    let at_once = cma && len < SPLIT_MIN;
+    assert_eq!(b.recv_result(r).is_some(), at_once);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s), b.recv_result(r)), (Some(Ok(())), Some(Ok(len))));
+    assert_eq!(b.data(r), data);
+    assert_eq!((b.w.stats().pulled > 0, a.w.stats().pushed > 0), (cma, !cma));
+    assert!(!a.w.m.in_flight() && !b.w.m.in_flight());
+}
+
+#[test]
+fn rendezvous_by_cross_memory_attach() {
+    rendezvous(41010, true, 10_000);
+    rendezvous(41014, true, 100_000);
+}
+
+#[test]
+fn rendezvous_pushed_through_the_mailbox() {
+    rendezvous(41020, false, 100_000);
+}
+
+/// Bytes that claim to be somewhere they are not.
+struct Lying(Vec<u8>, Vec<Range>);
+
+impl SendSource for Lying {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
+    }
+    fn ranges(&self) -> Option<Vec<Range>> {
+        Some(self.1.clone())
     }
 }
 
 #[test]
-fn legacy_eager_messages_in_order_through_a_full_ring() {
-    let (mut a, mut b, ix) = pair(41000, Geometry::new(4, 4, 256), true);
-    let mut pending = Vec::new();
-    for i in 0..10u64 {
-        let data = vec![i as u8; 100 + i as usize];
-        match a.send_eager(ix, &hdr(data.len(), i), &data, false, false) {
-            Eager::Done => assert!(i < 4, "send {i} done with a full ring"),
-            Eager::Pending(id) => pending.push(id),
-            Eager::NoCredit => panic!("no credit limit here"),
-        }
-    }
-    assert_eq!((a.backlogged(), a.backlogged_untracked()), (6, 0));
-    let mut done = Vec::new();
-    for i in 0..10u64 {
-        match next_msg(&mut a, &mut b) {
-            Incoming::Eager { slot, peer, hdr, .. } => {
-                assert_eq!((peer, hdr.tag), (a.me(), i));
-                assert_eq!(b.payload(&slot).to_vec(), vec![i as u8; 100 + i as usize]);
-                b.release(slot);
-            }
-            Incoming::Rts(_) => panic!("eager expected"),
-        }
-        a.pump(0);
-        done.extend(std::iter::from_fn(|| a.poll_event()));
-    }
-    let all: Vec<_> = pending.iter().map(|&id| ShmEvent::SendDone { id }).collect();
-    assert_eq!(done, all);
-    assert_eq!(a.backlogged(), 0);
-}
-
-/// A receive buffer a peer writes by cross-memory attach, and the sink
-/// over it.
-fn buffer(len: usize) -> (Shared, [(usize, usize); 1]) {
-    let s = Shared(Arc::new(Mutex::new(vec![0u8; len])));
-    let r = s.0.lock().unwrap().as_ptr() as usize;
-    (s, [(r, len)])
-}
-
-fn legacy_rendezvous(port: u16, cma: bool, len: usize) {
-    let (mut a, mut b, ix) = pair(port, Geometry::new(4, 4, 512), cma);
-    let src: Vec<u8> = pattern(3, len);
-    let remote = [(src.as_ptr() as u64, src.len() as u64)];
-    let id = a.send_rts(ix, &hdr(len, 5), Box::new(src.clone()), &remote).unwrap();
-    let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
-        panic!("RTS expected")
-    };
-    assert_eq!((rts.hdr.len, rts.peer), (len as u64, a.me()));
-    let (dst, local) = buffer(len);
-    let mut recv_done = match b.pull(&rts, &local, Box::new(dst.clone())) {
-        Pull::Done(n) => {
-            assert!(cma && n == len);
-            true
-        }
-        Pull::Pending(_) => false,
-        Pull::Failed(e) => panic!("pull failed: {e}"),
-    };
-    let mut send_done = false;
-    for _ in 0..10_000 {
-        a.pump(0);
-        while a.poll_msg().is_some() {}
-        b.pump(0);
-        while b.poll_msg().is_some() {}
-        while let Some(ev) = b.poll_event() {
-            assert!(
-                matches!(ev, ShmEvent::RecvDone { written, .. } if written == len),
-                "{ev:?}"
-            );
-            recv_done = true;
-        }
-        while let Some(ev) = a.poll_event() {
-            assert_eq!(ev, ShmEvent::SendDone { id });
-            send_done = true;
-        }
-        if send_done && recv_done {
-            break;
-        }
-    }
-    assert!(send_done && recv_done);
-    assert_eq!(*dst.0.lock().unwrap(), src);
-    assert_eq!((b.stats().pulled > 0, a.stats().pushed > 0), (cma, !cma));
-}
-
-#[test]
-fn legacy_rendezvous_by_cross_memory_attach() {
-    legacy_rendezvous(41010, true, 10_000);
-    legacy_rendezvous(41014, true, 100_000);
-}
-
-#[test]
-fn legacy_rendezvous_pushed_through_the_mailbox() {
-    legacy_rendezvous(41020, false, 100_000);
-}
-
-#[test]
-fn legacy_rts_with_bad_addresses_fails_both_ends() {
-    let (mut a, mut b, ix) = pair(41060, Geometry::new(2, 4, 256), true);
-    let id = a
-        .send_rts(ix, &hdr(4096, 1), Box::new(vec![0u8; 4096]), &[(8, 4096)])
-        .unwrap();
-    let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
-        panic!()
-    };
-    let (dst, local) = buffer(4096);
-    assert!(matches!(b.pull(&rts, &local, Box::new(dst)), Pull::Failed(e) if e == FI_EIO));
+fn rts_with_bad_addresses_fails_both_ends() {
+    let (mut a, mut b) = nodes(41060, Geometry::new(2, 4, 256), true, 0);
+    let s = a.send_from(b.addr, 1, Box::new(Lying(vec![0; 4096], vec![(8, 4096)])), PLAIN);
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    let r = b.post(4096);
+    assert_eq!(b.recv_result(r), Some(Err(FI_EIO)), "the read failed at once");
     for _ in 0..100 {
-        a.pump(0);
-        while a.poll_msg().is_some() {}
+        a.progress();
     }
-    assert_eq!(a.poll_event(), Some(ShmEvent::SendFailed { id, err: FI_EIO }));
+    assert_eq!(a.send_result(s), Some(Err(FI_EIO)));
+    assert!(!a.w.m.in_flight() && !b.w.m.in_flight());
 }
 
 #[test]
-fn legacy_credit_bounds_what_the_receiver_keeps_and_comes_back() {
+fn credit_bounds_what_the_receiver_keeps_and_comes_back() {
     let cost = credit_cost(200);
     let loan = 8 * cost;
-    let (mut a, mut b, ix) = pair_with(41120, Geometry::new(2, 64, 256), true, loan);
-    let mut eager = 0;
-    while a.send_eager(ix, &hdr(200, eager), &vec![7u8; 200], false, false) == Eager::Done {
-        eager += 1;
+    let (mut a, mut b) = nodes(41120, Geometry::new(2, 64, 256), true, loan);
+    // Eager while the loan lasts, a quarter kept back for RTS: six. The
+    // seventh goes by rendezvous (its header only).
+    let mut ops = Vec::new();
+    while a.w.stats().no_credit == 0 {
+        let i = ops.len() as u64;
+        ops.push(a.send(b.addr, i, &pattern(i, 200), PLAIN));
     }
-    assert_eq!(eager, 6, "8 credits, a quarter kept back for RTS");
-    let mut kept = Vec::new();
-    while let Some(m) = b.poll_msg() {
-        kept.push(m.credit());
-        if let Incoming::Eager { slot, .. } = m {
-            b.release(slot);
-        }
+    let done: Vec<_> = ops.iter().map(|&s| a.send_result(s).is_some()).collect();
+    assert_eq!(done, [true, true, true, true, true, true, false]);
+    b.progress();
+    assert_eq!(b.unexpected(), 7);
+    let rts = credit_cost(16);
+    assert_eq!(b.w.m.held_credit(0), 6 * cost + rts, "kept messages hold credit");
+    // One inject fits what is left; the next waits for credit (injects
+    // never go by rendezvous).
+    let inject = flags(|f| f.inject = true);
+    let inj = [
+        a.send(b.addr, 100, &pattern(100, 200), inject),
+        a.send(b.addr, 101, &pattern(101, 200), inject),
+    ];
+    assert_eq!((a.send_result(inj[0]), a.send_result(inj[1])), (Some(Ok(())), None));
+    for _ in 0..10 {
+        a.progress();
+        b.progress();
+        assert!(b.w.m.held_credit(0) <= loan, "the receiver holds more than it lent");
     }
-    assert_eq!((kept.len(), b.m.held_credit(0)), (6, 6 * cost));
-    // Two injects fit what is left; the third waits for credit.
-    for t in [100, 101] {
-        assert_eq!(
-            a.send_eager(ix, &hdr(200, t), &vec![2u8; 200], true, false),
-            Eager::Done
-        );
+    assert_eq!((b.unexpected(), a.send_result(inj[1])), (8, None));
+    // B takes the first message: its credit comes back, the inject goes.
+    let r = b.post(200);
+    assert_eq!(b.data(r), pattern(0, 200));
+    a.progress();
+    assert_eq!(a.send_result(inj[1]), Some(Ok(())));
+    b.progress();
+    assert_eq!(b.unexpected(), 8);
+    assert!(b.w.m.held_credit(0) <= loan);
+    let rs: Vec<_> = (0..8).map(|_| b.post(200)).collect();
+    settle(&mut a, &mut b);
+    let tags = [1, 2, 3, 4, 5, 6, 100, 101];
+    for (&r, t) in rs.iter().zip(tags) {
+        assert_eq!(b.up.hdrs[&r].tag, t, "in order");
+        assert_eq!((b.recv_result(r), b.data(r)), (Some(Ok(200)), pattern(t, 200)));
     }
-    let Eager::Pending(inj) = a.send_eager(ix, &hdr(200, 102), &vec![3u8; 200], true, false) else {
-        panic!()
-    };
-    while let Some(Incoming::Eager { slot, .. }) = b.poll_msg() {
-        b.release(slot);
-    }
-    assert!(b.m.held_credit(0) <= loan);
-    b.free_credit(kept[0]);
-    a.pump(0);
-    assert_eq!(a.poll_event(), Some(ShmEvent::SendDone { id: inj }));
-    let Some(Incoming::Eager { hdr, .. }) = b.poll_msg() else {
-        panic!()
-    };
-    assert_eq!(hdr.tag, 102);
-    assert!(b.m.held_credit(0) <= loan);
+    assert!(ops.iter().all(|&s| a.send_result(s) == Some(Ok(()))));
+    assert_eq!(b.w.m.held_credit(0), 0, "all given back");
 }
 
 #[test]
-fn legacy_delivery_complete_waits_until_the_receiver_took_the_message() {
-    let (mut a, mut b, ix) = pair(41110, Geometry::new(2, 4, 256), true);
-    let Eager::Pending(id) = a.send_eager(ix, &hdr(3, 1), &vec![1u8, 2, 3], false, true) else {
-        panic!("delivery complete cannot be complete at once")
-    };
-    a.pump(0);
-    assert_eq!(a.poll_event(), None);
-    let Incoming::Eager { slot, .. } = b.poll_msg().unwrap() else {
-        panic!()
-    };
-    a.pump(0);
-    assert_eq!(a.poll_event(), None, "published, not yet taken");
-    b.release(slot);
-    a.pump(0);
-    assert_eq!(a.poll_event(), Some(ShmEvent::SendDone { id }));
+fn delivery_complete_waits_until_the_receiver_took_the_message() {
+    let (mut a, mut b) = nodes(41110, Geometry::new(2, 4, 256), true, 0);
+    let s = a.send(b.addr, 1, &[1, 2, 3], flags(|f| f.delivery = true));
+    assert_eq!(a.send_result(s), None, "delivery complete cannot be complete at once");
+    a.progress();
+    assert_eq!(a.send_result(s), None, "published, not yet taken");
+    // Taken as unexpected counts: the receiver holds it.
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    a.progress();
+    assert_eq!(a.send_result(s), Some(Ok(())));
+    let r = b.post(3);
+    assert_eq!((b.recv_result(r), b.data(r)), (Some(Ok(3)), vec![1, 2, 3]));
 }
 
 #[test]
 fn a_real_producer_beyond_its_loan_or_writing_garbage_is_cut_off() {
     let loan = 2 * credit_cost(100);
-    let (mut a, mut b, ix) = pair_with(41130, Geometry::new(2, 8, 256), true, loan);
-    let eager = Frame::Eager { hdr: hdr(100, 1) }.head();
+    let (mut a, mut b) = nodes(41130, Geometry::new(2, 8, 256), true, loan);
+    let hdr = MsgHdr {
+        tag: 1,
+        data: 0,
+        len: 100,
+        flags: MsgHdr::TAGGED,
+    };
+    let eager = Frame::Eager { hdr }.head();
+    let ix = a.w.route(b.addr).expect("B is local");
     for _ in 0..3 {
-        a.port.publish_raw(ix, eager, &[7; 100]);
+        a.w.port.publish_raw(ix, eager, &[7; 100]);
     }
-    let mut got = 0;
-    while let Some(Incoming::Eager { slot, .. }) = b.poll_msg() {
-        b.release(slot);
-        got += 1;
+    for _ in 0..3 {
+        b.progress();
     }
-    assert_eq!((got, b.stats().rejected), (2, 1));
-    assert!(b.m.held_credit(0) <= loan);
+    assert_eq!((b.unexpected(), b.w.stats().rejected), (2, 1));
+    assert!(b.w.m.held_credit(0) <= loan);
     // A length beyond the slot, from another ring.
-    a.forget(ix);
-    let ix = a.route(b.me()).expect("another ring");
-    a.port.publish_raw(ix, SlotHead { len: 1 << 20, ..eager }, &[]);
-    assert!(b.poll_msg().is_none());
-    assert_eq!((b.stats().rejected, b.m.banned().len()), (2, 2));
+    a.w.forget(ix);
+    let ix = a.w.route(b.addr).expect("another ring");
+    a.w.port.publish_raw(ix, SlotHead { len: 1 << 20, ..eager }, &[]);
+    b.progress();
+    assert_eq!(b.unexpected(), 2);
+    assert_eq!((b.w.stats().rejected, b.w.m.banned().len()), (2, 2));
 }
 
 #[test]
-fn legacy_restarted_peer_gets_a_fresh_ring_at_once() {
+fn restarted_peer_gets_a_fresh_ring_at_once() {
     let geo = Geometry::new(2, 4, 128);
-    let (mut a, b, _) = pair(41050, geo, true);
-    let b_addr = b.me();
+    let (mut a, b) = nodes(41050, geo, true, 0);
+    let s = a.send(b.addr, 1, &pattern(1, 10_000), PLAIN);
+    let b_addr = b.addr;
     drop(b);
-    let mut b2 = wire(41051, geo, true, 0);
-    let ix2 = a.route(b_addr).expect("the new mailbox");
-    a.send_eager(ix2, &hdr(2, 9), &vec![4u8, 2], false, false);
-    let Incoming::Eager { slot, hdr, .. } = next_msg(&mut a, &mut b2) else {
-        panic!()
-    };
-    assert_eq!((hdr.tag, b2.payload(&slot).to_vec()), (9, vec![4u8, 2]));
+    let mut b2 = Node::new(wire(41051, geo, true, 0), RealMem);
+    let r = b2.post(8);
+    let s2 = a.send(b_addr, 9, &[4, 2], PLAIN);
+    assert_eq!(a.send_result(s), Some(Err(FI_EHOSTUNREACH)), "noticed by the next send");
+    assert_eq!(a.send_result(s2), Some(Ok(())), "in the new mailbox's ring");
+    b2.progress();
+    assert_eq!((b2.recv_result(r), b2.up.hdrs[&r].tag), (Some(Ok(2)), 9));
+    assert_eq!(b2.data(r)[..2], [4, 2]);
 }
 
 /// A large receive split with its sender (CTW), cancelled (or its
 /// endpoint closed) before the sender got to its write: the sender writes
 /// nothing, and its send still completes (or fails, the receiver gone).
 fn revoked_write(port: u16, close: bool) {
-    let (mut a, mut b, ix) = pair(port, Geometry::new(4, 4, 512), true);
-    let src = vec![0xabu8; 100_000];
-    let id = a
-        .send_rts(
-            ix,
-            &hdr(src.len(), 5),
-            Box::new(src.clone()),
-            &[(src.as_ptr() as u64, 100_000)],
-        )
-        .unwrap();
-    let Incoming::Rts(rts) = next_msg(&mut a, &mut b) else {
-        panic!()
-    };
-    let (dst, local) = buffer(100_000);
-    let Pull::Pending(rid) = b.pull(&rts, &local, Box::new(dst.clone())) else {
-        panic!("a split pull")
-    };
+    let (mut a, mut b) = nodes(port, Geometry::new(4, 4, 512), true, 0);
+    let r = b.post(100_000);
+    let s = a.send(b.addr, 5, &[0xab; 100_000], PLAIN);
+    b.progress();
+    let dst = b.bufs[&r].clone();
     let at = dst.0.lock().unwrap().iter().position(|&x| x != 0xab).unwrap();
     assert!(at > 0 && at < 100_000, "the first part was pulled");
     let mut b = Some(b);
@@ -383,50 +338,46 @@ fn revoked_write(port: u16, close: bool) {
         b = None;
     } else {
         let b = b.as_mut().unwrap();
-        assert!(b.cancel_rx(rid));
-        assert_eq!(b.stats().revoked, 1);
+        assert!(b.w.cancel_recv(r));
+        assert_eq!(b.w.stats().revoked, 1);
     }
     // Only now does the sender see the CTW (and the FIN, if cancelled).
     for _ in 0..10 {
-        a.pump(0);
-        while a.poll_msg().is_some() {}
+        a.progress();
     }
     assert!(
         dst.0.lock().unwrap()[at..].iter().all(|&x| x == 0),
         "the sender wrote after the revocation"
     );
-    assert_eq!(a.stats().pushed_cma, 0);
+    assert_eq!(a.w.stats().pushed_cma, 0);
     if close {
         // The receiver is gone: its answer found no mailbox, so the send
         // has failed already.
-        assert_eq!(
-            a.poll_event(),
-            Some(ShmEvent::SendFailed {
-                id,
-                err: FI_EHOSTUNREACH
-            })
-        );
+        assert_eq!(a.send_result(s), Some(Err(FI_EHOSTUNREACH)));
     } else {
-        assert_eq!(a.poll_event(), Some(ShmEvent::SendDone { id }));
+        assert_eq!(a.send_result(s), Some(Ok(())), "the message was matched");
         let b = b.as_mut().unwrap();
-        while b.poll_msg().is_some() {}
-        assert_eq!(b.poll_event(), None, "the refused write's WDONE completes nothing");
+        for _ in 0..10 {
+            b.progress();
+        }
+        assert_eq!(b.recv_result(r), None, "the refused write's WDONE completes nothing");
     }
+    assert!(!a.w.m.in_flight());
 }
 
 #[test]
-fn legacy_cancel_revokes_the_senders_write() {
+fn cancel_revokes_the_senders_write() {
     revoked_write(41140, false);
 }
 
 #[test]
-fn legacy_close_revokes_the_senders_write() {
+fn close_revokes_the_senders_write() {
     revoked_write(41150, true);
 }
 
 #[test]
 fn mailbox_is_private_to_its_user() {
-    let (_a, b, _) = pair(41040, Geometry::new(1, 2, 64), true);
+    let b = wire(41040, Geometry::new(1, 2, 64), true, 0);
     let path = b.port.path().to_string();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
