@@ -632,26 +632,30 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cq>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_cq, Cq>(f, FI_CLASS_CQ, FI_LOG_CQ, "endpoints or counters bound to the CQ")
+    abi_guard!("close", -FI_EOTHER, || {
+        crate::fid::close_unless_busy::<fid_cq, Cq>(f, FI_CLASS_CQ, FI_LOG_CQ, "endpoints or counters bound to the CQ")
+    })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        cq.cfg.wait_obj,
-        cq.wait.own(),
-        |w| {
-            let mut fds = Vec::new();
-            let gen = cq.sources.collect(&mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_CQ,
-    )
+    abi_guard!("control", -FI_EOTHER, || {
+        let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        control_wait(
+            cq.cfg.wait_obj,
+            cq.wait.own(),
+            |w| {
+                let mut fds = Vec::new();
+                let gen = cq.sources.collect(&mut fds, &mut None);
+                w.refresh(&mut fds, gen);
+            },
+            cmd,
+            arg,
+            FI_LOG_CQ,
+        )
+    })
 }
 
 /// Borrows the application's entry array and source-address array.
@@ -681,18 +685,22 @@ unsafe fn out_bufs<'a>(
 }
 
 unsafe extern "C" fn cq_readfrom(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
-    match out_bufs(cq, buf, count, src) {
-        Ok((out, src)) => cq.read(out, count, src),
-        Err(e) => e,
-    }
+    abi_guard!("cq_readfrom", -FI_EOTHER as isize, || {
+        let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+            return -FI_EINVAL as isize;
+        };
+        // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
+        match out_bufs(cq, buf, count, src) {
+            Ok((out, src)) => cq.read(out, count, src),
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_read(c: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
-    cq_readfrom(c, buf, count, std::ptr::null_mut())
+    abi_guard!("cq_read", -FI_EOTHER as isize, || {
+        cq_readfrom(c, buf, count, std::ptr::null_mut())
+    })
 }
 
 unsafe extern "C" fn cq_sreadfrom(
@@ -703,20 +711,22 @@ unsafe extern "C" fn cq_sreadfrom(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
-        // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
-        *(cond as *const usize)
-    } else {
-        1
-    };
-    // SAFETY: as in cq_readfrom.
-    match out_bufs(cq, buf, count, src) {
-        Ok((out, src)) => cq.sread(out, count, src, threshold, timeout),
-        Err(e) => e,
-    }
+    abi_guard!("cq_sreadfrom", -FI_EOTHER as isize, || {
+        let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+            return -FI_EINVAL as isize;
+        };
+        let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
+            // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
+            *(cond as *const usize)
+        } else {
+            1
+        };
+        // SAFETY: as in cq_readfrom.
+        match out_bufs(cq, buf, count, src) {
+            Ok((out, src)) => cq.sread(out, count, src, threshold, timeout),
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_sread(
@@ -726,42 +736,48 @@ unsafe extern "C" fn cq_sread(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout)
+    abi_guard!("cq_sread", -FI_EOTHER as isize, || {
+        cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout)
+    })
 }
 
 unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags: u64) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if buf.is_null() {
-        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
-        return -FI_EINVAL as isize;
-    }
-    if flags != 0 {
-        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
-    // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
-    let e = &mut *buf;
-    let user = (e.err_data_size > 0 && !e.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
-    match cq.readerr(user) {
-        Ok(entry) => {
-            // Writes the 1.17 fields only: a newer core's larger struct
-            // keeps its tail.
-            *buf = entry;
-            1
+    abi_guard!("cq_readerr", -FI_EOTHER as isize, || {
+        let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+            return -FI_EINVAL as isize;
+        };
+        if buf.is_null() {
+            crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
+            return -FI_EINVAL as isize;
         }
-        Err(r) => r as isize,
-    }
+        if flags != 0 {
+            crate::warn!(FI_LOG_CQ, "fi_cq_readerr: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
+        // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
+        let e = &mut *buf;
+        let user = (e.err_data_size > 0 && !e.err_data.is_null())
+            .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
+        match cq.readerr(user) {
+            Ok(entry) => {
+                // Writes the 1.17 fields only: a newer core's larger struct
+                // keeps its tail.
+                *buf = entry;
+                1
+            }
+            Err(r) => r as isize,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_signal(c: *mut fid_cq) -> i32 {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL;
-    };
-    cq.signal()
+    abi_guard!("cq_signal", -FI_EOTHER, || {
+        let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
+            return -FI_EINVAL;
+        };
+        cq.signal()
+    })
 }
 
 unsafe extern "C" fn cq_strerror(
@@ -771,8 +787,10 @@ unsafe extern "C" fn cq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
-    strerror(prov_errno, buf, len)
+    abi_guard!("cq_strerror", std::ptr::null(), || {
+        // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
+        strerror(prov_errno, buf, len)
+    })
 }
 
 static CQ_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));

@@ -309,26 +309,30 @@ pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Eq>> {
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ")
+    abi_guard!("close", -FI_EOTHER, || {
+        crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ")
+    })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        eq.wait_obj,
-        eq.wait.own(),
-        |w| {
-            let mut fds = Vec::new();
-            let gen = eq.sources.collect(&mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_EQ,
-    )
+    abi_guard!("control", -FI_EOTHER, || {
+        let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        control_wait(
+            eq.wait_obj,
+            eq.wait.own(),
+            |w| {
+                let mut fds = Vec::new();
+                let gen = eq.sources.collect(&mut fds, &mut None);
+                w.refresh(&mut fds, gen);
+            },
+            cmd,
+            arg,
+            FI_LOG_EQ,
+        )
+    })
 }
 
 /// # Safety
@@ -363,15 +367,17 @@ unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
 }
 
 unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let peek = match check_read_flags(flags, "fi_eq_read") {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    // SAFETY: fi_eq_read(3): `buf` holds `len` bytes, `event` one u32.
-    finish(eq.read(out_buf(buf, len), peek), event)
+    abi_guard!("eq_read", -FI_EOTHER as isize, || {
+        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+            return -FI_EINVAL as isize;
+        };
+        let peek = match check_read_flags(flags, "fi_eq_read") {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        // SAFETY: fi_eq_read(3): `buf` holds `len` bytes, `event` one u32.
+        finish(eq.read(out_buf(buf, len), peek), event)
+    })
 }
 
 unsafe extern "C" fn eq_sread(
@@ -382,63 +388,69 @@ unsafe extern "C" fn eq_sread(
     timeout: i32,
     flags: u64,
 ) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let peek = match check_read_flags(flags, "fi_eq_sread") {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    // SAFETY: as in eq_read.
-    finish(eq.sread(out_buf(buf, len), timeout, peek), event)
+    abi_guard!("eq_sread", -FI_EOTHER as isize, || {
+        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+            return -FI_EINVAL as isize;
+        };
+        let peek = match check_read_flags(flags, "fi_eq_sread") {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        // SAFETY: as in eq_read.
+        finish(eq.sread(out_buf(buf, len), timeout, peek), event)
+    })
 }
 
 unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if buf.is_null() {
-        crate::warn!(FI_LOG_EQ, "fi_eq_readerr: NULL buffer");
-        return -FI_EINVAL as isize;
-    }
-    if flags != 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_readerr: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
-    // err_data_size, err_data is its buffer of that size (fi_eq(3)).
-    let b = &mut *buf;
-    let user = (b.err_data_size > 0 && !b.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
-    match eq.readerr(user) {
-        Ok(entry) => {
-            *buf = entry;
-            std::mem::size_of::<fi_eq_err_entry>() as isize
+    abi_guard!("eq_readerr", -FI_EOTHER as isize, || {
+        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+            return -FI_EINVAL as isize;
+        };
+        if buf.is_null() {
+            crate::warn!(FI_LOG_EQ, "fi_eq_readerr: NULL buffer");
+            return -FI_EINVAL as isize;
         }
-        Err(r) => r as isize,
-    }
+        if flags != 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_readerr: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
+        // err_data_size, err_data is its buffer of that size (fi_eq(3)).
+        let b = &mut *buf;
+        let user = (b.err_data_size > 0 && !b.err_data.is_null())
+            .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
+        match eq.readerr(user) {
+            Ok(entry) => {
+                *buf = entry;
+                std::mem::size_of::<fi_eq_err_entry>() as isize
+            }
+            Err(r) => r as isize,
+        }
+    })
 }
 
 unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_write: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    if buf.is_null() && len > 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_write: NULL buffer with len {}", len);
-        return -FI_EINVAL as isize;
-    }
-    let data: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: fi_eq_write(3): `buf` holds `len` bytes.
-        std::slice::from_raw_parts(buf as *const u8, len)
-    };
-    eq.push(event, data, 0);
-    len as isize
+    abi_guard!("eq_write", -FI_EOTHER as isize, || {
+        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+            return -FI_EINVAL as isize;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_write: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        if buf.is_null() && len > 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_write: NULL buffer with len {}", len);
+            return -FI_EINVAL as isize;
+        }
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: fi_eq_write(3): `buf` holds `len` bytes.
+            std::slice::from_raw_parts(buf as *const u8, len)
+        };
+        eq.push(event, data, 0);
+        len as isize
+    })
 }
 
 unsafe extern "C" fn eq_strerror(
@@ -448,8 +460,10 @@ unsafe extern "C" fn eq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
-    crate::cq::strerror(prov_errno, buf, len)
+    abi_guard!("eq_strerror", std::ptr::null(), || {
+        // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
+        crate::cq::strerror(prov_errno, buf, len)
+    })
 }
 
 static EQ_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));

@@ -774,31 +774,33 @@ pub unsafe extern "C" fn gnix_getinfo(
     hints: *const fi_info,
     info: *mut *mut fi_info,
 ) -> i32 {
-    if info.is_null() {
-        return -FI_EINVAL;
-    }
-    *info = std::ptr::null_mut();
-    let offers = match offers(version, node, service, flags, hints) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut head: *mut fi_info = std::ptr::null_mut();
-    let mut tail: *mut fi_info = std::ptr::null_mut();
-    for o in &offers {
-        let Some(i) = crate::core::alloc_info() else {
-            crate::core::free_info(head);
-            return -FI_ENOMEM;
-        };
-        fill(i, o, version);
-        if tail.is_null() {
-            head = i;
-        } else {
-            (*tail).next = i;
+    abi_guard!("gnix_getinfo", -FI_EOTHER, || {
+        if info.is_null() {
+            return -FI_EINVAL;
         }
-        tail = i;
-    }
-    *info = head;
-    0
+        *info = std::ptr::null_mut();
+        let offers = match offers(version, node, service, flags, hints) {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        let mut head: *mut fi_info = std::ptr::null_mut();
+        let mut tail: *mut fi_info = std::ptr::null_mut();
+        for o in &offers {
+            let Some(i) = crate::core::alloc_info() else {
+                crate::core::free_info(head);
+                return -FI_ENOMEM;
+            };
+            fill(i, o, version);
+            if tail.is_null() {
+                head = i;
+            } else {
+                (*tail).next = i;
+            }
+            tail = i;
+        }
+        *info = head;
+        0
+    })
 }
 
 /// Reads the endpoint-relevant attributes back from an info the

@@ -6,6 +6,8 @@
 // man page of each call); they are not called from Rust.
 #![allow(clippy::missing_safety_doc)]
 
+#[macro_use]
+mod abi;
 pub mod ffi;
 #[macro_use]
 pub mod log;
@@ -68,7 +70,9 @@ pub fn provider_ptr() -> *const fi_provider {
 /// Called by the core's destructor (fi_fini) at process exit: a process
 /// that exits without closing its endpoints still removes its mailboxes.
 unsafe extern "C" fn cleanup() {
-    nic::shm::mailbox::unlink_all_live();
+    abi_guard!("cleanup", (), || {
+        nic::shm::mailbox::unlink_all_live();
+    })
 }
 
 /// The API version gnix declares to the core that loads it.
@@ -91,14 +95,16 @@ fn declared_version(core_version: u32) -> u32 {
 /// The entry point libfabric looks for in `lib*-fi.so` DSO providers.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
-    let p = PROVIDER.0.get();
-    if let Some(c) = core::core() {
-        // SAFETY: the core calls fi_prov_ini once, before anything else can
-        // reach the provider struct.
-        unsafe { (*p).fi_version = declared_version(c.version) };
-    }
-    params::define_all();
-    p
+    abi_guard!("fi_prov_ini", std::ptr::null_mut(), || {
+        let p = PROVIDER.0.get();
+        if let Some(c) = core::core() {
+            // SAFETY: the core calls fi_prov_ini once, before anything else can
+            // reach the provider struct.
+            unsafe { (*p).fi_version = declared_version(c.version) };
+        }
+        params::define_all();
+        p
+    })
 }
 
 #[cfg(test)]

@@ -144,10 +144,12 @@ unsafe extern "C" fn reg(
     mr: *mut *mut fid_mr,
     ctx: *mut c_void,
 ) -> i32 {
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr)
+    abi_guard!("reg", -FI_EOTHER, || {
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr)
+    })
 }
 
 unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
@@ -176,57 +178,65 @@ unsafe extern "C" fn regv(
     mr: *mut *mut fid_mr,
     ctx: *mut c_void,
 ) -> i32 {
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    let Some(v) = iovs(iov, count) else { return -FI_EINVAL };
-    finish(register(f, &v, access, offset, key, flags, ctx), mr)
+    abi_guard!("regv", -FI_EOTHER, || {
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        let Some(v) = iovs(iov, count) else { return -FI_EINVAL };
+        finish(register(f, &v, access, offset, key, flags, ctx), mr)
+    })
 }
 
 unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, mr: *mut *mut fid_mr) -> i32 {
-    let Some(a) = attr.as_ref() else { return -FI_EINVAL };
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    if a.iface != FI_HMEM_SYSTEM {
-        crate::warn!(
-            FI_LOG_MR,
-            "fi_mr_regattr: device memory (iface {}) not supported",
-            a.iface
-        );
-        return -FI_ENOSYS;
-    }
-    if a.auth_key_size != 0 {
-        crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
-        return -FI_EINVAL;
-    }
-    let Some(v) = iovs(a.mr_iov, a.iov_count) else {
-        return -FI_EINVAL;
-    };
-    finish(
-        register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
-        mr,
-    )
+    abi_guard!("regattr", -FI_EOTHER, || {
+        let Some(a) = attr.as_ref() else { return -FI_EINVAL };
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        if a.iface != FI_HMEM_SYSTEM {
+            crate::warn!(
+                FI_LOG_MR,
+                "fi_mr_regattr: device memory (iface {}) not supported",
+                a.iface
+            );
+            return -FI_ENOSYS;
+        }
+        if a.auth_key_size != 0 {
+            crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
+            return -FI_EINVAL;
+        }
+        let Some(v) = iovs(a.mr_iov, a.iov_count) else {
+            return -FI_EINVAL;
+        };
+        finish(
+            register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
+            mr,
+        )
+    })
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() {
-        return -FI_EINVAL;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    abi_guard!("close", -FI_EOTHER, || {
+        if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() {
+            return -FI_EINVAL;
+        }
+        Obj::destroy(f as *mut c_void);
+        0
+    })
 }
 
 unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
-    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() || b.is_null() {
-        return -FI_EINVAL;
-    }
-    // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
-    crate::warn!(
-        FI_LOG_MR,
-        "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
-    );
-    -FI_ENOSYS
+    abi_guard!("bind", -FI_EOTHER, || {
+        if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() || b.is_null() {
+            return -FI_EINVAL;
+        }
+        // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
+        crate::warn!(
+            FI_LOG_MR,
+            "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
+        );
+        -FI_ENOSYS
+    })
 }
 
 static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));

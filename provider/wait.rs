@@ -730,43 +730,49 @@ pub unsafe fn waitset_from_fid(p: *const c_void) -> Option<Arc<WaitSet>> {
 }
 
 unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    if ws.refs.busy() {
-        crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
-        return -FI_EBUSY;
-    }
-    WaitSetObj::destroy(f as *mut c_void);
-    0
+    abi_guard!("wait_close", -FI_EOTHER, || {
+        let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
+            return -FI_EINVAL;
+        };
+        if ws.refs.busy() {
+            crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
+            return -FI_EBUSY;
+        }
+        WaitSetObj::destroy(f as *mut c_void);
+        0
+    })
 }
 
 unsafe extern "C" fn wait_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        ws.wait_obj,
-        Some(&ws.wobj),
-        |w| {
-            let members = ws.live();
-            let gen0 = ws.members_gen.load(SeqCst);
-            let mut fds = Vec::new();
-            let gen = WaitSet::collect(&members, gen0, &mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_FABRIC,
-    )
+    abi_guard!("wait_control", -FI_EOTHER, || {
+        let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        control_wait(
+            ws.wait_obj,
+            Some(&ws.wobj),
+            |w| {
+                let members = ws.live();
+                let gen0 = ws.members_gen.load(SeqCst);
+                let mut fds = Vec::new();
+                let gen = WaitSet::collect(&members, gen0, &mut fds, &mut None);
+                w.refresh(&mut fds, gen);
+            },
+            cmd,
+            arg,
+            FI_LOG_FABRIC,
+        )
+    })
 }
 
 unsafe extern "C" fn wait_wait(w: *mut fid_wait, timeout: i32) -> i32 {
-    let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    ws.wait(timeout)
+    abi_guard!("wait_wait", -FI_EOTHER, || {
+        let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else {
+            return -FI_EINVAL;
+        };
+        ws.wait(timeout)
+    })
 }
 
 static WAIT_FI_OPS: Table<fi_ops> = Table(base_ops(wait_close, None, Some(wait_control), None));
@@ -936,69 +942,77 @@ pub(crate) fn pollset_into_fid(ps: Arc<PollSet>) -> *mut fid_poll {
 }
 
 unsafe extern "C" fn poll_close(f: *mut fid) -> i32 {
-    if PollObj::get(f as *const c_void, FI_CLASS_POLL).is_none() {
-        return -FI_EINVAL;
-    }
-    // Members are only referenced, not bound: closing with members left
-    // just forgets them, which is what applications closing in any order
-    // expect.
-    PollObj::destroy(f as *mut c_void);
-    0
+    abi_guard!("poll_close", -FI_EOTHER, || {
+        if PollObj::get(f as *const c_void, FI_CLASS_POLL).is_none() {
+            return -FI_EINVAL;
+        }
+        // Members are only referenced, not bound: closing with members left
+        // just forgets them, which is what applications closing in any order
+        // expect.
+        PollObj::destroy(f as *mut c_void);
+        0
+    })
 }
 
 unsafe extern "C" fn poll_poll(p: *mut fid_poll, ctx: *mut *mut c_void, count: i32) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if count < 0 || (count > 0 && ctx.is_null()) {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
-        return -FI_EINVAL;
-    }
-    let out: &mut [*mut c_void] = if count == 0 {
-        &mut []
-    } else {
-        // SAFETY: the application passes an array of `count` context slots.
-        std::slice::from_raw_parts_mut(ctx, count as usize)
-    };
-    ps.poll(out)
+    abi_guard!("poll_poll", -FI_EOTHER, || {
+        let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+            return -FI_EINVAL;
+        };
+        if count < 0 || (count > 0 && ctx.is_null()) {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
+            return -FI_EINVAL;
+        }
+        let out: &mut [*mut c_void] = if count == 0 {
+            &mut []
+        } else {
+            // SAFETY: the application passes an array of `count` context slots.
+            std::slice::from_raw_parts_mut(ctx, count as usize)
+        };
+        ps.poll(out)
+    })
 }
 
 unsafe extern "C" fn poll_add(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
-        return -FI_EINVAL;
-    }
-    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
-        return ps.add_cq(cq);
-    }
-    if let Some(c) = crate::cntr::from_fid(f as *const c_void) {
-        return ps.add_cntr(c);
-    }
-    crate::warn!(
-        FI_LOG_DOMAIN,
-        "fi_poll_add: only gnix CQs and counters can join a poll set"
-    );
-    -FI_EINVAL
+    abi_guard!("poll_add", -FI_EOTHER, || {
+        let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+            return -FI_EINVAL;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
+            return -FI_EINVAL;
+        }
+        if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
+            return ps.add_cq(cq);
+        }
+        if let Some(c) = crate::cntr::from_fid(f as *const c_void) {
+            return ps.add_cntr(c);
+        }
+        crate::warn!(
+            FI_LOG_DOMAIN,
+            "fi_poll_add: only gnix CQs and counters can join a poll set"
+        );
+        -FI_EINVAL
+    })
 }
 
 unsafe extern "C" fn poll_del(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
-        return -FI_EINVAL;
-    }
-    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
-        return ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq)));
-    }
-    if let Some(cn) = crate::cntr::from_fid(f as *const c_void) {
-        return ps.del(|m| matches!(m, Member::Cntr(c) if Arc::ptr_eq(c, &cn)));
-    }
-    -FI_EINVAL
+    abi_guard!("poll_del", -FI_EOTHER, || {
+        let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
+            return -FI_EINVAL;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
+            return -FI_EINVAL;
+        }
+        if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
+            return ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq)));
+        }
+        if let Some(cn) = crate::cntr::from_fid(f as *const c_void) {
+            return ps.del(|m| matches!(m, Member::Cntr(c) if Arc::ptr_eq(c, &cn)));
+        }
+        -FI_EINVAL
+    })
 }
 
 static POLL_FI_OPS: Table<fi_ops> = Table(base_ops(poll_close, None, None, None));
