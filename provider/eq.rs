@@ -272,7 +272,8 @@ pub unsafe fn open(
     let (wait_obj, ws) = if attr.is_null() {
         (FI_WAIT_NONE, None)
     } else {
-        let a = &*attr;
+        // SAFETY: the caller's contract: `attr` is readable (and not NULL here).
+        let a = unsafe { &*attr };
         if a.flags & !(FI_WRITE | FI_AFFINITY) != 0 {
             crate::warn!(
                 FI_LOG_EQ,
@@ -305,33 +306,38 @@ pub(crate) fn into_fid(eq: Arc<Eq>) -> *mut fid_eq {
 /// # Safety
 /// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Eq>> {
-    Obj::get(p, FI_CLASS_EQ).cloned()
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    (unsafe { Obj::get(p, FI_CLASS_EQ) }).cloned()
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
     abi_guard!("close", -FI_EOTHER, || {
-        crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ")
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe { crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ") }
     })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
     abi_guard!("control", -FI_EOTHER, || {
-        let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_EQ) }) else {
             return -FI_EINVAL;
         };
         // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-        control_wait(
-            eq.wait_obj,
-            eq.wait.own(),
-            |w| {
-                let mut fds = Vec::new();
-                let gen = eq.sources.collect(&mut fds, &mut None);
-                w.refresh(&mut fds, gen);
-            },
-            cmd,
-            arg,
-            FI_LOG_EQ,
-        )
+        unsafe {
+            control_wait(
+                eq.wait_obj,
+                eq.wait.own(),
+                |w| {
+                    let mut fds = Vec::new();
+                    let gen = eq.sources.collect(&mut fds, &mut None);
+                    w.refresh(&mut fds, gen);
+                },
+                cmd,
+                arg,
+                FI_LOG_EQ,
+            )
+        }
     })
 }
 
@@ -341,7 +347,8 @@ unsafe fn out_buf<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
     if buf.is_null() || len == 0 {
         &mut []
     } else {
-        std::slice::from_raw_parts_mut(buf as *mut u8, len)
+        // SAFETY: the caller's contract: `buf` (non-NULL) holds `len` bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) }
     }
 }
 
@@ -358,7 +365,7 @@ unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
         Ok((ev, n)) => {
             if !event.is_null() {
                 // SAFETY: the application's event slot.
-                *event = ev;
+                unsafe { *event = ev };
             }
             n as isize
         }
@@ -368,7 +375,8 @@ unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
 
 unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
     abi_guard!("eq_read", -FI_EOTHER as isize, || {
-        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
             return -FI_EINVAL as isize;
         };
         let peek = match check_read_flags(flags, "fi_eq_read") {
@@ -376,7 +384,7 @@ unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, 
             Err(r) => return r,
         };
         // SAFETY: fi_eq_read(3): `buf` holds `len` bytes, `event` one u32.
-        finish(eq.read(out_buf(buf, len), peek), event)
+        unsafe { finish(eq.read(out_buf(buf, len), peek), event) }
     })
 }
 
@@ -389,7 +397,8 @@ unsafe extern "C" fn eq_sread(
     flags: u64,
 ) -> isize {
     abi_guard!("eq_sread", -FI_EOTHER as isize, || {
-        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
             return -FI_EINVAL as isize;
         };
         let peek = match check_read_flags(flags, "fi_eq_sread") {
@@ -397,13 +406,14 @@ unsafe extern "C" fn eq_sread(
             Err(r) => return r,
         };
         // SAFETY: as in eq_read.
-        finish(eq.sread(out_buf(buf, len), timeout, peek), event)
+        unsafe { finish(eq.sread(out_buf(buf, len), timeout, peek), event) }
     })
 }
 
 unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags: u64) -> isize {
     abi_guard!("eq_readerr", -FI_EOTHER as isize, || {
-        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
             return -FI_EINVAL as isize;
         };
         if buf.is_null() {
@@ -416,12 +426,14 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
         }
         // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
         // err_data_size, err_data is its buffer of that size (fi_eq(3)).
-        let b = &mut *buf;
+        let b = unsafe { &mut *buf };
         let user = (b.err_data_size > 0 && !b.err_data.is_null())
-            .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
+            // SAFETY: with a nonzero err_data_size, err_data is the application's buffer of that size (fi_cq(3), fi_eq(3)).
+            .then(|| unsafe { std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size) });
         match eq.readerr(user) {
             Ok(entry) => {
-                *buf = entry;
+                // SAFETY: `buf` is the application's error entry (non-NULL, checked above); only the 1.17 fields are written.
+                unsafe { *buf = entry };
                 std::mem::size_of::<fi_eq_err_entry>() as isize
             }
             Err(r) => r as isize,
@@ -431,7 +443,8 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
 
 unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
     abi_guard!("eq_write", -FI_EOTHER as isize, || {
-        let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
             return -FI_EINVAL as isize;
         };
         if flags != 0 {
@@ -446,7 +459,7 @@ unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, le
             &[]
         } else {
             // SAFETY: fi_eq_write(3): `buf` holds `len` bytes.
-            std::slice::from_raw_parts(buf as *const u8, len)
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
         };
         eq.push(event, data, 0);
         len as isize
@@ -462,7 +475,7 @@ unsafe extern "C" fn eq_strerror(
 ) -> *const c_char {
     abi_guard!("eq_strerror", std::ptr::null(), || {
         // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
-        crate::cq::strerror(prov_errno, buf, len)
+        unsafe { crate::cq::strerror(prov_errno, buf, len) }
     })
 }
 

@@ -3,7 +3,10 @@
 //! libfabric only grows its structs at the end, so writing the 1.17 fields
 //! of a struct allocated by a newer core is sound.
 
+// Generated code: bindgen's unsafe helpers (`__IncompleteArrayField`) do
+// not wrap their bodies in `unsafe {}`.
 #[rustfmt::skip]
+#[allow(unsafe_op_in_unsafe_fn)]
 mod bindings;
 pub use bindings::*;
 
