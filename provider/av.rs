@@ -286,12 +286,18 @@ impl Av {
 
 type Obj = FidObj<fid_av, Av>;
 
+/// The AV behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Av>> {
-    Obj::get(p, FI_CLASS_AV)
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    unsafe { Obj::get(p, FI_CLASS_AV) }
 }
 
 pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -> Result<*mut fid_av, i32> {
-    let a = attr.as_ref().ok_or(-FI_EINVAL)?;
+    // SAFETY: the caller's contract (`attr` NULL or a readable fi_av_attr).
+    let a = unsafe { attr.as_ref() }.ok_or(-FI_EINVAL)?;
     let av_type = match a.type_ {
         FI_AV_UNSPEC => {
             if dom.attr.av_type == FI_AV_UNSPEC {
@@ -352,13 +358,18 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
     abi_guard!("close", -FI_EOTHER, || {
-        crate::fid::close_unless_busy::<fid_av, Av>(f, FI_CLASS_AV, FI_LOG_AV, "endpoints bound to the AV")
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe { crate::fid::close_unless_busy::<fid_av, Av>(f, FI_CLASS_AV, FI_LOG_AV, "endpoints bound to the AV") }
     })
 }
 
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
 
 /// Records per-address results the way fi_av_insert(3) asks.
+///
+/// # Safety
+/// `fi_addr` must be NULL or writable for `addrs.len()` addresses, and with
+/// FI_SYNC_ERR `ctx` NULL or writable for `addrs.len()` ints.
 unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, flags: u64, ctx: *mut c_void) -> i32 {
     let mut n = 0;
     for (k, a) in addrs.iter().enumerate() {
@@ -370,13 +381,17 @@ unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, f
             None => Err(FI_EINVAL),
         };
         if !fi_addr.is_null() {
-            *fi_addr.add(k) = *res.as_ref().unwrap_or(&FI_ADDR_NOTAVAIL);
+            // SAFETY: k < addrs.len(), the caller's bound on `fi_addr`.
+            unsafe { *fi_addr.add(k) = *res.as_ref().unwrap_or(&FI_ADDR_NOTAVAIL) };
         }
         if flags & FI_SYNC_ERR != 0 && !ctx.is_null() {
-            *(ctx as *mut i32).add(k) = match res {
+            let code = match res {
                 Ok(_) => 0,
                 Err(e) => e,
             };
+            // SAFETY: with FI_SYNC_ERR, `ctx` is an int array of the
+            // addresses' count (fi_av_insert(3)); k < addrs.len().
+            unsafe { *(ctx as *mut i32).add(k) = code };
         }
     }
     n
@@ -395,7 +410,8 @@ unsafe extern "C" fn insert(
     ctx: *mut c_void,
 ) -> i32 {
     abi_guard!("insert", -FI_EOTHER, || {
-        let Some(av) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if flags & !INSERT_FLAGS != 0 {
@@ -412,8 +428,9 @@ unsafe extern "C" fn insert(
         }
         let addrs: Vec<Option<SocketAddr>> = (0..count)
             .map(|k| {
-                let p = (addr as *const u8).add(k * av.addrlen);
-                let s = sockaddr_to_std(p, av.addrlen)
+                // SAFETY: fi_av_insert(3): `addr` holds `count` addresses of
+                // the AV's address length; k < count.
+                let s = unsafe { sockaddr_to_std((addr as *const u8).add(k * av.addrlen), av.addrlen) }
                     .filter(|s| family_ok(av, s) && !s.ip().is_unspecified() && s.port() != 0);
                 if s.is_none() {
                     crate::warn!(
@@ -426,7 +443,9 @@ unsafe extern "C" fn insert(
                 s
             })
             .collect();
-        insert_all(av, &addrs, fi_addr, flags, ctx)
+        // SAFETY: fi_av_insert(3): `fi_addr` is NULL or holds `count` entries,
+        // and so does `ctx` with FI_SYNC_ERR; addrs.len() == count.
+        unsafe { insert_all(av, &addrs, fi_addr, flags, ctx) }
     })
 }
 
@@ -446,7 +465,8 @@ unsafe extern "C" fn insertsvc(
     ctx: *mut c_void,
 ) -> i32 {
     abi_guard!("insertsvc", -FI_EOTHER, || {
-        insertsym(f, node, 1, service, 1, fi_addr, flags, ctx)
+        // SAFETY: fi_av_insertsvc(3) is fi_av_insertsym with one node and one service.
+        unsafe { insertsym(f, node, 1, service, 1, fi_addr, flags, ctx) }
     })
 }
 
@@ -461,7 +481,8 @@ unsafe extern "C" fn insertsym(
     ctx: *mut c_void,
 ) -> i32 {
     abi_guard!("insertsym", -FI_EOTHER, || {
-        let Some(av) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if node.is_null() || service.is_null() {
@@ -471,8 +492,9 @@ unsafe extern "C" fn insertsym(
         if flags & !INSERT_FLAGS != 0 {
             return -FI_EBADFLAGS;
         }
-        let node = CStr::from_ptr(node).to_string_lossy();
-        let service = CStr::from_ptr(service).to_string_lossy();
+        // SAFETY: both are the application's NUL-terminated strings (checked non-NULL above).
+        let (node, service) = unsafe { (CStr::from_ptr(node), CStr::from_ptr(service)) };
+        let (node, service) = (node.to_string_lossy(), service.to_string_lossy());
         let Some(ip) = parse_host(&node) else {
             crate::warn!(FI_LOG_AV, "fi_av_insertsvc: cannot resolve '{}'", node);
             return -FI_EINVAL;
@@ -496,13 +518,16 @@ unsafe extern "C" fn insertsym(
                 addrs.push(a);
             }
         }
-        insert_all(av, &addrs, fi_addr, flags, ctx)
+        // SAFETY: fi_av_insertsym(3): `fi_addr` (and `ctx` with FI_SYNC_ERR)
+        // hold nodecnt * svccnt entries, which is addrs.len().
+        unsafe { insert_all(av, &addrs, fi_addr, flags, ctx) }
     })
 }
 
 unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, flags: u64) -> i32 {
     abi_guard!("remove", -FI_EOTHER, || {
-        let Some(av) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if flags != 0 {
@@ -512,9 +537,11 @@ unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, fla
             return -FI_EINVAL;
         }
         let mut ret = 0;
-        for k in 0..count {
-            if !av.remove(*fi_addr.add(k)) {
-                crate::warn!(FI_LOG_AV, "fi_av_remove: fi_addr {} is not in the AV", *fi_addr.add(k));
+        // SAFETY: fi_av_remove(3): `fi_addr` holds `count` addresses (non-NULL, checked above).
+        let addrs = unsafe { std::slice::from_raw_parts(fi_addr, count) };
+        for &a in addrs {
+            if !av.remove(a) {
+                crate::warn!(FI_LOG_AV, "fi_av_remove: fi_addr {} is not in the AV", a);
                 ret = -FI_EINVAL;
             }
         }
@@ -524,7 +551,8 @@ unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, fla
 
 unsafe extern "C" fn lookup(f: *mut fid_av, a: u64, addr: *mut c_void, addrlen: *mut usize) -> i32 {
     abi_guard!("lookup", -FI_EOTHER, || {
-        let Some(av) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if addrlen.is_null() {
@@ -535,11 +563,15 @@ unsafe extern "C" fn lookup(f: *mut fid_av, a: u64, addr: *mut c_void, addrlen: 
             return -FI_EINVAL;
         };
         let bytes = std_to_sockaddr(&s);
-        let n = bytes.len().min(*addrlen);
-        if n > 0 && !addr.is_null() {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
+        // SAFETY: fi_av_lookup(3): `addrlen` (non-NULL, checked above) is
+        // in/out, and `addr` is NULL or holds *addrlen bytes.
+        unsafe {
+            let n = bytes.len().min(*addrlen);
+            if n > 0 && !addr.is_null() {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
+            }
+            *addrlen = bytes.len();
         }
-        *addrlen = bytes.len();
         0
     })
 }
@@ -554,23 +586,29 @@ pub fn addr_string(s: &SocketAddr) -> String {
 
 unsafe extern "C" fn straddr(f: *mut fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
     abi_guard!("straddr", std::ptr::null(), || {
-        let Some(av) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
             return std::ptr::null();
         };
         if len.is_null() {
             return std::ptr::null();
         }
-        let s = match sockaddr_to_std(addr as *const u8, av.addrlen) {
+        // SAFETY: fi_av_straddr(3): `addr` is an address of the AV's format.
+        let s = match unsafe { sockaddr_to_std(addr as *const u8, av.addrlen) } {
             Some(s) => addr_string(&s),
             None => "fi_addr_format_unknown".to_string(),
         };
         let want = s.len() + 1;
-        if !buf.is_null() && *len > 0 {
-            let n = s.len().min(*len - 1);
-            std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
-            *buf.add(n) = 0;
+        // SAFETY: fi_av_straddr(3): `len` (non-NULL, checked above) is in/out
+        // and `buf` is NULL or holds *len bytes; we write n + 1 <= *len.
+        unsafe {
+            if !buf.is_null() && *len > 0 {
+                let n = s.len().min(*len - 1);
+                std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+            *len = want;
         }
-        *len = want;
         buf
     })
 }

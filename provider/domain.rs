@@ -40,8 +40,13 @@ impl AsRef<Refs> for Domain {
 
 type Obj = FidObj<fid_domain, Domain>;
 
+/// The domain behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Domain>> {
-    Obj::get(p, FI_CLASS_DOMAIN)
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    unsafe { Obj::get(p, FI_CLASS_DOMAIN) }
 }
 
 pub unsafe fn open(
@@ -49,7 +54,8 @@ pub unsafe fn open(
     info: *mut fi_info,
     ctx: *mut c_void,
 ) -> Result<*mut fid_domain, i32> {
-    let attr = crate::getinfo::offer_from_info(info)?;
+    // SAFETY: the caller's contract (`info` NULL or a readable fi_info).
+    let attr = unsafe { crate::getinfo::offer_from_info(info) }?;
     let p = crate::params::params();
     let dom = Arc::new(Domain {
         refs: Refs::default(),
@@ -69,7 +75,8 @@ pub unsafe fn open(
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
     abi_guard!("close", -FI_EOTHER, || {
-        let Some(d) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if d.refs.busy() {
@@ -80,7 +87,8 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
             return -FI_EBUSY;
         }
         d.nic.stop();
-        Obj::destroy(f as *mut c_void);
+        // SAFETY: `f` is a live domain (checked above) the application gives up.
+        unsafe { Obj::destroy(f as *mut c_void) };
         0
     })
 }
@@ -93,15 +101,19 @@ macro_rules! shim_open {
                 concat!(module_path!(), "::", stringify!($name)),
                 -FI_EOTHER,
                 || {
-                    let Some(dom) = from_fid(d as *const c_void) else {
+                    // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                    let Some(dom) = (unsafe { from_fid(d as *const c_void) }) else {
                         return -FI_EINVAL;
                     };
                     if out.is_null() {
                         return -FI_EINVAL;
                     }
-                    match $call(dom, attr, ctx) {
+                    // SAFETY: `attr` is NULL or the application's attributes
+                    // for this open call (fi_domain(3)).
+                    match unsafe { $call(dom, attr, ctx) } {
                         Ok(p) => {
-                            *out = p;
+                            // SAFETY: `out` is the application's result slot, non-NULL.
+                            unsafe { *out = p };
                             0
                         }
                         Err(e) => e,
@@ -128,21 +140,25 @@ unsafe extern "C" fn endpoint2(
             crate::warn!(FI_LOG_DOMAIN, "fi_endpoint2: flags {:#x} not supported", flags);
             return -FI_EINVAL;
         }
-        endpoint(d, info, ep, ctx)
+        // SAFETY: fi_endpoint2(3) is fi_endpoint with flags, checked above.
+        unsafe { endpoint(d, info, ep, ctx) }
     })
 }
 
 unsafe extern "C" fn poll_open(d: *mut fid_domain, attr: *mut fi_poll_attr, ps: *mut *mut fid_poll) -> i32 {
     abi_guard!("poll_open", -FI_EOTHER, || {
-        let Some(dom) = from_fid(d as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(dom) = (unsafe { from_fid(d as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if ps.is_null() || attr.is_null() {
             return -FI_EINVAL;
         }
-        match crate::wait::poll_open(attr, Box::new(ParentRef::new(dom))) {
+        // SAFETY: `attr` is the application's fi_poll_attr, non-NULL.
+        match unsafe { crate::wait::poll_open(attr, Box::new(ParentRef::new(dom))) } {
             Ok(p) => {
-                *ps = p;
+                // SAFETY: `ps` is the application's result slot, non-NULL.
+                unsafe { *ps = p };
                 0
             }
             Err(e) => e,
@@ -204,30 +220,32 @@ fn admits(t: &crate::params::Tunable, v: u64) -> bool {
 
 unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     abi_guard!("ext_set_val", -FI_EOTHER, || {
-        let Some(d) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if val.is_null() {
             return -FI_EINVAL;
         }
         let mut tun = d.tunables.lock().unwrap();
+        // SAFETY: fi_gnix_ops_domain: `val` (non-NULL) points to the knob's type, documented per knob in the man page.
         match t {
             GNIX_RNDV_THRESHOLD => {
-                let v = *(val as *const usize);
+                let v = unsafe { *(val as *const usize) };
                 if !admits(&decl::rndv_threshold, v as u64) {
                     return -FI_EINVAL;
                 }
                 tun.rndv_threshold = v;
             }
             GNIX_PEER_TIMEOUT_MS => {
-                let v = *(val as *const u64);
+                let v = unsafe { *(val as *const u64) };
                 if !admits(&decl::peer_timeout_ms, v) {
                     return -FI_EINVAL;
                 }
                 tun.peer_timeout_ms = v;
             }
             GNIX_MAX_RETRANS => {
-                let v = *(val as *const u32);
+                let v = unsafe { *(val as *const u32) };
                 if !admits(&decl::max_retrans, v as u64) {
                     return -FI_EINVAL;
                 }
@@ -244,17 +262,19 @@ unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
 
 unsafe extern "C" fn ext_get_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
     abi_guard!("ext_get_val", -FI_EOTHER, || {
-        let Some(d) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if val.is_null() {
             return -FI_EINVAL;
         }
         let tun = *d.tunables.lock().unwrap();
+        // SAFETY: fi_gnix_ops_domain: `val` (non-NULL) points to the knob's type, documented per knob in the man page.
         match t {
-            GNIX_RNDV_THRESHOLD => *(val as *mut usize) = tun.rndv_threshold,
-            GNIX_PEER_TIMEOUT_MS => *(val as *mut u64) = tun.peer_timeout_ms,
-            GNIX_MAX_RETRANS => *(val as *mut u32) = tun.max_retrans,
+            GNIX_RNDV_THRESHOLD => unsafe { *(val as *mut usize) = tun.rndv_threshold },
+            GNIX_PEER_TIMEOUT_MS => unsafe { *(val as *mut u64) = tun.peer_timeout_ms },
+            GNIX_MAX_RETRANS => unsafe { *(val as *mut u32) = tun.max_retrans },
             _ => {
                 crate::warn!(FI_LOG_DOMAIN, "get_val: unknown value {}", t);
                 return -FI_EINVAL;
@@ -277,14 +297,18 @@ unsafe extern "C" fn ops_open(
     _ctx: *mut c_void,
 ) -> i32 {
     abi_guard!("ops_open", -FI_EOTHER, || {
-        if from_fid(f as *const c_void).is_none() || name.is_null() || ops.is_null() {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { from_fid(f as *const c_void) }).is_none() || name.is_null() || ops.is_null() {
             return -FI_EINVAL;
         }
-        if CStr::from_ptr(name) != FI_GNIX_DOMAIN_OPS_1 {
-            crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", CStr::from_ptr(name));
+        // SAFETY: fi_open_ops(3): `name` is a NUL-terminated string, non-NULL.
+        let name = unsafe { CStr::from_ptr(name) };
+        if name != FI_GNIX_DOMAIN_OPS_1 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", name);
             return -FI_ENOSYS;
         }
-        *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void;
+        // SAFETY: `ops` is the application's result slot, non-NULL.
+        unsafe { *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void };
         0
     })
 }

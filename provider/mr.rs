@@ -64,7 +64,8 @@ unsafe fn register(
     flags: u64,
     ctx: *mut c_void,
 ) -> Result<*mut fid_mr, i32> {
-    let Some(dom) = crate::domain::from_fid(dom_fid as *const c_void) else {
+    // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+    let Some(dom) = (unsafe { crate::domain::from_fid(dom_fid as *const c_void) }) else {
         return Err(-FI_EINVAL);
     };
     if access & !ACCESS != 0 {
@@ -119,14 +120,16 @@ unsafe fn register(
     };
     let p = Obj::create(c, mr);
     // The descriptor is the MR itself: fi_mr_desc() hands it to data calls.
-    (*p).mem_desc = p as *mut c_void;
+    // SAFETY: `p` was just made by `create`, and nothing else holds it yet.
+    unsafe { (*p).mem_desc = p as *mut c_void };
     Ok(p)
 }
 
 unsafe fn finish(r: Result<*mut fid_mr, i32>, out: *mut *mut fid_mr) -> i32 {
     match r {
         Ok(p) => {
-            *out = p;
+            // SAFETY: `out` is the application's result slot (non-NULL, checked above).
+            unsafe { *out = p };
             0
         }
         Err(e) => e,
@@ -148,10 +151,16 @@ unsafe extern "C" fn reg(
         if mr.is_null() {
             return -FI_EINVAL;
         }
-        finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr)
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe { finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr) }
     })
 }
 
+/// The application's iovec array as (address, length) pairs (None: NULL
+/// with a count).
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` readable iovecs.
 unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
     if count == 0 {
         return Some(vec![]);
@@ -160,7 +169,8 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
         return None;
     }
     Some(
-        std::slice::from_raw_parts(iov, count)
+        // SAFETY: the caller's contract: `iov` (non-NULL) holds `count` iovecs.
+        unsafe { std::slice::from_raw_parts(iov, count) }
             .iter()
             .map(|v| (v.iov_base as usize, v.iov_len))
             .collect(),
@@ -182,14 +192,21 @@ unsafe extern "C" fn regv(
         if mr.is_null() {
             return -FI_EINVAL;
         }
-        let Some(v) = iovs(iov, count) else { return -FI_EINVAL };
-        finish(register(f, &v, access, offset, key, flags, ctx), mr)
+        // SAFETY: fi_mr_regv(3): `iov` holds `count` iovecs.
+        let Some(v) = (unsafe { iovs(iov, count) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe { finish(register(f, &v, access, offset, key, flags, ctx), mr) }
     })
 }
 
 unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, mr: *mut *mut fid_mr) -> i32 {
     abi_guard!("regattr", -FI_EOTHER, || {
-        let Some(a) = attr.as_ref() else { return -FI_EINVAL };
+        // SAFETY: fi_mr_regattr(3): `attr` is NULL or the application's fi_mr_attr.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return -FI_EINVAL;
+        };
         if mr.is_null() {
             return -FI_EINVAL;
         }
@@ -205,29 +222,36 @@ unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, m
             crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
             return -FI_EINVAL;
         }
-        let Some(v) = iovs(a.mr_iov, a.iov_count) else {
+        // SAFETY: the attribute's mr_iov holds iov_count iovecs (fi_mr_regattr(3)).
+        let Some(v) = (unsafe { iovs(a.mr_iov, a.iov_count) }) else {
             return -FI_EINVAL;
         };
-        finish(
-            register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
-            mr,
-        )
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe {
+            finish(
+                register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
+                mr,
+            )
+        }
     })
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
     abi_guard!("close", -FI_EOTHER, || {
-        if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() {
             return -FI_EINVAL;
         }
-        Obj::destroy(f as *mut c_void);
+        // SAFETY: `f` is a live object of this class (checked above), which the application gives up (fi_close(3)).
+        unsafe { Obj::destroy(f as *mut c_void) };
         0
     })
 }
 
 unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
     abi_guard!("bind", -FI_EOTHER, || {
-        if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() || b.is_null() {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() || b.is_null() {
             return -FI_EINVAL;
         }
         // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
