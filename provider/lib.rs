@@ -5,6 +5,7 @@
 // The `unsafe extern "C"` shims' contract is the libfabric API itself (the
 // man page of each call); they are not called from Rust.
 #![allow(clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 #[macro_use]
 mod abi;

@@ -14,7 +14,8 @@ use std::sync::{Arc, Weak};
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
     abi_guard!("close", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         let me: Weak<Ep> = ep.me.clone();
@@ -48,14 +49,16 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
                 eq.refs.put();
             }
         }
-        Obj::destroy(f as *mut c_void);
+        // SAFETY: `f` is a live object of this class (checked above), which the application gives up (fi_close(3)).
+        unsafe { Obj::destroy(f as *mut c_void) };
         0
     })
 }
 
 unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
     abi_guard!("bind", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if bf.is_null() {
@@ -66,9 +69,12 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
             return -FI_EOPBADSTATE;
         }
         let mut b = ep.pending_binds.lock().unwrap();
-        match (*bf).fclass as u32 {
+        // SAFETY: `bf` is a fid the application holds, non-NULL (checked above).
+        let class = unsafe { (*bf).fclass } as u32;
+        match class {
             FI_CLASS_AV => {
-                let Some(av) = crate::av::from_fid(bf as *const c_void) else {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(av) = (unsafe { crate::av::from_fid(bf as *const c_void) }) else {
                     return -FI_EINVAL;
                 };
                 if b.av.is_some() {
@@ -82,7 +88,8 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
                 b.av = Some(av.clone());
             }
             FI_CLASS_CQ => {
-                let Some(cq) = crate::cq::from_fid(bf as *const c_void) else {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(cq) = (unsafe { crate::cq::from_fid(bf as *const c_void) }) else {
                     return -FI_EINVAL;
                 };
                 if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0
@@ -108,7 +115,8 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
                 }
             }
             FI_CLASS_CNTR => {
-                let Some(c) = crate::cntr::from_fid(bf as *const c_void) else {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(c) = (unsafe { crate::cntr::from_fid(bf as *const c_void) }) else {
                     return -FI_EINVAL;
                 };
                 let known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -138,7 +146,8 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
                 }
             }
             FI_CLASS_EQ => {
-                let Some(eq) = crate::eq::from_fid(bf as *const c_void) else {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(eq) = (unsafe { crate::eq::from_fid(bf as *const c_void) }) else {
                     return -FI_EINVAL;
                 };
                 if b.eq.is_some() {
@@ -192,13 +201,15 @@ fn enable(ep: &Arc<Ep>) -> i32 {
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
     abi_guard!("control", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         match cmd as u32 {
             FI_ENABLE => enable(ep),
             FI_GETOPSFLAG | FI_SETOPSFLAG => {
-                let Some(flags) = (arg as *mut u64).as_mut() else {
+                // SAFETY: FI_GETOPSFLAG/FI_SETOPSFLAG take a uint64_t * (fi_endpoint(3)).
+                let Some(flags) = (unsafe { (arg as *mut u64).as_mut() }) else {
                     return -FI_EINVAL;
                 };
                 let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
@@ -229,7 +240,8 @@ unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
 
 unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
     abi_guard!("cancel", -FI_EOTHER as isize, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL as isize;
         };
         if ep.binds.get().is_none() {
@@ -241,7 +253,8 @@ unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
 
 unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, len: *mut usize) -> i32 {
     abi_guard!("getopt", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if level != FI_OPT_ENDPOINT as i32 {
@@ -252,12 +265,17 @@ unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, l
         }
         match name as u32 {
             FI_OPT_MIN_MULTI_RECV => {
-                if *len < std::mem::size_of::<usize>() {
+                let min = ep.lock().rx.min_multi_recv;
+                // SAFETY: fi_getopt(3): `len` (non-NULL) is in/out, `val`
+                // (non-NULL) holds *len bytes; we write a size_t only if it fits.
+                unsafe {
+                    let room = *len;
                     *len = std::mem::size_of::<usize>();
-                    return -FI_ETOOSMALL;
+                    if room < std::mem::size_of::<usize>() {
+                        return -FI_ETOOSMALL;
+                    }
+                    *(val as *mut usize) = min;
                 }
-                *(val as *mut usize) = ep.lock().rx.min_multi_recv;
-                *len = std::mem::size_of::<usize>();
                 0
             }
             _ => -FI_ENOPROTOOPT,
@@ -267,7 +285,8 @@ unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, l
 
 unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void, len: usize) -> i32 {
     abi_guard!("setopt", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if level != FI_OPT_ENDPOINT as i32 {
@@ -278,7 +297,8 @@ unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void,
                 if val.is_null() || len != std::mem::size_of::<usize>() {
                     return -FI_EINVAL;
                 }
-                ep.lock().rx.min_multi_recv = *(val as *const usize);
+                // SAFETY: fi_setopt(3): `val` holds `len` bytes, a size_t here.
+                ep.lock().rx.min_multi_recv = unsafe { *(val as *const usize) };
                 0
             }
             _ => -FI_ENOPROTOOPT,
@@ -288,7 +308,8 @@ unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void,
 
 unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
     abi_guard!("rx_size_left", -FI_EOTHER as isize, || {
-        let Some(ep) = from_fid(e as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(e as *const c_void) }) else {
             return -FI_EINVAL as isize;
         };
         ep.rx_left() as isize
@@ -297,7 +318,8 @@ unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
 
 unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
     abi_guard!("tx_size_left", -FI_EOTHER as isize, || {
-        let Some(ep) = from_fid(e as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(e as *const c_void) }) else {
             return -FI_EINVAL as isize;
         };
         ep.tx_left() as isize
@@ -306,33 +328,40 @@ unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
 
 unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i32 {
     abi_guard!("getname", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if len.is_null() {
             return -FI_EINVAL;
         }
         let bytes = std_to_sockaddr(&ep.lock().port.local_addr());
-        let room = *len;
-        *len = bytes.len();
-        if room < bytes.len() || addr.is_null() {
-            return -FI_ETOOSMALL;
+        // SAFETY: fi_getname(3): `len` (non-NULL) is in/out and `addr` is
+        // NULL or holds *len bytes; we copy only if the address fits.
+        unsafe {
+            let room = *len;
+            *len = bytes.len();
+            if room < bytes.len() || addr.is_null() {
+                return -FI_ETOOSMALL;
+            }
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
         }
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
         0
     })
 }
 
 unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
     abi_guard!("setname", -FI_EOTHER, || {
-        let Some(ep) = from_fid(f as *const c_void) else {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
             return -FI_EINVAL;
         };
         if ep.enabled.load(Ordering::Acquire) {
             crate::warn!(FI_LOG_EP_CTRL, "fi_setname after fi_enable");
             return -FI_EOPBADSTATE;
         }
-        let Some(a) = crate::getinfo::sockaddr_to_std(addr as *const u8, len) else {
+        // SAFETY: fi_setname(3): `addr` holds `len` bytes.
+        let Some(a) = (unsafe { crate::getinfo::sockaddr_to_std(addr as *const u8, len) }) else {
             crate::warn!(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6");
             return -FI_EINVAL;
         };

@@ -10,6 +10,10 @@ use crate::fid::Table;
 use crate::nic::iov::Iov;
 use std::ffi::c_void;
 
+/// The application's iovec array as an `Iov` (None: NULL with a count).
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` readable iovecs.
 unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if count == 0 {
         return Some(Iov::new());
@@ -17,12 +21,9 @@ unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if iov.is_null() {
         return None;
     }
-    Some(
-        std::slice::from_raw_parts(iov, count)
-            .iter()
-            .map(|v| (v.iov_base as usize, v.iov_len))
-            .collect(),
-    )
+    // SAFETY: the caller's contract: `iov` holds `count` iovecs.
+    let iov = unsafe { std::slice::from_raw_parts(iov, count) };
+    Some(iov.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
 }
 
 fn one(buf: *const c_void, len: usize) -> Iov {
@@ -35,7 +36,8 @@ fn one(buf: *const c_void, len: usize) -> Iov {
 
 macro_rules! ep_or_inval {
     ($e:expr) => {
-        match from_fid($e as *const c_void) {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        match unsafe { from_fid($e as *const c_void) } {
             Some(ep) => ep,
             None => return -FI_EINVAL as isize,
         }
@@ -132,7 +134,8 @@ unsafe extern "C" fn msg_send(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("msg_send", -FI_EOTHER as isize, || {
-        do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false) }
     })
 }
 unsafe extern "C" fn msg_sendv(
@@ -144,31 +147,37 @@ unsafe extern "C" fn msg_sendv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("msg_sendv", -FI_EOTHER as isize, || {
-        do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false) }
     })
 }
 unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
     abi_guard!("msg_sendmsg", -FI_EOTHER as isize, || {
-        let Some(m) = m.as_ref() else {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
             crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
             return -FI_EINVAL as isize;
         };
         let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-        do_send(
-            e,
-            iov_of(m.msg_iov, m.iov_count),
-            m.addr,
-            0,
-            data,
-            m.context,
-            Some(flags),
-            false,
-        )
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe {
+            do_send(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                0,
+                data,
+                m.context,
+                Some(flags),
+                false,
+            )
+        }
     })
 }
 unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
     abi_guard!("msg_inject", -FI_EOTHER as isize, || {
-        do_inject(e, buf, len, dest, None, None)
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, None, None) }
     })
 }
 unsafe extern "C" fn msg_senddata(
@@ -181,12 +190,14 @@ unsafe extern "C" fn msg_senddata(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("msg_senddata", -FI_EOTHER as isize, || {
-        do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false) }
     })
 }
 unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
     abi_guard!("msg_injectdata", -FI_EOTHER as isize, || {
-        do_inject(e, buf, len, dest, None, Some(data))
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, None, Some(data)) }
     })
 }
 unsafe extern "C" fn msg_recv(
@@ -198,7 +209,8 @@ unsafe extern "C" fn msg_recv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("msg_recv", -FI_EOTHER as isize, || {
-        do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false) }
     })
 }
 unsafe extern "C" fn msg_recvv(
@@ -210,25 +222,30 @@ unsafe extern "C" fn msg_recvv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("msg_recvv", -FI_EOTHER as isize, || {
-        do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false) }
     })
 }
 unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
     abi_guard!("msg_recvmsg", -FI_EOTHER as isize, || {
-        let Some(m) = m.as_ref() else {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
             crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
             return -FI_EINVAL as isize;
         };
-        do_recv(
-            e,
-            iov_of(m.msg_iov, m.iov_count),
-            m.addr,
-            0,
-            0,
-            m.context,
-            Some(flags),
-            false,
-        )
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe {
+            do_recv(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                0,
+                0,
+                m.context,
+                Some(flags),
+                false,
+            )
+        }
     })
 }
 
@@ -243,7 +260,8 @@ unsafe extern "C" fn tag_send(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_send", -FI_EOTHER as isize, || {
-        do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true) }
     })
 }
 #[allow(clippy::too_many_arguments)]
@@ -257,31 +275,37 @@ unsafe extern "C" fn tag_sendv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_sendv", -FI_EOTHER as isize, || {
-        do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true) }
     })
 }
 unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
     abi_guard!("tag_sendmsg", -FI_EOTHER as isize, || {
-        let Some(m) = m.as_ref() else {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
             crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
             return -FI_EINVAL as isize;
         };
         let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-        do_send(
-            e,
-            iov_of(m.msg_iov, m.iov_count),
-            m.addr,
-            m.tag,
-            data,
-            m.context,
-            Some(flags),
-            true,
-        )
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe {
+            do_send(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                m.tag,
+                data,
+                m.context,
+                Some(flags),
+                true,
+            )
+        }
     })
 }
 unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
     abi_guard!("tag_inject", -FI_EOTHER as isize, || {
-        do_inject(e, buf, len, dest, Some(tag), None)
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, Some(tag), None) }
     })
 }
 #[allow(clippy::too_many_arguments)]
@@ -296,7 +320,8 @@ unsafe extern "C" fn tag_senddata(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_senddata", -FI_EOTHER as isize, || {
-        do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true) }
     })
 }
 unsafe extern "C" fn tag_injectdata(
@@ -308,7 +333,8 @@ unsafe extern "C" fn tag_injectdata(
     tag: u64,
 ) -> isize {
     abi_guard!("tag_injectdata", -FI_EOTHER as isize, || {
-        do_inject(e, buf, len, dest, Some(tag), Some(data))
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, Some(tag), Some(data)) }
     })
 }
 #[allow(clippy::too_many_arguments)]
@@ -323,7 +349,8 @@ unsafe extern "C" fn tag_recv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_recv", -FI_EOTHER as isize, || {
-        do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true) }
     })
 }
 #[allow(clippy::too_many_arguments)]
@@ -338,25 +365,30 @@ unsafe extern "C" fn tag_recvv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_recvv", -FI_EOTHER as isize, || {
-        do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true)
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true) }
     })
 }
 unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
     abi_guard!("tag_recvmsg", -FI_EOTHER as isize, || {
-        let Some(m) = m.as_ref() else {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
             crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
             return -FI_EINVAL as isize;
         };
-        do_recv(
-            e,
-            iov_of(m.msg_iov, m.iov_count),
-            m.addr,
-            m.tag,
-            m.ignore,
-            m.context,
-            Some(flags),
-            true,
-        )
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe {
+            do_recv(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                m.tag,
+                m.ignore,
+                m.context,
+                Some(flags),
+                true,
+            )
+        }
     })
 }
 
