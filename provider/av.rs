@@ -26,7 +26,6 @@ use std::sync::{Arc, RwLock};
 pub struct Av {
     pub domain: ParentRef<Domain>,
     pub refs: Refs,
-    pub av_type: u32,
     /// Bytes of one address in insert/lookup buffers.
     pub addrlen: usize,
     inner: RwLock<AvInner>,
@@ -341,7 +340,6 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
     let av = Arc::new(Av {
         domain: ParentRef::new(dom),
         refs: Refs::default(),
-        av_type,
         addrlen,
         inner: RwLock::new(AvInner::new(
             addrlen == std::mem::size_of::<libc::sockaddr_in>(),

@@ -207,12 +207,6 @@ impl Cq {
         Ok(cq)
     }
 
-    pub fn format(&self) -> fi_cq_format {
-        self.cfg.format
-    }
-    pub fn wait_obj(&self) -> fi_wait_obj {
-        self.cfg.wait_obj
-    }
     /// The context given to fi_cq_open (what fi_poll reports).
     pub fn context(&self) -> *mut c_void {
         self.context as *mut c_void

@@ -26,7 +26,8 @@ pub struct Tunables {
 
 pub struct Domain {
     pub refs: Refs,
-    pub fabric: ParentRef<crate::fabric::Fabric>,
+    /// Held, never read: fi_close(fabric) is -FI_EBUSY while the domain lives.
+    _fabric: ParentRef<crate::fabric::Fabric>,
     pub attr: Offer,
     pub tunables: Mutex<Tunables>,
     pub mrs: crate::mr::MrTable,
@@ -59,7 +60,7 @@ pub unsafe fn open(
     let p = crate::params::params();
     let dom = Arc::new(Domain {
         refs: Refs::default(),
-        fabric,
+        _fabric: fabric,
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),

@@ -4,7 +4,6 @@
 
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, Refs, Table};
-use crate::progress::Progress;
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wait, WaitSet, Waitable};
 use std::any::Any;
 use std::collections::VecDeque;
@@ -41,7 +40,14 @@ impl Default for EqError {
 }
 
 enum Ev {
-    Ok { event: u32, data: Vec<u8> },
+    Ok {
+        event: u32,
+        data: Vec<u8>,
+    },
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "no gnix operation reports to an EQ asynchronously yet")
+    )]
     Err(Box<EqError>),
 }
 
@@ -121,16 +127,9 @@ impl Eq {
         });
     }
 
+    #[cfg(test)]
     pub fn push_err(&self, e: EqError) {
         self.enqueue(Ev::Err(Box::new(e)));
-    }
-
-    /// Whatever drives connection management under manual progress.
-    pub fn add_source(&self, p: Weak<dyn Progress>) {
-        self.sources.add(p);
-    }
-    pub fn remove_source(&self, p: &Weak<dyn Progress>) {
-        self.sources.remove(p);
     }
 
     pub fn has_events(&self) -> bool {

@@ -26,13 +26,11 @@ pub struct FidObj<C, T> {
 ///
 /// # Safety
 /// `Self` must be `#[repr(C)]` with a `fid` as its first field.
-pub unsafe trait HasFid {
-    fn fid_mut(&mut self) -> *mut fid;
-}
+pub unsafe trait HasFid {}
 macro_rules! has_fid {
     ($($t:ty),*) => {$(
         // SAFETY: every libfabric fid_* struct begins with `struct fid fid`.
-        unsafe impl HasFid for $t { fn fid_mut(&mut self) -> *mut fid { &mut self.fid } }
+        unsafe impl HasFid for $t {}
     )*};
 }
 has_fid!(fid_fabric, fid_domain, fid_ep, fid_cq, fid_cntr, fid_eq, fid_av, fid_mr, fid_wait, fid_poll, fid_pep);

@@ -9,29 +9,37 @@
 
 #[macro_use]
 mod abi;
-pub mod ffi;
+pub(crate) mod ffi;
 #[macro_use]
-pub mod log;
-pub mod core;
-pub mod fid;
-pub mod hash;
-pub mod params;
-pub mod progress;
+pub(crate) mod log;
+pub(crate) mod core;
+pub(crate) mod fid;
+pub(crate) mod hash;
+pub(crate) mod params;
+pub(crate) mod progress;
+// The protocol machines are public only to the fuzz targets
+// (fuzz/fuzz_targets use gnix_fi::proto::fuzz); the provider's own build
+// keeps them crate-private, so dead code in them is reported.
+#[cfg(feature = "fuzz")]
 pub mod proto;
-pub mod rng;
-pub mod tme;
+#[cfg(not(feature = "fuzz"))]
+pub(crate) mod proto;
+// Seeded randomness for the simulator, the tests and the fuzz targets.
+#[cfg(any(test, feature = "fuzz"))]
+mod rng;
+pub(crate) mod tme;
 
-pub mod av;
-pub mod cntr;
-pub mod cq;
-pub mod domain;
-pub mod ep;
-pub mod eq;
-pub mod fabric;
-pub mod getinfo;
-pub mod mr;
-pub mod nic;
-pub mod wait;
+pub(crate) mod av;
+pub(crate) mod cntr;
+pub(crate) mod cq;
+pub(crate) mod domain;
+pub(crate) mod ep;
+pub(crate) mod eq;
+pub(crate) mod fabric;
+pub(crate) mod getinfo;
+pub(crate) mod mr;
+pub(crate) mod nic;
+pub(crate) mod wait;
 
 use ffi::*;
 use std::cell::UnsafeCell;

@@ -13,8 +13,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 pub struct Mr {
     pub domain: ParentRef<Domain>,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub iov: Vec<(usize, usize)>,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub access: u64,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub offset: u64,
     pub key: u64,
 }
@@ -45,9 +48,6 @@ impl MrTable {
             next: AtomicU64::new(1),
             prov_key,
         }
-    }
-    pub fn lookup(&self, key: u64) -> Option<Arc<Mr>> {
-        self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade)
     }
 }
 

@@ -729,15 +729,6 @@ pub(crate) fn waitset_into_fid(ws: Arc<WaitSet>) -> *mut fid_wait {
     WaitSetObj::create(c, ws)
 }
 
-/// The wait set behind an application-supplied fid.
-///
-/// # Safety
-/// `p` must be NULL or point to readable memory of at least a `struct fid`.
-pub unsafe fn waitset_from_fid(p: *const c_void) -> Option<Arc<WaitSet>> {
-    // SAFETY: the caller's contract (`p` NULL or a readable fid).
-    (unsafe { WaitSetObj::get(p, FI_CLASS_WAIT) }).cloned()
-}
-
 unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
     abi_guard!("wait_close", -FI_EOTHER, || {
         // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.

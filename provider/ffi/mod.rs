@@ -11,8 +11,8 @@ mod bindings;
 pub use bindings::*;
 
 // Macros bindgen cannot evaluate (casts of -1).
+#[cfg(test)]
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
 pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
-pub const FI_KEY_NOTAVAIL: u64 = u64::MAX;
 #[allow(non_camel_case_types)]
 pub type fi_addr_t = u64;
