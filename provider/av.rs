@@ -294,6 +294,10 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Av>> {
     unsafe { Obj::get(p, FI_CLASS_AV) }
 }
 
+/// fi_av_open, called by the domain's shim.
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable fi_av_attr.
 pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -> Result<*mut fid_av, i32> {
     // SAFETY: the caller's contract (`attr` NULL or a readable fi_av_attr).
     let a = unsafe { attr.as_ref() }.ok_or(-FI_EINVAL)?;

@@ -50,6 +50,10 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Domain>> {
     unsafe { Obj::get(p, FI_CLASS_DOMAIN) }
 }
 
+/// fi_domain, called by the fabric's shim.
+///
+/// # Safety
+/// `info` must be NULL or a valid fi_info (attr pointers NULL or valid).
 pub unsafe fn open(
     fabric: ParentRef<crate::fabric::Fabric>,
     info: *mut fi_info,

@@ -359,6 +359,10 @@ fn check_read_flags(flags: u64, what: &str) -> Result<bool, isize> {
     Ok(flags & FI_PEEK != 0)
 }
 
+/// The ssize_t of fi_eq_read/sread, storing the event type through `event`.
+///
+/// # Safety
+/// `event` must be NULL or writable for one u32.
 unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
     match r {
         Ok((ev, n)) => {

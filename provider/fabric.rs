@@ -17,6 +17,10 @@ impl AsRef<Refs> for Fabric {
 
 type Obj = FidObj<fid_fabric, Fabric>;
 
+/// The fabric behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Fabric>> {
     // SAFETY: the caller's contract (`p` NULL or a readable fid).
     unsafe { Obj::get(p, FI_CLASS_FABRIC) }

@@ -2,9 +2,6 @@
 //! (shared memory for on-node peers, UDP for off-node peers).
 //! See ../shared/DESIGN.md and README.md for the architecture.
 
-// The `unsafe extern "C"` shims' contract is the libfabric API itself (the
-// man page of each call); they are not called from Rust.
-#![allow(clippy::missing_safety_doc)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[macro_use]

@@ -55,6 +55,10 @@ type Obj = FidObj<fid_mr, Mr>;
 
 const ACCESS: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
+/// Registers `iov` on the domain behind `dom_fid` (keys only: no RMA yet).
+///
+/// # Safety
+/// `dom_fid` must be NULL or point to readable memory of at least a `struct fid`.
 unsafe fn register(
     dom_fid: *mut fid,
     iov: &[(usize, usize)],
@@ -125,6 +129,10 @@ unsafe fn register(
     Ok(p)
 }
 
+/// 0 with the MR stored through `out`, or the error.
+///
+/// # Safety
+/// `out` must be writable for one pointer.
 unsafe fn finish(r: Result<*mut fid_mr, i32>, out: *mut *mut fid_mr) -> i32 {
     match r {
         Ok(p) => {

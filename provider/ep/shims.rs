@@ -44,6 +44,11 @@ macro_rules! ep_or_inval {
     };
 }
 
+/// A send of `iov` on the endpoint behind `e`.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
+/// readable until the send completes (fi_msg(3)).
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_send(
     e: *mut fid_ep,
@@ -75,6 +80,10 @@ unsafe fn do_send(
 
 /// fi_inject, fi_injectdata, fi_tinject, fi_tinjectdata: the op flags do
 /// not apply (fi_msg(3)), and no completion is written.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and `buf` hold `len` readable bytes
+/// for the duration of the call.
 unsafe fn do_inject(
     e: *mut fid_ep,
     buf: *const c_void,
@@ -97,6 +106,11 @@ unsafe fn do_inject(
     })
 }
 
+/// A receive into `iov` on the endpoint behind `e`.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
+/// writable, and not otherwise used, until the receive completes (fi_msg(3)).
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_recv(
     e: *mut fid_ep,
