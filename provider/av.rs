@@ -26,7 +26,6 @@ use std::sync::{Arc, RwLock};
 pub struct Av {
     pub domain: ParentRef<Domain>,
     pub refs: Refs,
-    pub av_type: u32,
     /// Bytes of one address in insert/lookup buffers.
     pub addrlen: usize,
     inner: RwLock<AvInner>,
@@ -286,12 +285,22 @@ impl Av {
 
 type Obj = FidObj<fid_av, Av>;
 
+/// The AV behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Av>> {
-    Obj::get(p, FI_CLASS_AV)
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    unsafe { Obj::get(p, FI_CLASS_AV) }
 }
 
+/// fi_av_open, called by the domain's shim.
+///
+/// # Safety
+/// `attr` must be NULL or point to a readable fi_av_attr.
 pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -> Result<*mut fid_av, i32> {
-    let a = attr.as_ref().ok_or(-FI_EINVAL)?;
+    // SAFETY: the caller's contract (`attr` NULL or a readable fi_av_attr).
+    let a = unsafe { attr.as_ref() }.ok_or(-FI_EINVAL)?;
     let av_type = match a.type_ {
         FI_AV_UNSPEC => {
             if dom.attr.av_type == FI_AV_UNSPEC {
@@ -335,7 +344,6 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
     let av = Arc::new(Av {
         domain: ParentRef::new(dom),
         refs: Refs::default(),
-        av_type,
         addrlen,
         inner: RwLock::new(AvInner::new(
             addrlen == std::mem::size_of::<libc::sockaddr_in>(),
@@ -351,12 +359,19 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_av, Av>(f, FI_CLASS_AV, FI_LOG_AV, "endpoints bound to the AV")
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe { crate::fid::close_unless_busy::<fid_av, Av>(f, FI_CLASS_AV, FI_LOG_AV, "endpoints bound to the AV") }
+    })
 }
 
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
 
 /// Records per-address results the way fi_av_insert(3) asks.
+///
+/// # Safety
+/// `fi_addr` must be NULL or writable for `addrs.len()` addresses, and with
+/// FI_SYNC_ERR `ctx` NULL or writable for `addrs.len()` ints.
 unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, flags: u64, ctx: *mut c_void) -> i32 {
     let mut n = 0;
     for (k, a) in addrs.iter().enumerate() {
@@ -368,13 +383,17 @@ unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, f
             None => Err(FI_EINVAL),
         };
         if !fi_addr.is_null() {
-            *fi_addr.add(k) = *res.as_ref().unwrap_or(&FI_ADDR_NOTAVAIL);
+            // SAFETY: k < addrs.len(), the caller's bound on `fi_addr`.
+            unsafe { *fi_addr.add(k) = *res.as_ref().unwrap_or(&FI_ADDR_NOTAVAIL) };
         }
         if flags & FI_SYNC_ERR != 0 && !ctx.is_null() {
-            *(ctx as *mut i32).add(k) = match res {
+            let code = match res {
                 Ok(_) => 0,
                 Err(e) => e,
             };
+            // SAFETY: with FI_SYNC_ERR, `ctx` is an int array of the
+            // addresses' count (fi_av_insert(3)); k < addrs.len().
+            unsafe { *(ctx as *mut i32).add(k) = code };
         }
     }
     n
@@ -392,38 +411,44 @@ unsafe extern "C" fn insert(
     flags: u64,
     ctx: *mut c_void,
 ) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if flags & !INSERT_FLAGS != 0 {
-        crate::warn!(
-            FI_LOG_AV,
-            "fi_av_insert: flags {:#x} not supported",
-            flags & !INSERT_FLAGS
-        );
-        return -FI_EBADFLAGS;
-    }
-    if count > 0 && addr.is_null() {
-        crate::warn!(FI_LOG_AV, "fi_av_insert: NULL address buffer");
-        return -FI_EINVAL;
-    }
-    let addrs: Vec<Option<SocketAddr>> = (0..count)
-        .map(|k| {
-            let p = (addr as *const u8).add(k * av.addrlen);
-            let s = sockaddr_to_std(p, av.addrlen)
-                .filter(|s| family_ok(av, s) && !s.ip().is_unspecified() && s.port() != 0);
-            if s.is_none() {
-                crate::warn!(
-                    FI_LOG_AV,
-                    "fi_av_insert: address {} is not a usable {} address",
-                    k,
-                    if av.addrlen == 16 { "IPv4" } else { "IPv6" }
-                );
-            }
-            s
-        })
-        .collect();
-    insert_all(av, &addrs, fi_addr, flags, ctx)
+    abi_guard!("insert", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if flags & !INSERT_FLAGS != 0 {
+            crate::warn!(
+                FI_LOG_AV,
+                "fi_av_insert: flags {:#x} not supported",
+                flags & !INSERT_FLAGS
+            );
+            return -FI_EBADFLAGS;
+        }
+        if count > 0 && addr.is_null() {
+            crate::warn!(FI_LOG_AV, "fi_av_insert: NULL address buffer");
+            return -FI_EINVAL;
+        }
+        let addrs: Vec<Option<SocketAddr>> = (0..count)
+            .map(|k| {
+                // SAFETY: fi_av_insert(3): `addr` holds `count` addresses of
+                // the AV's address length; k < count.
+                let s = unsafe { sockaddr_to_std((addr as *const u8).add(k * av.addrlen), av.addrlen) }
+                    .filter(|s| family_ok(av, s) && !s.ip().is_unspecified() && s.port() != 0);
+                if s.is_none() {
+                    crate::warn!(
+                        FI_LOG_AV,
+                        "fi_av_insert: address {} is not a usable {} address",
+                        k,
+                        if av.addrlen == 16 { "IPv4" } else { "IPv6" }
+                    );
+                }
+                s
+            })
+            .collect();
+        // SAFETY: fi_av_insert(3): `fi_addr` is NULL or holds `count` entries,
+        // and so does `ctx` with FI_SYNC_ERR; addrs.len() == count.
+        unsafe { insert_all(av, &addrs, fi_addr, flags, ctx) }
+    })
 }
 
 fn parse_host(node: &str) -> Option<IpAddr> {
@@ -441,7 +466,10 @@ unsafe extern "C" fn insertsvc(
     flags: u64,
     ctx: *mut c_void,
 ) -> i32 {
-    insertsym(f, node, 1, service, 1, fi_addr, flags, ctx)
+    abi_guard!("insertsvc", -FI_EOTHER, || {
+        // SAFETY: fi_av_insertsvc(3) is fi_av_insertsym with one node and one service.
+        unsafe { insertsym(f, node, 1, service, 1, fi_addr, flags, ctx) }
+    })
 }
 
 unsafe extern "C" fn insertsym(
@@ -454,82 +482,100 @@ unsafe extern "C" fn insertsym(
     flags: u64,
     ctx: *mut c_void,
 ) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if node.is_null() || service.is_null() {
-        crate::warn!(FI_LOG_AV, "fi_av_insertsvc/insertsym: NULL node or service");
-        return -FI_EINVAL;
-    }
-    if flags & !INSERT_FLAGS != 0 {
-        return -FI_EBADFLAGS;
-    }
-    let node = CStr::from_ptr(node).to_string_lossy();
-    let service = CStr::from_ptr(service).to_string_lossy();
-    let Some(ip) = parse_host(&node) else {
-        crate::warn!(FI_LOG_AV, "fi_av_insertsvc: cannot resolve '{}'", node);
-        return -FI_EINVAL;
-    };
-    let Ok(port) = service.parse::<u16>() else {
-        crate::warn!(FI_LOG_AV, "fi_av_insertsvc: service '{}' is not a port", service);
-        return -FI_EINVAL;
-    };
-    // fi_av_insertsym(3): node addresses and ports are incremented, node-major.
-    let mut addrs = Vec::with_capacity(nodecnt * svccnt);
-    for n in 0..nodecnt {
-        let host = match ip {
-            IpAddr::V4(v4) => IpAddr::V4((u32::from(v4).wrapping_add(n as u32)).into()),
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6).wrapping_add(n as u128)).into()),
+    abi_guard!("insertsym", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
         };
-        for s in 0..svccnt {
-            let a = port
-                .checked_add(s as u16)
-                .map(|p| SocketAddr::new(host, p))
-                .filter(|a| family_ok(av, a));
-            addrs.push(a);
+        if node.is_null() || service.is_null() {
+            crate::warn!(FI_LOG_AV, "fi_av_insertsvc/insertsym: NULL node or service");
+            return -FI_EINVAL;
         }
-    }
-    insert_all(av, &addrs, fi_addr, flags, ctx)
+        if flags & !INSERT_FLAGS != 0 {
+            return -FI_EBADFLAGS;
+        }
+        // SAFETY: both are the application's NUL-terminated strings (checked non-NULL above).
+        let (node, service) = unsafe { (CStr::from_ptr(node), CStr::from_ptr(service)) };
+        let (node, service) = (node.to_string_lossy(), service.to_string_lossy());
+        let Some(ip) = parse_host(&node) else {
+            crate::warn!(FI_LOG_AV, "fi_av_insertsvc: cannot resolve '{}'", node);
+            return -FI_EINVAL;
+        };
+        let Ok(port) = service.parse::<u16>() else {
+            crate::warn!(FI_LOG_AV, "fi_av_insertsvc: service '{}' is not a port", service);
+            return -FI_EINVAL;
+        };
+        // fi_av_insertsym(3): node addresses and ports are incremented, node-major.
+        let mut addrs = Vec::with_capacity(nodecnt * svccnt);
+        for n in 0..nodecnt {
+            let host = match ip {
+                IpAddr::V4(v4) => IpAddr::V4((u32::from(v4).wrapping_add(n as u32)).into()),
+                IpAddr::V6(v6) => IpAddr::V6((u128::from(v6).wrapping_add(n as u128)).into()),
+            };
+            for s in 0..svccnt {
+                let a = port
+                    .checked_add(s as u16)
+                    .map(|p| SocketAddr::new(host, p))
+                    .filter(|a| family_ok(av, a));
+                addrs.push(a);
+            }
+        }
+        // SAFETY: fi_av_insertsym(3): `fi_addr` (and `ctx` with FI_SYNC_ERR)
+        // hold nodecnt * svccnt entries, which is addrs.len().
+        unsafe { insert_all(av, &addrs, fi_addr, flags, ctx) }
+    })
 }
 
 unsafe extern "C" fn remove(f: *mut fid_av, fi_addr: *mut u64, count: usize, flags: u64) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if flags != 0 {
-        return -FI_EBADFLAGS;
-    }
-    if count > 0 && fi_addr.is_null() {
-        return -FI_EINVAL;
-    }
-    let mut ret = 0;
-    for k in 0..count {
-        if !av.remove(*fi_addr.add(k)) {
-            crate::warn!(FI_LOG_AV, "fi_av_remove: fi_addr {} is not in the AV", *fi_addr.add(k));
-            ret = -FI_EINVAL;
+    abi_guard!("remove", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if flags != 0 {
+            return -FI_EBADFLAGS;
         }
-    }
-    ret
+        if count > 0 && fi_addr.is_null() {
+            return -FI_EINVAL;
+        }
+        let mut ret = 0;
+        // SAFETY: fi_av_remove(3): `fi_addr` holds `count` addresses (non-NULL, checked above).
+        let addrs = unsafe { std::slice::from_raw_parts(fi_addr, count) };
+        for &a in addrs {
+            if !av.remove(a) {
+                crate::warn!(FI_LOG_AV, "fi_av_remove: fi_addr {} is not in the AV", a);
+                ret = -FI_EINVAL;
+            }
+        }
+        ret
+    })
 }
 
 unsafe extern "C" fn lookup(f: *mut fid_av, a: u64, addr: *mut c_void, addrlen: *mut usize) -> i32 {
-    let Some(av) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if addrlen.is_null() {
-        return -FI_EINVAL;
-    }
-    let Some(s) = av.lookup(a) else {
-        crate::warn!(FI_LOG_AV, "fi_av_lookup: fi_addr {} is not in the AV", a);
-        return -FI_EINVAL;
-    };
-    let bytes = std_to_sockaddr(&s);
-    let n = bytes.len().min(*addrlen);
-    if n > 0 && !addr.is_null() {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
-    }
-    *addrlen = bytes.len();
-    0
+    abi_guard!("lookup", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if addrlen.is_null() {
+            return -FI_EINVAL;
+        }
+        let Some(s) = av.lookup(a) else {
+            crate::warn!(FI_LOG_AV, "fi_av_lookup: fi_addr {} is not in the AV", a);
+            return -FI_EINVAL;
+        };
+        let bytes = std_to_sockaddr(&s);
+        // SAFETY: fi_av_lookup(3): `addrlen` (non-NULL, checked above) is
+        // in/out, and `addr` is NULL or holds *addrlen bytes.
+        unsafe {
+            let n = bytes.len().min(*addrlen);
+            if n > 0 && !addr.is_null() {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
+            }
+            *addrlen = bytes.len();
+        }
+        0
+    })
 }
 
 /// libfabric's string form of a sockaddr address.
@@ -541,32 +587,42 @@ pub fn addr_string(s: &SocketAddr) -> String {
 }
 
 unsafe extern "C" fn straddr(f: *mut fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
-    let Some(av) = from_fid(f as *const c_void) else {
-        return std::ptr::null();
-    };
-    if len.is_null() {
-        return std::ptr::null();
-    }
-    let s = match sockaddr_to_std(addr as *const u8, av.addrlen) {
-        Some(s) => addr_string(&s),
-        None => "fi_addr_format_unknown".to_string(),
-    };
-    let want = s.len() + 1;
-    if !buf.is_null() && *len > 0 {
-        let n = s.len().min(*len - 1);
-        std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
-        *buf.add(n) = 0;
-    }
-    *len = want;
-    buf
+    abi_guard!("straddr", std::ptr::null(), || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return std::ptr::null();
+        };
+        if len.is_null() {
+            return std::ptr::null();
+        }
+        // SAFETY: fi_av_straddr(3): `addr` is an address of the AV's format.
+        let s = match unsafe { sockaddr_to_std(addr as *const u8, av.addrlen) } {
+            Some(s) => addr_string(&s),
+            None => "fi_addr_format_unknown".to_string(),
+        };
+        let want = s.len() + 1;
+        // SAFETY: fi_av_straddr(3): `len` (non-NULL, checked above) is in/out
+        // and `buf` is NULL or holds *len bytes; we write n + 1 <= *len.
+        unsafe {
+            if !buf.is_null() && *len > 0 {
+                let n = s.len().min(*len - 1);
+                std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+            *len = want;
+        }
+        buf
+    })
 }
 
 unsafe extern "C" fn bind(_f: *mut fid, _b: *mut fid, _flags: u64) -> i32 {
-    crate::warn!(
-        FI_LOG_AV,
-        "fi_av_bind: only asynchronous (FI_EVENT) AVs bind an EQ; gnix AVs are synchronous"
-    );
-    -FI_ENOSYS
+    abi_guard!("bind", -FI_EOTHER, || {
+        crate::warn!(
+            FI_LOG_AV,
+            "fi_av_bind: only asynchronous (FI_EVENT) AVs bind an EQ; gnix AVs are synchronous"
+        );
+        -FI_ENOSYS
+    })
 }
 
 static AV_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));
@@ -583,8 +639,10 @@ static AV_OPS: Table<fi_ops_av> = Table(fi_ops_av {
 
 /// AV sets serve collectives, which gnix does not offer (FI_COLLECTIVE).
 unsafe extern "C" fn av_set(_: *mut fid_av, _: *mut fi_av_set_attr, _: *mut *mut fid_av_set, _: *mut c_void) -> i32 {
-    crate::warn!(FI_LOG_AV, "fi_av_set: gnix offers no collectives, hence no AV sets");
-    -FI_ENOSYS
+    abi_guard!("av_set", -FI_EOTHER, || {
+        crate::warn!(FI_LOG_AV, "fi_av_set: gnix offers no collectives, hence no AV sets");
+        -FI_ENOSYS
+    })
 }
 
 #[cfg(test)]

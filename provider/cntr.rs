@@ -214,7 +214,8 @@ pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cntr_attr, context: *mut 
     let (wait_obj, ws) = if attr.is_null() {
         (FI_WAIT_NONE, None)
     } else {
-        let a = &*attr;
+        // SAFETY: the caller's contract (`attr` NULL or readable; not NULL here).
+        let a = unsafe { &*attr };
         if a.events != FI_CNTR_EVENTS_COMP {
             crate::warn!(
                 FI_LOG_CNTR,
@@ -251,68 +252,89 @@ pub(crate) fn into_fid(c: Arc<Cntr>) -> *mut fid_cntr {
 /// # Safety
 /// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cntr>> {
-    Obj::get(p, FI_CLASS_CNTR).cloned()
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    (unsafe { Obj::get(p, FI_CLASS_CNTR) }).cloned()
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_cntr, Cntr>(
-        f,
-        FI_CLASS_CNTR,
-        FI_LOG_CNTR,
-        "endpoints or memory regions bound to the counter",
-    )
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe {
+            crate::fid::close_unless_busy::<fid_cntr, Cntr>(
+                f,
+                FI_CLASS_CNTR,
+                FI_LOG_CNTR,
+                "endpoints or memory regions bound to the counter",
+            )
+        }
+    })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else {
-        return -FI_EINVAL;
-    };
-    match cmd as u32 {
-        FI_GETOPSFLAG | FI_SETOPSFLAG if arg.is_null() => -FI_EINVAL,
-        FI_GETOPSFLAG => {
-            // SAFETY: fi_cntr(3): FI_GETOPSFLAG takes a uint64_t *.
-            *(arg as *mut u64) = c.ops_flags.load(SeqCst);
-            0
-        }
-        FI_SETOPSFLAG => {
-            // SAFETY: fi_cntr(3): FI_SETOPSFLAG takes a uint64_t *.
-            c.ops_flags.store(*(arg as *const u64), SeqCst);
-            0
-        }
-        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-        _ => control_wait(
-            c.wait_obj,
-            c.wait.own(),
-            |w| {
-                let mut fds = Vec::new();
-                let gen = c.sources.collect(&mut fds, &mut None);
-                w.refresh(&mut fds, gen);
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(c) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_CNTR) }) else {
+            return -FI_EINVAL;
+        };
+        match cmd as u32 {
+            FI_GETOPSFLAG | FI_SETOPSFLAG if arg.is_null() => -FI_EINVAL,
+            FI_GETOPSFLAG => {
+                // SAFETY: fi_cntr(3): FI_GETOPSFLAG takes a uint64_t *.
+                unsafe { *(arg as *mut u64) = c.ops_flags.load(SeqCst) };
+                0
+            }
+            FI_SETOPSFLAG => {
+                // SAFETY: fi_cntr(3): FI_SETOPSFLAG takes a uint64_t *.
+                c.ops_flags.store(unsafe { *(arg as *const u64) }, SeqCst);
+                0
+            }
+            // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+            _ => unsafe {
+                control_wait(
+                    c.wait_obj,
+                    c.wait.own(),
+                    |w| {
+                        let mut fds = Vec::new();
+                        let gen = c.sources.collect(&mut fds, &mut None);
+                        w.refresh(&mut fds, gen);
+                    },
+                    cmd,
+                    arg,
+                    FI_LOG_CNTR,
+                )
             },
-            cmd,
-            arg,
-            FI_LOG_CNTR,
-        ),
-    }
+        }
+    })
 }
 
 macro_rules! cntr_shim {
     ($name:ident, |$c:ident| $body:expr, $bad:expr) => {
         unsafe extern "C" fn $name(f: *mut fid_cntr) -> u64 {
-            match Obj::get(f as *const c_void, FI_CLASS_CNTR) {
-                Some($c) => $body,
-                None => $bad,
-            }
+            crate::abi::guard(
+                concat!(module_path!(), "::", stringify!($name)),
+                0,
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                || match unsafe { Obj::get(f as *const c_void, FI_CLASS_CNTR) } {
+                    Some($c) => $body,
+                    None => $bad,
+                },
+            )
         }
     };
     ($name:ident, |$c:ident, $v:ident| $body:expr) => {
         unsafe extern "C" fn $name(f: *mut fid_cntr, $v: u64) -> i32 {
-            match Obj::get(f as *const c_void, FI_CLASS_CNTR) {
-                Some($c) => {
-                    $body;
-                    0
-                }
-                None => -FI_EINVAL,
-            }
+            crate::abi::guard(
+                concat!(module_path!(), "::", stringify!($name)),
+                -FI_EOTHER,
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                || match unsafe { Obj::get(f as *const c_void, FI_CLASS_CNTR) } {
+                    Some($c) => {
+                        $body;
+                        0
+                    }
+                    None => -FI_EINVAL,
+                },
+            )
         }
     };
 }
@@ -325,10 +347,13 @@ cntr_shim!(cntr_adderr, |c, v| c.add_err(v));
 cntr_shim!(cntr_seterr, |c, v| c.set_err(v));
 
 unsafe extern "C" fn cntr_wait(f: *mut fid_cntr, threshold: u64, timeout: i32) -> i32 {
-    let Some(c) = Obj::get(f as *const c_void, FI_CLASS_CNTR) else {
-        return -FI_EINVAL;
-    };
-    c.wait(threshold, timeout)
+    abi_guard!("cntr_wait", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(c) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_CNTR) }) else {
+            return -FI_EINVAL;
+        };
+        c.wait(threshold, timeout)
+    })
 }
 
 static CNTR_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));

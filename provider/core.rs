@@ -87,17 +87,6 @@ pub fn alloc_info() -> Option<*mut fi_info> {
     (!p.is_null()).then_some(p)
 }
 
-/// Copy of `info` allocated by the core (deep copy, core-sized).
-///
-/// # Safety
-/// `info` must be NULL or a valid `fi_info` chain.
-pub unsafe fn dup_info(info: *const fi_info) -> Option<*mut fi_info> {
-    let c = core()?;
-    // SAFETY: info is a valid fi_info chain head (or NULL).
-    let p = unsafe { (c.dupinfo)(info) };
-    (!p.is_null()).then_some(p)
-}
-
 /// # Safety
 /// `info` must be NULL or an info chain allocated by the core, not used afterwards.
 pub unsafe fn free_info(info: *mut fi_info) {

@@ -207,12 +207,6 @@ impl Cq {
         Ok(cq)
     }
 
-    pub fn format(&self) -> fi_cq_format {
-        self.cfg.format
-    }
-    pub fn wait_obj(&self) -> fi_wait_obj {
-        self.cfg.wait_obj
-    }
     /// The context given to fi_cq_open (what fi_poll reports).
     pub fn context(&self) -> *mut c_void {
         self.context as *mut c_void
@@ -551,8 +545,8 @@ pub(crate) unsafe fn strerror(prov_errno: i32, buf: *mut c_char, len: usize) -> 
     let text = format!("gnix: {} (prov_errno {})", s.to_string_lossy(), prov_errno);
     let n = text.len().min(len - 1);
     // SAFETY: the caller guarantees `len` writable bytes; we write n + 1 <= len.
-    std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
-    *buf.add(n) = 0;
+    unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n) };
+    unsafe { *buf.add(n) = 0 };
     buf
 }
 
@@ -569,7 +563,8 @@ unsafe fn parse_attr(attr: *const fi_cq_attr) -> Result<(CqConfig, Option<Arc<Wa
     if attr.is_null() {
         return Ok((CqConfig::default(), None));
     }
-    let a = &*attr;
+    // SAFETY: the caller's contract: `attr` is readable (and not NULL here).
+    let a = unsafe { &*attr };
     if a.flags & FI_PEER != 0 {
         crate::warn!(FI_LOG_CQ, "fi_cq_open: peer CQs (FI_PEER) are not supported");
         return Err(-FI_ENOSYS);
@@ -608,7 +603,8 @@ unsafe fn parse_attr(attr: *const fi_cq_attr) -> Result<(CqConfig, Option<Arc<Wa
 /// # Safety
 /// `attr` must be NULL or point to a readable fi_cq_attr.
 pub unsafe fn open(domain: &Arc<Domain>, attr: *mut fi_cq_attr, context: *mut c_void) -> Result<*mut fid_cq, i32> {
-    let (cfg, ws) = parse_attr(attr)?;
+    // SAFETY: the caller's contract (`attr` NULL or readable).
+    let (cfg, ws) = unsafe { parse_attr(attr) }?;
     let cq = Cq::new(cfg, context, ws, Some(ParentRef::new(domain)))?;
     Ok(into_fid(cq))
 }
@@ -628,30 +624,46 @@ pub(crate) fn into_fid(cq: Arc<Cq>) -> *mut fid_cq {
 /// # Safety
 /// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Cq>> {
-    Obj::get(p, FI_CLASS_CQ).cloned()
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    (unsafe { Obj::get(p, FI_CLASS_CQ) }).cloned()
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_cq, Cq>(f, FI_CLASS_CQ, FI_LOG_CQ, "endpoints or counters bound to the CQ")
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe {
+            crate::fid::close_unless_busy::<fid_cq, Cq>(
+                f,
+                FI_CLASS_CQ,
+                FI_LOG_CQ,
+                "endpoints or counters bound to the CQ",
+            )
+        }
+    })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(cq) = Obj::get(f as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        cq.cfg.wait_obj,
-        cq.wait.own(),
-        |w| {
-            let mut fds = Vec::new();
-            let gen = cq.sources.collect(&mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_CQ,
-    )
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(cq) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_CQ) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        unsafe {
+            control_wait(
+                cq.cfg.wait_obj,
+                cq.wait.own(),
+                |w| {
+                    let mut fds = Vec::new();
+                    let gen = cq.sources.collect(&mut fds, &mut None);
+                    w.refresh(&mut fds, gen);
+                },
+                cmd,
+                arg,
+                FI_LOG_CQ,
+            )
+        }
+    })
 }
 
 /// Borrows the application's entry array and source-address array.
@@ -675,24 +687,32 @@ unsafe fn out_bufs<'a>(
     let Some(bytes) = count.checked_mul(cq.entry_size) else {
         return Err(-FI_EINVAL as isize);
     };
-    let out = std::slice::from_raw_parts_mut(buf as *mut u8, bytes);
-    let src = (!src.is_null()).then(|| std::slice::from_raw_parts_mut(src, count));
+    // SAFETY: the caller's contract: `buf` (non-NULL) holds `count` entries
+    // of the CQ's format, `bytes` in all; `src` NULL or `count` addresses.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) };
+    let src = (!src.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(src, count) });
     Ok((out, src))
 }
 
 unsafe extern "C" fn cq_readfrom(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
-    match out_bufs(cq, buf, count, src) {
-        Ok((out, src)) => cq.read(out, count, src),
-        Err(e) => e,
-    }
+    abi_guard!("cq_readfrom", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
+        match unsafe { out_bufs(cq, buf, count, src) } {
+            Ok((out, src)) => cq.read(out, count, src),
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_read(c: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
-    cq_readfrom(c, buf, count, std::ptr::null_mut())
+    abi_guard!("cq_read", -FI_EOTHER as isize, || {
+        // SAFETY: the caller's arguments, under the same contract.
+        unsafe { cq_readfrom(c, buf, count, std::ptr::null_mut()) }
+    })
 }
 
 unsafe extern "C" fn cq_sreadfrom(
@@ -703,20 +723,23 @@ unsafe extern "C" fn cq_sreadfrom(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
-        // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
-        *(cond as *const usize)
-    } else {
-        1
-    };
-    // SAFETY: as in cq_readfrom.
-    match out_bufs(cq, buf, count, src) {
-        Ok((out, src)) => cq.sread(out, count, src, threshold, timeout),
-        Err(e) => e,
-    }
+    abi_guard!("cq_sreadfrom", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        let threshold = if cq.cfg.wait_cond == FI_CQ_COND_THRESHOLD && !cond.is_null() {
+            // SAFETY: with FI_CQ_COND_THRESHOLD, `cond` points to a size_t (fi_cq(3)).
+            unsafe { *(cond as *const usize) }
+        } else {
+            1
+        };
+        // SAFETY: as in cq_readfrom.
+        match unsafe { out_bufs(cq, buf, count, src) } {
+            Ok((out, src)) => cq.sread(out, count, src, threshold, timeout),
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_sread(
@@ -726,42 +749,53 @@ unsafe extern "C" fn cq_sread(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout)
+    abi_guard!("cq_sread", -FI_EOTHER as isize, || {
+        // SAFETY: the caller's arguments, under the same contract.
+        unsafe { cq_sreadfrom(c, buf, count, std::ptr::null_mut(), cond, timeout) }
+    })
 }
 
 unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags: u64) -> isize {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if buf.is_null() {
-        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
-        return -FI_EINVAL as isize;
-    }
-    if flags != 0 {
-        crate::warn!(FI_LOG_CQ, "fi_cq_readerr: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
-    // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
-    let e = &mut *buf;
-    let user = (e.err_data_size > 0 && !e.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size));
-    match cq.readerr(user) {
-        Ok(entry) => {
-            // Writes the 1.17 fields only: a newer core's larger struct
-            // keeps its tail.
-            *buf = entry;
-            1
+    abi_guard!("cq_readerr", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        if buf.is_null() {
+            crate::warn!(FI_LOG_CQ, "fi_cq_readerr: NULL buffer");
+            return -FI_EINVAL as isize;
         }
-        Err(r) => r as isize,
-    }
+        if flags != 0 {
+            crate::warn!(FI_LOG_CQ, "fi_cq_readerr: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
+        // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
+        let e = unsafe { &mut *buf };
+        let user = (e.err_data_size > 0 && !e.err_data.is_null())
+            // SAFETY: with a nonzero err_data_size, err_data is the application's buffer of that size (fi_cq(3), fi_eq(3)).
+            .then(|| unsafe { std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size) });
+        match cq.readerr(user) {
+            Ok(entry) => {
+                // Writes the 1.17 fields only: a newer core's larger struct
+                // keeps its tail.
+                // SAFETY: `buf` is the application's error entry (non-NULL, checked above); only the 1.17 fields are written.
+                unsafe { *buf = entry };
+                1
+            }
+            Err(r) => r as isize,
+        }
+    })
 }
 
 unsafe extern "C" fn cq_signal(c: *mut fid_cq) -> i32 {
-    let Some(cq) = Obj::get(c as *const c_void, FI_CLASS_CQ) else {
-        return -FI_EINVAL;
-    };
-    cq.signal()
+    abi_guard!("cq_signal", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
+            return -FI_EINVAL;
+        };
+        cq.signal()
+    })
 }
 
 unsafe extern "C" fn cq_strerror(
@@ -771,8 +805,10 @@ unsafe extern "C" fn cq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
-    strerror(prov_errno, buf, len)
+    abi_guard!("cq_strerror", std::ptr::null(), || {
+        // SAFETY: fi_cq_strerror(3): `buf` is NULL or holds `len` bytes.
+        unsafe { strerror(prov_errno, buf, len) }
+    })
 }
 
 static CQ_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));

@@ -26,7 +26,8 @@ pub struct Tunables {
 
 pub struct Domain {
     pub refs: Refs,
-    pub fabric: ParentRef<crate::fabric::Fabric>,
+    /// Held, never read: fi_close(fabric) is -FI_EBUSY while the domain lives.
+    _fabric: ParentRef<crate::fabric::Fabric>,
     pub attr: Offer,
     pub tunables: Mutex<Tunables>,
     pub mrs: crate::mr::MrTable,
@@ -40,20 +41,30 @@ impl AsRef<Refs> for Domain {
 
 type Obj = FidObj<fid_domain, Domain>;
 
+/// The domain behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Domain>> {
-    Obj::get(p, FI_CLASS_DOMAIN)
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    unsafe { Obj::get(p, FI_CLASS_DOMAIN) }
 }
 
+/// fi_domain, called by the fabric's shim.
+///
+/// # Safety
+/// `info` must be NULL or a valid fi_info (attr pointers NULL or valid).
 pub unsafe fn open(
     fabric: ParentRef<crate::fabric::Fabric>,
     info: *mut fi_info,
     ctx: *mut c_void,
 ) -> Result<*mut fid_domain, i32> {
-    let attr = crate::getinfo::offer_from_info(info)?;
+    // SAFETY: the caller's contract (`info` NULL or a readable fi_info).
+    let attr = unsafe { crate::getinfo::offer_from_info(info) }?;
     let p = crate::params::params();
     let dom = Arc::new(Domain {
         refs: Refs::default(),
-        fabric,
+        _fabric: fabric,
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),
@@ -68,38 +79,52 @@ pub unsafe fn open(
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if d.refs.busy() {
-        crate::warn!(
-            FI_LOG_DOMAIN,
-            "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open"
-        );
-        return -FI_EBUSY;
-    }
-    d.nic.stop();
-    Obj::destroy(f as *mut c_void);
-    0
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if d.refs.busy() {
+            crate::warn!(
+                FI_LOG_DOMAIN,
+                "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open"
+            );
+            return -FI_EBUSY;
+        }
+        d.nic.stop();
+        // SAFETY: `f` is a live domain (checked above) the application gives up.
+        unsafe { Obj::destroy(f as *mut c_void) };
+        0
+    })
 }
 
 /// Writes `out` through `p` and returns 0, or -FI_EINVAL on NULL.
 macro_rules! shim_open {
     ($name:ident, $attr:ty, $out:ty, $call:path) => {
         unsafe extern "C" fn $name(d: *mut fid_domain, attr: *mut $attr, out: *mut *mut $out, ctx: *mut c_void) -> i32 {
-            let Some(dom) = from_fid(d as *const c_void) else {
-                return -FI_EINVAL;
-            };
-            if out.is_null() {
-                return -FI_EINVAL;
-            }
-            match $call(dom, attr, ctx) {
-                Ok(p) => {
-                    *out = p;
-                    0
-                }
-                Err(e) => e,
-            }
+            crate::abi::guard(
+                concat!(module_path!(), "::", stringify!($name)),
+                -FI_EOTHER,
+                || {
+                    // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                    let Some(dom) = (unsafe { from_fid(d as *const c_void) }) else {
+                        return -FI_EINVAL;
+                    };
+                    if out.is_null() {
+                        return -FI_EINVAL;
+                    }
+                    // SAFETY: `attr` is NULL or the application's attributes
+                    // for this open call (fi_domain(3)).
+                    match unsafe { $call(dom, attr, ctx) } {
+                        Ok(p) => {
+                            // SAFETY: `out` is the application's result slot, non-NULL.
+                            unsafe { *out = p };
+                            0
+                        }
+                        Err(e) => e,
+                    }
+                },
+            )
         }
     };
 }
@@ -115,43 +140,57 @@ unsafe extern "C" fn endpoint2(
     flags: u64,
     ctx: *mut c_void,
 ) -> i32 {
-    if flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_endpoint2: flags {:#x} not supported", flags);
-        return -FI_EINVAL;
-    }
-    endpoint(d, info, ep, ctx)
+    abi_guard!("endpoint2", -FI_EOTHER, || {
+        if flags != 0 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_endpoint2: flags {:#x} not supported", flags);
+            return -FI_EINVAL;
+        }
+        // SAFETY: fi_endpoint2(3) is fi_endpoint with flags, checked above.
+        unsafe { endpoint(d, info, ep, ctx) }
+    })
 }
 
 unsafe extern "C" fn poll_open(d: *mut fid_domain, attr: *mut fi_poll_attr, ps: *mut *mut fid_poll) -> i32 {
-    let Some(dom) = from_fid(d as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if ps.is_null() || attr.is_null() {
-        return -FI_EINVAL;
-    }
-    match crate::wait::poll_open(attr, Box::new(ParentRef::new(dom))) {
-        Ok(p) => {
-            *ps = p;
-            0
+    abi_guard!("poll_open", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(dom) = (unsafe { from_fid(d as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if ps.is_null() || attr.is_null() {
+            return -FI_EINVAL;
         }
-        Err(e) => e,
-    }
+        // SAFETY: `attr` is the application's fi_poll_attr, non-NULL.
+        match unsafe { crate::wait::poll_open(attr, Box::new(ParentRef::new(dom))) } {
+            Ok(p) => {
+                // SAFETY: `ps` is the application's result slot, non-NULL.
+                unsafe { *ps = p };
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn scalable_ep(_: *mut fid_domain, _: *mut fi_info, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
-    crate::warn!(FI_LOG_DOMAIN, "scalable endpoints are not supported yet");
-    -FI_ENOSYS
+    abi_guard!("scalable_ep", -FI_EOTHER, || {
+        crate::warn!(FI_LOG_DOMAIN, "scalable endpoints are not supported yet");
+        -FI_ENOSYS
+    })
 }
 unsafe extern "C" fn stx_ctx(_: *mut fid_domain, _: *mut fi_tx_attr, _: *mut *mut fid_stx, _: *mut c_void) -> i32 {
-    crate::warn!(FI_LOG_DOMAIN, "shared transmit contexts are not supported");
-    -FI_ENOSYS
+    abi_guard!("stx_ctx", -FI_EOTHER, || {
+        crate::warn!(FI_LOG_DOMAIN, "shared transmit contexts are not supported");
+        -FI_ENOSYS
+    })
 }
 unsafe extern "C" fn srx_ctx(_: *mut fid_domain, _: *mut fi_rx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
-    crate::warn!(FI_LOG_DOMAIN, "shared receive contexts are not supported");
-    -FI_ENOSYS
+    abi_guard!("srx_ctx", -FI_EOTHER, || {
+        crate::warn!(FI_LOG_DOMAIN, "shared receive contexts are not supported");
+        -FI_ENOSYS
+    })
 }
 unsafe extern "C" fn query_atomic(_: *mut fid_domain, _: fi_datatype, _: fi_op, _: *mut fi_atomic_attr, _: u64) -> i32 {
-    -FI_EOPNOTSUPP
+    abi_guard!("query_atomic", -FI_EOTHER, || -FI_EOPNOTSUPP)
 }
 unsafe extern "C" fn query_collective(
     _: *mut fid_domain,
@@ -159,7 +198,7 @@ unsafe extern "C" fn query_collective(
     _: *mut fi_collective_attr,
     _: u64,
 ) -> i32 {
-    -FI_EOPNOTSUPP
+    abi_guard!("query_collective", -FI_EOTHER, || { -FI_EOPNOTSUPP })
 }
 
 // ---- fi_ext_gnix.h domain ops ----
@@ -185,61 +224,69 @@ fn admits(t: &crate::params::Tunable, v: u64) -> bool {
 }
 
 unsafe extern "C" fn ext_set_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if val.is_null() {
-        return -FI_EINVAL;
-    }
-    let mut tun = d.tunables.lock().unwrap();
-    match t {
-        GNIX_RNDV_THRESHOLD => {
-            let v = *(val as *const usize);
-            if !admits(&decl::rndv_threshold, v as u64) {
-                return -FI_EINVAL;
-            }
-            tun.rndv_threshold = v;
-        }
-        GNIX_PEER_TIMEOUT_MS => {
-            let v = *(val as *const u64);
-            if !admits(&decl::peer_timeout_ms, v) {
-                return -FI_EINVAL;
-            }
-            tun.peer_timeout_ms = v;
-        }
-        GNIX_MAX_RETRANS => {
-            let v = *(val as *const u32);
-            if !admits(&decl::max_retrans, v as u64) {
-                return -FI_EINVAL;
-            }
-            tun.max_retrans = v;
-        }
-        _ => {
-            crate::warn!(FI_LOG_DOMAIN, "set_val: unknown value {}", t);
+    abi_guard!("ext_set_val", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if val.is_null() {
             return -FI_EINVAL;
         }
-    }
-    0
+        let mut tun = d.tunables.lock().unwrap();
+        // SAFETY: fi_gnix_ops_domain: `val` (non-NULL) points to the knob's type, documented per knob in the man page.
+        match t {
+            GNIX_RNDV_THRESHOLD => {
+                let v = unsafe { *(val as *const usize) };
+                if !admits(&decl::rndv_threshold, v as u64) {
+                    return -FI_EINVAL;
+                }
+                tun.rndv_threshold = v;
+            }
+            GNIX_PEER_TIMEOUT_MS => {
+                let v = unsafe { *(val as *const u64) };
+                if !admits(&decl::peer_timeout_ms, v) {
+                    return -FI_EINVAL;
+                }
+                tun.peer_timeout_ms = v;
+            }
+            GNIX_MAX_RETRANS => {
+                let v = unsafe { *(val as *const u32) };
+                if !admits(&decl::max_retrans, v as u64) {
+                    return -FI_EINVAL;
+                }
+                tun.max_retrans = v;
+            }
+            _ => {
+                crate::warn!(FI_LOG_DOMAIN, "set_val: unknown value {}", t);
+                return -FI_EINVAL;
+            }
+        }
+        0
+    })
 }
 
 unsafe extern "C" fn ext_get_val(f: *mut fid, t: u32, val: *mut c_void) -> i32 {
-    let Some(d) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if val.is_null() {
-        return -FI_EINVAL;
-    }
-    let tun = *d.tunables.lock().unwrap();
-    match t {
-        GNIX_RNDV_THRESHOLD => *(val as *mut usize) = tun.rndv_threshold,
-        GNIX_PEER_TIMEOUT_MS => *(val as *mut u64) = tun.peer_timeout_ms,
-        GNIX_MAX_RETRANS => *(val as *mut u32) = tun.max_retrans,
-        _ => {
-            crate::warn!(FI_LOG_DOMAIN, "get_val: unknown value {}", t);
+    abi_guard!("ext_get_val", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if val.is_null() {
             return -FI_EINVAL;
         }
-    }
-    0
+        let tun = *d.tunables.lock().unwrap();
+        // SAFETY: fi_gnix_ops_domain: `val` (non-NULL) points to the knob's type, documented per knob in the man page.
+        match t {
+            GNIX_RNDV_THRESHOLD => unsafe { *(val as *mut usize) = tun.rndv_threshold },
+            GNIX_PEER_TIMEOUT_MS => unsafe { *(val as *mut u64) = tun.peer_timeout_ms },
+            GNIX_MAX_RETRANS => unsafe { *(val as *mut u32) = tun.max_retrans },
+            _ => {
+                crate::warn!(FI_LOG_DOMAIN, "get_val: unknown value {}", t);
+                return -FI_EINVAL;
+            }
+        }
+        0
+    })
 }
 
 static GNIX_DOMAIN_OPS: Table<GnixOpsDomain> = Table(GnixOpsDomain {
@@ -254,15 +301,21 @@ unsafe extern "C" fn ops_open(
     ops: *mut *mut c_void,
     _ctx: *mut c_void,
 ) -> i32 {
-    if from_fid(f as *const c_void).is_none() || name.is_null() || ops.is_null() {
-        return -FI_EINVAL;
-    }
-    if CStr::from_ptr(name) != FI_GNIX_DOMAIN_OPS_1 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", CStr::from_ptr(name));
-        return -FI_ENOSYS;
-    }
-    *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void;
-    0
+    abi_guard!("ops_open", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { from_fid(f as *const c_void) }).is_none() || name.is_null() || ops.is_null() {
+            return -FI_EINVAL;
+        }
+        // SAFETY: fi_open_ops(3): `name` is a NUL-terminated string, non-NULL.
+        let name = unsafe { CStr::from_ptr(name) };
+        if name != FI_GNIX_DOMAIN_OPS_1 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_open_ops: unknown ops {:?}", name);
+            return -FI_ENOSYS;
+        }
+        // SAFETY: `ops` is the application's result slot, non-NULL.
+        unsafe { *ops = GNIX_DOMAIN_OPS.ptr() as *mut c_void };
+        0
+    })
 }
 
 static DOMAIN_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, None, Some(ops_open)));

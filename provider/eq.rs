@@ -4,7 +4,6 @@
 
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, Refs, Table};
-use crate::progress::Progress;
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wait, WaitSet, Waitable};
 use std::any::Any;
 use std::collections::VecDeque;
@@ -41,7 +40,14 @@ impl Default for EqError {
 }
 
 enum Ev {
-    Ok { event: u32, data: Vec<u8> },
+    Ok {
+        event: u32,
+        data: Vec<u8>,
+    },
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "no gnix operation reports to an EQ asynchronously yet")
+    )]
     Err(Box<EqError>),
 }
 
@@ -121,16 +127,9 @@ impl Eq {
         });
     }
 
+    #[cfg(test)]
     pub fn push_err(&self, e: EqError) {
         self.enqueue(Ev::Err(Box::new(e)));
-    }
-
-    /// Whatever drives connection management under manual progress.
-    pub fn add_source(&self, p: Weak<dyn Progress>) {
-        self.sources.add(p);
-    }
-    pub fn remove_source(&self, p: &Weak<dyn Progress>) {
-        self.sources.remove(p);
     }
 
     pub fn has_events(&self) -> bool {
@@ -272,7 +271,8 @@ pub unsafe fn open(
     let (wait_obj, ws) = if attr.is_null() {
         (FI_WAIT_NONE, None)
     } else {
-        let a = &*attr;
+        // SAFETY: the caller's contract: `attr` is readable (and not NULL here).
+        let a = unsafe { &*attr };
         if a.flags & !(FI_WRITE | FI_AFFINITY) != 0 {
             crate::warn!(
                 FI_LOG_EQ,
@@ -305,30 +305,39 @@ pub(crate) fn into_fid(eq: Arc<Eq>) -> *mut fid_eq {
 /// # Safety
 /// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid(p: *const c_void) -> Option<Arc<Eq>> {
-    Obj::get(p, FI_CLASS_EQ).cloned()
+    // SAFETY: the caller's contract (`p` NULL or a readable fid).
+    (unsafe { Obj::get(p, FI_CLASS_EQ) }).cloned()
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ")
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: `f` is the application's fid, or NULL (fi_close(3)).
+        unsafe { crate::fid::close_unless_busy::<fid_eq, Eq>(f, FI_CLASS_EQ, FI_LOG_EQ, "objects bound to the EQ") }
+    })
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(eq) = Obj::get(f as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        eq.wait_obj,
-        eq.wait.own(),
-        |w| {
-            let mut fds = Vec::new();
-            let gen = eq.sources.collect(&mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_EQ,
-    )
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_EQ) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        unsafe {
+            control_wait(
+                eq.wait_obj,
+                eq.wait.own(),
+                |w| {
+                    let mut fds = Vec::new();
+                    let gen = eq.sources.collect(&mut fds, &mut None);
+                    w.refresh(&mut fds, gen);
+                },
+                cmd,
+                arg,
+                FI_LOG_EQ,
+            )
+        }
+    })
 }
 
 /// # Safety
@@ -337,7 +346,8 @@ unsafe fn out_buf<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
     if buf.is_null() || len == 0 {
         &mut []
     } else {
-        std::slice::from_raw_parts_mut(buf as *mut u8, len)
+        // SAFETY: the caller's contract: `buf` (non-NULL) holds `len` bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) }
     }
 }
 
@@ -349,12 +359,16 @@ fn check_read_flags(flags: u64, what: &str) -> Result<bool, isize> {
     Ok(flags & FI_PEEK != 0)
 }
 
+/// The ssize_t of fi_eq_read/sread, storing the event type through `event`.
+///
+/// # Safety
+/// `event` must be NULL or writable for one u32.
 unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
     match r {
         Ok((ev, n)) => {
             if !event.is_null() {
                 // SAFETY: the application's event slot.
-                *event = ev;
+                unsafe { *event = ev };
             }
             n as isize
         }
@@ -363,15 +377,18 @@ unsafe fn finish(r: Result<(u32, usize), i32>, event: *mut u32) -> isize {
 }
 
 unsafe extern "C" fn eq_read(e: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let peek = match check_read_flags(flags, "fi_eq_read") {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    // SAFETY: fi_eq_read(3): `buf` holds `len` bytes, `event` one u32.
-    finish(eq.read(out_buf(buf, len), peek), event)
+    abi_guard!("eq_read", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        let peek = match check_read_flags(flags, "fi_eq_read") {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        // SAFETY: fi_eq_read(3): `buf` holds `len` bytes, `event` one u32.
+        unsafe { finish(eq.read(out_buf(buf, len), peek), event) }
+    })
 }
 
 unsafe extern "C" fn eq_sread(
@@ -382,63 +399,74 @@ unsafe extern "C" fn eq_sread(
     timeout: i32,
     flags: u64,
 ) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    let peek = match check_read_flags(flags, "fi_eq_sread") {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    // SAFETY: as in eq_read.
-    finish(eq.sread(out_buf(buf, len), timeout, peek), event)
+    abi_guard!("eq_sread", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        let peek = match check_read_flags(flags, "fi_eq_sread") {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        // SAFETY: as in eq_read.
+        unsafe { finish(eq.sread(out_buf(buf, len), timeout, peek), event) }
+    })
 }
 
 unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if buf.is_null() {
-        crate::warn!(FI_LOG_EQ, "fi_eq_readerr: NULL buffer");
-        return -FI_EINVAL as isize;
-    }
-    if flags != 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_readerr: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
-    // err_data_size, err_data is its buffer of that size (fi_eq(3)).
-    let b = &mut *buf;
-    let user = (b.err_data_size > 0 && !b.err_data.is_null())
-        .then(|| std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size));
-    match eq.readerr(user) {
-        Ok(entry) => {
-            *buf = entry;
-            std::mem::size_of::<fi_eq_err_entry>() as isize
+    abi_guard!("eq_readerr", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        if buf.is_null() {
+            crate::warn!(FI_LOG_EQ, "fi_eq_readerr: NULL buffer");
+            return -FI_EINVAL as isize;
         }
-        Err(r) => r as isize,
-    }
+        if flags != 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_readerr: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
+        // err_data_size, err_data is its buffer of that size (fi_eq(3)).
+        let b = unsafe { &mut *buf };
+        let user = (b.err_data_size > 0 && !b.err_data.is_null())
+            // SAFETY: with a nonzero err_data_size, err_data is the application's buffer of that size (fi_cq(3), fi_eq(3)).
+            .then(|| unsafe { std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size) });
+        match eq.readerr(user) {
+            Ok(entry) => {
+                // SAFETY: `buf` is the application's error entry (non-NULL, checked above); only the 1.17 fields are written.
+                unsafe { *buf = entry };
+                std::mem::size_of::<fi_eq_err_entry>() as isize
+            }
+            Err(r) => r as isize,
+        }
+    })
 }
 
 unsafe extern "C" fn eq_write(e: *mut fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
-    let Some(eq) = Obj::get(e as *const c_void, FI_CLASS_EQ) else {
-        return -FI_EINVAL as isize;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_write: unknown flags {:#x}", flags);
-        return -FI_EINVAL as isize;
-    }
-    if buf.is_null() && len > 0 {
-        crate::warn!(FI_LOG_EQ, "fi_eq_write: NULL buffer with len {}", len);
-        return -FI_EINVAL as isize;
-    }
-    let data: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: fi_eq_write(3): `buf` holds `len` bytes.
-        std::slice::from_raw_parts(buf as *const u8, len)
-    };
-    eq.push(event, data, 0);
-    len as isize
+    abi_guard!("eq_write", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(eq) = (unsafe { Obj::get(e as *const c_void, FI_CLASS_EQ) }) else {
+            return -FI_EINVAL as isize;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_write: unknown flags {:#x}", flags);
+            return -FI_EINVAL as isize;
+        }
+        if buf.is_null() && len > 0 {
+            crate::warn!(FI_LOG_EQ, "fi_eq_write: NULL buffer with len {}", len);
+            return -FI_EINVAL as isize;
+        }
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: fi_eq_write(3): `buf` holds `len` bytes.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+        };
+        eq.push(event, data, 0);
+        len as isize
+    })
 }
 
 unsafe extern "C" fn eq_strerror(
@@ -448,8 +476,10 @@ unsafe extern "C" fn eq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
-    crate::cq::strerror(prov_errno, buf, len)
+    abi_guard!("eq_strerror", std::ptr::null(), || {
+        // SAFETY: fi_eq_strerror(3): `buf` is NULL or holds `len` bytes.
+        unsafe { crate::cq::strerror(prov_errno, buf, len) }
+    })
 }
 
 static EQ_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), None));

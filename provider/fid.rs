@@ -26,13 +26,11 @@ pub struct FidObj<C, T> {
 ///
 /// # Safety
 /// `Self` must be `#[repr(C)]` with a `fid` as its first field.
-pub unsafe trait HasFid {
-    fn fid_mut(&mut self) -> *mut fid;
-}
+pub unsafe trait HasFid {}
 macro_rules! has_fid {
     ($($t:ty),*) => {$(
         // SAFETY: every libfabric fid_* struct begins with `struct fid fid`.
-        unsafe impl HasFid for $t { fn fid_mut(&mut self) -> *mut fid { &mut self.fid } }
+        unsafe impl HasFid for $t {}
     )*};
 }
 has_fid!(fid_fabric, fid_domain, fid_ep, fid_cq, fid_cntr, fid_eq, fid_av, fid_mr, fid_wait, fid_poll, fid_pep);
@@ -54,19 +52,23 @@ impl<C: HasFid, T> FidObj<C, T> {
         if p.is_null() {
             return None;
         }
-        let f = &*(p as *const fid);
+        // SAFETY: the caller guarantees `p` points to at least a `fid`.
+        let f = unsafe { &*(p as *const fid) };
         if f.fclass != class as usize {
             return None;
         }
-        let o = &*(p as *const FidObj<C, T>);
+        // SAFETY: a fid of our class was made by `create` of this type (the
+        // magic then confirms it is not freed or foreign), so `p` points to a
+        // whole `FidObj<C, T>`.
+        let o = unsafe { &*(p as *const FidObj<C, T>) };
         (o.magic == MAGIC).then_some(&o.obj)
     }
 
     /// # Safety
     /// `p` must come from `create` of this type and not be used afterwards.
     pub unsafe fn destroy(p: *mut c_void) {
-        let b = Box::from_raw(p as *mut FidObj<C, T>);
-        let mut b = b;
+        // SAFETY: `p` came from `Box::into_raw` in `create` (caller's contract).
+        let mut b = unsafe { Box::from_raw(p as *mut FidObj<C, T>) };
         b.magic = 0;
         drop(b);
     }
@@ -93,14 +95,17 @@ pub unsafe fn close_unless_busy<C: HasFid, T: AsRef<Refs>>(
     subsys: fi_log_subsys,
     children: &str,
 ) -> i32 {
-    let Some(o) = FidObj::<C, T>::get(f as *const c_void, class) else {
+    // SAFETY: `f` is NULL or a readable fid (caller's contract).
+    let Some(o) = (unsafe { FidObj::<C, T>::get(f as *const c_void, class) }) else {
         return -FI_EINVAL;
     };
     if (**o).as_ref().busy() {
         crate::warn!(subsys, "fi_close: {} still open or bound", children);
         return -FI_EBUSY;
     }
-    FidObj::<C, T>::destroy(f as *mut c_void);
+    // SAFETY: `get` found a live `FidObj<C, T>`, and the application gives
+    // it up by closing it.
+    unsafe { FidObj::<C, T>::destroy(f as *mut c_void) };
     0
 }
 

@@ -166,17 +166,19 @@ pub unsafe fn sockaddr_to_std(p: *const u8, len: usize) -> Option<SocketAddr> {
     if p.is_null() || len < std::mem::size_of::<libc::sockaddr_in>() {
         return None;
     }
-    let family = std::ptr::read_unaligned(p as *const libc::sa_family_t) as i32;
+    // SAFETY: the caller's contract: `p` holds `len` >= sizeof(sockaddr_in) bytes, which cover the family and a sockaddr_in.
+    let family = unsafe { std::ptr::read_unaligned(p as *const libc::sa_family_t) } as i32;
     match family {
         libc::AF_INET => {
-            let sin = std::ptr::read_unaligned(p as *const libc::sockaddr_in);
+            let sin = unsafe { std::ptr::read_unaligned(p as *const libc::sockaddr_in) };
             Some(SocketAddr::V4(SocketAddrV4::new(
                 Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
                 u16::from_be(sin.sin_port),
             )))
         }
         libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            let sin6 = std::ptr::read_unaligned(p as *const libc::sockaddr_in6);
+            // SAFETY: `len` covers a sockaddr_in6 (matched above).
+            let sin6 = unsafe { std::ptr::read_unaligned(p as *const libc::sockaddr_in6) };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(sin6.sin6_addr.s6_addr),
                 u16::from_be(sin6.sin6_port),
@@ -310,7 +312,10 @@ macro_rules! nomatch {
 /// # Safety
 /// `hints` must be NULL or a valid `fi_info` whose attr pointers are NULL or valid.
 unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<(), i32> {
-    let Some(h) = h.as_ref() else { return Ok(()) };
+    // SAFETY: the caller's contract: `hints` NULL or a valid fi_info whose attr pointers are NULL or valid.
+    let Some(h) = (unsafe { h.as_ref() }) else {
+        return Ok(());
+    };
     if h.caps & !CAPS != 0 {
         nomatch!("caps {:#x} not supported", h.caps & !CAPS);
     }
@@ -339,7 +344,8 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         f if f == addr_format_of(&o.src) => {}
         f => nomatch!("addr_format {} (gnix has {})", f, addr_format_of(&o.src)),
     }
-    if let Some(ep) = h.ep_attr.as_ref() {
+    // SAFETY: as for `h`: each attr pointer is NULL or valid.
+    if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
         if ep.type_ != FI_EP_UNSPEC && ep.type_ != FI_EP_RDM {
             nomatch!("ep_type {} (gnix offers FI_EP_RDM)", ep.type_);
         }
@@ -365,7 +371,8 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             o.mem_tag_format = ep.mem_tag_format;
         }
     }
-    if let Some(tx) = h.tx_attr.as_ref() {
+    // SAFETY: as for `h`.
+    if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
         if tx.caps & !(TX_CAPS | RX_CAPS | DOMAIN_CAPS) != 0 {
             nomatch!("tx caps {:#x}", tx.caps);
         }
@@ -395,7 +402,8 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             nomatch!("rma_iov_limit (no RMA)");
         }
     }
-    if let Some(rx) = h.rx_attr.as_ref() {
+    // SAFETY: as for `h`.
+    if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
         if rx.caps & !(TX_CAPS | RX_CAPS | DOMAIN_CAPS) != 0 {
             nomatch!("rx caps {:#x}", rx.caps);
         }
@@ -421,8 +429,9 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         // total_buffered_recv only means something with the FI_BUFFERED_RECV
         // mode, which gnix does not use: nothing to match.
     }
-    if let Some(d) = h.domain_attr.as_ref() {
-        if !d.name.is_null() && CStr::from_ptr(d.name).to_bytes() != o.iface.name.as_bytes() {
+    // SAFETY: as for `h`; a non-NULL name is NUL-terminated.
+    if let Some(d) = unsafe { h.domain_attr.as_ref() } {
+        if !d.name.is_null() && (unsafe { CStr::from_ptr(d.name) }).to_bytes() != o.iface.name.as_bytes() {
             nomatch!("domain name");
         }
         match d.threading {
@@ -490,13 +499,14 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             nomatch!("domain resource counts");
         }
     }
-    if let Some(f) = h.fabric_attr.as_ref() {
-        if !f.name.is_null() && CStr::from_ptr(f.name).to_bytes() != o.iface.fabric_name().as_bytes() {
+    // SAFETY: as for `h`; non-NULL names are NUL-terminated.
+    if let Some(f) = unsafe { h.fabric_attr.as_ref() } {
+        if !f.name.is_null() && (unsafe { CStr::from_ptr(f.name) }).to_bytes() != o.iface.fabric_name().as_bytes() {
             nomatch!("fabric name");
         }
         if !f.prov_name.is_null() {
             // The core may hand us "gnix" or a layered "gnix;ofi_xxx" list.
-            let pn = CStr::from_ptr(f.prov_name).to_string_lossy();
+            let pn = (unsafe { CStr::from_ptr(f.prov_name) }).to_string_lossy();
             if !pn.split(';').any(|p| p.eq_ignore_ascii_case("gnix")) {
                 nomatch!("provider name {}", pn);
             }
@@ -568,11 +578,16 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
     }
 }
 
+/// A C string argument as `&str` (None: NULL or not UTF-8).
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string that outlives `'a`.
 unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     if p.is_null() {
         None
     } else {
-        CStr::from_ptr(p).to_str().ok()
+        // SAFETY: the caller's contract: `p` is NULL or NUL-terminated (not NULL here).
+        (unsafe { CStr::from_ptr(p) }).to_str().ok()
     }
 }
 
@@ -587,17 +602,19 @@ pub unsafe fn offers(
     flags: u64,
     hints: *const fi_info,
 ) -> Result<Vec<Offer>, i32> {
-    let node = opt_str(node);
-    let service = opt_str(service);
+    // SAFETY: fi_getinfo(3): `node` and `service` are NULL or NUL-terminated strings.
+    let node = unsafe { opt_str(node) };
+    let service = unsafe { opt_str(service) };
     let numeric = flags & FI_NUMERICHOST != 0;
     let ifaces = interfaces();
     if ifaces.is_empty() {
         crate::warn!(FI_LOG_CORE, "no usable network interface");
         return Err(-FI_ENODATA);
     }
-    let h = hints.as_ref();
-    let hint_src = h.and_then(|h| sockaddr_to_std(h.src_addr as *const u8, h.src_addrlen));
-    let hint_dest = h.and_then(|h| sockaddr_to_std(h.dest_addr as *const u8, h.dest_addrlen));
+    // SAFETY: fi_getinfo(3): `hints` is NULL or a valid fi_info; its addresses hold their addrlen bytes.
+    let h = unsafe { hints.as_ref() };
+    let hint_src = h.and_then(|h| unsafe { sockaddr_to_std(h.src_addr as *const u8, h.src_addrlen) });
+    let hint_dest = h.and_then(|h| unsafe { sockaddr_to_std(h.dest_addr as *const u8, h.dest_addrlen) });
     if let Some(h) = h {
         if (!h.src_addr.is_null() && hint_src.is_none()) || (!h.dest_addr.is_null() && hint_dest.is_none()) {
             crate::info!(
@@ -670,7 +687,8 @@ pub unsafe fn offers(
                 continue;
             }
         }
-        if apply_hints(&mut o, hints, version).is_ok() {
+        // SAFETY: `hints` as checked by the caller's contract (fi_getinfo(3)).
+        if (unsafe { apply_hints(&mut o, hints, version) }).is_ok() {
             out.push(o);
         }
     }
@@ -685,7 +703,8 @@ pub unsafe fn offers(
 /// # Safety
 /// `i` must come from `core::alloc_info` (all attr pointers valid).
 unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
-    let info = &mut *i;
+    // SAFETY: the caller's contract: `i` comes from alloc_info, with every attr pointer valid and ours to fill.
+    let info = unsafe { &mut *i };
     info.caps = o.caps;
     info.mode = o.mode;
     info.addr_format = addr_format_of(&o.src);
@@ -697,7 +716,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
         info.dest_addr = dup_bytes(&dest);
         info.dest_addrlen = dest.len();
     }
-    let tx = &mut *info.tx_attr;
+    let tx = unsafe { &mut *info.tx_attr };
     tx.caps = o.caps & TX_CAPS;
     tx.mode = o.mode;
     tx.op_flags = o.tx_op_flags;
@@ -707,7 +726,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     tx.size = o.tx_size;
     tx.iov_limit = o.tx_iov_limit;
     tx.rma_iov_limit = 0;
-    let rx = &mut *info.rx_attr;
+    let rx = unsafe { &mut *info.rx_attr };
     rx.caps = o.caps & RX_CAPS;
     rx.mode = o.mode;
     rx.op_flags = o.rx_op_flags;
@@ -716,7 +735,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     rx.total_buffered_recv = 0;
     rx.size = o.rx_size;
     rx.iov_limit = o.rx_iov_limit;
-    let ep = &mut *info.ep_attr;
+    let ep = unsafe { &mut *info.ep_attr };
     ep.type_ = FI_EP_RDM;
     ep.protocol = FI_PROTO_UNSPEC;
     ep.protocol_version = 1;
@@ -724,7 +743,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     ep.mem_tag_format = o.mem_tag_format;
     ep.tx_ctx_cnt = 1;
     ep.rx_ctx_cnt = 1;
-    let d = &mut *info.domain_attr;
+    let d = unsafe { &mut *info.domain_attr };
     d.name = crate::core::c_strdup(&o.iface.name);
     d.threading = o.threading;
     d.control_progress = o.control_progress;
@@ -748,7 +767,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     d.mode = 0;
     d.max_err_data = MAX_ERR_DATA;
     d.mr_cnt = MAX_MR;
-    let f = &mut *info.fabric_attr;
+    let f = unsafe { &mut *info.fabric_attr };
     f.name = crate::core::c_strdup(&o.iface.fabric_name());
     f.prov_version = crate::PROVIDER_VERSION;
     f.api_version = version.min(crate::api_version()).max(1 << 16);
@@ -774,31 +793,39 @@ pub unsafe extern "C" fn gnix_getinfo(
     hints: *const fi_info,
     info: *mut *mut fi_info,
 ) -> i32 {
-    if info.is_null() {
-        return -FI_EINVAL;
-    }
-    *info = std::ptr::null_mut();
-    let offers = match offers(version, node, service, flags, hints) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let mut head: *mut fi_info = std::ptr::null_mut();
-    let mut tail: *mut fi_info = std::ptr::null_mut();
-    for o in &offers {
-        let Some(i) = crate::core::alloc_info() else {
-            crate::core::free_info(head);
-            return -FI_ENOMEM;
-        };
-        fill(i, o, version);
-        if tail.is_null() {
-            head = i;
-        } else {
-            (*tail).next = i;
+    abi_guard!("gnix_getinfo", -FI_EOTHER, || {
+        if info.is_null() {
+            return -FI_EINVAL;
         }
-        tail = i;
-    }
-    *info = head;
-    0
+        // SAFETY: `info` is the core's result slot, non-NULL (checked above).
+        unsafe { *info = std::ptr::null_mut() };
+        // SAFETY: the core passes the application's fi_getinfo arguments (fi_getinfo(3)).
+        let offers = match unsafe { offers(version, node, service, flags, hints) } {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        let mut head: *mut fi_info = std::ptr::null_mut();
+        let mut tail: *mut fi_info = std::ptr::null_mut();
+        for o in &offers {
+            let Some(i) = crate::core::alloc_info() else {
+                // SAFETY: `head` is NULL or a list we built from alloc_info and nobody else holds.
+                unsafe { crate::core::free_info(head) };
+                return -FI_ENOMEM;
+            };
+            // SAFETY: `i` was just allocated by the core's alloc_info.
+            unsafe { fill(i, o, version) };
+            if tail.is_null() {
+                head = i;
+            } else {
+                // SAFETY: `tail` is the last fi_info of our list, from alloc_info.
+                unsafe { (*tail).next = i };
+            }
+            tail = i;
+        }
+        // SAFETY: `info` is the application's result slot (non-NULL, checked above).
+        unsafe { *info = head };
+        0
+    })
 }
 
 /// Reads the endpoint-relevant attributes back from an info the
@@ -807,13 +834,12 @@ pub unsafe extern "C" fn gnix_getinfo(
 /// # Safety
 /// `info` must be a valid fi_info.
 pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
-    let i = info.as_ref().ok_or(-FI_EINVAL)?;
-    let dname = i
-        .domain_attr
-        .as_ref()
-        .and_then(|d| opt_str(d.name))
+    // SAFETY: the caller's contract: `info` is a valid fi_info (attr pointers NULL or valid, strings NUL-terminated, addresses of their addrlen).
+    let i = (unsafe { info.as_ref() }).ok_or(-FI_EINVAL)?;
+    let dname = unsafe { i.domain_attr.as_ref() }
+        .and_then(|d| unsafe { opt_str(d.name) })
         .map(|s| s.to_string());
-    let src = sockaddr_to_std(i.src_addr as *const u8, i.src_addrlen);
+    let src = unsafe { sockaddr_to_std(i.src_addr as *const u8, i.src_addrlen) };
     let ifaces = interfaces();
     let iface = match (&dname, &src) {
         (Some(n), _) => ifaces
@@ -832,8 +858,9 @@ pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
         return Err(-FI_ENODATA);
     };
     let mut o = base_offer(iface, src.map_or(0, |s| s.port()));
-    apply_hints(&mut o, info, crate::FI_API_VERSION).map_err(|_| -FI_ENODATA)?;
-    o.dest = sockaddr_to_std(i.dest_addr as *const u8, i.dest_addrlen);
+    // SAFETY: as above: `info` is a valid fi_info, so a valid hint.
+    (unsafe { apply_hints(&mut o, info, crate::FI_API_VERSION) }).map_err(|_| -FI_ENODATA)?;
+    o.dest = unsafe { sockaddr_to_std(i.dest_addr as *const u8, i.dest_addrlen) };
     Ok(o)
 }
 

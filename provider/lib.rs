@@ -2,33 +2,41 @@
 //! (shared memory for on-node peers, UDP for off-node peers).
 //! See ../shared/DESIGN.md and README.md for the architecture.
 
-// The `unsafe extern "C"` shims' contract is the libfabric API itself (the
-// man page of each call); they are not called from Rust.
-#![allow(clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod ffi;
 #[macro_use]
-pub mod log;
-pub mod core;
-pub mod fid;
-pub mod hash;
-pub mod params;
-pub mod progress;
+mod abi;
+pub(crate) mod ffi;
+#[macro_use]
+pub(crate) mod log;
+pub(crate) mod core;
+pub(crate) mod fid;
+pub(crate) mod hash;
+pub(crate) mod params;
+pub(crate) mod progress;
+// The protocol machines are public only to the fuzz targets
+// (fuzz/fuzz_targets use gnix_fi::proto::fuzz); the provider's own build
+// keeps them crate-private, so dead code in them is reported.
+#[cfg(feature = "fuzz")]
 pub mod proto;
-pub mod rng;
-pub mod tme;
+#[cfg(not(feature = "fuzz"))]
+pub(crate) mod proto;
+// Seeded randomness for the simulator, the tests and the fuzz targets.
+#[cfg(any(test, feature = "fuzz"))]
+mod rng;
+pub(crate) mod tme;
 
-pub mod av;
-pub mod cntr;
-pub mod cq;
-pub mod domain;
-pub mod ep;
-pub mod eq;
-pub mod fabric;
-pub mod getinfo;
-pub mod mr;
-pub mod nic;
-pub mod wait;
+pub(crate) mod av;
+pub(crate) mod cntr;
+pub(crate) mod cq;
+pub(crate) mod domain;
+pub(crate) mod ep;
+pub(crate) mod eq;
+pub(crate) mod fabric;
+pub(crate) mod getinfo;
+pub(crate) mod mr;
+pub(crate) mod nic;
+pub(crate) mod wait;
 
 use ffi::*;
 use std::cell::UnsafeCell;
@@ -68,7 +76,9 @@ pub fn provider_ptr() -> *const fi_provider {
 /// Called by the core's destructor (fi_fini) at process exit: a process
 /// that exits without closing its endpoints still removes its mailboxes.
 unsafe extern "C" fn cleanup() {
-    nic::shm::mailbox::unlink_all_live();
+    abi_guard!("cleanup", (), || {
+        nic::shm::mailbox::unlink_all_live();
+    })
 }
 
 /// The API version gnix declares to the core that loads it.
@@ -91,14 +101,16 @@ fn declared_version(core_version: u32) -> u32 {
 /// The entry point libfabric looks for in `lib*-fi.so` DSO providers.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
-    let p = PROVIDER.0.get();
-    if let Some(c) = core::core() {
-        // SAFETY: the core calls fi_prov_ini once, before anything else can
-        // reach the provider struct.
-        unsafe { (*p).fi_version = declared_version(c.version) };
-    }
-    params::define_all();
-    p
+    abi_guard!("fi_prov_ini", std::ptr::null_mut(), || {
+        let p = PROVIDER.0.get();
+        if let Some(c) = core::core() {
+            // SAFETY: the core calls fi_prov_ini once, before anything else can
+            // reach the provider struct.
+            unsafe { (*p).fi_version = declared_version(c.version) };
+        }
+        params::define_all();
+        p
+    })
 }
 
 #[cfg(test)]

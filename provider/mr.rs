@@ -13,8 +13,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 pub struct Mr {
     pub domain: ParentRef<Domain>,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub iov: Vec<(usize, usize)>,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub access: u64,
+    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub offset: u64,
     pub key: u64,
 }
@@ -46,15 +49,16 @@ impl MrTable {
             prov_key,
         }
     }
-    pub fn lookup(&self, key: u64) -> Option<Arc<Mr>> {
-        self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade)
-    }
 }
 
 type Obj = FidObj<fid_mr, Mr>;
 
 const ACCESS: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
+/// Registers `iov` on the domain behind `dom_fid` (keys only: no RMA yet).
+///
+/// # Safety
+/// `dom_fid` must be NULL or point to readable memory of at least a `struct fid`.
 unsafe fn register(
     dom_fid: *mut fid,
     iov: &[(usize, usize)],
@@ -64,7 +68,8 @@ unsafe fn register(
     flags: u64,
     ctx: *mut c_void,
 ) -> Result<*mut fid_mr, i32> {
-    let Some(dom) = crate::domain::from_fid(dom_fid as *const c_void) else {
+    // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+    let Some(dom) = (unsafe { crate::domain::from_fid(dom_fid as *const c_void) }) else {
         return Err(-FI_EINVAL);
     };
     if access & !ACCESS != 0 {
@@ -119,14 +124,20 @@ unsafe fn register(
     };
     let p = Obj::create(c, mr);
     // The descriptor is the MR itself: fi_mr_desc() hands it to data calls.
-    (*p).mem_desc = p as *mut c_void;
+    // SAFETY: `p` was just made by `create`, and nothing else holds it yet.
+    unsafe { (*p).mem_desc = p as *mut c_void };
     Ok(p)
 }
 
+/// 0 with the MR stored through `out`, or the error.
+///
+/// # Safety
+/// `out` must be writable for one pointer.
 unsafe fn finish(r: Result<*mut fid_mr, i32>, out: *mut *mut fid_mr) -> i32 {
     match r {
         Ok(p) => {
-            *out = p;
+            // SAFETY: `out` is the application's result slot (non-NULL, checked above).
+            unsafe { *out = p };
             0
         }
         Err(e) => e,
@@ -144,12 +155,20 @@ unsafe extern "C" fn reg(
     mr: *mut *mut fid_mr,
     ctx: *mut c_void,
 ) -> i32 {
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr)
+    abi_guard!("reg", -FI_EOTHER, || {
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe { finish(register(f, &[(buf as usize, len)], access, offset, key, flags, ctx), mr) }
+    })
 }
 
+/// The application's iovec array as (address, length) pairs (None: NULL
+/// with a count).
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` readable iovecs.
 unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
     if count == 0 {
         return Some(vec![]);
@@ -158,7 +177,8 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
         return None;
     }
     Some(
-        std::slice::from_raw_parts(iov, count)
+        // SAFETY: the caller's contract: `iov` (non-NULL) holds `count` iovecs.
+        unsafe { std::slice::from_raw_parts(iov, count) }
             .iter()
             .map(|v| (v.iov_base as usize, v.iov_len))
             .collect(),
@@ -176,57 +196,79 @@ unsafe extern "C" fn regv(
     mr: *mut *mut fid_mr,
     ctx: *mut c_void,
 ) -> i32 {
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    let Some(v) = iovs(iov, count) else { return -FI_EINVAL };
-    finish(register(f, &v, access, offset, key, flags, ctx), mr)
+    abi_guard!("regv", -FI_EOTHER, || {
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        // SAFETY: fi_mr_regv(3): `iov` holds `count` iovecs.
+        let Some(v) = (unsafe { iovs(iov, count) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe { finish(register(f, &v, access, offset, key, flags, ctx), mr) }
+    })
 }
 
 unsafe extern "C" fn regattr(f: *mut fid, attr: *const fi_mr_attr, flags: u64, mr: *mut *mut fid_mr) -> i32 {
-    let Some(a) = attr.as_ref() else { return -FI_EINVAL };
-    if mr.is_null() {
-        return -FI_EINVAL;
-    }
-    if a.iface != FI_HMEM_SYSTEM {
-        crate::warn!(
-            FI_LOG_MR,
-            "fi_mr_regattr: device memory (iface {}) not supported",
-            a.iface
-        );
-        return -FI_ENOSYS;
-    }
-    if a.auth_key_size != 0 {
-        crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
-        return -FI_EINVAL;
-    }
-    let Some(v) = iovs(a.mr_iov, a.iov_count) else {
-        return -FI_EINVAL;
-    };
-    finish(
-        register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
-        mr,
-    )
+    abi_guard!("regattr", -FI_EOTHER, || {
+        // SAFETY: fi_mr_regattr(3): `attr` is NULL or the application's fi_mr_attr.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return -FI_EINVAL;
+        };
+        if mr.is_null() {
+            return -FI_EINVAL;
+        }
+        if a.iface != FI_HMEM_SYSTEM {
+            crate::warn!(
+                FI_LOG_MR,
+                "fi_mr_regattr: device memory (iface {}) not supported",
+                a.iface
+            );
+            return -FI_ENOSYS;
+        }
+        if a.auth_key_size != 0 {
+            crate::warn!(FI_LOG_MR, "fi_mr_regattr: auth keys not supported");
+            return -FI_EINVAL;
+        }
+        // SAFETY: the attribute's mr_iov holds iov_count iovecs (fi_mr_regattr(3)).
+        let Some(v) = (unsafe { iovs(a.mr_iov, a.iov_count) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `f` is the application's domain fid or NULL, checked by `register`; `mr` is its result slot, non-NULL.
+        unsafe {
+            finish(
+                register(f, &v, a.access, a.offset, a.requested_key, flags, a.context),
+                mr,
+            )
+        }
+    })
 }
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() {
-        return -FI_EINVAL;
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() {
+            return -FI_EINVAL;
+        }
+        // SAFETY: `f` is a live object of this class (checked above), which the application gives up (fi_close(3)).
+        unsafe { Obj::destroy(f as *mut c_void) };
+        0
+    })
 }
 
 unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
-    if Obj::get(f as *const c_void, FI_CLASS_MR).is_none() || b.is_null() {
-        return -FI_EINVAL;
-    }
-    // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
-    crate::warn!(
-        FI_LOG_MR,
-        "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
-    );
-    -FI_ENOSYS
+    abi_guard!("bind", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() || b.is_null() {
+            return -FI_EINVAL;
+        }
+        // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
+        crate::warn!(
+            FI_LOG_MR,
+            "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
+        );
+        -FI_ENOSYS
+    })
 }
 
 static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));

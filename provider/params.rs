@@ -35,6 +35,7 @@ impl Kind {
     }
 
     /// The name the man page's table uses.
+    #[cfg(test)]
     pub fn c_name(self) -> &'static str {
         match self {
             Kind::Int => "int",

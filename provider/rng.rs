@@ -4,9 +4,11 @@
 //! engine's connection ids come from the OS, see proto/entropy.rs).
 
 #[derive(Clone, Debug)]
+
 pub struct SplitMix(pub u64);
 
 impl SplitMix {
+    #[cfg(test)]
     pub fn new(seed: u64) -> SplitMix {
         SplitMix(seed)
     }
@@ -20,6 +22,7 @@ impl SplitMix {
     }
 
     /// Uniform in [0, n); 0 when n is 0.
+    #[cfg(test)]
     pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0

@@ -64,6 +64,7 @@ pub type SrcAddr = u64;
 pub const ADDR_UNSPEC: SrcAddr = u64::MAX;
 
 /// Source filter meaning "any source".
+#[cfg(test)]
 pub const ANY_SRC: Option<SrcAddr> = None;
 
 /// What a receive (or peek) asks for.
@@ -80,16 +81,19 @@ pub struct MatchSpec {
 }
 
 impl MatchSpec {
+    #[cfg(test)]
     pub const fn new(tag: u64, ignore: u64, src: Option<SrcAddr>) -> Self {
         MatchSpec { tag, ignore, src }
     }
 
     /// Exact tag (ignore 0).
+    #[cfg(test)]
     pub const fn exact(tag: u64, src: Option<SrcAddr>) -> Self {
         MatchSpec { tag, ignore: 0, src }
     }
 
     /// An untagged receive (`fi_recv`): tag 0, ignore 0.
+    #[cfg(test)]
     pub const fn untagged(src: Option<SrcAddr>) -> Self {
         MatchSpec { tag: 0, ignore: 0, src }
     }
@@ -136,26 +140,6 @@ pub struct MsgKey {
     idx: u32,
     gen: u32,
 }
-
-macro_rules! key_bits {
-    ($t:ty) => {
-        impl $t {
-            /// Packs the key into a `u64`, e.g. to park it in a C-visible
-            /// context field.
-            pub fn to_bits(self) -> u64 {
-                (u64::from(self.gen) << 32) | u64::from(self.idx)
-            }
-            pub fn from_bits(bits: u64) -> Self {
-                Self {
-                    idx: bits as u32,
-                    gen: (bits >> 32) as u32,
-                }
-            }
-        }
-    };
-}
-key_bits!(RecvKey);
-key_bits!(MsgKey);
 
 /// Result of [`Tme::post`].
 #[derive(Debug, PartialEq, Eq)]
@@ -248,12 +232,14 @@ impl<E> Slab<E> {
         e
     }
 
+    #[cfg(test)]
     fn live(&self, idx: u32, gen: u32) -> bool {
         self.slots
             .get(idx as usize)
             .is_some_and(|s| s.gen == gen && s.val.is_some())
     }
 
+    #[cfg(test)]
     fn gen(&self, idx: u32) -> u32 {
         self.slots[idx as usize].gen
     }
@@ -421,6 +407,7 @@ impl MaskSet {
         }
     }
 
+    #[cfg(test)]
     fn clear(&mut self) {
         self.masks.truncate(1);
         self.masks[0].1 = 0;
@@ -516,6 +503,7 @@ impl<R> PostedQ<R> {
         self.slab.remove(idx)
     }
 
+    #[cfg(test)]
     fn drain(&mut self) -> Vec<R> {
         let order: Vec<u32> = self.slab.walk(self.order.head, P_ORDER).collect();
         // Slots are freed one by one (not dropped wholesale) so generations
@@ -540,6 +528,7 @@ pub struct PostedMatch<'a, R> {
 }
 
 impl<'a, R> PostedMatch<'a, R> {
+    #[cfg(test)]
     pub fn key(&self) -> RecvKey {
         RecvKey {
             idx: self.idx,
@@ -547,6 +536,7 @@ impl<'a, R> PostedMatch<'a, R> {
         }
     }
 
+    #[cfg(test)]
     pub fn spec(&self) -> &MatchSpec {
         &self.q.slab.get(self.idx).spec
     }
@@ -555,12 +545,8 @@ impl<'a, R> PostedMatch<'a, R> {
         &self.q.slab.get(self.idx).recv
     }
 
+    #[cfg(test)]
     pub fn get_mut(&mut self) -> &mut R {
-        &mut self.q.slab.get_mut(self.idx).recv
-    }
-
-    /// Keeps the receive posted and returns it for the rest of the borrow.
-    pub fn into_mut(self) -> &'a mut R {
         &mut self.q.slab.get_mut(self.idx).recv
     }
 
@@ -752,6 +738,7 @@ impl<U> UnexpQ<U> {
         self.slab.remove(idx).arrived
     }
 
+    #[cfg(test)]
     fn drain(&mut self) -> Vec<Arrived<U>> {
         let order: Vec<u32> = self.slab.walk(self.all.head, U_ALL).collect();
         let out = order.into_iter().map(|i| self.slab.remove(i).arrived).collect();
@@ -827,6 +814,7 @@ impl<R, U> Tme<R, U> {
         })
     }
 
+    #[cfg(test)]
     pub fn posted(&self, key: RecvKey) -> Option<&R> {
         self.posted
             .slab
@@ -834,15 +822,9 @@ impl<R, U> Tme<R, U> {
             .then(|| &self.posted.slab.get(key.idx).recv)
     }
 
-    pub fn posted_mut(&mut self, key: RecvKey) -> Option<&mut R> {
-        if !self.posted.slab.live(key.idx, key.gen) {
-            return None;
-        }
-        Some(&mut self.posted.slab.get_mut(key.idx).recv)
-    }
-
     /// Cancels a posted receive (`fi_cancel`, or the caller consuming a
     /// multi-receive buffer it holds a key to). `None` if the key is stale.
+    #[cfg(test)]
     pub fn cancel(&mut self, key: RecvKey) -> Option<R> {
         if !self.posted.slab.live(key.idx, key.gen) {
             return None;
@@ -862,6 +844,7 @@ impl<R, U> Tme<R, U> {
     }
 
     /// Posted receives in post order.
+    #[cfg(test)]
     pub fn iter_posted(&self) -> impl Iterator<Item = (RecvKey, &MatchSpec, &R)> + '_ {
         let slab = &self.posted.slab;
         slab.walk(self.posted.order.head, P_ORDER).map(move |i| {
@@ -878,6 +861,7 @@ impl<R, U> Tme<R, U> {
     }
 
     /// Removes every posted receive, in post order. Outstanding keys die.
+    #[cfg(test)]
     pub fn drain_posted(&mut self) -> Vec<R> {
         self.posted.drain()
     }
@@ -892,6 +876,7 @@ impl<R, U> Tme<R, U> {
     }
 
     /// Oldest unclaimed unexpected message matching `spec`.
+    #[cfg(test)]
     pub fn find_unexpected(&self, spec: &MatchSpec) -> Option<MsgKey> {
         let idx = self.unexp.find(spec)?;
         Some(MsgKey {
@@ -941,6 +926,7 @@ impl<R, U> Tme<R, U> {
 
     /// Claims a specific message (see [`peek_claim`](Self::peek_claim)).
     /// False if the key is stale or the message is already claimed.
+    #[cfg(test)]
     pub fn claim_unexpected(&mut self, key: MsgKey, claim: u64) -> bool {
         if !self.unexp.slab.live(key.idx, key.gen) || self.unexp.slab.get(key.idx).claim.is_some() {
             return false;
@@ -949,6 +935,7 @@ impl<R, U> Tme<R, U> {
         true
     }
 
+    #[cfg(test)]
     pub fn unexpected(&self, key: MsgKey) -> Option<&Arrived<U>> {
         self.unexp
             .slab
@@ -958,6 +945,7 @@ impl<R, U> Tme<R, U> {
 
     /// The stored message for update in place; its `src` and `tag` are
     /// indexed, so only `msg` is mutable.
+    #[cfg(test)]
     pub fn unexpected_mut(&mut self, key: MsgKey) -> Option<&mut U> {
         if !self.unexp.slab.live(key.idx, key.gen) {
             return None;
@@ -966,6 +954,7 @@ impl<R, U> Tme<R, U> {
     }
 
     /// Removes a message by key, claimed or not.
+    #[cfg(test)]
     pub fn remove_unexpected(&mut self, key: MsgKey) -> Option<Arrived<U>> {
         if !self.unexp.slab.live(key.idx, key.gen) {
             return None;
@@ -975,6 +964,7 @@ impl<R, U> Tme<R, U> {
 
     /// Every unexpected message in arrival order, with its claim key if
     /// claimed.
+    #[cfg(test)]
     pub fn iter_unexpected(&self) -> impl Iterator<Item = (MsgKey, &Arrived<U>, Option<u64>)> + '_ {
         let slab = &self.unexp.slab;
         slab.walk(self.unexp.all.head, U_ALL).map(move |i| {
@@ -991,25 +981,30 @@ impl<R, U> Tme<R, U> {
     }
 
     /// Removes every unexpected message (claimed ones too), in arrival order.
+    #[cfg(test)]
     pub fn drain_unexpected(&mut self) -> Vec<Arrived<U>> {
         self.unexp.drain()
     }
 
     // --- counts -------------------------------------------------------------
 
+    #[cfg(test)]
     pub fn posted_len(&self) -> usize {
         self.posted.slab.len
     }
 
     /// Unexpected messages, claimed ones included.
+    #[cfg(test)]
     pub fn unexpected_len(&self) -> usize {
         self.unexp.slab.len
     }
 
+    #[cfg(test)]
     pub fn claimed_len(&self) -> usize {
         self.unexp.claimed
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.posted_len() == 0 && self.unexpected_len() == 0
     }
@@ -1044,8 +1039,6 @@ mod tests {
         assert_eq!(src_filter(7, true), Some(7));
         assert_eq!(src_filter(7, false), None);
         assert_eq!(src_filter(ADDR_UNSPEC, true), None);
-        let k = RecvKey { idx: 3, gen: 9 };
-        assert_eq!(RecvKey::from_bits(k.to_bits()), k);
     }
 
     #[test]

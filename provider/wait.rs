@@ -448,7 +448,8 @@ pub(crate) unsafe fn control_wait(
     }
     match cmd as u32 {
         FI_GETWAITOBJ => {
-            *(arg as *mut fi_wait_obj) = wait_obj;
+            // SAFETY: FI_GETWAITOBJ takes an enum fi_wait_obj * (fi_control(3)); non-NULL.
+            unsafe { *(arg as *mut fi_wait_obj) = wait_obj };
             0
         }
         FI_GETWAIT => {
@@ -459,11 +460,14 @@ pub(crate) unsafe fn control_wait(
             match wait_obj {
                 FI_WAIT_FD | FI_WAIT_UNSPEC => {
                     refresh(w);
-                    *(arg as *mut i32) = w.fd();
+                    // SAFETY: FI_GETWAIT with FI_WAIT_FD takes an int * (fi_control(3)).
+                    unsafe { *(arg as *mut i32) = w.fd() };
                     0
                 }
                 FI_WAIT_POLLFD => {
-                    let p = &mut *(arg as *mut fi_wait_pollfd);
+                    // SAFETY: FI_GETWAIT with FI_WAIT_POLLFD takes a struct
+                    // fi_wait_pollfd * (fi_control(3)).
+                    let p = unsafe { &mut *(arg as *mut fi_wait_pollfd) };
                     let n = p.nfds;
                     p.nfds = 1;
                     // The epoll descriptor never changes, so neither does
@@ -473,11 +477,13 @@ pub(crate) unsafe fn control_wait(
                         return -FI_ETOOSMALL;
                     }
                     refresh(w);
-                    *p.fd = pollfd {
+                    let pfd = pollfd {
                         fd: w.fd(),
                         events: libc::POLLIN,
                         revents: 0,
                     };
+                    // SAFETY: `fd` holds `nfds` >= 1 entries (fi_control(3)), non-NULL.
+                    unsafe { *p.fd = pfd };
                     0
                 }
                 _ => {
@@ -689,7 +695,9 @@ pub unsafe fn open(attr: *mut fi_wait_attr, keepalive: Box<dyn Any + Send + Sync
     let (wait_obj, flags) = if attr.is_null() {
         (FI_WAIT_UNSPEC, 0)
     } else {
-        ((*attr).wait_obj, (*attr).flags)
+        // SAFETY: the caller's contract (`attr` NULL or readable; not NULL here).
+        let a = unsafe { &*attr };
+        (a.wait_obj, a.flags)
     };
     if flags != 0 {
         crate::warn!(FI_LOG_FABRIC, "fi_wait_open: flags {:#x} must be 0", flags);
@@ -721,52 +729,56 @@ pub(crate) fn waitset_into_fid(ws: Arc<WaitSet>) -> *mut fid_wait {
     WaitSetObj::create(c, ws)
 }
 
-/// The wait set behind an application-supplied fid.
-///
-/// # Safety
-/// `p` must be NULL or point to readable memory of at least a `struct fid`.
-pub unsafe fn waitset_from_fid(p: *const c_void) -> Option<Arc<WaitSet>> {
-    WaitSetObj::get(p, FI_CLASS_WAIT).cloned()
-}
-
 unsafe extern "C" fn wait_close(f: *mut fid) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    if ws.refs.busy() {
-        crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
-        return -FI_EBUSY;
-    }
-    WaitSetObj::destroy(f as *mut c_void);
-    0
+    abi_guard!("wait_close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ws) = (unsafe { WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) }) else {
+            return -FI_EINVAL;
+        };
+        if ws.refs.busy() {
+            crate::warn!(FI_LOG_FABRIC, "fi_close(wait set): CQs, counters or EQs still use it");
+            return -FI_EBUSY;
+        }
+        // SAFETY: `f` is a live wait set (checked above) the application gives up.
+        unsafe { WaitSetObj::destroy(f as *mut c_void) };
+        0
+    })
 }
 
 unsafe extern "C" fn wait_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(ws) = WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    // SAFETY: `arg` is the application's fi_control argument for `cmd`.
-    control_wait(
-        ws.wait_obj,
-        Some(&ws.wobj),
-        |w| {
-            let members = ws.live();
-            let gen0 = ws.members_gen.load(SeqCst);
-            let mut fds = Vec::new();
-            let gen = WaitSet::collect(&members, gen0, &mut fds, &mut None);
-            w.refresh(&mut fds, gen);
-        },
-        cmd,
-        arg,
-        FI_LOG_FABRIC,
-    )
+    abi_guard!("wait_control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ws) = (unsafe { WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `arg` is the application's fi_control argument for `cmd`.
+        unsafe {
+            control_wait(
+                ws.wait_obj,
+                Some(&ws.wobj),
+                |w| {
+                    let members = ws.live();
+                    let gen0 = ws.members_gen.load(SeqCst);
+                    let mut fds = Vec::new();
+                    let gen = WaitSet::collect(&members, gen0, &mut fds, &mut None);
+                    w.refresh(&mut fds, gen);
+                },
+                cmd,
+                arg,
+                FI_LOG_FABRIC,
+            )
+        }
+    })
 }
 
 unsafe extern "C" fn wait_wait(w: *mut fid_wait, timeout: i32) -> i32 {
-    let Some(ws) = WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) else {
-        return -FI_EINVAL;
-    };
-    ws.wait(timeout)
+    abi_guard!("wait_wait", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ws) = (unsafe { WaitSetObj::get(w as *const c_void, FI_CLASS_WAIT) }) else {
+            return -FI_EINVAL;
+        };
+        ws.wait(timeout)
+    })
 }
 
 static WAIT_FI_OPS: Table<fi_ops> = Table(base_ops(wait_close, None, Some(wait_control), None));
@@ -790,24 +802,31 @@ pub unsafe fn trywait(fids: *mut *mut fid, count: i32) -> i32 {
     }
     let mut busy = false;
     for i in 0..count as usize {
-        let f = *fids.add(i);
+        // SAFETY: fi_trywait(3): `fids` holds `count` fid pointers (non-NULL, checked above).
+        let f = unsafe { *fids.add(i) };
         if f.is_null() {
             return -FI_EINVAL;
         }
-        let r = match (*f).fclass as u32 {
-            FI_CLASS_CQ => match crate::cq::from_fid(f as *const c_void) {
+        // SAFETY: each entry is a fid the application holds (fi_trywait(3)), not NULL here.
+        let class = unsafe { (*f).fclass } as u32;
+        let r = match class {
+            // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+            FI_CLASS_CQ => match unsafe { crate::cq::from_fid(f as *const c_void) } {
                 Some(cq) => cq.trywait(),
                 None => -FI_EINVAL,
             },
-            FI_CLASS_CNTR => match crate::cntr::from_fid(f as *const c_void) {
+            // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+            FI_CLASS_CNTR => match unsafe { crate::cntr::from_fid(f as *const c_void) } {
                 Some(c) => c.trywait(),
                 None => -FI_EINVAL,
             },
-            FI_CLASS_EQ => match crate::eq::from_fid(f as *const c_void) {
+            // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+            FI_CLASS_EQ => match unsafe { crate::eq::from_fid(f as *const c_void) } {
                 Some(eq) => eq.trywait(),
                 None => -FI_EINVAL,
             },
-            FI_CLASS_WAIT => match WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) {
+            // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+            FI_CLASS_WAIT => match unsafe { WaitSetObj::get(f as *const c_void, FI_CLASS_WAIT) } {
                 Some(ws) => ws.trywait(),
                 None => -FI_EINVAL,
             },
@@ -920,8 +939,10 @@ impl PollSet {
 /// # Safety
 /// `attr` must be NULL or point to a readable `fi_poll_attr`.
 pub unsafe fn poll_open(attr: *mut fi_poll_attr, keepalive: Box<dyn Any + Send + Sync>) -> Result<*mut fid_poll, i32> {
-    if !attr.is_null() && (*attr).flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll_open: flags {:#x} must be 0", (*attr).flags);
+    // SAFETY: the caller's contract (`attr` NULL or readable).
+    let flags = if attr.is_null() { 0 } else { unsafe { (*attr).flags } };
+    if flags != 0 {
+        crate::warn!(FI_LOG_DOMAIN, "fi_poll_open: flags {:#x} must be 0", flags);
         return Err(-FI_EINVAL);
     }
     Ok(pollset_into_fid(PollSet::new(keepalive)))
@@ -936,69 +957,86 @@ pub(crate) fn pollset_into_fid(ps: Arc<PollSet>) -> *mut fid_poll {
 }
 
 unsafe extern "C" fn poll_close(f: *mut fid) -> i32 {
-    if PollObj::get(f as *const c_void, FI_CLASS_POLL).is_none() {
-        return -FI_EINVAL;
-    }
-    // Members are only referenced, not bound: closing with members left
-    // just forgets them, which is what applications closing in any order
-    // expect.
-    PollObj::destroy(f as *mut c_void);
-    0
+    abi_guard!("poll_close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { PollObj::get(f as *const c_void, FI_CLASS_POLL) }).is_none() {
+            return -FI_EINVAL;
+        }
+        // Members are only referenced, not bound: closing with members left
+        // just forgets them, which is what applications closing in any order
+        // expect.
+        // SAFETY: `f` is a live poll set (checked above) the application gives up.
+        unsafe { PollObj::destroy(f as *mut c_void) };
+        0
+    })
 }
 
 unsafe extern "C" fn poll_poll(p: *mut fid_poll, ctx: *mut *mut c_void, count: i32) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if count < 0 || (count > 0 && ctx.is_null()) {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
-        return -FI_EINVAL;
-    }
-    let out: &mut [*mut c_void] = if count == 0 {
-        &mut []
-    } else {
-        // SAFETY: the application passes an array of `count` context slots.
-        std::slice::from_raw_parts_mut(ctx, count as usize)
-    };
-    ps.poll(out)
+    abi_guard!("poll_poll", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ps) = (unsafe { PollObj::get(p as *const c_void, FI_CLASS_POLL) }) else {
+            return -FI_EINVAL;
+        };
+        if count < 0 || (count > 0 && ctx.is_null()) {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll: NULL context array with count {}", count);
+            return -FI_EINVAL;
+        }
+        let out: &mut [*mut c_void] = if count == 0 {
+            &mut []
+        } else {
+            // SAFETY: the application passes an array of `count` context slots.
+            unsafe { std::slice::from_raw_parts_mut(ctx, count as usize) }
+        };
+        ps.poll(out)
+    })
 }
 
 unsafe extern "C" fn poll_add(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
-        return -FI_EINVAL;
-    }
-    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
-        return ps.add_cq(cq);
-    }
-    if let Some(c) = crate::cntr::from_fid(f as *const c_void) {
-        return ps.add_cntr(c);
-    }
-    crate::warn!(
-        FI_LOG_DOMAIN,
-        "fi_poll_add: only gnix CQs and counters can join a poll set"
-    );
-    -FI_EINVAL
+    abi_guard!("poll_add", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ps) = (unsafe { PollObj::get(p as *const c_void, FI_CLASS_POLL) }) else {
+            return -FI_EINVAL;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll_add: flags {:#x} must be 0", flags);
+            return -FI_EINVAL;
+        }
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if let Some(cq) = unsafe { crate::cq::from_fid(f as *const c_void) } {
+            return ps.add_cq(cq);
+        }
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if let Some(c) = unsafe { crate::cntr::from_fid(f as *const c_void) } {
+            return ps.add_cntr(c);
+        }
+        crate::warn!(
+            FI_LOG_DOMAIN,
+            "fi_poll_add: only gnix CQs and counters can join a poll set"
+        );
+        -FI_EINVAL
+    })
 }
 
 unsafe extern "C" fn poll_del(p: *mut fid_poll, f: *mut fid, flags: u64) -> i32 {
-    let Some(ps) = PollObj::get(p as *const c_void, FI_CLASS_POLL) else {
-        return -FI_EINVAL;
-    };
-    if flags != 0 {
-        crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
-        return -FI_EINVAL;
-    }
-    if let Some(cq) = crate::cq::from_fid(f as *const c_void) {
-        return ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq)));
-    }
-    if let Some(cn) = crate::cntr::from_fid(f as *const c_void) {
-        return ps.del(|m| matches!(m, Member::Cntr(c) if Arc::ptr_eq(c, &cn)));
-    }
-    -FI_EINVAL
+    abi_guard!("poll_del", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ps) = (unsafe { PollObj::get(p as *const c_void, FI_CLASS_POLL) }) else {
+            return -FI_EINVAL;
+        };
+        if flags != 0 {
+            crate::warn!(FI_LOG_DOMAIN, "fi_poll_del: flags {:#x} must be 0", flags);
+            return -FI_EINVAL;
+        }
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if let Some(cq) = unsafe { crate::cq::from_fid(f as *const c_void) } {
+            return ps.del(|m| matches!(m, Member::Cq(c) if Arc::ptr_eq(c, &cq)));
+        }
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if let Some(cn) = unsafe { crate::cntr::from_fid(f as *const c_void) } {
+            return ps.del(|m| matches!(m, Member::Cntr(c) if Arc::ptr_eq(c, &cn)));
+        }
+        -FI_EINVAL
+    })
 }
 
 static POLL_FI_OPS: Table<fi_ops> = Table(base_ops(poll_close, None, None, None));

@@ -13,142 +13,157 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 unsafe extern "C" fn close(f: *mut fid) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    let me: Weak<Ep> = ep.me.clone();
-    let prog: Weak<dyn Progress> = me.clone();
-    let auto: Weak<dyn AutoProgress> = me;
-    ep.domain.nic.remove(&auto);
-    if ep.binds.get().is_some() {
-        ep.linger();
-    }
-    if let Some(b) = ep
-        .binds
-        .get()
-        .cloned()
-        .or_else(|| Some(ep.pending_binds.lock().unwrap().clone()))
-    {
-        for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
-            cq.remove_source(&prog);
-            cq.refs.put();
+    abi_guard!("close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        let me: Weak<Ep> = ep.me.clone();
+        let prog: Weak<dyn Progress> = me.clone();
+        let auto: Weak<dyn AutoProgress> = me;
+        ep.domain.nic.remove(&auto);
+        if ep.binds.get().is_some() {
+            ep.linger();
         }
-        for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
-            c.remove_source(&prog);
-            c.refs.put();
+        if let Some(b) = ep
+            .binds
+            .get()
+            .cloned()
+            .or_else(|| Some(ep.pending_binds.lock().unwrap().clone()))
+        {
+            for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+                cq.remove_source(&prog);
+                cq.refs.put();
+            }
+            for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
+                c.remove_source(&prog);
+                c.refs.put();
+            }
+            for c in &b.rma_cntrs {
+                c.refs.put();
+            }
+            if let Some(av) = &b.av {
+                av.refs.put();
+            }
+            if let Some(eq) = &b.eq {
+                eq.refs.put();
+            }
         }
-        for c in &b.rma_cntrs {
-            c.refs.put();
-        }
-        if let Some(av) = &b.av {
-            av.refs.put();
-        }
-        if let Some(eq) = &b.eq {
-            eq.refs.put();
-        }
-    }
-    Obj::destroy(f as *mut c_void);
-    0
+        // SAFETY: `f` is a live object of this class (checked above), which the application gives up (fi_close(3)).
+        unsafe { Obj::destroy(f as *mut c_void) };
+        0
+    })
 }
 
 unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if bf.is_null() {
-        return -FI_EINVAL;
-    }
-    if ep.enabled.load(Ordering::Acquire) {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind after fi_enable");
-        return -FI_EOPBADSTATE;
-    }
-    let mut b = ep.pending_binds.lock().unwrap();
-    match (*bf).fclass as u32 {
-        FI_CLASS_AV => {
-            let Some(av) = crate::av::from_fid(bf as *const c_void) else {
-                return -FI_EINVAL;
-            };
-            if b.av.is_some() {
-                crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an AV");
-                return -FI_EINVAL;
-            }
-            if !Arc::ptr_eq(&av.domain.0, &ep.domain.0) {
-                return -FI_EINVAL;
-            }
-            av.refs.get();
-            b.av = Some(av.clone());
-        }
-        FI_CLASS_CQ => {
-            let Some(cq) = crate::cq::from_fid(bf as *const c_void) else {
-                return -FI_EINVAL;
-            };
-            if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0 || flags & (FI_TRANSMIT | FI_RECV) == 0 {
-                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags {:#x}", flags);
-                return -FI_EBADFLAGS;
-            }
-            if (flags & FI_TRANSMIT != 0 && b.tx_cq.is_some()) || (flags & FI_RECV != 0 && b.rx_cq.is_some()) {
-                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): already bound");
-                return -FI_EINVAL;
-            }
-            let sel = flags & FI_SELECTIVE_COMPLETION != 0;
-            if flags & FI_TRANSMIT != 0 {
-                cq.refs.get();
-                b.tx_cq = Some(cq.clone());
-                b.tx_selective = sel;
-            }
-            if flags & FI_RECV != 0 {
-                cq.refs.get();
-                b.rx_cq = Some(cq.clone());
-                b.rx_selective = sel;
-            }
-        }
-        FI_CLASS_CNTR => {
-            let Some(c) = crate::cntr::from_fid(bf as *const c_void) else {
-                return -FI_EINVAL;
-            };
-            let known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-            if flags & !known != 0 || flags & known == 0 {
-                return -FI_EBADFLAGS;
-            }
-            if flags & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
-                // No RMA operation can run on this endpoint (FI_RMA is not
-                // offered), so such a counter never counts; MPICH binds one
-                // regardless, and refusing would fail its MPI_Init.
-                c.refs.get();
-                b.rma_cntrs.push(c.clone());
-            }
-            if flags & FI_SEND != 0 {
-                if b.send_cntr.is_some() {
-                    return -FI_EINVAL;
-                }
-                c.refs.get();
-                b.send_cntr = Some(c.clone());
-            }
-            if flags & FI_RECV != 0 {
-                if b.recv_cntr.is_some() {
-                    return -FI_EINVAL;
-                }
-                c.refs.get();
-                b.recv_cntr = Some(c.clone());
-            }
-        }
-        FI_CLASS_EQ => {
-            let Some(eq) = crate::eq::from_fid(bf as *const c_void) else {
-                return -FI_EINVAL;
-            };
-            if b.eq.is_some() {
-                crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an EQ");
-                return -FI_EINVAL;
-            }
-            eq.refs.get();
-            b.eq = Some(eq);
-        }
-        c => {
-            crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind class {}", c);
+    abi_guard!("bind", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if bf.is_null() {
             return -FI_EINVAL;
         }
-    }
-    0
+        if ep.enabled.load(Ordering::Acquire) {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind after fi_enable");
+            return -FI_EOPBADSTATE;
+        }
+        let mut b = ep.pending_binds.lock().unwrap();
+        // SAFETY: `bf` is a fid the application holds, non-NULL (checked above).
+        let class = unsafe { (*bf).fclass } as u32;
+        match class {
+            FI_CLASS_AV => {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(av) = (unsafe { crate::av::from_fid(bf as *const c_void) }) else {
+                    return -FI_EINVAL;
+                };
+                if b.av.is_some() {
+                    crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an AV");
+                    return -FI_EINVAL;
+                }
+                if !Arc::ptr_eq(&av.domain.0, &ep.domain.0) {
+                    return -FI_EINVAL;
+                }
+                av.refs.get();
+                b.av = Some(av.clone());
+            }
+            FI_CLASS_CQ => {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(cq) = (unsafe { crate::cq::from_fid(bf as *const c_void) }) else {
+                    return -FI_EINVAL;
+                };
+                if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0
+                    || flags & (FI_TRANSMIT | FI_RECV) == 0
+                {
+                    crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags {:#x}", flags);
+                    return -FI_EBADFLAGS;
+                }
+                if (flags & FI_TRANSMIT != 0 && b.tx_cq.is_some()) || (flags & FI_RECV != 0 && b.rx_cq.is_some()) {
+                    crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): already bound");
+                    return -FI_EINVAL;
+                }
+                let sel = flags & FI_SELECTIVE_COMPLETION != 0;
+                if flags & FI_TRANSMIT != 0 {
+                    cq.refs.get();
+                    b.tx_cq = Some(cq.clone());
+                    b.tx_selective = sel;
+                }
+                if flags & FI_RECV != 0 {
+                    cq.refs.get();
+                    b.rx_cq = Some(cq.clone());
+                    b.rx_selective = sel;
+                }
+            }
+            FI_CLASS_CNTR => {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(c) = (unsafe { crate::cntr::from_fid(bf as *const c_void) }) else {
+                    return -FI_EINVAL;
+                };
+                let known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+                if flags & !known != 0 || flags & known == 0 {
+                    return -FI_EBADFLAGS;
+                }
+                if flags & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
+                    // No RMA operation can run on this endpoint (FI_RMA is not
+                    // offered), so such a counter never counts; MPICH binds one
+                    // regardless, and refusing would fail its MPI_Init.
+                    c.refs.get();
+                    b.rma_cntrs.push(c.clone());
+                }
+                if flags & FI_SEND != 0 {
+                    if b.send_cntr.is_some() {
+                        return -FI_EINVAL;
+                    }
+                    c.refs.get();
+                    b.send_cntr = Some(c.clone());
+                }
+                if flags & FI_RECV != 0 {
+                    if b.recv_cntr.is_some() {
+                        return -FI_EINVAL;
+                    }
+                    c.refs.get();
+                    b.recv_cntr = Some(c.clone());
+                }
+            }
+            FI_CLASS_EQ => {
+                // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+                let Some(eq) = (unsafe { crate::eq::from_fid(bf as *const c_void) }) else {
+                    return -FI_EINVAL;
+                };
+                if b.eq.is_some() {
+                    crate::warn!(FI_LOG_EP_CTRL, "endpoint already has an EQ");
+                    return -FI_EINVAL;
+                }
+                eq.refs.get();
+                b.eq = Some(eq);
+            }
+            c => {
+                crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind class {}", c);
+                return -FI_EINVAL;
+            }
+        }
+        0
+    })
 }
 
 fn enable(ep: &Arc<Ep>) -> i32 {
@@ -185,189 +200,225 @@ fn enable(ep: &Arc<Ep>) -> i32 {
 }
 
 unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    match cmd as u32 {
-        FI_ENABLE => enable(ep),
-        FI_GETOPSFLAG | FI_SETOPSFLAG => {
-            let Some(flags) = (arg as *mut u64).as_mut() else {
-                return -FI_EINVAL;
-            };
-            let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
-                (&ep.tx_op_flags, crate::getinfo::TX_OP_FLAGS)
-            } else if *flags & FI_RECV != 0 {
-                (&ep.rx_op_flags, crate::getinfo::RX_OP_FLAGS)
-            } else {
-                return -FI_EINVAL;
-            };
-            if cmd as u32 == FI_GETOPSFLAG {
-                *flags = slot.load(Ordering::Relaxed);
-            } else {
-                let v = *flags & !(FI_TRANSMIT | FI_RECV);
-                if v & !allowed != 0 {
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        match cmd as u32 {
+            FI_ENABLE => enable(ep),
+            FI_GETOPSFLAG | FI_SETOPSFLAG => {
+                // SAFETY: FI_GETOPSFLAG/FI_SETOPSFLAG take a uint64_t * (fi_endpoint(3)).
+                let Some(flags) = (unsafe { (arg as *mut u64).as_mut() }) else {
                     return -FI_EINVAL;
+                };
+                let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
+                    (&ep.tx_op_flags, crate::getinfo::TX_OP_FLAGS)
+                } else if *flags & FI_RECV != 0 {
+                    (&ep.rx_op_flags, crate::getinfo::RX_OP_FLAGS)
+                } else {
+                    return -FI_EINVAL;
+                };
+                if cmd as u32 == FI_GETOPSFLAG {
+                    *flags = slot.load(Ordering::Relaxed);
+                } else {
+                    let v = *flags & !(FI_TRANSMIT | FI_RECV);
+                    if v & !allowed != 0 {
+                        return -FI_EINVAL;
+                    }
+                    slot.store(v, Ordering::Relaxed);
                 }
-                slot.store(v, Ordering::Relaxed);
+                0
             }
-            0
+            _ => -FI_ENOSYS,
         }
-        _ => -FI_ENOSYS,
-    }
+    })
 }
 
 // ------------------------------------------------------------------------
 // fi_ops_ep, fi_ops_cm
 
 unsafe extern "C" fn cancel(f: fid_t, ctx: *mut c_void) -> isize {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL as isize;
-    };
-    if ep.binds.get().is_none() {
-        return -FI_EOPBADSTATE as isize;
-    }
-    ep.cancel(ctx as usize)
+    abi_guard!("cancel", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL as isize;
+        };
+        if ep.binds.get().is_none() {
+            return -FI_EOPBADSTATE as isize;
+        }
+        ep.cancel(ctx as usize)
+    })
 }
 
 unsafe extern "C" fn getopt(f: fid_t, level: i32, name: i32, val: *mut c_void, len: *mut usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if level != FI_OPT_ENDPOINT as i32 {
-        return -FI_ENOPROTOOPT;
-    }
-    if val.is_null() || len.is_null() {
-        return -FI_EINVAL;
-    }
-    match name as u32 {
-        FI_OPT_MIN_MULTI_RECV => {
-            if *len < std::mem::size_of::<usize>() {
-                *len = std::mem::size_of::<usize>();
-                return -FI_ETOOSMALL;
-            }
-            *(val as *mut usize) = ep.lock().rx.min_multi_recv;
-            *len = std::mem::size_of::<usize>();
-            0
+    abi_guard!("getopt", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if level != FI_OPT_ENDPOINT as i32 {
+            return -FI_ENOPROTOOPT;
         }
-        _ => -FI_ENOPROTOOPT,
-    }
+        if val.is_null() || len.is_null() {
+            return -FI_EINVAL;
+        }
+        match name as u32 {
+            FI_OPT_MIN_MULTI_RECV => {
+                let min = ep.lock().rx.min_multi_recv;
+                // SAFETY: fi_getopt(3): `len` (non-NULL) is in/out, `val`
+                // (non-NULL) holds *len bytes; we write a size_t only if it fits.
+                unsafe {
+                    let room = *len;
+                    *len = std::mem::size_of::<usize>();
+                    if room < std::mem::size_of::<usize>() {
+                        return -FI_ETOOSMALL;
+                    }
+                    *(val as *mut usize) = min;
+                }
+                0
+            }
+            _ => -FI_ENOPROTOOPT,
+        }
+    })
 }
 
 unsafe extern "C" fn setopt(f: fid_t, level: i32, name: i32, val: *const c_void, len: usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if level != FI_OPT_ENDPOINT as i32 {
-        return -FI_ENOPROTOOPT;
-    }
-    match name as u32 {
-        FI_OPT_MIN_MULTI_RECV => {
-            if val.is_null() || len != std::mem::size_of::<usize>() {
-                return -FI_EINVAL;
-            }
-            ep.lock().rx.min_multi_recv = *(val as *const usize);
-            0
+    abi_guard!("setopt", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if level != FI_OPT_ENDPOINT as i32 {
+            return -FI_ENOPROTOOPT;
         }
-        _ => -FI_ENOPROTOOPT,
-    }
+        match name as u32 {
+            FI_OPT_MIN_MULTI_RECV => {
+                if val.is_null() || len != std::mem::size_of::<usize>() {
+                    return -FI_EINVAL;
+                }
+                // SAFETY: fi_setopt(3): `val` holds `len` bytes, a size_t here.
+                ep.lock().rx.min_multi_recv = unsafe { *(val as *const usize) };
+                0
+            }
+            _ => -FI_ENOPROTOOPT,
+        }
+    })
 }
 
 unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
-    let Some(ep) = from_fid(e as *const c_void) else {
-        return -FI_EINVAL as isize;
-    };
-    ep.rx_left() as isize
+    abi_guard!("rx_size_left", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(e as *const c_void) }) else {
+            return -FI_EINVAL as isize;
+        };
+        ep.rx_left() as isize
+    })
 }
 
 unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
-    let Some(ep) = from_fid(e as *const c_void) else {
-        return -FI_EINVAL as isize;
-    };
-    ep.tx_left() as isize
+    abi_guard!("tx_size_left", -FI_EOTHER as isize, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(e as *const c_void) }) else {
+            return -FI_EINVAL as isize;
+        };
+        ep.tx_left() as isize
+    })
 }
 
 unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, len: *mut usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if len.is_null() {
-        return -FI_EINVAL;
-    }
-    let bytes = std_to_sockaddr(&ep.lock().port.local_addr());
-    let room = *len;
-    *len = bytes.len();
-    if room < bytes.len() || addr.is_null() {
-        return -FI_ETOOSMALL;
-    }
-    std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
-    0
+    abi_guard!("getname", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if len.is_null() {
+            return -FI_EINVAL;
+        }
+        let bytes = std_to_sockaddr(&ep.lock().port.local_addr());
+        // SAFETY: fi_getname(3): `len` (non-NULL) is in/out and `addr` is
+        // NULL or holds *len bytes; we copy only if the address fits.
+        unsafe {
+            let room = *len;
+            *len = bytes.len();
+            if room < bytes.len() || addr.is_null() {
+                return -FI_ETOOSMALL;
+            }
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
+        }
+        0
+    })
 }
 
 unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, len: usize) -> i32 {
-    let Some(ep) = from_fid(f as *const c_void) else {
-        return -FI_EINVAL;
-    };
-    if ep.enabled.load(Ordering::Acquire) {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_setname after fi_enable");
-        return -FI_EOPBADSTATE;
-    }
-    let Some(a) = crate::getinfo::sockaddr_to_std(addr as *const u8, len) else {
-        crate::warn!(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6");
-        return -FI_EINVAL;
-    };
-    if a.ip() != ep.domain.attr.iface.ip {
-        crate::warn!(
-            FI_LOG_EP_CTRL,
-            "fi_setname: {} is not on interface {}",
-            a,
-            ep.domain.attr.iface.name
-        );
-        return -FI_EINVAL;
-    }
-    let mut st = ep.lock();
-    if a == st.port.local_addr() {
-        return 0;
-    }
-    match new_state(&ep.domain, a, ep.tx_size, ep.rx_size) {
-        Ok(ns) => {
-            ep.fd.store(ns.port.wait_fd(), Ordering::Relaxed);
-            if ep.watched.load(Ordering::Acquire) {
-                // A sleeper of the old wire may sleep on the new one.
-                let _ = ns.port.watch();
-            }
-            *st = ns;
-            0
+    abi_guard!("setname", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if ep.enabled.load(Ordering::Acquire) {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_setname after fi_enable");
+            return -FI_EOPBADSTATE;
         }
-        Err(e) => e,
-    }
+        // SAFETY: fi_setname(3): `addr` holds `len` bytes.
+        let Some(a) = (unsafe { crate::getinfo::sockaddr_to_std(addr as *const u8, len) }) else {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6");
+            return -FI_EINVAL;
+        };
+        if a.ip() != ep.domain.attr.iface.ip {
+            crate::warn!(
+                FI_LOG_EP_CTRL,
+                "fi_setname: {} is not on interface {}",
+                a,
+                ep.domain.attr.iface.name
+            );
+            return -FI_EINVAL;
+        }
+        let mut st = ep.lock();
+        if a == st.port.local_addr() {
+            return 0;
+        }
+        match new_state(&ep.domain, a, ep.tx_size, ep.rx_size) {
+            Ok(ns) => {
+                ep.fd.store(ns.port.wait_fd(), Ordering::Relaxed);
+                if ep.watched.load(Ordering::Acquire) {
+                    // A sleeper of the old wire may sleep on the new one.
+                    let _ = ns.port.watch();
+                }
+                *st = ns;
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn getpeer(_: *mut fid_ep, _: *mut c_void, _: *mut usize) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("getpeer", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn connect(_: *mut fid_ep, _: *const c_void, _: *const c_void, _: usize) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("connect", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn listen(_: *mut fid_pep) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("listen", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn accept(_: *mut fid_ep, _: *const c_void, _: usize) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("accept", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn reject(_: *mut fid_pep, _: fid_t, _: *const c_void, _: usize) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("reject", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn shutdown(_: *mut fid_ep, _: u64) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("shutdown", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn join(_: *mut fid_ep, _: *const c_void, _: u64, _: *mut *mut fid_mc, _: *mut c_void) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("join", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn tx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_tx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("tx_ctx", -FI_EOTHER, || -FI_ENOSYS)
 }
 unsafe extern "C" fn rx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_rx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
-    -FI_ENOSYS
+    abi_guard!("rx_ctx", -FI_EOTHER, || -FI_ENOSYS)
 }
 
 pub(super) static EP_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), Some(control), None));

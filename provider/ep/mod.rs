@@ -137,6 +137,10 @@ pub struct Ep {
 
 type Obj = FidObj<fid_ep, Ep>;
 
+/// The endpoint behind an application-supplied fid: checks class and magic.
+///
+/// # Safety
+/// `p` must be NULL or point to readable memory of at least a `struct fid`.
 pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
     // SAFETY: the caller passes a pointer libfabric handed it as a fid
     // (or NULL); Obj::get checks the class before casting.
@@ -212,6 +216,10 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
     })
 }
 
+/// fi_endpoint, called by the domain's shim.
+///
+/// # Safety
+/// `info` must be NULL or a valid fi_info (attr pointers NULL or valid).
 pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> Result<*mut fid_ep, i32> {
     // SAFETY: `info` comes from the application's fi_endpoint call.
     let o = unsafe { crate::getinfo::offer_from_info(info) }?;

@@ -3,6 +3,7 @@
 //! placing the data (eager bytes copied now, rendezvous data pulled by the
 //! wire), and the receive completions. Also the wires' upcalls
 //! (`Handler`): arrivals, and the ends of operations, sends included.
+#![forbid(unsafe_code)]
 
 use super::{Ep, Face};
 use crate::cq::CqEntry;

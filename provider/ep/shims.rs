@@ -10,6 +10,10 @@ use crate::fid::Table;
 use crate::nic::iov::Iov;
 use std::ffi::c_void;
 
+/// The application's iovec array as an `Iov` (None: NULL with a count).
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` readable iovecs.
 unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if count == 0 {
         return Some(Iov::new());
@@ -17,12 +21,9 @@ unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if iov.is_null() {
         return None;
     }
-    Some(
-        std::slice::from_raw_parts(iov, count)
-            .iter()
-            .map(|v| (v.iov_base as usize, v.iov_len))
-            .collect(),
-    )
+    // SAFETY: the caller's contract: `iov` holds `count` iovecs.
+    let iov = unsafe { std::slice::from_raw_parts(iov, count) };
+    Some(iov.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
 }
 
 fn one(buf: *const c_void, len: usize) -> Iov {
@@ -35,13 +36,19 @@ fn one(buf: *const c_void, len: usize) -> Iov {
 
 macro_rules! ep_or_inval {
     ($e:expr) => {
-        match from_fid($e as *const c_void) {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        match unsafe { from_fid($e as *const c_void) } {
             Some(ep) => ep,
             None => return -FI_EINVAL as isize,
         }
     };
 }
 
+/// A send of `iov` on the endpoint behind `e`.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
+/// readable until the send completes (fi_msg(3)).
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_send(
     e: *mut fid_ep,
@@ -73,6 +80,10 @@ unsafe fn do_send(
 
 /// fi_inject, fi_injectdata, fi_tinject, fi_tinjectdata: the op flags do
 /// not apply (fi_msg(3)), and no completion is written.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and `buf` hold `len` readable bytes
+/// for the duration of the call.
 unsafe fn do_inject(
     e: *mut fid_ep,
     buf: *const c_void,
@@ -95,6 +106,11 @@ unsafe fn do_inject(
     })
 }
 
+/// A receive into `iov` on the endpoint behind `e`.
+///
+/// # Safety
+/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
+/// writable, and not otherwise used, until the receive completes (fi_msg(3)).
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_recv(
     e: *mut fid_ep,
@@ -131,7 +147,10 @@ unsafe extern "C" fn msg_send(
     dest: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false)
+    abi_guard!("msg_send", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, 0, None, ctx, None, false) }
+    })
 }
 unsafe extern "C" fn msg_sendv(
     e: *mut fid_ep,
@@ -141,27 +160,39 @@ unsafe extern "C" fn msg_sendv(
     dest: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false)
+    abi_guard!("msg_sendv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, iov_of(iov, count), dest, 0, None, ctx, None, false) }
+    })
 }
 unsafe extern "C" fn msg_sendmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else {
-        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
-        return -FI_EINVAL as isize;
-    };
-    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(
-        e,
-        iov_of(m.msg_iov, m.iov_count),
-        m.addr,
-        0,
-        data,
-        m.context,
-        Some(flags),
-        false,
-    )
+    abi_guard!("msg_sendmsg", -FI_EOTHER as isize, || {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+            return -FI_EINVAL as isize;
+        };
+        let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe {
+            do_send(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                0,
+                data,
+                m.context,
+                Some(flags),
+                false,
+            )
+        }
+    })
 }
 unsafe extern "C" fn msg_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64) -> isize {
-    do_inject(e, buf, len, dest, None, None)
+    abi_guard!("msg_inject", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, None, None) }
+    })
 }
 unsafe extern "C" fn msg_senddata(
     e: *mut fid_ep,
@@ -172,10 +203,16 @@ unsafe extern "C" fn msg_senddata(
     dest: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false)
+    abi_guard!("msg_senddata", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, 0, Some(data), ctx, None, false) }
+    })
 }
 unsafe extern "C" fn msg_injectdata(e: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: u64) -> isize {
-    do_inject(e, buf, len, dest, None, Some(data))
+    abi_guard!("msg_injectdata", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, None, Some(data)) }
+    })
 }
 unsafe extern "C" fn msg_recv(
     e: *mut fid_ep,
@@ -185,7 +222,10 @@ unsafe extern "C" fn msg_recv(
     src: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false)
+    abi_guard!("msg_recv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, Some(one(buf, len)), src, 0, 0, ctx, None, false) }
+    })
 }
 unsafe extern "C" fn msg_recvv(
     e: *mut fid_ep,
@@ -195,23 +235,32 @@ unsafe extern "C" fn msg_recvv(
     src: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false)
+    abi_guard!("msg_recvv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, iov_of(iov, count), src, 0, 0, ctx, None, false) }
+    })
 }
 unsafe extern "C" fn msg_recvmsg(e: *mut fid_ep, m: *const fi_msg, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else {
-        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
-        return -FI_EINVAL as isize;
-    };
-    do_recv(
-        e,
-        iov_of(m.msg_iov, m.iov_count),
-        m.addr,
-        0,
-        0,
-        m.context,
-        Some(flags),
-        false,
-    )
+    abi_guard!("msg_recvmsg", -FI_EOTHER as isize, || {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+            return -FI_EINVAL as isize;
+        };
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe {
+            do_recv(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                0,
+                0,
+                m.context,
+                Some(flags),
+                false,
+            )
+        }
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -224,7 +273,10 @@ unsafe extern "C" fn tag_send(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true)
+    abi_guard!("tag_send", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true) }
+    })
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_sendv(
@@ -236,27 +288,39 @@ unsafe extern "C" fn tag_sendv(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true)
+    abi_guard!("tag_sendv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true) }
+    })
 }
 unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else {
-        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
-        return -FI_EINVAL as isize;
-    };
-    let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-    do_send(
-        e,
-        iov_of(m.msg_iov, m.iov_count),
-        m.addr,
-        m.tag,
-        data,
-        m.context,
-        Some(flags),
-        true,
-    )
+    abi_guard!("tag_sendmsg", -FI_EOTHER as isize, || {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+            return -FI_EINVAL as isize;
+        };
+        let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe {
+            do_send(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                m.tag,
+                data,
+                m.context,
+                Some(flags),
+                true,
+            )
+        }
+    })
 }
 unsafe extern "C" fn tag_inject(e: *mut fid_ep, buf: *const c_void, len: usize, dest: u64, tag: u64) -> isize {
-    do_inject(e, buf, len, dest, Some(tag), None)
+    abi_guard!("tag_inject", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, Some(tag), None) }
+    })
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_senddata(
@@ -269,7 +333,10 @@ unsafe extern "C" fn tag_senddata(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true)
+    abi_guard!("tag_senddata", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        unsafe { do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true) }
+    })
 }
 unsafe extern "C" fn tag_injectdata(
     e: *mut fid_ep,
@@ -279,7 +346,10 @@ unsafe extern "C" fn tag_injectdata(
     dest: u64,
     tag: u64,
 ) -> isize {
-    do_inject(e, buf, len, dest, Some(tag), Some(data))
+    abi_guard!("tag_injectdata", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; `buf` holds `len` bytes for the call (fi_inject(3)).
+        unsafe { do_inject(e, buf, len, dest, Some(tag), Some(data)) }
+    })
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_recv(
@@ -292,7 +362,10 @@ unsafe extern "C" fn tag_recv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true)
+    abi_guard!("tag_recv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true) }
+    })
 }
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn tag_recvv(
@@ -305,23 +378,32 @@ unsafe extern "C" fn tag_recvv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true)
+    abi_guard!("tag_recvv", -FI_EOTHER as isize, || {
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe { do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true) }
+    })
 }
 unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags: u64) -> isize {
-    let Some(m) = m.as_ref() else {
-        crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
-        return -FI_EINVAL as isize;
-    };
-    do_recv(
-        e,
-        iov_of(m.msg_iov, m.iov_count),
-        m.addr,
-        m.tag,
-        m.ignore,
-        m.context,
-        Some(flags),
-        true,
-    )
+    abi_guard!("tag_recvmsg", -FI_EOTHER as isize, || {
+        // SAFETY: `m` is NULL or the application's message descriptor.
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
+            return -FI_EINVAL as isize;
+        };
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        unsafe {
+            do_recv(
+                e,
+                iov_of(m.msg_iov, m.iov_count),
+                m.addr,
+                m.tag,
+                m.ignore,
+                m.context,
+                Some(flags),
+                true,
+            )
+        }
+    })
 }
 
 pub(super) static MSG_OPS: Table<fi_ops_msg> = Table(fi_ops_msg {

@@ -3,6 +3,7 @@
 //! transmit budget is used up), goes to the wire that reaches its peer,
 //! and completes when the wire says so (or at once, when the data is
 //! already out of the sender's hands).
+#![forbid(unsafe_code)]
 
 use super::rx::{Handler, Req, SendReq};
 use super::{Bindings, Ep};

@@ -13,6 +13,10 @@
 pub(crate) mod fabreq;
 pub(crate) mod iov;
 pub(crate) mod port;
+// Being rewritten as a sans-IO machine (issue 16); its dead code is
+// reported there, not here.
+// (Crate-private, clippy now also sees its `to_*(&self)` on a Copy type.)
+#[allow(dead_code, clippy::wrong_self_convention)] // until the shm machine lands
 pub mod shm;
 pub(crate) mod slab;
 pub(crate) mod txdesc;
@@ -79,10 +83,6 @@ impl Nic {
             }),
             thread: Mutex::new(None),
         }
-    }
-
-    pub fn auto_progress(&self) -> bool {
-        self.auto
     }
 
     /// An enabled endpoint joins the progress thread (started on first use).

@@ -2,6 +2,7 @@
 //! over which, the pool of transaction descriptors its sends take (the
 //! wires know a send only by its `TxDesc`), and how one progress pass
 //! shares its time between the wires.
+#![forbid(unsafe_code)]
 
 use crate::ffi::FI_EAGAIN;
 use crate::nic::iov::IovSource;

@@ -403,12 +403,6 @@ impl UdpWire {
         !self.connected.is_empty() && self.connected.len() >= self.peers
     }
 
-    /// One small datagram outside the transmit batch (the shm wire's
-    /// doorbell); `WouldBlock` while our send buffer is full.
-    pub fn send_one(&self, bytes: &[u8], to: SocketAddr) -> io::Result<()> {
-        self.sock.send_to(bytes, to).map(|_| ())
-    }
-
     /// One contiguous datagram (small messages, stashed ones): sendto, or
     /// send on a connected socket, spares the kernel importing a msghdr and
     /// an iovec, which shows on an 8-byte ping-pong. Ok(false) when the

@@ -20,7 +20,7 @@
 //!   peer ──► Wire::progress ─► Upcall::arrived ─► Tme match ─► Take
 //!   Wire ─► Upcall::event(SendDone{op} | RecvDone{op} | ...) ─► CQ entry
 //! ```
-
+#![forbid(unsafe_code)]
 // The wires implement this interface step by step (issue 16); until both
 // do, parts of it have no user yet.
 #![allow(dead_code)]

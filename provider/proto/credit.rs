@@ -117,6 +117,7 @@ impl CreditBank {
         }
     }
 
+    #[cfg(test)]
     pub fn banked(&self) -> u32 {
         self.bank
     }
@@ -268,6 +269,7 @@ impl Lender {
         self.give_back != 0
     }
     /// Credits of this peer's messages we hold.
+    #[cfg(test)]
     pub fn held(&self) -> u32 {
         self.held
     }

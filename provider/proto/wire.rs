@@ -420,6 +420,7 @@ impl<'a> Packet<'a> {
     }
 
     /// Bytes `emit` writes.
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn buffer_len(&self) -> usize {
         match self {
             Packet::ConnReq { .. } | Packet::ConnResp { .. } => CONN_LEN,
@@ -434,7 +435,8 @@ impl<'a> Packet<'a> {
     }
 
     /// The datagram, in a buffer of its own.
-    pub fn to_vec(&self) -> Vec<u8> {
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn to_vec(self) -> Vec<u8> {
         let mut b = vec![0u8; self.buffer_len()];
         self.emit(&mut b);
         b
@@ -688,6 +690,7 @@ impl<'a> Frame<'a> {
 impl FrameHead {
     /// The frame with `payload` behind its head (ignored by frames that
     /// carry none).
+    #[cfg(test)]
     pub fn with_payload(self, payload: &[u8]) -> Frame<'_> {
         match self {
             FrameHead::Msg {

@@ -158,20 +158,6 @@ impl Engine {
         Engine::new(cfg, local, Box::new(crate::rng::SplitMix(seed ^ 0x6E69_7867_5F70_726F)))
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.sh.local
-    }
-
-    pub fn config(&self) -> &EngineConfig {
-        &self.sh.cfg
-    }
-
-    /// Changes apply to later decisions; `max_datagram` applies to VCs
-    /// created afterwards (segments already built keep their size).
-    pub fn config_mut(&mut self) -> &mut EngineConfig {
-        &mut self.sh.cfg
-    }
-
     pub fn stats(&self) -> &EngineStats {
         &self.sh.stats
     }
@@ -179,11 +165,13 @@ impl Engine {
     /// Every VC created from now on starts its sequence numbers at `isn`
     /// (tests use it to exercise wrap-around).
     #[doc(hidden)]
+    #[cfg(test)]
     pub fn force_isn(&mut self, isn: Option<u32>) {
         self.sh.forced_isn = isn;
     }
 
     /// One line per VC and per rendezvous receive, for debugging.
+    #[cfg(test)]
     pub fn debug_state(&self) -> String {
         let mut out = String::new();
         for v in self.vcs.values() {
@@ -232,12 +220,14 @@ impl Engine {
 
     /// VCs holding a CHALLENGE to send: at most one each, whatever number
     /// of CONN_REQs asked for one (the handshake keeps no state per request).
+    #[cfg(test)]
     pub fn challenges_pending(&self) -> usize {
         self.vcs.values().filter(|v| v.challenge_due.is_some()).count()
     }
 
     /// Established and proven (conn.rs): the peer has shown it receives
     /// what we send to it.
+    #[cfg(test)]
     pub fn is_connected(&self, peer: SocketAddr) -> bool {
         self.vcs
             .get(&peer)
@@ -246,17 +236,20 @@ impl Engine {
 
     /// VCs created by a CONN_REQ alone whose peer has not proven itself
     /// yet: at most `EngineConfig::max_unproven`, whatever peers send.
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn unproven_count(&self) -> usize {
         self.sh.unproven
     }
 
     /// Stateless CHALLENGEs to first contacts waiting for a transmission:
     /// at most `FIRST_CONTACT_QUEUE`.
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn first_contacts_pending(&self) -> usize {
         self.first_contact.len()
     }
 
     /// Whether we hold a VC with `peer`, in whatever state.
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn has_vc(&self, peer: SocketAddr) -> bool {
         self.vcs.contains_key(&peer)
     }
@@ -265,11 +258,6 @@ impl Engine {
     #[cfg(test)]
     pub fn vc_table_capacity(&self) -> usize {
         self.vcs.capacity()
-    }
-
-    /// Smoothed RTT to `peer`, once measured.
-    pub fn srtt(&self, peer: SocketAddr) -> Option<u64> {
-        self.vcs.get(&peer).and_then(|v| v.snd.rtt.srtt())
     }
 
     pub fn send(
@@ -476,6 +464,7 @@ impl Engine {
 
     /// Credits of messages the application has not taken yet, and the
     /// whole budget (credit flow control on).
+    #[cfg(test)]
     pub fn credit_usage(&self) -> Option<(u32, u32)> {
         let bank = self.sh.bank.as_ref()?;
         Some((self.vcs.values().map(|v| v.lender.held()).sum(), bank.cfg.total))
@@ -525,6 +514,7 @@ impl Engine {
         self.failing = failing;
     }
 
+    #[cfg(test)]
     pub fn has_pending_work(&self) -> bool {
         !self.ready.is_empty() || !self.sh.events.is_empty() || self.vcs.values().any(Vc::has_pending_work)
     }
@@ -551,6 +541,7 @@ impl Engine {
 
     /// Drops the VC; its operations fail with `PeerForgotten` (no
     /// `PeerFailed`: the caller asked for it).
+    #[cfg(test)]
     pub fn forget_peer(&mut self, peer: SocketAddr) {
         self.fail_vc(peer, EngineError::PeerForgotten, false);
     }

@@ -56,6 +56,7 @@ pub(super) struct Accepted {
 
 impl Accepted {
     /// (wanted, requested, received) bytes, for `Engine::debug_state`.
+    #[cfg(test)]
     pub(super) fn progress(&self) -> (u64, u64, u64) {
         (self.want, self.requested, self.received)
     }

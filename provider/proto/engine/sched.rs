@@ -4,7 +4,9 @@
 //! (a new message, an ACK that opens its window, a timer) and leaves it
 //! when a turn finds nothing more to send.
 
-use super::source::{OneOut, PayloadMode, Transmit, TxOut};
+#[cfg(any(test, feature = "fuzz"))]
+use super::source::OneOut;
+use super::source::{PayloadMode, Transmit, TxOut};
 use super::vc::Vc;
 use super::Engine;
 use std::collections::VecDeque;
@@ -24,6 +26,7 @@ pub(super) fn mark_ready(ready: &mut VecDeque<SocketAddr>, vc: &mut Vc) {
 impl Engine {
     /// The next datagram, payload included, in `buf`: `poll_transmit_burst`
     /// taking one datagram at a time (the tests' and the fuzzer's way in).
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
         let mut one = OneOut { buf, sent: None };
         self.poll_transmit_burst(now, &mut one);

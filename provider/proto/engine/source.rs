@@ -115,6 +115,7 @@ pub struct Transmit<'a> {
 impl Transmit<'_> {
     /// Copies the payload, if any, behind the header already in `buf`:
     /// the whole datagram in `buf[..len]`.
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn gather_into(&self, buf: &mut [u8]) {
         if let Some((src, off)) = self.payload {
             src.read_at(off, &mut buf[self.hdr_len..self.len]);
@@ -132,11 +133,13 @@ pub trait TxOut {
 }
 
 /// `Engine::poll_transmit`'s output: one datagram, copied whole into `buf`.
+#[cfg(any(test, feature = "fuzz"))]
 pub(super) struct OneOut<'b> {
     pub(super) buf: &'b mut [u8],
     pub(super) sent: Option<(SocketAddr, usize)>,
 }
 
+#[cfg(any(test, feature = "fuzz"))]
 impl TxOut for OneOut<'_> {
     fn slot(&mut self) -> Option<&mut [u8]> {
         match self.sent {

@@ -173,6 +173,7 @@ impl Vc {
         self.hs == Handshake::Established
     }
 
+    #[cfg(test)]
     pub(super) fn has_pending_work(&self) -> bool {
         !self.established()
             || self.resp_pending

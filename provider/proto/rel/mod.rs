@@ -76,10 +76,6 @@ impl Rtt {
     pub fn reset_backoff(&mut self) {
         self.backoff = 0;
     }
-
-    pub fn srtt(&self) -> Option<u64> {
-        self.has_sample.then_some(self.srtt)
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,86 @@
+//! The panic policy at the C ABI: no panic crosses `extern "C"`.
+//!
+//! A Rust panic that reaches an `extern "C"` frame aborts the process,
+//! which would take the application down for what is a bug in gnix. Every
+//! entry point the application (or the libfabric core) calls runs its body
+//! under `guard`: a panic is caught at the boundary, logged as an FI_WARN
+//! line, and the call fails with the entry point's error value instead.
+//!
+//! The release profile keeps `panic = "unwind"` for this reason (Cargo.toml):
+//! with `panic = "abort"` there would be nothing to catch.
+
+use crate::ffi::*;
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `abi_guard!("name", default, || body)`: `guard` with the entry point
+/// named after the calling module (`gnix_fi::cq::cq_readfrom`), so the
+/// warning says where the panic was caught.
+macro_rules! abi_guard {
+    ($name:expr, $default:expr, $f:expr $(,)?) => {
+        $crate::abi::guard(concat!(module_path!(), "::", $name), $default, $f)
+    };
+}
+
+/// Runs `f`; if it panics, logs `what` with the panic message and returns
+/// `default` (`-FI_EOTHER` for int and ssize_t entry points, NULL for
+/// pointers).
+///
+/// `AssertUnwindSafe` is sound here in the sense that matters: state a
+/// panic leaves half-updated is behind `Mutex`es, which are poisoned, so a
+/// later call that touches it fails (and is caught here again) instead of
+/// reading a broken invariant.
+pub(crate) fn guard<R>(what: &str, default: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            crate::warn!(
+                FI_LOG_CORE,
+                "{}: internal error (panic: {}); the call fails",
+                what,
+                panic_message(&*payload)
+            );
+            default
+        }
+    }
+}
+
+/// The text of a `panic!` payload (a `&str` or a `String`), if it has one.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "no message"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_the_default() {
+        let r = guard("test_panics", -FI_EOTHER, || -> i32 { panic!("boom") });
+        assert_eq!(r, -FI_EOTHER);
+        let p = guard("test_panics_ptr", std::ptr::null::<u8>(), || {
+            panic!("{}", String::from("boom"))
+        });
+        assert!(p.is_null());
+    }
+
+    #[test]
+    fn a_return_passes_through() {
+        assert_eq!(guard("test_returns", -FI_EOTHER as isize, || 7isize), 7);
+        assert_eq!(guard("test_returns", -FI_EOTHER, || -FI_EAGAIN), -FI_EAGAIN);
+    }
+
+    #[test]
+    fn the_message_is_recovered() {
+        let p = catch_unwind(|| panic!("static text")).unwrap_err();
+        assert_eq!(panic_message(&*p), "static text");
+        let p = catch_unwind(|| panic!("formatted {}", 3)).unwrap_err();
+        assert_eq!(panic_message(&*p), "formatted 3");
+    }
+}
