@@ -19,6 +19,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+/// What a message from the udp wire holds when its sender needs no credit.
+const NO_CREDIT: Credit = Credit::Udp {
+    peer: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)),
+    bytes: 0,
+};
+
 /// A completion as the fake face saw it.
 #[derive(Clone, Debug, PartialEq)]
 struct Done {
@@ -286,7 +292,7 @@ fn an_eager_arrival_lands_in_the_posted_receive() {
     t.face.insert(peer(1), 7);
     let mut buf = vec![0u8; 16];
     assert_eq!(t.trecv(&mut buf, FI_ADDR_UNSPEC, 5, 0, 100).ok(), Some(0));
-    let take = t.arrive(peer(1), tagged(5, 3), Body::Bytes(&[1, 2, 3]), Credit::None);
+    let take = t.arrive(peer(1), tagged(5, 3), Body::Bytes(&[1, 2, 3]), NO_CREDIT);
     assert!(matches!(take, Take::Done));
     assert_eq!(&buf[..4], &[1, 2, 3, 0]);
     let d = &t.rx_done()[0];
@@ -317,7 +323,7 @@ fn a_rendezvous_is_accepted_on_arrival_and_completes_on_the_wires_word() {
     let mut t = T::new(FI_TAGGED, 4, 4);
     let mut buf = vec![0u8; 1000];
     t.trecv(&mut buf, FI_ADDR_UNSPEC, 1, 0, 42).ok().unwrap();
-    let Take::Accept { op, ranges, .. } = t.arrive(peer(1), tagged(1, 5000), rndv(77), Credit::None) else {
+    let Take::Accept { op, ranges, .. } = t.arrive(peer(1), tagged(1, 5000), rndv(77), NO_CREDIT) else {
         panic!("a posted receive accepts a rendezvous")
     };
     assert_eq!(ranges, vec![(buf.as_ptr() as u64, 1000)]);
@@ -338,7 +344,7 @@ fn a_kept_rendezvous_goes_back_to_its_wire_when_a_receive_takes_it() {
         id: 3,
     };
     assert!(matches!(
-        t.arrive(peer(1), tagged(1, 100), Body::Rndv(held), Credit::None),
+        t.arrive(peer(1), tagged(1, 100), Body::Rndv(held), NO_CREDIT),
         Take::Kept
     ));
     let mut buf = vec![0u8; 100];
@@ -359,7 +365,7 @@ fn a_zero_length_receive_discards_a_rendezvous() {
     let mut t = T::new(FI_TAGGED, 4, 4);
     t.trecv(&mut [], FI_ADDR_UNSPEC, 1, 0, 5).ok().unwrap();
     assert!(matches!(
-        t.arrive(peer(1), tagged(1, 100), rndv(1), Credit::None),
+        t.arrive(peer(1), tagged(1, 100), rndv(1), NO_CREDIT),
         Take::Discard
     ));
     let d = &t.rx_done()[0];
@@ -375,21 +381,21 @@ fn receives_beyond_rx_size_are_refused_until_one_completes() {
     t.trecv(a, FI_ADDR_UNSPEC, 1, 0, 1).ok().unwrap();
     t.trecv(b1, FI_ADDR_UNSPEC, 2, 0, 2).ok().unwrap();
     assert!(t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3).is_err(), "rx_size 2");
-    t.arrive(peer(1), tagged(1, 1), Body::Bytes(&[1]), Credit::None);
+    t.arrive(peer(1), tagged(1, 1), Body::Bytes(&[1]), NO_CREDIT);
     assert_eq!(t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3).ok(), Some(0));
 }
 
 #[test]
 fn a_directed_receive_finds_a_message_from_a_sender_inserted_later() {
     let mut t = T::new(FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE, 4, 4);
-    t.arrive(peer(3), tagged(1, 1), Body::Bytes(&[5]), Credit::None);
+    t.arrive(peer(3), tagged(1, 1), Body::Bytes(&[5]), NO_CREDIT);
     t.face.insert(peer(3), 11);
     let mut buf = [0u8; 1];
     t.trecv(&mut buf, 11, 1, 0, 9).ok().unwrap();
     assert_eq!(buf, [5]);
     assert_eq!(t.rx_done()[0].src, 11, "FI_SOURCE names it as inserted");
     // A directed receive for someone else does not take another's message.
-    t.arrive(peer(4), tagged(1, 1), Body::Bytes(&[6]), Credit::None);
+    t.arrive(peer(4), tagged(1, 1), Body::Bytes(&[6]), NO_CREDIT);
     t.trecv(&mut buf, 11, 1, 0, 10).ok().unwrap();
     assert_eq!(t.rx_done().len(), 1);
 }
@@ -415,15 +421,15 @@ fn multi_recv_packs_messages_and_is_released_after_the_last_one_lands() {
         len,
         ..MsgHdr::default()
     };
-    t.arrive(peer(1), untagged(4), Body::Bytes(&[1; 4]), Credit::None);
+    t.arrive(peer(1), untagged(4), Body::Bytes(&[1; 4]), NO_CREDIT);
     // A rendezvous into the buffer leaves less than the minimum: consumed,
     // but released only once that message is in.
-    let Take::Accept { op, .. } = t.arrive(peer(1), untagged(16), rndv(1), Credit::None) else {
+    let Take::Accept { op, .. } = t.arrive(peer(1), untagged(16), rndv(1), NO_CREDIT) else {
         panic!()
     };
     // The next message finds no buffer.
     assert!(matches!(
-        t.arrive(peer(1), untagged(1), Body::Bytes(&[2]), Credit::None),
+        t.arrive(peer(1), untagged(1), Body::Bytes(&[2]), NO_CREDIT),
         Take::Kept
     ));
     assert!(t.rx_done().iter().all(|d| d.flags & FI_MULTI_RECV == 0));
@@ -438,8 +444,8 @@ fn multi_recv_packs_messages_and_is_released_after_the_last_one_lands() {
 #[test]
 fn peek_claim_and_discard_on_kept_messages() {
     let mut t = T::new(FI_TAGGED, 4, 4);
-    t.arrive(peer(1), tagged(1, 2), Body::Bytes(&[1, 2]), Credit::None);
-    t.arrive(peer(1), tagged(2, 900), rndv(8), Credit::None);
+    t.arrive(peer(1), tagged(1, 2), Body::Bytes(&[1, 2]), NO_CREDIT);
+    t.arrive(peer(1), tagged(2, 900), rndv(8), NO_CREDIT);
     let peek = |t: &mut T, tag, flags| {
         let a = RecvArgs {
             iov: Iov::new(),
@@ -485,7 +491,7 @@ fn cancel_of_posted_and_of_matched_receives() {
     assert_eq!(t.with(|h, w| h.cancel(w, 1)), 0);
     assert_eq!(t.rx_done()[0].err, Some(FI_ECANCELED));
     // Matched, data on its way: only if the wire can take it back.
-    let Take::Accept { .. } = t.arrive(peer(1), tagged(2, 8), rndv(1), Credit::None) else {
+    let Take::Accept { .. } = t.arrive(peer(1), tagged(2, 8), rndv(1), NO_CREDIT) else {
         panic!()
     };
     assert_eq!(t.with(|h, w| h.cancel(w, 2)), -(FI_ENOENT as isize));

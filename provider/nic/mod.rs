@@ -16,7 +16,6 @@ pub(crate) mod port;
 // Being rewritten as a sans-IO machine (issue 16); its dead code is
 // reported there, not here.
 // (Crate-private, clippy now also sees its `to_*(&self)` on a Copy type.)
-#[allow(dead_code, clippy::wrong_self_convention)] // until the shm machine lands
 pub mod shm;
 pub(crate) mod slab;
 pub(crate) mod txdesc;

@@ -213,7 +213,6 @@ impl Wires for Port {
 
     fn give_back(&mut self, credit: Credit) {
         match credit {
-            Credit::None => {}
             Credit::Shm(_) => {
                 if let Some(s) = self.shm.as_mut() {
                     s.give_back(credit);

@@ -21,9 +21,6 @@
 //!   Wire ─► Upcall::event(SendDone{op} | RecvDone{op} | ...) ─► CQ entry
 //! ```
 #![forbid(unsafe_code)]
-// The wires implement this interface step by step (issue 16); until both
-// do, parts of it have no user yet.
-#![allow(dead_code)]
 
 use crate::nic::iov::IovSource;
 use crate::nic::shm::mailbox::SharedBytes;
@@ -117,8 +114,6 @@ pub(crate) struct Held {
 /// opaque to the endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Credit {
-    /// Nothing to give back.
-    None,
     /// Udp wire: credits for this many bytes from `peer`.
     Udp { peer: SocketAddr, bytes: u64 },
     /// Shm wire: part of a ring's loan.

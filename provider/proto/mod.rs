@@ -132,6 +132,9 @@ pub trait SendSource: Send + Sync {
     fn contiguous(&self, _offset: usize, _len: usize) -> Option<&[u8]> {
         None
     }
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Where the bytes are in this process, as (address, length) pieces in
     /// order, if they stay there until the send completes: a peer on this
     /// host may read them from there (the shm wire's cross-memory attach).

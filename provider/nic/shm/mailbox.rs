@@ -308,6 +308,7 @@ pub struct SharedBytes<'a> {
 impl<'a> SharedBytes<'a> {
     /// Bytes of this process seen the same way (the protocol machine's
     /// tests, whose rings are plain memory).
+    #[cfg(test)]
     pub fn of_slice(s: &'a [u8]) -> SharedBytes<'a> {
         SharedBytes {
             ptr: s.as_ptr(),
@@ -332,7 +333,8 @@ impl<'a> SharedBytes<'a> {
         // through raw pointers only: no reference to shared bytes exists.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
     }
-    pub fn to_vec(&self) -> Vec<u8> {
+    #[cfg(test)]
+    pub fn to_vec(self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
         self.copy_to(0, &mut v);
         v
@@ -544,10 +546,6 @@ impl Outbox {
         }))
     }
 
-    pub fn payload_max(&self) -> usize {
-        self.geo.payload()
-    }
-
     /// Offset of the next slot, if the consumer has handed it back.
     fn next_free(&self) -> Option<usize> {
         let idx = (self.tail % self.geo.depth as u64) as usize;
@@ -590,11 +588,6 @@ impl Outbox {
     /// Credit bytes the owner lends this ring (0: no limit).
     pub fn loan(&self) -> u64 {
         self.loan
-    }
-
-    /// Position of the next slot `slot` hands out.
-    pub fn tail(&self) -> u64 {
-        self.tail
     }
 
     /// Whether the consumer handed back the slot published at `pos`: it
@@ -958,6 +951,7 @@ impl Mailbox {
         }
     }
 
+    #[cfg(test)]
     pub fn path(&self) -> &str {
         &self.path
     }
