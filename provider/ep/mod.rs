@@ -44,8 +44,8 @@ use crate::nic::fabreq::FabReqs;
 use crate::nic::port::Port;
 use crate::nic::shm::ShmWire;
 use crate::nic::shm::{self, ShmConfig};
-use crate::nic::udp::UdpWire;
-use crate::nic::udp_wire::UdpPort;
+use crate::nic::udp::UdpSockets;
+use crate::nic::udp_wire::UdpWire;
 use crate::nic::AutoProgress;
 use crate::progress::{now_ns, Progress};
 use crate::proto::EngineConfig;
@@ -128,7 +128,7 @@ pub struct Ep {
     binds: OnceLock<Bindings>,
     enabled: AtomicBool,
     fd: AtomicI32,
-    /// The wire's sockets are in its wait fd's epoll set (`UdpWire::watch`,
+    /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
     /// done by the first sleeper's `arm_wakeup`).
     watched: AtomicBool,
     last_app: AtomicU64,
@@ -147,7 +147,7 @@ pub unsafe fn from_fid<'a>(p: *const c_void) -> Option<&'a Arc<Ep>> {
     unsafe { Obj::get(p, FI_CLASS_EP) }
 }
 
-fn engine_config(dom: &Domain, wire: &UdpWire) -> EngineConfig {
+fn engine_config(dom: &Domain, wire: &UdpSockets) -> EngineConfig {
     let link = crate::params::LinkFacts {
         max_datagram: wire.max_datagram,
         local_max_datagram: wire.local_max_datagram,
@@ -167,7 +167,7 @@ fn seed() -> u64 {
 
 fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> Result<EpState, i32> {
     let p = crate::params::params();
-    let sockets = UdpWire::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu, p.udp_connect).map_err(|e| {
+    let sockets = UdpSockets::bind(addr, &dom.attr.iface.name, p.sockbuf, p.udp_mtu, p.udp_connect).map_err(|e| {
         crate::warn!(FI_LOG_EP_CTRL, "cannot bind a UDP socket to {}: {}", addr, e);
         if e.kind() == std::io::ErrorKind::AddrInUse {
             -FI_EADDRINUSE
@@ -177,7 +177,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
     })?;
     let cfg = engine_config(dom, &sockets);
     let threshold = cfg.rndv_threshold;
-    let udp = UdpPort::new(sockets, cfg, seed());
+    let udp = UdpWire::new(sockets, cfg, seed());
     let shm = if p.shm {
         let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager);
         let cfg = ShmConfig {

@@ -8,7 +8,7 @@ use crate::ffi::FI_EAGAIN;
 use crate::nic::iov::IovSource;
 use crate::nic::shm::ShmWire;
 use crate::nic::txdesc::{TxDesc, TxPool};
-use crate::nic::udp_wire::UdpPort;
+use crate::nic::udp_wire::UdpWire;
 use crate::nic::wire::{
     Arrival, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
 };
@@ -23,7 +23,7 @@ const UDP_HOT_NS: u64 = 1_000_000;
 const UDP_IDLE_POLL_NS: u64 = 50_000;
 
 pub(crate) struct Port {
-    pub(crate) udp: UdpPort,
+    pub(crate) udp: UdpWire,
     /// `None` with FI_GNIX_SHM=0 or when no mailbox could be made.
     pub(crate) shm: Option<ShmWire>,
     /// Descriptors of the sends the wires have in flight.
@@ -62,7 +62,7 @@ impl Upcall for TxMap<'_> {
 
 impl Port {
     /// `txds`: the most sends the wires may have in flight at once.
-    pub(crate) fn new(udp: UdpPort, shm: Option<ShmWire>, txds: usize) -> Port {
+    pub(crate) fn new(udp: UdpWire, shm: Option<ShmWire>, txds: usize) -> Port {
         Port {
             udp,
             shm,

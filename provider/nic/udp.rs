@@ -2,7 +2,7 @@
 //! bound to a concrete interface address (never the wildcard: the address
 //! a peer sees on our datagrams must be the one `fi_getname` reports, since
 //! that is what the peer's AV holds), plus up to a few sockets of that same
-//! address connected to one busy peer each (`UdpWire::connect`).
+//! address connected to one busy peer each (`UdpSockets::connect`).
 //!
 //! Sockets, socket options, the epoll set and plain datagram sends go
 //! through `rustix` (owned descriptors, checked errors). What stays
@@ -50,7 +50,7 @@ struct Connected {
     sock: std::net::UdpSocket,
 }
 
-pub struct UdpWire {
+pub struct UdpSockets {
     sock: std::net::UdpSocket,
     local: SocketAddr,
     /// Sockets connected to one peer each (see `Connected`), at most
@@ -218,7 +218,7 @@ fn recv_from(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Result<Option<(u
     }
 }
 
-impl UdpWire {
+impl UdpSockets {
     /// `max_connected`: how many peers may get a connected socket (0: none,
     /// everything goes through the one socket bound to `addr`).
     pub fn bind(
@@ -227,7 +227,7 @@ impl UdpWire {
         sockbuf: usize,
         mtu_override: usize,
         max_connected: usize,
-    ) -> io::Result<UdpWire> {
+    ) -> io::Result<UdpSockets> {
         let sock = std::net::UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
         let fd = sock.as_fd();
@@ -257,7 +257,7 @@ impl UdpWire {
             0 => (mtu(iface, 1472), mtu("lo", 1472)),
             m => (m, m),
         };
-        Ok(UdpWire {
+        Ok(UdpSockets {
             sock,
             local,
             connected: Vec::new(),
@@ -999,7 +999,7 @@ impl TxBatch {
     ///
     /// # Safety
     /// `payload` must stay valid and unchanged until the batch is sent or
-    /// stashed (`UdpWire::send_batch`).
+    /// stashed (`UdpSockets::send_batch`).
     pub unsafe fn push(&mut self, to: SocketAddr, hdr_len: usize, payload: &[u8]) {
         let len = hdr_len + payload.len();
         if self.to.is_none() {
@@ -1065,7 +1065,7 @@ impl TxBatch {
 mod tests {
     use super::*;
 
-    fn wait_readable(w: &UdpWire) {
+    fn wait_readable(w: &UdpSockets) {
         use rustix::event::{PollFd, PollFlags};
         w.watch().unwrap();
         let t = rustix::time::Timespec { tv_sec: 5, tv_nsec: 0 };
@@ -1162,7 +1162,7 @@ mod tests {
         assert!(!tx.fits(p, 60, true), "nothing follows a short datagram");
     }
 
-    fn send_to(w: &UdpWire, bytes: &[u8], to: SocketAddr) {
+    fn send_to(w: &UdpSockets, bytes: &[u8], to: SocketAddr) {
         let mut tx = TxBatch::default();
         tx.slot()[..bytes.len()].copy_from_slice(bytes);
         // SAFETY: no separate payload; the slot holds the whole datagram.
@@ -1172,7 +1172,7 @@ mod tests {
 
     /// Polls until a datagram arrives (bounded by wait_readable's timeout):
     /// its first byte and sender.
-    fn recv(w: &UdpWire, rx: &mut RecvBatch) -> (u8, SocketAddr) {
+    fn recv(w: &UdpSockets, rx: &mut RecvBatch) -> (u8, SocketAddr) {
         for _ in 0..4 * MAIN_POLL_EVERY {
             if w.recv_one(rx).unwrap() {
                 let (b, from, _) = rx.get(0).unwrap();
@@ -1183,8 +1183,8 @@ mod tests {
         panic!("nothing received");
     }
 
-    fn bind_lo(connect: usize) -> UdpWire {
-        UdpWire::bind("127.0.0.1:0".parse().unwrap(), "lo", 1 << 20, 0, connect).unwrap()
+    fn bind_lo(connect: usize) -> UdpSockets {
+        UdpSockets::bind("127.0.0.1:0".parse().unwrap(), "lo", 1 << 20, 0, connect).unwrap()
     }
 
     /// A peer's datagrams land on its connected socket, others' on the main
@@ -1221,7 +1221,7 @@ mod tests {
     #[test]
     fn main_socket_and_many_connected_sockets_are_all_polled() {
         let mut a = bind_lo(8);
-        let peers: Vec<UdpWire> = (0..4).map(|_| bind_lo(0)).collect();
+        let peers: Vec<UdpSockets> = (0..4).map(|_| bind_lo(0)).collect();
         a.connect(peers[0].local_addr()).unwrap();
         a.set_peer_count(1);
         let mut rx = RecvBatch::new(2);

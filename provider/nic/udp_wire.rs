@@ -1,7 +1,7 @@
 //! The udp wire as the endpoint drives it (`nic::wire::Wire`): the sans-IO
 //! `proto::Engine` (VCs, reliability, eager and rendezvous messages) and
 //! the executor that moves its datagrams through the endpoint's sockets
-//! (`nic::udp::UdpWire`): batches out, GRO runs and placed receives in.
+//! (`nic::udp::UdpSockets`): batches out, GRO runs and placed receives in.
 //!
 //! The engine names its messages by its own ids; this layer maps them to
 //! the endpoint's operations (`OpId`) and lends arrived messages to the
@@ -10,7 +10,7 @@
 use crate::ffi::*;
 use crate::nic::iov::IovSource;
 use crate::nic::shm;
-use crate::nic::udp::{RecvBatch, TxBatch, UdpWire};
+use crate::nic::udp::{RecvBatch, TxBatch, UdpSockets};
 use crate::nic::wire::{
     Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
 };
@@ -31,8 +31,8 @@ const DIRECT_COPY_MAX: usize = 4096;
 
 type IdMap<V> = HashMap<u64, V, crate::hash::KeyedState>;
 
-pub(crate) struct UdpPort {
-    pub(crate) sockets: UdpWire,
+pub(crate) struct UdpWire {
+    pub(crate) sockets: UdpSockets,
     pub(crate) engine: Engine,
     /// Datagrams on their way out, and those the socket had no room for.
     txbuf: TxBatch,
@@ -47,10 +47,10 @@ pub(crate) struct UdpPort {
     pub(crate) last_active: u64,
 }
 
-impl UdpPort {
-    pub(crate) fn new(sockets: UdpWire, cfg: EngineConfig, seed: u64) -> UdpPort {
+impl UdpWire {
+    pub(crate) fn new(sockets: UdpSockets, cfg: EngineConfig, seed: u64) -> UdpWire {
         let engine = Engine::new(cfg, sockets.local_addr(), Box::new(crate::proto::OsEntropy));
-        UdpPort {
+        UdpWire {
             sockets,
             engine,
             txbuf: TxBatch::default(),
@@ -273,7 +273,7 @@ impl UdpPort {
     /// path) leave as one GSO send; payloads go from the send buffers
     /// straight into the socket.
     pub(crate) fn flush(&mut self, now: u64) {
-        let UdpPort {
+        let UdpWire {
             engine, sockets, txbuf, ..
         } = self;
         // The common case of a polling application: nothing to send.
@@ -303,7 +303,7 @@ impl UdpPort {
     /// One datagram received by guess (`Engine::rdata_placement`): None if
     /// there is no guess to make, else whether a datagram arrived.
     fn recv_placed(&mut self, now: u64, up: &mut dyn Upcall) -> Option<bool> {
-        let UdpPort {
+        let UdpWire {
             engine, sockets, rx, ..
         } = self;
         let (p, region) = engine.rdata_placement()?;
@@ -374,7 +374,7 @@ impl UdpPort {
     }
 }
 
-impl Wire for UdpPort {
+impl Wire for UdpWire {
     fn kind(&self) -> WireKind {
         WireKind::Udp
     }
@@ -409,7 +409,7 @@ impl Wire for UdpPort {
         // data, which the flush sends from the application's buffer.
         let at_once = !flags.more && (!eager || len <= DIRECT_COPY_MAX) && !self.txbuf.stalled();
         let r = if at_once {
-            let UdpPort {
+            let UdpWire {
                 engine, sockets, txbuf, ..
             } = self;
             engine
@@ -521,11 +521,11 @@ pub(crate) fn engine_errno(e: EngineError) -> i32 {
     }
 }
 
-/// `UdpPort::flush`'s side of `Engine::poll_transmit_burst`: datagrams
+/// `UdpWire::flush`'s side of `Engine::poll_transmit_burst`: datagrams
 /// join the batch (GSO runs to one peer), which goes to the socket when
 /// full.
 struct FlushOut<'a> {
-    wire: &'a UdpWire,
+    wire: &'a UdpSockets,
     txbuf: &'a mut TxBatch,
     /// The socket refused a batch (it was stashed): stop for this pass.
     refused: bool,
