@@ -9,7 +9,7 @@ use super::{Ep, Face};
 use crate::cq::CqEntry;
 use crate::ffi::*;
 use crate::nic::fabreq::{Dir, FabReqs};
-use crate::nic::iov::{iov_len, ranges, Iov, IovSink};
+use crate::nic::iov::{Iov, IovSink};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEvent, WireKind, Wires};
 use crate::progress::now_ns;
 use crate::proto::{MsgHdr, Payload, RecvSink};
@@ -43,6 +43,8 @@ pub(crate) struct RecvReq {
     flags: u64,
     /// The posted tag, which a cancelled receive reports back.
     tag: u64,
+    /// The buffers, until they are handed to a sink (then empty: the sink
+    /// is the one user of that memory).
     iov: Iov,
     /// The FI_MULTI_RECV buffer this receive is a slice of.
     multi: Option<OpId>,
@@ -67,9 +69,8 @@ struct RecvDone {
 /// consumed and no message into it is still on its way.
 pub(crate) struct MultiBuf {
     ctx: usize,
-    base: usize,
-    len: usize,
-    used: usize,
+    /// What is left of the buffer, after the slices carved so far.
+    rest: Iov,
     pending: usize,
     consumed: bool,
     flags: u64,
@@ -80,17 +81,15 @@ impl MultiBuf {
     /// what is left) lands in, as a receive of its own; and whether the
     /// buffer is now consumed (less than `min` left).
     fn carve(&mut self, id: OpId, len: usize, min: usize) -> (RecvReq, bool) {
-        let off = self.used;
-        let n = len.min(self.len - off);
-        self.used += n;
+        let iov = self.rest.take_front(len);
         self.pending += 1;
-        if self.len - self.used < min {
+        if self.rest.total_len() < min {
             self.consumed = true;
         }
         let slice = RecvReq {
             ctx: self.ctx,
             tag: 0,
-            iov: smallvec::smallvec![(self.base + off, n)],
+            iov,
             flags: self.flags,
             multi: Some(id),
             done: None,
@@ -208,15 +207,15 @@ impl Upcall for Handler<'_> {
         let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
             unreachable!("a posted receive is a Recv")
         };
-        let cap = iov_len(&r.iov);
+        let cap = r.iov.total_len();
         match body {
             Body::Bytes(b) => {
-                IovSink::new(r.iov.clone()).write_at(0, &b[..b.len().min(cap)]);
+                IovSink::new(std::mem::take(&mut r.iov)).write_at(0, &b[..b.len().min(cap)]);
                 self.complete_recv(op, done, None);
                 Take::Done
             }
             Body::Shared(s) => {
-                IovSink::new(r.iov.clone()).write_shared(&s, s.len().min(cap));
+                IovSink::new(std::mem::take(&mut r.iov)).write_shared(&s, s.len().min(cap));
                 self.complete_recv(op, done, None);
                 Take::Done
             }
@@ -226,10 +225,11 @@ impl Upcall for Handler<'_> {
                     return Take::Discard;
                 }
                 r.done = Some((done, h.wire));
+                let ranges = r.iov.mem_ranges();
                 Take::Accept {
                     op,
-                    sink: Box::new(IovSink::new(r.iov.clone())),
-                    ranges: ranges(&r.iov),
+                    sink: Box::new(IovSink::new(std::mem::take(&mut r.iov))),
+                    ranges,
                 }
             }
         }
@@ -273,21 +273,21 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "recv: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
-        if a.iov.len() > self.rx_iov_limit {
+        if a.iov.count() > self.rx_iov_limit {
             crate::warn!(
                 FI_LOG_EP_DATA,
                 "recv: {} iovs > iov_limit {}",
-                a.iov.len(),
+                a.iov.count(),
                 self.rx_iov_limit
             );
             return -FI_EINVAL as isize;
         }
-        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+        if a.iov.iter().any(|(p, l)| p == 0 && l != 0) {
             crate::warn!(FI_LOG_EP_DATA, "recv: NULL buffer with non-zero length");
             return -FI_EINVAL as isize;
         }
         let multi = a.flags & FI_MULTI_RECV != 0;
-        if multi && (a.tagged || a.iov.len() != 1 || self.caps & FI_MULTI_RECV == 0) {
+        if multi && (a.tagged || a.iov.count() != 1 || self.caps & FI_MULTI_RECV == 0) {
             crate::warn!(
                 FI_LOG_EP_DATA,
                 "FI_MULTI_RECV needs an untagged receive of one buffer on an FI_MULTI_RECV endpoint"
@@ -354,12 +354,9 @@ impl Handler<'_> {
         }
         let multi = a.flags & FI_MULTI_RECV != 0;
         let req = if multi {
-            let (base, len) = a.iov[0];
             Req::Multi(MultiBuf {
                 ctx: a.ctx,
-                base,
-                len,
-                used: 0,
+                rest: a.iov,
                 pending: 0,
                 consumed: false,
                 flags,
@@ -411,12 +408,12 @@ impl Handler<'_> {
         let Some(Req::Recv(r)) = self.reqs.get(op) else {
             unreachable!("recv_done of a receive")
         };
-        let cap = iov_len(&r.iov);
+        let cap = r.iov.total_len();
         let mlen = hdr.len as usize;
         RecvDone {
             ctx: r.ctx,
             flags: r.flags,
-            buf: r.iov.first().map_or(0, |v| v.0),
+            buf: r.iov.addr().unwrap_or(0),
             len: mlen.min(cap),
             olen: mlen.saturating_sub(cap),
             hdr,
@@ -442,10 +439,10 @@ impl Handler<'_> {
         let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
             unreachable!("a receive taking a kept message")
         };
-        let cap = iov_len(&r.iov);
+        let cap = r.iov.total_len();
         match u.body {
             Kept::Eager(data) => {
-                IovSink::new(r.iov.clone()).write_at(0, &data[..data.len().min(cap)]);
+                IovSink::new(std::mem::take(&mut r.iov)).write_at(0, &data[..data.len().min(cap)]);
                 self.complete_recv(op, done, None);
             }
             Kept::Rndv(held) => {
@@ -456,8 +453,8 @@ impl Handler<'_> {
                     return;
                 }
                 r.done = Some((done, held.wire));
-                let sink: Box<dyn RecvSink> = Box::new(IovSink::new(r.iov.clone()));
-                let rg = ranges(&r.iov);
+                let rg = r.iov.mem_ranges();
+                let sink: Box<dyn RecvSink> = Box::new(IovSink::new(std::mem::take(&mut r.iov)));
                 wires.accept(held, op, sink, rg, self, now);
             }
         }

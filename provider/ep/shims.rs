@@ -13,24 +13,37 @@ use std::ffi::c_void;
 /// The application's iovec array as an `Iov` (None: NULL with a count).
 ///
 /// # Safety
-/// `iov` must be NULL or point to `count` readable iovecs.
+/// `iov` must be NULL or point to `count` readable iovecs, and the buffers
+/// they name must meet `Iov::from_raw`'s contract: libfabric's, that they
+/// stay valid (readable for a send, writable and untouched for a receive)
+/// until the operation's completion (fi_msg(3), fi_tagged(3)).
 unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if count == 0 {
-        return Some(Iov::new());
+        return Some(Iov::empty());
     }
     if iov.is_null() {
         return None;
     }
     // SAFETY: the caller's contract: `iov` holds `count` iovecs.
     let iov = unsafe { std::slice::from_raw_parts(iov, count) };
-    Some(iov.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
+    // SAFETY: the caller's contract: the application keeps these buffers
+    // valid until the operation completes (fi_msg(3), fi_tagged(3)).
+    Some(unsafe { Iov::from_raw(iov.iter().map(|v| (v.iov_base as usize, v.iov_len))) })
 }
 
-fn one(buf: *const c_void, len: usize) -> Iov {
+/// `len` bytes at `buf` as an `Iov` (empty when `len` is 0).
+///
+/// # Safety
+/// As for `iov_of`: `buf` holds `len` bytes that stay valid until the
+/// operation's completion (fi_msg(3), fi_tagged(3)); for an inject, until
+/// the call returns (the data is copied or sent by then).
+unsafe fn one(buf: *const c_void, len: usize) -> Iov {
     if len == 0 {
-        Iov::new()
+        Iov::empty()
     } else {
-        smallvec::smallvec![(buf as usize, len)]
+        // SAFETY: the caller's contract: the application's buffer, valid
+        // until the operation completes (fi_msg(3), fi_tagged(3)).
+        unsafe { Iov::from_raw_parts(buf as usize, len) }
     }
 }
 
@@ -47,8 +60,8 @@ macro_rules! ep_or_inval {
 /// A send of `iov` on the endpoint behind `e`.
 ///
 /// # Safety
-/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
-/// readable until the send completes (fi_msg(3)).
+/// `e` must be NULL or a readable fid. (The buffers' contract travels
+/// with the `Iov`: whoever made it vouched for them.)
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_send(
     e: *mut fid_ep,
@@ -95,7 +108,9 @@ unsafe fn do_inject(
     let ep = ep_or_inval!(e);
     let data_flag = if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
     ep.send(SendArgs {
-        iov: one(buf, len),
+        // SAFETY: our contract: `buf` holds `len` bytes for this call,
+        // which is as long as an inject holds them (fi_msg(3)).
+        iov: unsafe { one(buf, len) },
         dest,
         tag: tag.unwrap_or(0),
         data,
@@ -109,8 +124,8 @@ unsafe fn do_inject(
 /// A receive into `iov` on the endpoint behind `e`.
 ///
 /// # Safety
-/// `e` must be NULL or a readable fid, and every (address, length) of `iov`
-/// writable, and not otherwise used, until the receive completes (fi_msg(3)).
+/// `e` must be NULL or a readable fid. (The buffers' contract travels
+/// with the `Iov`: whoever made it vouched for them.)
 #[allow(clippy::too_many_arguments)]
 unsafe fn do_recv(
     e: *mut fid_ep,
@@ -274,7 +289,7 @@ unsafe extern "C" fn tag_send(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_send", -FI_EOTHER as isize, || {
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_tagged(3)).
         unsafe { do_send(e, Some(one(buf, len)), dest, tag, None, ctx, None, true) }
     })
 }
@@ -289,7 +304,7 @@ unsafe extern "C" fn tag_sendv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_sendv", -FI_EOTHER as isize, || {
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_tagged(3)).
         unsafe { do_send(e, iov_of(iov, count), dest, tag, None, ctx, None, true) }
     })
 }
@@ -301,7 +316,7 @@ unsafe extern "C" fn tag_sendmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags:
             return -FI_EINVAL as isize;
         };
         let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_tagged(3)).
         unsafe {
             do_send(
                 e,
@@ -334,7 +349,7 @@ unsafe extern "C" fn tag_senddata(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_senddata", -FI_EOTHER as isize, || {
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay readable until completion (fi_tagged(3)).
         unsafe { do_send(e, Some(one(buf, len)), dest, tag, Some(data), ctx, None, true) }
     })
 }
@@ -363,7 +378,7 @@ unsafe extern "C" fn tag_recv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_recv", -FI_EOTHER as isize, || {
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_tagged(3)).
         unsafe { do_recv(e, Some(one(buf, len)), src, tag, ignore, ctx, None, true) }
     })
 }
@@ -379,7 +394,7 @@ unsafe extern "C" fn tag_recvv(
     ctx: *mut c_void,
 ) -> isize {
     abi_guard!("tag_recvv", -FI_EOTHER as isize, || {
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_tagged(3)).
         unsafe { do_recv(e, iov_of(iov, count), src, tag, ignore, ctx, None, true) }
     })
 }
@@ -390,7 +405,7 @@ unsafe extern "C" fn tag_recvmsg(e: *mut fid_ep, m: *const fi_msg_tagged, flags:
             crate::warn!(FI_LOG_EP_DATA, "NULL message descriptor");
             return -FI_EINVAL as isize;
         };
-        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_msg(3)).
+        // SAFETY: `e` is an endpoint fid or NULL; the buffers stay writable until completion (fi_tagged(3)).
         unsafe {
             do_recv(
                 e,

@@ -214,8 +214,15 @@ fn tagged(tag: u64, len: usize) -> MsgHdr {
     }
 }
 
-fn iov(b: &mut [u8]) -> Iov {
-    smallvec::smallvec![(b.as_mut_ptr() as usize, b.len())]
+/// `b` as a receive's buffers.
+///
+/// # Safety
+/// `b` must stay alive, and the test must not read or write it, while the
+/// receive is in flight (until its completion, or until the test stops
+/// driving the endpoint: the fake wires write only when a test makes them).
+unsafe fn iov(b: &mut [u8]) -> Iov {
+    // SAFETY: the caller's contract, which is Iov::from_raw_parts'.
+    unsafe { Iov::from_raw_parts(b.as_mut_ptr() as usize, b.len()) }
 }
 
 const RFLAGS: u64 = FI_RECV | FI_TAGGED;
@@ -243,9 +250,14 @@ impl T {
     }
 
     /// fi_trecv(buf, tag) from `src` (FI_ADDR_UNSPEC: anyone), context `ctx`.
-    fn trecv(&mut self, buf: &mut [u8], src: u64, tag: u64, ignore: u64, ctx: usize) -> Result<isize, Full> {
+    ///
+    /// # Safety
+    /// As for `iov`: `buf` stays alive and untouched while the receive is
+    /// in flight.
+    unsafe fn trecv(&mut self, buf: &mut [u8], src: u64, tag: u64, ignore: u64, ctx: usize) -> Result<isize, Full> {
         let a = RecvArgs {
-            iov: iov(buf),
+            // SAFETY: the caller's contract.
+            iov: unsafe { iov(buf) },
             src,
             tag,
             ignore,
@@ -291,7 +303,8 @@ fn an_eager_arrival_lands_in_the_posted_receive() {
     let mut t = T::new(FI_TAGGED | FI_SOURCE, 4, 4);
     t.face.insert(peer(1), 7);
     let mut buf = vec![0u8; 16];
-    assert_eq!(t.trecv(&mut buf, FI_ADDR_UNSPEC, 5, 0, 100).ok(), Some(0));
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    assert_eq!(unsafe { t.trecv(&mut buf, FI_ADDR_UNSPEC, 5, 0, 100) }.ok(), Some(0));
     let take = t.arrive(peer(1), tagged(5, 3), Body::Bytes(&[1, 2, 3]), NO_CREDIT);
     assert!(matches!(take, Take::Done));
     assert_eq!(&buf[..4], &[1, 2, 3, 0]);
@@ -311,7 +324,8 @@ fn a_kept_eager_message_is_copied_and_its_credit_goes_back_when_taken() {
     assert!(matches!(take, Take::Kept));
     assert!(t.wires.udp.credits.is_empty(), "held while unexpected");
     let mut buf = vec![0u8; 2];
-    t.trecv(&mut buf, FI_ADDR_UNSPEC, 9, 0, 1).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, FI_ADDR_UNSPEC, 9, 0, 1) }.ok().unwrap();
     assert_eq!(buf, [9, 8], "truncated to the receive");
     assert_eq!(t.wires.udp.credits, vec![credit]);
     let d = &t.rx_done()[0];
@@ -322,7 +336,8 @@ fn a_kept_eager_message_is_copied_and_its_credit_goes_back_when_taken() {
 fn a_rendezvous_is_accepted_on_arrival_and_completes_on_the_wires_word() {
     let mut t = T::new(FI_TAGGED, 4, 4);
     let mut buf = vec![0u8; 1000];
-    t.trecv(&mut buf, FI_ADDR_UNSPEC, 1, 0, 42).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, FI_ADDR_UNSPEC, 1, 0, 42) }.ok().unwrap();
     let Take::Accept { op, ranges, .. } = t.arrive(peer(1), tagged(1, 5000), rndv(77), NO_CREDIT) else {
         panic!("a posted receive accepts a rendezvous")
     };
@@ -348,7 +363,8 @@ fn a_kept_rendezvous_goes_back_to_its_wire_when_a_receive_takes_it() {
         Take::Kept
     ));
     let mut buf = vec![0u8; 100];
-    t.trecv(&mut buf, FI_ADDR_UNSPEC, 1, 0, 5).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, FI_ADDR_UNSPEC, 1, 0, 5) }.ok().unwrap();
     let (h, op, _) = &t.wires.shm.accepted[0];
     assert_eq!(*h, held);
     let op = *op;
@@ -363,7 +379,8 @@ fn a_kept_rendezvous_goes_back_to_its_wire_when_a_receive_takes_it() {
 #[test]
 fn a_zero_length_receive_discards_a_rendezvous() {
     let mut t = T::new(FI_TAGGED, 4, 4);
-    t.trecv(&mut [], FI_ADDR_UNSPEC, 1, 0, 5).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut [], FI_ADDR_UNSPEC, 1, 0, 5) }.ok().unwrap();
     assert!(matches!(
         t.arrive(peer(1), tagged(1, 100), rndv(1), NO_CREDIT),
         Take::Discard
@@ -378,11 +395,15 @@ fn receives_beyond_rx_size_are_refused_until_one_completes() {
     let mut b = [0u8; 3 * 8];
     let (a, rest) = b.split_at_mut(8);
     let (b1, c1) = rest.split_at_mut(8);
-    t.trecv(a, FI_ADDR_UNSPEC, 1, 0, 1).ok().unwrap();
-    t.trecv(b1, FI_ADDR_UNSPEC, 2, 0, 2).ok().unwrap();
-    assert!(t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3).is_err(), "rx_size 2");
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(a, FI_ADDR_UNSPEC, 1, 0, 1) }.ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(b1, FI_ADDR_UNSPEC, 2, 0, 2) }.ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    assert!(unsafe { t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3) }.is_err(), "rx_size 2");
     t.arrive(peer(1), tagged(1, 1), Body::Bytes(&[1]), NO_CREDIT);
-    assert_eq!(t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3).ok(), Some(0));
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    assert_eq!(unsafe { t.trecv(c1, FI_ADDR_UNSPEC, 3, 0, 3) }.ok(), Some(0));
 }
 
 #[test]
@@ -391,12 +412,14 @@ fn a_directed_receive_finds_a_message_from_a_sender_inserted_later() {
     t.arrive(peer(3), tagged(1, 1), Body::Bytes(&[5]), NO_CREDIT);
     t.face.insert(peer(3), 11);
     let mut buf = [0u8; 1];
-    t.trecv(&mut buf, 11, 1, 0, 9).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, 11, 1, 0, 9) }.ok().unwrap();
     assert_eq!(buf, [5]);
     assert_eq!(t.rx_done()[0].src, 11, "FI_SOURCE names it as inserted");
     // A directed receive for someone else does not take another's message.
     t.arrive(peer(4), tagged(1, 1), Body::Bytes(&[6]), NO_CREDIT);
-    t.trecv(&mut buf, 11, 1, 0, 10).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, 11, 1, 0, 10) }.ok().unwrap();
     assert_eq!(t.rx_done().len(), 1);
 }
 
@@ -406,7 +429,8 @@ fn multi_recv_packs_messages_and_is_released_after_the_last_one_lands() {
     t.rx.min_multi_recv = 8;
     let mut buf = vec![0u8; 24];
     let a = RecvArgs {
-        iov: iov(&mut buf),
+        // SAFETY: `buf` outlives the receive; the test reads it after completion.
+        iov: unsafe { iov(&mut buf) },
         src: FI_ADDR_UNSPEC,
         tag: 0,
         ignore: 0,
@@ -448,7 +472,7 @@ fn peek_claim_and_discard_on_kept_messages() {
     t.arrive(peer(1), tagged(2, 900), rndv(8), NO_CREDIT);
     let peek = |t: &mut T, tag, flags| {
         let a = RecvArgs {
-            iov: Iov::new(),
+            iov: Iov::empty(),
             src: ADDR_UNSPEC,
             tag,
             ignore: 0,
@@ -466,7 +490,8 @@ fn peek_claim_and_discard_on_kept_messages() {
     peek(&mut t, 1, FI_PEEK | FI_CLAIM).ok().unwrap();
     let mut buf = [0u8; 2];
     let a = RecvArgs {
-        iov: iov(&mut buf),
+        // SAFETY: `buf` outlives the receive; the test reads it after completion.
+        iov: unsafe { iov(&mut buf) },
         src: ADDR_UNSPEC,
         tag: 1,
         ignore: 0,
@@ -486,8 +511,10 @@ fn cancel_of_posted_and_of_matched_receives() {
     let mut t = T::new(FI_TAGGED, 4, 4);
     let mut b1 = [0u8; 8];
     let mut b2 = [0u8; 8];
-    t.trecv(&mut b1, FI_ADDR_UNSPEC, 1, 0, 1).ok().unwrap();
-    t.trecv(&mut b2, FI_ADDR_UNSPEC, 2, 0, 2).ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut b1, FI_ADDR_UNSPEC, 1, 0, 1) }.ok().unwrap();
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut b2, FI_ADDR_UNSPEC, 2, 0, 2) }.ok().unwrap();
     assert_eq!(t.with(|h, w| h.cancel(w, 1)), 0);
     assert_eq!(t.rx_done()[0].err, Some(FI_ECANCELED));
     // Matched, data on its way: only if the wire can take it back.
@@ -509,10 +536,8 @@ fn send(t: &mut T, to: SocketAddr, data: &[u8], ctx: usize) -> Result<isize, Bus
         len,
         silent: false,
     };
-    let src = IovSource {
-        iov: smallvec::smallvec![(data.as_ptr() as usize, len)],
-        len,
-    };
+    // SAFETY: `data` outlives the send: the fake wires copy it at once.
+    let src = IovSource::new(unsafe { Iov::from_raw_parts(data.as_ptr() as usize, len) });
     t.with(|h, w| h.send(w, 2, to, tagged(1, len), SendFlags::default(), req, src, 0))
 }
 

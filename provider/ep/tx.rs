@@ -9,7 +9,7 @@ use super::rx::{Handler, Req, SendReq};
 use super::{Bindings, Ep};
 use crate::ffi::*;
 use crate::nic::fabreq::Dir;
-use crate::nic::iov::{iov_len, Iov, IovSource};
+use crate::nic::iov::{Iov, IovSource};
 use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wires};
 use crate::progress::now_ns;
 use crate::proto::MsgHdr;
@@ -89,20 +89,20 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
-        if a.iov.len() > self.tx_iov_limit {
+        if a.iov.count() > self.tx_iov_limit {
             crate::warn!(
                 FI_LOG_EP_DATA,
                 "send: {} iovs > iov_limit {}",
-                a.iov.len(),
+                a.iov.count(),
                 self.tx_iov_limit
             );
             return -FI_EINVAL as isize;
         }
-        if a.iov.iter().any(|&(p, l)| p == 0 && l != 0) {
+        if a.iov.iter().any(|(p, l)| p == 0 && l != 0) {
             crate::warn!(FI_LOG_EP_DATA, "send: NULL buffer with non-zero length");
             return -FI_EINVAL as isize;
         }
-        let len = iov_len(&a.iov);
+        let len = a.iov.total_len();
         if len > self.max_msg_size {
             crate::warn!(FI_LOG_EP_DATA, "send: {} bytes > max_msg_size", len);
             return -FI_EMSGSIZE as isize;
@@ -148,7 +148,7 @@ impl Ep {
         };
         // The wire reads the payload where it is (an inject's only during
         // this call).
-        let src = IovSource { iov: a.iov, len };
+        let src = IovSource::new(a.iov);
         let mut st = self.lock();
         let (port, mut h) = st.split(self);
         match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {

@@ -1,25 +1,129 @@
 //! The application's buffers as the wires see them: a send's source
 //! (`IovSource`) and a receive's sink (`IovSink`), read and written in
 //! place, never copied up front.
+//!
+//! An `Iov` is a permission, not just a list of numbers: whoever builds
+//! one from raw addresses (`unsafe`) vouches for the memory, so that the
+//! source and the sink made from it can read and write there soundly. The
+//! rest of the crate only moves Iovs around and splits them, in safe code.
 
 use crate::nic::shm::mailbox::SharedBytes;
 use crate::proto::{RecvSink, SendSource};
+use smallvec::SmallVec;
 
-/// A list of application buffers, as (address, length).
-/// Buffer list of one operation: inline up to two entries, so the usual
-/// single-buffer send or receive allocates nothing.
-pub(crate) type Iov = smallvec::SmallVec<[(usize, usize); 2]>;
+/// The buffers of one operation, as (address, length) ranges in order:
+/// inline up to two ranges, so the usual single-buffer send or receive
+/// allocates nothing.
+///
+/// The only constructors that take addresses are `unsafe`
+/// ([`Iov::from_raw`], [`Iov::from_raw_parts`]); their contract is what
+/// makes reading (`IovSource`) and writing (`IovSink`) through an Iov
+/// sound. Not `Clone`: one Iov, one user of its memory; splitting it
+/// ([`Iov::take_front`]) hands out disjoint parts.
+#[derive(Default)]
+pub(crate) struct Iov(SmallVec<[(usize, usize); 2]>);
 
-pub(crate) fn iov_len(iov: &[(usize, usize)]) -> usize {
-    iov.iter().map(|v| v.1).sum()
+impl Iov {
+    /// No buffers (a zero-length operation, or a peek).
+    pub(crate) fn empty() -> Iov {
+        Iov(SmallVec::new())
+    }
+
+    /// An Iov of `ranges` (address, length), in order.
+    ///
+    /// # Safety
+    /// For as long as the operation that holds this Iov is in flight (until
+    /// its completion is reported or it is cancelled), every range must be
+    /// valid for reads, and for a receive also for writes, and must not be
+    /// read or written by anything but this Iov's operation meanwhile (for
+    /// a send: not written). Ranges of one Iov do not overlap each other
+    /// (for a receive) nor memory that Rust code holds references to.
+    /// Zero-length ranges may have any address. This is what libfabric asks
+    /// of the application for the buffers it passes to fi_send/fi_recv and
+    /// kin (fi_msg(3), fi_tagged(3)).
+    pub(crate) unsafe fn from_raw(ranges: impl IntoIterator<Item = (usize, usize)>) -> Iov {
+        Iov(ranges.into_iter().collect())
+    }
+
+    /// One range of `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// As for [`Iov::from_raw`].
+    pub(crate) unsafe fn from_raw_parts(addr: usize, len: usize) -> Iov {
+        Iov(smallvec::smallvec![(addr, len)])
+    }
+
+    /// The ranges `(address, length)`, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// How many ranges (what `iov_limit` bounds).
+    pub(crate) fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Bytes in all ranges.
+    pub(crate) fn total_len(&self) -> usize {
+        self.0.iter().map(|r| r.1).sum()
+    }
+
+    /// The first range's address (what a completion reports as `buf`).
+    pub(crate) fn addr(&self) -> Option<usize> {
+        self.0.first().map(|r| r.0)
+    }
+
+    /// The ranges as the wires' memory ranges.
+    pub(crate) fn mem_ranges(&self) -> Vec<(u64, u64)> {
+        self.0.iter().map(|&(p, l)| (p as u64, l as u64)).collect()
+    }
+
+    /// Splits off the first `n` bytes (all of them, if there are fewer):
+    /// `self` keeps the rest (at least an empty range where the part ends,
+    /// unless `self` had no ranges). Safe: the part and the rest are within the
+    /// original ranges and do not overlap, so each inherits its contract.
+    ///
+    /// The range the cut falls in (or ends at) is split in two, even into
+    /// an empty piece: the part always starts where `self` did, and the
+    /// rest where the part ends, including when `n` is 0 (an FI_MULTI_RECV
+    /// slice names its place in the buffer even when it is empty).
+    pub(crate) fn take_front(&mut self, n: usize) -> Iov {
+        let mut part = SmallVec::new();
+        let mut left = n;
+        let mut whole = 0;
+        let last = self.0.len().saturating_sub(1);
+        for (i, r) in self.0.iter_mut().enumerate() {
+            let (base, len) = *r;
+            if len < left && i < last {
+                part.push((base, len));
+                left -= len;
+                whole += 1;
+                continue;
+            }
+            let k = left.min(len);
+            part.push((base, k));
+            *r = (base + k, len - k);
+            break;
+        }
+        self.0.drain(..whole);
+        Iov(part)
+    }
 }
 
 /// Reads a send's payload straight from the application's buffers.
+/// Built only from an `Iov`, whose contract makes the reads sound.
 /// Rendezvous sends keep it until the send completes, which is exactly as
 /// long as libfabric lets us rely on the buffers.
 pub(crate) struct IovSource {
-    pub(crate) iov: Iov,
-    pub(crate) len: usize,
+    iov: Iov,
+    len: usize,
+}
+
+impl IovSource {
+    pub(crate) fn new(iov: Iov) -> Self {
+        let len = iov.total_len();
+        IovSource { iov, len }
+    }
 }
 
 impl SendSource for IovSource {
@@ -27,7 +131,7 @@ impl SendSource for IovSource {
         self.len
     }
     fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
-        for &(base, len) in &self.iov {
+        for (base, len) in self.iov.iter() {
             if dst.is_empty() {
                 break;
             }
@@ -36,25 +140,27 @@ impl SendSource for IovSource {
                 continue;
             }
             let n = (len - offset).min(dst.len());
-            // SAFETY: (base, len) is an application buffer it promised to
-            // keep valid and unmodified until the send completes; offset+n <= len.
+            // SAFETY: (base, len) is a range of the Iov, which its maker
+            // vouched is readable and not written while this send is in
+            // flight (Iov::from_raw), and the source lives no longer than
+            // the send; offset+n <= len, and `dst` is our own memory.
             unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
             dst = &mut dst[n..];
             offset = 0;
         }
     }
     fn ranges(&self) -> Option<Vec<(u64, u64)>> {
-        Some(self.iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect())
+        Some(self.iov.mem_ranges())
     }
     fn contiguous(&self, mut offset: usize, len: usize) -> Option<&[u8]> {
-        for &(base, l) in &self.iov {
+        for (base, l) in self.iov.iter() {
             if offset < l {
                 if l - offset < len {
                     return None;
                 }
-                // SAFETY: as for read_at: [base, base+l) is a buffer the
-                // application keeps valid and unmodified until the send
-                // completes, which outlives this borrow of the source;
+                // SAFETY: as for read_at: [base, base+l) is a range of the
+                // Iov, readable and not written while the send is in flight
+                // (Iov::from_raw), which outlives this borrow of the source;
                 // offset+len <= l.
                 return Some(unsafe { std::slice::from_raw_parts((base + offset) as *const u8, len) });
             }
@@ -65,6 +171,7 @@ impl SendSource for IovSource {
 }
 
 /// Writes a receive's payload straight into the application's buffers.
+/// Built only from an `Iov`, whose contract makes the writes sound.
 pub(crate) struct IovSink {
     iov: Iov,
     cap: usize,
@@ -72,7 +179,7 @@ pub(crate) struct IovSink {
 
 impl IovSink {
     pub(crate) fn new(iov: Iov) -> Self {
-        let cap = iov_len(&iov);
+        let cap = iov.total_len();
         IovSink { iov, cap }
     }
 
@@ -95,7 +202,7 @@ impl RecvSink for IovSink {
         self.cap
     }
     fn write_at(&mut self, mut offset: usize, mut src: &[u8]) {
-        for &(base, len) in &self.iov {
+        for (base, len) in self.iov.iter() {
             if src.is_empty() {
                 break;
             }
@@ -104,21 +211,27 @@ impl RecvSink for IovSink {
                 continue;
             }
             let n = (len - offset).min(src.len());
-            // SAFETY: (base, len) is a posted receive buffer the application
-            // keeps valid until the receive completes; offset+n <= len.
+            // SAFETY: (base, len) is a range of the sink's Iov, which its
+            // maker vouched is writable and used by nothing else while
+            // this receive is in flight (Iov::from_raw); the sink owns the
+            // Iov (no other sink has these bytes) and lives no longer than
+            // the receive; offset+n <= len, and `src` is not in the range
+            // (Rust holds a reference to it).
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (base + offset) as *mut u8, n) };
             src = &src[n..];
             offset = 0;
         }
     }
     fn region(&mut self, mut offset: usize, len: usize) -> Option<&mut [u8]> {
-        for &(base, l) in &self.iov {
+        for (base, l) in self.iov.iter() {
             if offset < l {
-                // SAFETY: [base, base+l) is a posted receive buffer the
-                // application keeps valid until the receive completes, which
-                // outlives this borrow of the sink (the engine holds the sink
-                // until then); offset + the returned length <= l, and the
-                // &mut self borrow keeps us from handing out another.
+                // SAFETY: [base, base+l) is a range of the sink's Iov,
+                // writable and used by nothing else while the receive is in
+                // flight (Iov::from_raw), which outlives this borrow of the
+                // sink (the wire holds the sink until then); the sink owns
+                // the Iov, so no other sink reaches these bytes, and the
+                // &mut self borrow keeps us from handing out another slice;
+                // offset + the returned length <= l.
                 return Some(unsafe {
                     std::slice::from_raw_parts_mut((base + offset) as *mut u8, len.min(l - offset))
                 });
@@ -129,7 +242,59 @@ impl RecvSink for IovSink {
     }
 }
 
-/// (address, length) pieces of an iov as the wires' memory ranges.
-pub(crate) fn ranges(iov: &[(usize, usize)]) -> Vec<(u64, u64)> {
-    iov.iter().map(|&(p, l)| (p as u64, l as u64)).collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(iov: &Iov) -> Vec<(usize, usize)> {
+        iov.iter().collect()
+    }
+
+    #[test]
+    fn take_front_splits_into_disjoint_parts_that_name_their_place() {
+        // Addresses only: nothing here reads or writes through them.
+        // SAFETY: the Iov is never turned into a source or a sink.
+        let mut iov = unsafe { Iov::from_raw([(1000, 10), (2000, 5)]) };
+        let a = iov.take_front(4);
+        assert_eq!(ranges(&a), [(1000, 4)]);
+        assert_eq!(ranges(&iov), [(1004, 6), (2000, 5)]);
+        let b = iov.take_front(0);
+        assert_eq!(ranges(&b), [(1004, 0)], "an empty part still names its place");
+        let c = iov.take_front(8);
+        assert_eq!(ranges(&c), [(1004, 6), (2000, 2)]);
+        assert_eq!((ranges(&iov), iov.total_len()), (vec![(2002, 3)], 3));
+        let d = iov.take_front(3);
+        assert_eq!(ranges(&d), [(2002, 3)]);
+        assert_eq!(ranges(&iov), [(2005, 0)], "the rest starts where the part ends");
+        assert_eq!(iov.total_len(), 0);
+        assert_eq!(ranges(&iov.take_front(1)), [(2005, 0)]);
+        // SAFETY: as above.
+        let mut iov = unsafe { Iov::from_raw_parts(3000, 4) };
+        assert_eq!(ranges(&iov.take_front(9)), [(3000, 4)], "no more than there is");
+        assert_eq!(ranges(&iov.take_front(9)), [(3004, 0)]);
+        assert_eq!(ranges(&Iov::empty().take_front(3)), []);
+    }
+
+    #[test]
+    fn a_sink_writes_and_a_source_reads_across_ranges() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 4];
+        // SAFETY: `a` and `b` outlive the sink and are not touched until
+        // it is dropped.
+        let iov = unsafe { Iov::from_raw([(a.as_mut_ptr() as usize, a.len()), (b.as_mut_ptr() as usize, b.len())]) };
+        let mut sink = IovSink::new(iov);
+        assert_eq!(sink.capacity(), 7);
+        sink.write_at(1, &[1, 2, 3, 4, 5]);
+        assert_eq!(sink.region(2, 10).map(|r| r.len()), Some(1));
+        drop(sink);
+        assert_eq!((a, b), ([0, 1, 2], [3, 4, 5, 0]));
+        // SAFETY: as above, and the source only reads.
+        let iov = unsafe { Iov::from_raw([(a.as_ptr() as usize, a.len()), (b.as_ptr() as usize, b.len())]) };
+        let src = IovSource::new(iov);
+        let mut out = [9u8; 4];
+        src.read_at(2, &mut out);
+        assert_eq!(out, [2, 3, 4, 5]);
+        assert_eq!(src.contiguous(3, 2), Some(&[3u8, 4][..]));
+        assert_eq!(src.contiguous(2, 2), None, "spans two ranges");
+    }
 }
