@@ -48,7 +48,10 @@ pub(crate) struct RecvReq {
     iov: Iov,
     /// The FI_MULTI_RECV buffer this receive is a slice of.
     multi: Option<OpId>,
-    done: Option<(RecvDone, WireKind)>,
+    /// Boxed: only a receive whose data a wire is still moving
+    /// (rendezvous) has one, and every FabReq slot is as large as its
+    /// largest kind, which sends and eager receives move around.
+    done: Option<Box<(RecvDone, WireKind)>>,
 }
 
 /// What a completing receive reports.
@@ -224,7 +227,7 @@ impl Upcall for Handler<'_> {
                     self.complete_recv(op, done, None);
                     return Take::Discard;
                 }
-                r.done = Some((done, h.wire));
+                r.done = Some(Box::new((done, h.wire)));
                 let ranges = r.iov.mem_ranges();
                 Take::Accept {
                     op,
@@ -452,7 +455,7 @@ impl Handler<'_> {
                     self.complete_recv(op, done, None);
                     return;
                 }
-                r.done = Some((done, held.wire));
+                r.done = Some(Box::new((done, held.wire)));
                 let rg = r.iov.mem_ranges();
                 let sink: Box<dyn RecvSink> = Box::new(IovSink::new(std::mem::take(&mut r.iov)));
                 wires.accept(held, op, sink, rg, self, now);
@@ -589,14 +592,10 @@ impl Handler<'_> {
             .reqs
             .find(|r| matches!(r, Req::Recv(r) if r.ctx == ctx && r.done.is_some()));
         let Some(op) = found else { return -FI_ENOENT as isize };
-        let Some(Req::Recv(RecvReq {
-            done: Some((done, wire)),
-            ..
-        })) = self.reqs.get(op)
-        else {
+        let Some(Req::Recv(RecvReq { done: Some(d), .. })) = self.reqs.get(op) else {
             unreachable!("found above")
         };
-        let (done, wire) = (*done, *wire);
+        let (done, wire) = **d;
         if !wires.cancel_recv(wire, op) {
             return -FI_ENOENT as isize;
         }
@@ -606,12 +605,10 @@ impl Handler<'_> {
 
     /// A receive's data is in (or failed to come): its completion.
     fn recv_finished(&mut self, op: OpId, written: Option<usize>, err: Option<i32>) {
-        let Some(Req::Recv(RecvReq {
-            done: Some((mut d, _)), ..
-        })) = self.reqs.get(op)
-        else {
+        let Some(Req::Recv(RecvReq { done: Some(b), .. })) = self.reqs.get(op) else {
             return;
         };
+        let mut d = b.0;
         if let Some(w) = written {
             d.len = w;
         }

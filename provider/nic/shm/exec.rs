@@ -226,7 +226,7 @@ impl<P: Port> Exec<P> {
     ) -> EagerOutcome {
         let view = RingView {
             room: self.port.room(ix),
-            freed: self.port.freed(ix),
+            freed: (!self.m.credit_known_enough(ix, src.len(), inject)).then(|| self.port.freed(ix)),
         };
         match self.m.send_eager(ix, op, hdr, src, inject, delivery, view) {
             EagerStep::Now(head) => match self.port.post(ix, &head, |dst| src.read_at(0, dst)) {

@@ -998,11 +998,21 @@ pub fn sub_ranges(v: &[Range], mut off: u64, mut n: u64) -> Vec<Range> {
 
 /// Reads `remote` ranges of process `pid` into `local` ranges of ours
 /// (cross-memory attach), as far as both go. Returns the bytes read.
-pub fn cma_read(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
+///
+/// # Safety
+/// The kernel writes into `local` like any store of ours: every range must
+/// be memory of this process that is writable and that nothing else reads
+/// or writes meanwhile (a posted receive's buffers, which the application
+/// lent us until the receive completes or is cancelled; fi_msg(3)), and
+/// that no Rust reference points into.
+pub unsafe fn cma_read(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
     cma(pid, local, remote, false)
 }
 
 /// Writes `local` ranges of ours into `remote` ranges of process `pid`.
+/// Safe: it only reads our memory (an unreadable range is the kernel's
+/// EFAULT, not a fault), and what it writes is the other process's, under
+/// the grant protocol that process controls.
 pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
     cma(pid, local, remote, true)
 }
@@ -1160,7 +1170,12 @@ mod tests {
             (b.as_mut_ptr() as u64, b.len() as u64),
         ];
         let remote = [(src.as_ptr() as u64, 4000u64), (src.as_ptr() as u64 + 4000, 6000)];
-        assert_eq!(cma_read(std::process::id(), &local, &remote).unwrap(), 10_000);
+        // SAFETY: `local` is `a` and `b`, alive and not borrowed until the
+        // assertions below.
+        assert_eq!(
+            unsafe { cma_read(std::process::id(), &local, &remote) }.unwrap(),
+            10_000
+        );
         assert_eq!(&a[..], &src[..3000]);
         assert_eq!(&b[..], &src[3000..]);
     }

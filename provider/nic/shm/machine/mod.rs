@@ -178,8 +178,11 @@ pub(crate) enum OnFrame {
 pub(crate) struct RingView {
     /// The next slot is free.
     pub room: bool,
-    /// The credit word: bytes the owner gave back, cumulative.
-    pub freed: u64,
+    /// The credit word: bytes the owner gave back, cumulative; `None`:
+    /// not read (the word sits on a line its owner writes for every
+    /// message it takes, so each read is a cache miss): the last value
+    /// read stands, which only understates the credit.
+    pub freed: Option<u64>,
 }
 
 /// A frame waiting for ring space (or credit), with its own copy of an

@@ -110,7 +110,9 @@ impl Machine {
         };
         let cost = credit_cost(src.len());
         let p = self.peer(ix);
-        p.freed = view.freed;
+        if let Some(f) = view.freed {
+            p.freed = f;
+        }
         if !inject && p.credit_ahead() < cost.saturating_add(p.loan / 4) {
             self.stats.no_credit += 1;
             return EagerStep::NoCredit;
@@ -120,6 +122,18 @@ impl Machine {
         }
         self.eager_queue(ix, op, &hdr, src, delivery);
         EagerStep::Queued
+    }
+
+    /// Whether an eager send of `len` bytes to peer `ix` goes out at once
+    /// on the credit word last read (`send_eager` may then be given no
+    /// fresh `RingView::freed`): nothing waits ahead and the credit known
+    /// covers it, with the reserve a non-inject leaves for RTS frames.
+    pub fn credit_known_enough(&self, ix: PeerIx, len: usize, inject: bool) -> bool {
+        let Some(p) = self.peers.get(ix).and_then(Option::as_ref) else {
+            return false;
+        };
+        let cost = credit_cost(len);
+        p.outq.is_empty() && p.credit() >= cost && (inject || p.credit_ahead() >= cost.saturating_add(p.loan / 4))
     }
 
     /// The eager send `EagerStep::Now` offered is published: whether it is

@@ -51,7 +51,10 @@ fn posts(a: &[Action]) -> Vec<(SocketAddr, Frame)> {
 }
 
 fn room(freed: u64) -> RingView {
-    RingView { room: true, freed }
+    RingView {
+        room: true,
+        freed: Some(freed),
+    }
 }
 
 /// Sends an eager message of `len` bytes through an empty ring.
@@ -160,8 +163,18 @@ fn delivery_complete_waits_for_the_peer_to_take_the_slot() {
     m.delivered(0);
     assert_eq!(events(&mut m), vec![WireEvent::SendDone { op: 5 }]);
     // A queued one: complete once published and taken, not before.
-    let EagerStep::Queued = m.send_eager(0, 6, &hdr(3, 6), &src, false, true, RingView { room: false, freed: 0 })
-    else {
+    let EagerStep::Queued = m.send_eager(
+        0,
+        6,
+        &hdr(3, 6),
+        &src,
+        false,
+        true,
+        RingView {
+            room: false,
+            freed: Some(0),
+        },
+    ) else {
         panic!()
     };
     drain(&mut m, 0, 0, 1);
@@ -610,8 +623,18 @@ fn a_peer_gone_fails_what_it_had_not_finished() {
         };
         m.eager_posted(0, op, 8, true);
     }
-    let EagerStep::Queued = m.send_eager(0, 3, &hdr(8, 3), &src, false, false, RingView { room: false, freed: 0 })
-    else {
+    let EagerStep::Queued = m.send_eager(
+        0,
+        3,
+        &hdr(8, 3),
+        &src,
+        false,
+        false,
+        RingView {
+            room: false,
+            freed: Some(0),
+        },
+    ) else {
         panic!()
     };
     let big: Box<dyn SendSource> = Box::new(vec![0u8; 5000]);
