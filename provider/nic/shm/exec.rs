@@ -75,12 +75,14 @@ pub(crate) struct Exec<P: Port> {
     claims: Vec<Claim>,
     /// Peers whose sleeping receiver wants a doorbell.
     pub bells: Vec<SocketAddr>,
-    /// The machine's counters as of the last `pump`, and the doorbells
-    /// rung (see `stats`).
-    pub stats: ShmStats,
+    /// Doorbells rung (the machine counts the rest; see `stats`).
+    doorbells: u64,
     /// The peer `reaches` just routed, for the `send` that follows it
     /// (one route lookup per send, not two).
     routed: Option<(SocketAddr, PeerIx)>,
+    /// The last peer `route` found a ring for: a stream of sends to one
+    /// peer hashes its address once. Cleared with its entry in `routes`.
+    last_route: Option<(SocketAddr, PeerIx)>,
 }
 
 impl Exec<MailboxPort> {
@@ -114,8 +116,9 @@ impl<P: Port> Exec<P> {
             next_ring: 0,
             claims: Vec::new(),
             bells: Vec::new(),
-            stats: ShmStats::default(),
+            doorbells: 0,
             routed: None,
+            last_route: None,
         }
     }
 
@@ -133,14 +136,9 @@ impl<P: Port> Exec<P> {
     /// What the wire carried.
     pub fn stats(&self) -> ShmStats {
         ShmStats {
-            doorbells: self.stats.doorbells,
+            doorbells: self.doorbells,
             ..self.m.stats
         }
-    }
-
-    /// Brings the `stats` field up to date (the endpoint reads it).
-    pub(crate) fn sync_stats(&mut self) {
-        self.stats = self.stats();
     }
 
     /// Whether any local peer talks to us over shm, or we to it (the
@@ -162,14 +160,24 @@ impl<P: Port> Exec<P> {
     /// this address) is noticed here, on the next send, not only at the
     /// next liveness check.
     pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
+        if let Some((a, ix)) = self.last_route {
+            // A closed owner falls through: `forget` clears this.
+            if a == addr && !self.port.owner_closed(ix) {
+                return Some(ix);
+            }
+        }
         if let Some(&r) = self.routes.get(&addr) {
             match r {
                 Some(ix) if self.port.owner_closed(ix) => self.forget(ix),
-                r => return r,
+                r => {
+                    self.last_route = r.map(|ix| (addr, ix));
+                    return r;
+                }
             }
         }
         let r = self.connect(addr);
         self.routes.insert(addr, r);
+        self.last_route = r.map(|ix| (addr, ix));
         r
     }
 
@@ -187,6 +195,9 @@ impl<P: Port> Exec<P> {
     /// flight fail (those it took out of its ring before it went are
     /// complete); the next message to that address decides afresh.
     pub(crate) fn forget(&mut self, ix: PeerIx) {
+        if self.last_route.is_some_and(|(_, i)| i == ix) {
+            self.last_route = None;
+        }
         let Some(addr) = self.m.peer_addr(ix) else { return };
         crate::warn!(FI_LOG_EP_DATA, "shm peer {} went away", addr);
         self.settle_deliveries(ix);
@@ -287,8 +298,16 @@ impl<P: Port> Exec<P> {
     }
 
     /// Does what the machine asks, feeding results back, until it asks
-    /// nothing more.
+    /// nothing more. (Called after every input: the check that nothing
+    /// is asked stays in the caller.)
+    #[inline]
     pub(crate) fn run(&mut self) {
+        if self.m.has_actions() {
+            self.run_actions();
+        }
+    }
+
+    fn run_actions(&mut self) {
         while let Some(a) = self.m.poll_action() {
             match a {
                 Action::Post { to, frame } => match self.route(to) {
@@ -416,7 +435,6 @@ impl<P: Port> Exec<P> {
             self.check_peers();
         }
         self.run();
-        self.sync_stats();
     }
 
     /// Peers that died or closed: our sends to them fail, their routes are
@@ -448,14 +466,18 @@ impl<P: Port> Exec<P> {
     /// Doorbells for sleeping local peers, from the wire's own socket. One
     /// the socket cannot take now stays queued (a sleeper must not miss
     /// it); `next_deadline` brings us back soon.
+    #[inline]
     fn ring_bells(&mut self) {
-        if self.bells.is_empty() {
-            return;
+        if !self.bells.is_empty() {
+            self.ring_bells_now();
         }
+    }
+
+    fn ring_bells_now(&mut self) {
         let mut bells = std::mem::take(&mut self.bells);
         bells.retain(|&a| match self.port.ring_bell(a) {
             Ok(()) => {
-                self.stats.doorbells += 1;
+                self.doorbells += 1;
                 false
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
@@ -468,7 +490,11 @@ impl<P: Port> Exec<P> {
     }
 
     /// Hands the machine's events to the endpoint. Whether there were any.
+    #[inline]
     fn deliver(&mut self, up: &mut dyn Upcall) -> bool {
+        if !self.m.has_events() {
+            return false;
+        }
         let mut any = false;
         while let Some(e) = self.m.poll_event() {
             any = true;

@@ -388,6 +388,18 @@ impl Machine {
         len <= self.cfg.payload_max.min(self.cfg.rndv_threshold) || inject && len <= self.cfg.payload_max
     }
 
+    /// Whether the executor has anything to do (`poll_action`).
+    #[inline]
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// Whether an operation ended (`poll_event`).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next thing the executor must do.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
