@@ -21,6 +21,14 @@ pub(crate) mod progress;
 pub mod proto;
 #[cfg(not(feature = "fuzz"))]
 pub(crate) mod proto;
+// The fuzz targets of both wires in one place, for fuzz/ (cargo-fuzz):
+// the udp wire's (also at proto::fuzz) and the shm wire's, whose module
+// (nic) stays crate-private.
+#[cfg(feature = "fuzz")]
+pub mod fuzz {
+    pub use crate::nic::shm::fuzz::{shm_frame_decoder, ShmFrameCase};
+    pub use crate::proto::fuzz::{engine_datagrams, wire_decoder, DecoderCase, EngineCase, EngineReport};
+}
 // Seeded randomness for the simulator, the tests and the fuzz targets.
 #[cfg(any(test, feature = "fuzz"))]
 mod rng;

@@ -294,6 +294,23 @@ impl Frame {
             _ => {}
         }
     }
+
+    /// The whole slot that carries this frame: its header and payload, made
+    /// by `head` and `write_payload` (the encoder the machine writes rings
+    /// with, straight into the slot), with `body` as the message bytes of
+    /// an EAGER or DATA frame (its header's length of them; the other
+    /// kinds ignore it). For the tests and the fuzz targets, which so carry
+    /// no encoder of their own.
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn emit(&self, body: &[u8]) -> (SlotHead, Vec<u8>) {
+        let h = self.head();
+        let mut p = vec![0u8; h.len];
+        match self {
+            Frame::Eager { .. } | Frame::Data { .. } => p.copy_from_slice(body),
+            _ => self.write_payload(&mut p),
+        }
+        (h, p)
+    }
 }
 
 #[cfg(test)]
@@ -302,12 +319,8 @@ mod tests {
     use crate::rng::SplitMix;
 
     fn round_trip(fr: &Frame) -> Result<Frame, Malformed> {
-        let h = fr.head();
-        let mut p = vec![0u8; h.len];
-        match fr {
-            Frame::Eager { .. } | Frame::Data { .. } => p.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8),
-            _ => fr.write_payload(&mut p),
-        }
+        let body: Vec<u8> = (0..fr.head().len).map(|i| i as u8).collect();
+        let (h, p) = fr.emit(&body);
         Frame::parse(&h, Some(&SharedBytes::of_slice(&p)))
     }
 
@@ -385,9 +398,7 @@ mod tests {
             key: 1,
             iov: vec![(0, u64::MAX), (0, 1)],
         };
-        let h = fr.head();
-        let mut p = vec![0u8; h.len];
-        fr.write_payload(&mut p);
+        let (h, p) = fr.emit(&[]);
         assert_eq!(parse_raw(&h, &p), Err(Malformed::IovSum));
         // A CTW whose list is not whole entries, or whose grant is beyond
         // the ring's.

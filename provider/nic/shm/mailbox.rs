@@ -307,8 +307,8 @@ pub struct SharedBytes<'a> {
 
 impl<'a> SharedBytes<'a> {
     /// Bytes of this process seen the same way (the protocol machine's
-    /// tests, whose rings are plain memory).
-    #[cfg(test)]
+    /// tests, whose rings are plain memory, and the fuzz targets).
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn of_slice(s: &'a [u8]) -> SharedBytes<'a> {
         SharedBytes {
             ptr: s.as_ptr(),
@@ -333,7 +333,7 @@ impl<'a> SharedBytes<'a> {
         // through raw pointers only: no reference to shared bytes exists.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
     }
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn to_vec(self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
         self.copy_to(0, &mut v);

@@ -9,6 +9,7 @@
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
 //! | `port.rs` | what the executor needs of the world, as a trait; `MailboxPort` does it over `mailbox.rs` |
 //! | `exec.rs` | the executor: routes, polls rings, runs the machine's actions, liveness, doorbells; implements `nic::Wire` |
+//! | `fuzz/` | the frame decoder's fuzz target (`Frame::parse` on edited slots), for `cargo test` and cargo-fuzz |
 //! | `sim.rs`, `tests/` | a simulated host (rings and address spaces in plain memory) and the tests: the executor in virtual time, the executor over real mailboxes |
 //!
 //! One wire per endpoint. It owns the endpoint's mailbox (where local peers
@@ -50,6 +51,10 @@ pub mod mailbox;
 
 mod exec;
 mod frame;
+// The frame decoder's fuzz target (for `cargo test` and, re-exported as
+// `gnix_fi::fuzz`, for fuzz/).
+#[cfg(any(test, feature = "fuzz"))]
+pub(crate) mod fuzz;
 mod machine;
 mod port;
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// How long a run lasts: a number of inputs (the `cargo test` run), or
 /// until a deadline (the long runs).
 #[derive(Clone, Copy)]
-enum Budget {
+pub(crate) enum Budget {
     Inputs(u64),
     Until(Instant),
 }
@@ -32,7 +32,7 @@ impl Budget {
     }
 
     /// The long run's share of `GNIX_FUZZ_SECS`.
-    fn long_run(share_num: u32, share_den: u32) -> Budget {
+    pub(crate) fn long_run(share_num: u32, share_den: u32) -> Budget {
         let secs: f64 = std::env::var("GNIX_FUZZ_SECS")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -42,7 +42,7 @@ impl Budget {
 }
 
 /// The long run's seed: `GNIX_FUZZ_SEED`, or from the clock; printed.
-fn long_run_seed(what: &str) -> u64 {
+pub(crate) fn long_run_seed(what: &str) -> u64 {
     let s = std::env::var("GNIX_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -59,7 +59,13 @@ fn long_run_seed(what: &str) -> u64 {
 /// Runs `target` on inputs of `min..max` random bytes from `seed` within
 /// `budget`; returns the number of inputs. A failing input is written to
 /// target/fuzz-failures/ and its path printed before the panic goes on.
-fn run_seeded(name: &str, seed: u64, budget: Budget, (min, max): (usize, usize), mut target: impl FnMut(&[u8])) -> u64 {
+pub(crate) fn run_seeded(
+    name: &str,
+    seed: u64,
+    budget: Budget,
+    (min, max): (usize, usize),
+    mut target: impl FnMut(&[u8]),
+) -> u64 {
     let mut rng = Rng(seed);
     let mut bytes = Vec::new();
     let mut n = 0;
