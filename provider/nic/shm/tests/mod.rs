@@ -421,3 +421,18 @@ pub(super) fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .map(|i| (i as u64 * 131 + seed * 7 + (i as u64 >> 8)) as u8)
         .collect()
 }
+
+/// A send with no special completion semantics.
+pub(super) const PLAIN: SendFlags = SendFlags {
+    inject: false,
+    inject_complete: false,
+    delivery: false,
+    more: false,
+};
+
+/// `PLAIN` with `f` applied.
+pub(super) fn flags(f: impl FnOnce(&mut SendFlags)) -> SendFlags {
+    let mut x = PLAIN;
+    f(&mut x);
+    x
+}

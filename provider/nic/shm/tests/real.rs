@@ -3,14 +3,14 @@
 //! the stand-in endpoint. Each test uses its own ports so tests can run
 //! in parallel; the mailboxes go when their wires are dropped.
 
-use super::{pattern, Node, RealMem};
+use super::{flags, pattern, Node, RealMem, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::SPLIT_MIN;
 use crate::nic::shm::mailbox::{credit_cost, Geometry, Range, SlotHead};
 use crate::nic::shm::port::MailboxPort;
 use crate::nic::shm::{test_addr, ShmConfig, ShmWire};
-use crate::nic::wire::{SendFlags, Wire};
+use crate::nic::wire::Wire;
 use crate::proto::{MsgHdr, SendSource};
 
 type RealNode = Node<MailboxPort, RealMem>;
@@ -38,19 +38,6 @@ fn settle(a: &mut RealNode, b: &mut RealNode) {
         a.progress();
         b.progress();
     }
-}
-
-const PLAIN: SendFlags = SendFlags {
-    inject: false,
-    inject_complete: false,
-    delivery: false,
-    more: false,
-};
-
-fn flags(f: impl FnOnce(&mut SendFlags)) -> SendFlags {
-    let mut x = PLAIN;
-    f(&mut x);
-    x
 }
 
 #[test]

@@ -2,13 +2,13 @@
 //! (or three) processes whose executors and machines talk through rings
 //! in plain memory, driven through `nic::Wire` by a stand-in endpoint.
 
-use super::{pattern, sim_node, Node, SimMem, Unposted};
+use super::{flags, pattern, sim_node, Node, SimMem, Unposted, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::{credit_cost, SlotHead};
 use crate::nic::shm::sim::{SimPort, World};
-use crate::nic::wire::{SendFlags, Wire};
+use crate::nic::wire::Wire;
 use crate::proto::MsgHdr;
 
 type SimNode = Node<SimPort, SimMem>;
@@ -34,19 +34,6 @@ fn settle(a: &mut SimNode, b: &mut SimNode) {
             return;
         }
     }
-}
-
-const PLAIN: SendFlags = SendFlags {
-    inject: false,
-    inject_complete: false,
-    delivery: false,
-    more: false,
-};
-
-fn flags(f: impl FnOnce(&mut SendFlags)) -> SendFlags {
-    let mut x = PLAIN;
-    f(&mut x);
-    x
 }
 
 #[test]
