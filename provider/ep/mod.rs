@@ -384,75 +384,49 @@ impl Face for Ep {
 
     fn tx_complete(&self, r: &SendReq, err: Option<i32>) {
         let b = self.binds();
+        count(&b.send_cntr, err);
         if r.silent {
-            if let Some(c) = &b.send_cntr {
-                if err.is_none() {
-                    c.inc();
-                } else {
-                    c.inc_err();
-                }
-            }
             return;
         }
-        let want = !b.tx_selective || r.flags & FI_COMPLETION != 0;
         let entry = CqEntry {
             op_context: r.ctx as *mut c_void,
             flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
             ..CqEntry::default()
         };
+        let Some(cq) = &b.tx_cq else { return };
         match err {
             None => {
-                if let Some(c) = &b.send_cntr {
-                    c.inc();
-                }
-                if want {
-                    if let Some(cq) = &b.tx_cq {
-                        cq.push(entry);
-                    }
+                if !b.tx_selective || r.flags & FI_COMPLETION != 0 {
+                    cq.push(entry);
                 }
             }
-            Some(e) => {
-                if let Some(c) = &b.send_cntr {
-                    c.inc_err();
-                }
-                // Errors are always reported, selective or not (fi_cq(3)).
-                if let Some(cq) = &b.tx_cq {
-                    cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e));
-                }
-            }
+            // Errors are always reported, selective or not (fi_cq(3)).
+            Some(e) => cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e)),
         }
     }
 
     fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>) {
         let b = self.binds();
+        count(&b.recv_cntr, err);
+        let Some(cq) = &b.rx_cq else { return };
         match err {
             None => {
-                if let Some(c) = &b.recv_cntr {
-                    c.inc();
-                }
                 if !b.rx_selective || op_flags & FI_COMPLETION != 0 {
-                    if let Some(cq) = &b.rx_cq {
-                        cq.push(entry);
-                    }
+                    cq.push(entry);
                 }
             }
             Some(e) => {
-                if let Some(c) = &b.recv_cntr {
-                    c.inc_err();
-                }
                 let err_data = match peer {
                     Some(p) if e == FI_EADDRNOTAVAIL => std_to_sockaddr(p),
                     _ => Vec::new(),
                 };
-                if let Some(cq) = &b.rx_cq {
-                    cq.push_err(CqError {
-                        entry,
-                        err: e,
-                        prov_errno: e,
-                        olen,
-                        err_data,
-                    });
-                }
+                cq.push_err(CqError {
+                    entry,
+                    err: e,
+                    prov_errno: e,
+                    olen,
+                    err_data,
+                });
             }
         }
     }
@@ -463,6 +437,16 @@ impl Face for Ep {
                 None => cq.push(entry),
                 Some(e) => cq.push_err(CqError::new(entry, e)),
             }
+        }
+    }
+}
+
+/// An operation's end on its counter, if one is bound: success or error.
+fn count(c: &Option<Arc<Cntr>>, err: Option<i32>) {
+    if let Some(c) = c {
+        match err {
+            None => c.inc(),
+            Some(_) => c.inc_err(),
         }
     }
 }

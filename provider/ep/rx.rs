@@ -10,7 +10,7 @@ use crate::cq::CqEntry;
 use crate::ffi::*;
 use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{Iov, IovSink};
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEvent, WireKind, Wires};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, Take, Upcall, WireEvent, WireKind, Wires};
 use crate::progress::now_ns;
 use crate::proto::{MsgHdr, Payload, RecvSink};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
@@ -54,6 +54,33 @@ pub(crate) struct RecvReq {
     done: Option<Box<(RecvDone, WireKind)>>,
 }
 
+impl RecvReq {
+    fn new(ctx: usize, tag: u64, iov: Iov, flags: u64, multi: Option<OpId>) -> RecvReq {
+        RecvReq {
+            ctx,
+            flags,
+            tag,
+            iov,
+            multi,
+            done: None,
+        }
+    }
+
+    /// The buffers as a sink: from now on its one user.
+    fn sink(&mut self) -> IovSink {
+        IovSink::new(std::mem::take(&mut self.iov))
+    }
+
+    /// Hands the buffers to the wire that moves the data (rendezvous):
+    /// the sink and where it is, while the receive keeps what it will
+    /// report when the wire says it is done.
+    fn hand_to_wire(&mut self, done: RecvDone, wire: WireKind) -> (Box<dyn RecvSink>, Vec<Range>) {
+        self.done = Some(Box::new((done, wire)));
+        let ranges = self.iov.mem_ranges();
+        (Box::new(self.sink()), ranges)
+    }
+}
+
 /// What a completing receive reports.
 #[derive(Clone, Copy)]
 struct RecvDone {
@@ -89,14 +116,7 @@ impl MultiBuf {
         if self.rest.total_len() < min {
             self.consumed = true;
         }
-        let slice = RecvReq {
-            ctx: self.ctx,
-            tag: 0,
-            iov,
-            flags: self.flags,
-            multi: Some(id),
-            done: None,
-        };
+        let slice = RecvReq::new(self.ctx, 0, iov, self.flags, Some(id));
         (slice, self.consumed)
     }
 }
@@ -213,12 +233,12 @@ impl Upcall for Handler<'_> {
         let cap = r.iov.total_len();
         match body {
             Body::Bytes(b) => {
-                IovSink::new(std::mem::take(&mut r.iov)).write_at(0, &b[..b.len().min(cap)]);
+                r.sink().write_at(0, &b[..b.len().min(cap)]);
                 self.complete_recv(op, done, None);
                 Take::Done
             }
             Body::Shared(s) => {
-                IovSink::new(std::mem::take(&mut r.iov)).write_shared(&s, s.len().min(cap));
+                r.sink().write_shared(&s, s.len().min(cap));
                 self.complete_recv(op, done, None);
                 Take::Done
             }
@@ -227,13 +247,8 @@ impl Upcall for Handler<'_> {
                     self.complete_recv(op, done, None);
                     return Take::Discard;
                 }
-                r.done = Some(Box::new((done, h.wire)));
-                let ranges = r.iov.mem_ranges();
-                Take::Accept {
-                    op,
-                    sink: Box::new(IovSink::new(std::mem::take(&mut r.iov))),
-                    ranges,
-                }
+                let (sink, ranges) = r.hand_to_wire(done, h.wire);
+                Take::Accept { op, sink, ranges }
             }
         }
     }
@@ -276,18 +291,8 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "recv: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
-        if a.iov.count() > self.rx_iov_limit {
-            crate::warn!(
-                FI_LOG_EP_DATA,
-                "recv: {} iovs > iov_limit {}",
-                a.iov.count(),
-                self.rx_iov_limit
-            );
-            return -FI_EINVAL as isize;
-        }
-        if a.iov.iter().any(|(p, l)| p == 0 && l != 0) {
-            crate::warn!(FI_LOG_EP_DATA, "recv: NULL buffer with non-zero length");
-            return -FI_EINVAL as isize;
+        if let Err(e) = super::tx::check_iov(&a.iov, self.rx_iov_limit, "recv") {
+            return e;
         }
         let multi = a.flags & FI_MULTI_RECV != 0;
         if multi && (a.tagged || a.iov.count() != 1 || self.caps & FI_MULTI_RECV == 0) {
@@ -365,14 +370,7 @@ impl Handler<'_> {
                 flags,
             })
         } else {
-            Req::Recv(RecvReq {
-                ctx: a.ctx,
-                tag: a.tag,
-                iov: a.iov,
-                flags,
-                multi: None,
-                done: None,
-            })
+            Req::Recv(RecvReq::new(a.ctx, a.tag, a.iov, flags, None))
         };
         // The receive budget (rx_size) is the one limit: a receive that
         // does not fit waits for the application to try again.
@@ -445,7 +443,7 @@ impl Handler<'_> {
         let cap = r.iov.total_len();
         match u.body {
             Kept::Eager(data) => {
-                IovSink::new(std::mem::take(&mut r.iov)).write_at(0, &data[..data.len().min(cap)]);
+                r.sink().write_at(0, &data[..data.len().min(cap)]);
                 self.complete_recv(op, done, None);
             }
             Kept::Rndv(held) => {
@@ -455,10 +453,8 @@ impl Handler<'_> {
                     self.complete_recv(op, done, None);
                     return;
                 }
-                r.done = Some(Box::new((done, held.wire)));
-                let rg = r.iov.mem_ranges();
-                let sink: Box<dyn RecvSink> = Box::new(IovSink::new(std::mem::take(&mut r.iov)));
-                wires.accept(held, op, sink, rg, self, now);
+                let (sink, ranges) = r.hand_to_wire(done, held.wire);
+                wires.accept(held, op, sink, ranges, self, now);
             }
         }
     }
@@ -515,17 +511,9 @@ impl Handler<'_> {
         }
         // A claimed message is the application's already: its receive is
         // a part of the peek that claimed it, not a new posted receive.
-        let op = self.reqs.insert_part(
-            Dir::Rx,
-            Req::Recv(RecvReq {
-                ctx: a.ctx,
-                tag: a.tag,
-                iov: a.iov,
-                flags,
-                multi: None,
-                done: None,
-            }),
-        );
+        let op = self
+            .reqs
+            .insert_part(Dir::Rx, Req::Recv(RecvReq::new(a.ctx, a.tag, a.iov, flags, None)));
         self.take_kept(wires, op, m);
         0
     }

@@ -89,18 +89,8 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
             return -FI_EOPNOTSUPP as isize;
         }
-        if a.iov.count() > self.tx_iov_limit {
-            crate::warn!(
-                FI_LOG_EP_DATA,
-                "send: {} iovs > iov_limit {}",
-                a.iov.count(),
-                self.tx_iov_limit
-            );
-            return -FI_EINVAL as isize;
-        }
-        if a.iov.iter().any(|(p, l)| p == 0 && l != 0) {
-            crate::warn!(FI_LOG_EP_DATA, "send: NULL buffer with non-zero length");
-            return -FI_EINVAL as isize;
+        if let Err(e) = check_iov(&a.iov, self.tx_iov_limit, "send") {
+            return e;
         }
         let len = a.iov.total_len();
         if len > self.max_msg_size {
@@ -167,6 +157,20 @@ impl Ep {
         let (port, h) = st.split(self);
         self.tx_size.saturating_sub(h.tx_used(port))
     }
+}
+
+/// The buffers of a send or receive (`what`): at most `limit` pieces, none
+/// of them a NULL address with a length.
+pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
+    if iov.count() > limit {
+        crate::warn!(FI_LOG_EP_DATA, "{}: {} iovs > iov_limit {}", what, iov.count(), limit);
+        return Err(-FI_EINVAL as isize);
+    }
+    if iov.iter().any(|(p, l)| p == 0 && l != 0) {
+        crate::warn!(FI_LOG_EP_DATA, "{}: NULL buffer with non-zero length", what);
+        return Err(-FI_EINVAL as isize);
+    }
+    Ok(())
 }
 
 /// The transmit budget (tx_size) is used up.
