@@ -402,6 +402,19 @@ static void cancel_receives(void)
 enum { S_STD, S_SYNC, S_PERSISTENT, NSENDS };
 static const char *send_name[] = {"MPI_Isend", "MPI_Issend", "MPI_Send_init"};
 
+/* Starts a send of `sz` bytes of `b` to the partner in mode `how`. */
+static void start_send(int how, char *b, size_t sz, int tag, MPI_Request *req)
+{
+	if (how == S_STD)
+		MPI_CHK(MPI_Isend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, req));
+	else if (how == S_SYNC)
+		MPI_CHK(MPI_Issend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, req));
+	else {
+		MPI_CHK(MPI_Send_init(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, req));
+		MPI_CHK(MPI_Start(req));
+	}
+}
+
 static void cancel_send_unmatched(int how, size_t sz, int tag)
 {
 	PHASE("cancel an unmatched %s of %zu B", send_name[how], sz);
@@ -410,14 +423,7 @@ static void cancel_send_unmatched(int how, size_t sz, int tag)
 		MPI_Request req;
 		MPI_Status st;
 		fill_pattern(b, sz, (unsigned)tag);
-		if (how == S_STD)
-			MPI_CHK(MPI_Isend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-		else if (how == S_SYNC)
-			MPI_CHK(MPI_Issend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-		else {
-			MPI_CHK(MPI_Send_init(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-			MPI_CHK(MPI_Start(&req));
-		}
+		start_send(how, b, sz, tag, &req);
 		MPI_CHK(MPI_Cancel(&req));
 		/* only now may the receiver post a receive for it */
 		MPI_CHK(MPI_Send(NULL, 0, MPI_BYTE, partner, T_CALLED, MPI_COMM_WORLD));
@@ -466,14 +472,7 @@ static void cancel_send_matched(int how, size_t sz, int tag)
 		MPI_Request req;
 		MPI_Status st;
 		fill_pattern(b, sz, (unsigned)tag);
-		if (how == S_STD)
-			MPI_CHK(MPI_Isend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-		else if (how == S_SYNC)
-			MPI_CHK(MPI_Issend(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-		else {
-			MPI_CHK(MPI_Send_init(b, (int)sz, MPI_BYTE, partner, tag, MPI_COMM_WORLD, &req));
-			MPI_CHK(MPI_Start(&req));
-		}
+		start_send(how, b, sz, tag, &req);
 		/* the receiver has the message */
 		MPI_CHK(MPI_Recv(NULL, 0, MPI_BYTE, partner, T_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
 		MPI_CHK(MPI_Cancel(&req));
