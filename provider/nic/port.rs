@@ -72,9 +72,16 @@ impl Port {
     }
 
     fn wire(&mut self, k: WireKind) -> &mut dyn Wire {
-        match (k, self.shm.as_mut()) {
-            (WireKind::Shm, Some(s)) => s,
-            _ => &mut self.udp,
+        self.parts(k).0
+    }
+
+    /// Wire `k` (udp when there is no shm wire) and the descriptor pool,
+    /// borrowed apart.
+    fn parts(&mut self, k: WireKind) -> (&mut dyn Wire, &mut TxPool) {
+        let Port { udp, shm, txds, .. } = self;
+        match (k, shm.as_mut()) {
+            (WireKind::Shm, Some(s)) => (s, txds),
+            _ => (udp, txds),
         }
     }
 
@@ -161,17 +168,8 @@ impl Wires for Port {
     /// once per peer, so messages to one peer stay on one wire, hence in
     /// order), udp otherwise.
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
-        let Port { udp, shm, txds, .. } = self;
-        let wire: &mut dyn Wire = match shm.as_mut() {
-            Some(w) => {
-                if w.reaches(s.peer) {
-                    w
-                } else {
-                    udp
-                }
-            }
-            None => udp,
-        };
+        let local = self.shm.as_mut().is_some_and(|w| w.reaches(s.peer));
+        let (wire, txds) = self.parts(if local { WireKind::Shm } else { WireKind::Udp });
         let desc = TxDesc {
             op: s.op,
             wire: wire.kind(),
@@ -195,11 +193,7 @@ impl Wires for Port {
         up: &mut dyn Upcall,
         now: u64,
     ) {
-        let Port { udp, shm, txds, .. } = self;
-        let wire: &mut dyn Wire = match (held.wire, shm.as_mut()) {
-            (WireKind::Shm, Some(w)) => w,
-            _ => udp,
-        };
+        let (wire, txds) = self.parts(held.wire);
         wire.accept(held, op, sink, ranges, &mut TxMap { up, txds }, now);
     }
 
