@@ -260,6 +260,8 @@ impl Upcall for Handler<'_> {
             WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
             WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
             WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
+            // No wire starts one-sided operations yet (issue 17).
+            WireEvent::RemoteDone(_) => {}
         }
     }
 }

@@ -255,6 +255,7 @@ impl<M: Memory> Upcall for Up<M> {
                 self.recv_done(op, Err(err))
             }
             WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
+            WireEvent::RemoteDone(r) => panic!("no one-sided operations here: {r:?}"),
         }
     }
 }
