@@ -98,9 +98,6 @@ struct FakeWire {
     sends: Vec<(SendOp, Vec<u8>)>,
     /// What the next `send` answers (default: Pending).
     answer: Option<Result<Sent, i32>>,
-    /// Reports the send's end from within `send` (as a wire that settles
-    /// its queues on the way may): `Some(err)`.
-    end_within: Option<Option<i32>>,
     accepted: Vec<(Held, OpId, Box<dyn RecvSink>)>,
     discarded: Vec<Held>,
     credits: Vec<Credit>,
@@ -116,11 +113,6 @@ impl Wire for FakeWire {
         let mut data = vec![0u8; src.len()];
         src.read_at(0, &mut data);
         self.sends.push((s, data));
-        match self.end_within {
-            Some(None) => up.event(WireEvent::SendDone { op: s.op }),
-            Some(Some(err)) => up.event(WireEvent::SendFailed { op: s.op, err }),
-            None => {}
-        }
         self.answer.unwrap_or(Ok(Sent::Pending))
     }
     fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, _r: Vec<Range>, _up: &mut dyn Upcall, _n: u64) {
@@ -571,27 +563,15 @@ fn sends_go_to_the_wire_of_their_peer_and_complete_as_it_says() {
     // Complete at once, or refused by the wire: the FabReq goes either way.
     t.wires.udp.answer = Some(Ok(Sent::Done));
     assert_eq!(send(&mut t, peer(2), b"y", 4).ok(), Some(0));
+    assert_eq!(t.face.tx.borrow().last(), Some(&(4, None)), "completed from the call");
+    // A later report of that (dead) id finds nothing.
+    let op = t.wires.udp.sends.last().unwrap().0.op;
+    t.event(WireEvent::SendDone { op });
+    assert_eq!(t.face.tx.borrow().len(), 3);
     t.wires.udp.answer = Some(Err(-FI_EMSGSIZE));
     assert_eq!(send(&mut t, peer(2), b"z", 5).ok(), Some(-(FI_EMSGSIZE as isize)));
     assert_eq!(t.reqs.len(Dir::Tx), 0);
     // What the wires hold counts against the budget too.
     t.wires.shm.backlog = 2;
     assert!(send(&mut t, peer(2), b"w", 6).is_err());
-}
-
-#[test]
-fn a_send_whose_end_the_wire_reports_within_the_call_completes_once() {
-    let mut t = T::new(FI_TAGGED, 2, 4);
-    t.wires.udp.end_within = Some(None);
-    assert_eq!(send(&mut t, peer(2), b"a", 1).ok(), Some(0));
-    t.wires.udp.end_within = Some(Some(FI_EHOSTUNREACH));
-    assert_eq!(send(&mut t, peer(2), b"b", 2).ok(), Some(0));
-    // Ended within the call, whatever the wire then answers: one entry
-    // each, and the FabReqs are gone.
-    assert_eq!(*t.face.tx.borrow(), vec![(1, None), (2, Some(FI_EHOSTUNREACH))]);
-    assert_eq!(t.reqs.len(Dir::Tx), 0);
-    // A later report of the same (dead) id finds nothing.
-    let op = t.wires.udp.sends[0].0.op;
-    t.event(WireEvent::SendDone { op });
-    assert_eq!(t.face.tx.borrow().len(), 2);
 }

@@ -202,15 +202,22 @@ impl Handler<'_> {
         if self.tx_used(wires) >= tx_size {
             return Err(Busy);
         }
-        let op = self.reqs.insert(Dir::Tx, Req::Send(req)).map_err(|_| Busy)?;
+        // The FabReq's record is written only for a send that goes on: a
+        // small send is usually done before `send` returns (and a wire
+        // reports nothing about a send during `send` itself).
+        let op = self.reqs.reserve(Dir::Tx).map_err(|_| Busy)?;
         match wires.send(SendOp { peer, op, hdr, flags }, src, self, now) {
-            Ok(Sent::Pending) => Ok(0),
+            Ok(Sent::Pending) => {
+                self.reqs.fill(op, Dir::Tx, Req::Send(req));
+                Ok(0)
+            }
             Ok(Sent::Done) => {
-                self.send_finished(op, None);
+                self.reqs.unreserve(op, Dir::Tx);
+                self.face.tx_complete(&req, None);
                 Ok(0)
             }
             Err(e) => {
-                self.reqs.remove(op);
+                self.reqs.unreserve(op, Dir::Tx);
                 Ok(e as isize)
             }
         }

@@ -61,6 +61,28 @@ impl<R> FabReqs<R> {
         self.slab.insert((dir, r))
     }
 
+    /// An id for an operation that may end before it needs a record (a
+    /// send the wire completes at once), unless `dir`'s budget is used
+    /// up: counted like an operation until `fill` or `unreserve`.
+    pub(crate) fn reserve(&mut self, dir: Dir) -> Result<OpId, Full> {
+        if self.used[idx(dir)] >= self.cap[idx(dir)] {
+            return Err(Full);
+        }
+        self.used[idx(dir)] += 1;
+        Ok(self.slab.reserve())
+    }
+
+    /// The record of reserved operation `op`, which goes on.
+    pub(crate) fn fill(&mut self, op: OpId, dir: Dir, r: R) {
+        self.slab.fill(op, (dir, r));
+    }
+
+    /// Reserved operation `op` ended without a record; its id is dead.
+    pub(crate) fn unreserve(&mut self, op: OpId, dir: Dir) {
+        self.used[idx(dir)] -= 1;
+        self.slab.unreserve(op);
+    }
+
     pub(crate) fn get(&self, op: OpId) -> Option<&R> {
         self.slab.get(op).map(|(_, r)| r)
     }

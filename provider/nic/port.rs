@@ -170,16 +170,18 @@ impl Wires for Port {
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
         let local = self.shm.as_mut().is_some_and(|w| w.reaches(s.peer));
         let (wire, txds) = self.parts(if local { WireKind::Shm } else { WireKind::Udp });
-        let desc = TxDesc {
-            op: s.op,
-            wire: wire.kind(),
-        };
-        let Some(tx) = txds.take(desc) else {
+        // Most small sends are done when `send` returns: the descriptor is
+        // only filled in for one that goes on (a wire reports nothing
+        // about a send during `send` itself).
+        let Some(tx) = txds.reserve() else {
             return Err(-FI_EAGAIN);
         };
         let r = wire.send(SendOp { op: tx, ..s }, src, &mut TxMap { up, txds }, now);
-        if !matches!(r, Ok(Sent::Pending)) {
-            txds.put(tx);
+        if matches!(r, Ok(Sent::Pending)) {
+            let wire = wire.kind();
+            txds.fill(tx, TxDesc { op: s.op, wire });
+        } else {
+            txds.unreserve(tx);
         }
         r
     }

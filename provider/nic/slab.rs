@@ -46,6 +46,41 @@ impl<T> Slab<T> {
         id(i, s.gen)
     }
 
+    /// An id for an entry not there yet: its slot is taken (`get` and
+    /// `remove` find nothing there) until `fill` puts the entry in or
+    /// `unreserve` gives the slot back. Lets a caller hand the id out
+    /// before it knows whether the entry is needed at all, without moving
+    /// the entry in and out again when it is not.
+    pub(crate) fn reserve(&mut self) -> u64 {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { gen: 0, val: None });
+                u32::try_from(self.slots.len() - 1).expect("slab: more than 2^32 entries")
+            }
+        };
+        self.len += 1;
+        id(i, self.slots[i as usize].gen)
+    }
+
+    /// Puts the entry into the slot `reserve` gave `k`.
+    pub(crate) fn fill(&mut self, k: u64, v: T) {
+        let (i, gen) = split(k);
+        let s = &mut self.slots[i];
+        debug_assert!(s.gen == gen && s.val.is_none(), "fill of a slot not reserved");
+        s.val = Some(v);
+    }
+
+    /// Gives back the slot `reserve` gave `k`, unfilled; `k` is dead.
+    pub(crate) fn unreserve(&mut self, k: u64) {
+        let (i, gen) = split(k);
+        let s = &mut self.slots[i];
+        debug_assert!(s.gen == gen && s.val.is_none(), "unreserve of a slot not reserved");
+        s.gen = s.gen.wrapping_add(1);
+        self.free.push(i as u32);
+        self.len -= 1;
+    }
+
     pub(crate) fn get(&self, k: u64) -> Option<&T> {
         let (i, gen) = split(k);
         self.slots.get(i).filter(|s| s.gen == gen)?.val.as_ref()
@@ -94,5 +129,21 @@ mod tests {
         assert_eq!((s.get(a), s.get(b)), (None, Some(&'b')));
         assert_eq!(s.remove(a), None);
         assert_eq!((s.len(), s.find(|&c| c == 'b')), (1, Some(b)));
+    }
+
+    #[test]
+    fn a_reserved_slot_holds_nothing_until_filled() {
+        let mut s = Slab::new();
+        let r = s.reserve();
+        assert_eq!((s.len(), s.get(r)), (1, None));
+        assert_eq!(s.remove(r), None);
+        let other = s.insert('o');
+        assert_ne!(other, r, "a reserved slot is not handed out again");
+        s.fill(r, 'r');
+        assert_eq!(s.remove(r), Some('r'));
+        let u = s.reserve();
+        s.unreserve(u);
+        assert_eq!((s.len(), s.get(u)), (1, None));
+        assert_ne!(s.reserve(), u, "an unreserved id is dead");
     }
 }

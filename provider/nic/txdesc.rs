@@ -34,9 +34,19 @@ impl TxPool {
         TxPool { slab: Slab::new(), cap }
     }
 
-    /// A descriptor, unless the pool is dry.
-    pub(crate) fn take(&mut self, d: TxDesc) -> Option<TxId> {
-        (self.slab.len() < self.cap).then(|| self.slab.insert(d))
+    /// A descriptor's id, unless the pool is dry. Taken before the
+    /// transaction is known to need one (the wire may finish it at once):
+    /// `fill` or `unreserve` it.
+    pub(crate) fn reserve(&mut self) -> Option<TxId> {
+        (self.slab.len() < self.cap).then(|| self.slab.reserve())
+    }
+
+    pub(crate) fn fill(&mut self, tx: TxId, d: TxDesc) {
+        self.slab.fill(tx, d)
+    }
+
+    pub(crate) fn unreserve(&mut self, tx: TxId) {
+        self.slab.unreserve(tx)
     }
 
     /// The transaction ended: its descriptor goes back to the pool.
@@ -61,13 +71,22 @@ mod tests {
             op,
             wire: WireKind::Udp,
         };
-        let a = p.take(d(7)).unwrap();
-        let b = p.take(d(8)).unwrap();
-        assert_eq!(p.take(d(9)), None, "dry");
+        let take = |p: &mut TxPool, op| {
+            let tx = p.reserve()?;
+            p.fill(tx, d(op));
+            Some(tx)
+        };
+        let a = take(&mut p, 7).unwrap();
+        let r = p.reserve().unwrap();
+        assert_eq!(p.reserve(), None, "dry: a reserved descriptor counts");
+        p.unreserve(r);
+        let b = take(&mut p, 8).unwrap();
+        assert_eq!(take(&mut p, 9), None, "dry");
         assert_ne!(a, b);
         assert_eq!(p.put(a), Some(d(7)));
         assert_eq!(p.put(a), None, "once");
-        assert!(p.take(d(9)).is_some());
+        assert_eq!(p.put(r), None, "an unreserved id is dead");
+        assert!(take(&mut p, 9).is_some());
         assert_eq!(p.in_use(), 2);
     }
 }

@@ -330,7 +330,9 @@ pub(crate) trait Wire {
     /// application's buffers (valid until the send completes, an inject's
     /// only during this call: then the wire copies). Eager or rendezvous
     /// is the wire's choice. An error is a negative libfabric error code,
-    /// and nothing was sent.
+    /// and nothing was sent. A wire reports nothing about `s.op` through
+    /// `up` during this call (the endpoint and the port record the
+    /// operation only once `send` says `Pending`).
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
 
     /// A kept rendezvous message is taken by receive `op` (see

@@ -297,6 +297,13 @@ impl<P: Port> Exec<P> {
         }
     }
 
+    /// A message's credit goes back to its producer.
+    fn free_credit(&mut self, c: ShmCredit) {
+        if let Some(g) = self.m.free_credit(c) {
+            self.port.give_credit(g.ring, g.freed);
+        }
+    }
+
     /// Does what the machine asks, feeding results back, until it asks
     /// nothing more. (Called after every input: the check that nothing
     /// is asked stays in the caller.)
@@ -348,7 +355,6 @@ impl<P: Port> Exec<P> {
                     self.m.grant_armed(ring, rid, g);
                 }
                 Action::RevokeGrant { ring, grant, rid } => self.port.revoke_grant(ring, grant, rid),
-                Action::GiveCredit { ring, freed } => self.port.give_credit(ring, freed),
                 Action::FreeRing { ring } => self.port.free_ring(ring),
             }
         }
@@ -509,14 +515,14 @@ impl<P: Port> Exec<P> {
     fn take(&mut self, held: u64, credit: ShmCredit, take: Take) {
         match take {
             Take::Accept { op, sink, ranges } => {
-                self.m.free_credit(credit);
+                self.free_credit(credit);
                 self.m.accept(held, op, sink, ranges)
             }
             Take::Kept => {}
             // `Done` is for eager messages; a rendezvous nobody takes is
             // let go rather than kept forever.
             Take::Discard | Take::Done => {
-                self.m.free_credit(credit);
+                self.free_credit(credit);
                 self.m.discard(held)
             }
         }
@@ -613,7 +619,7 @@ impl<P: Port> Wire for Exec<P> {
 
     fn give_back(&mut self, credit: Credit) {
         if let Credit::Shm(c) = credit {
-            self.m.free_credit(c);
+            self.free_credit(c);
             self.run();
         }
     }
@@ -651,7 +657,7 @@ impl<P: Port> Wire for Exec<P> {
                     // application takes it.
                     self.port.release(slot);
                     if !matches!(take, Take::Kept) {
-                        self.m.free_credit(credit);
+                        self.free_credit(credit);
                     }
                 }
                 Msg::Rndv {

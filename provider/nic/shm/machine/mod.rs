@@ -80,6 +80,14 @@ pub(crate) struct Config {
     pub rndv_threshold: usize,
 }
 
+/// Ring `ring`'s producer has `freed` credit bytes back (cumulative): what
+/// `Machine::free_credit` asks the executor to publish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GiveCredit {
+    pub ring: RingIx,
+    pub freed: u64,
+}
+
 /// What the executor must do, in order.
 #[derive(Debug)]
 pub(crate) enum Action {
@@ -112,8 +120,6 @@ pub(crate) enum Action {
     /// write under it that already runs (or for its writer to die):
     /// afterwards nothing is written under it.
     RevokeGrant { ring: RingIx, grant: usize, rid: u64 },
-    /// Ring `ring`'s producer has `freed` credit bytes back (cumulative).
-    GiveCredit { ring: RingIx, freed: u64 },
     /// Ring `ring` goes back to the pool of free rings.
     FreeRing { ring: RingIx },
 }

@@ -4,7 +4,8 @@
 //! broke the rules, went away or died.
 
 use super::{
-    Action, CmaErr, Copied, HeldRts, Machine, OnFrame, RingIn, RingIx, RxOp, RxState, Split, Token, SPLIT_MIN,
+    Action, CmaErr, Copied, GiveCredit, HeldRts, Machine, OnFrame, RingIn, RingIx, RxOp, RxState, Split, Token,
+    SPLIT_MIN,
 };
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
@@ -137,15 +138,18 @@ impl Machine {
     }
 
     /// The endpoint took the message holding `c` (or it was matched on
-    /// arrival): its producer may send that much more.
-    pub fn free_credit(&mut self, c: ShmCredit) {
-        let Some(rc) = self.rings.get_mut(c.ring).filter(|rc| rc.gen == c.gen) else {
-            return;
-        };
+    /// arrival): its producer may send that much more, which the executor
+    /// publishes at once (what it returns). Not an `Action`: it follows
+    /// nearly every message, and the queue costs more than the store.
+    #[must_use]
+    pub fn free_credit(&mut self, c: ShmCredit) -> Option<GiveCredit> {
+        let rc = self.rings.get_mut(c.ring).filter(|rc| rc.gen == c.gen)?;
         rc.held -= c.cost;
         rc.freed += c.cost;
-        let freed = rc.freed;
-        self.actions.push_back(Action::GiveCredit { ring: c.ring, freed });
+        Some(GiveCredit {
+            ring: c.ring,
+            freed: rc.freed,
+        })
     }
 
     /// Credit bytes held for messages of ring `ring`'s producer.

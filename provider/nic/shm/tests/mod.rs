@@ -163,6 +163,9 @@ pub(super) struct Up<M: Memory> {
     credits: Vec<Credit>,
     /// Messages discarded.
     pub discarded: usize,
+    /// The send being submitted: the wire must report nothing about it
+    /// during `send` (the endpoint records it only once `send` returns).
+    submitting: Option<OpId>,
 }
 
 impl<M: Memory> Up<M> {
@@ -180,6 +183,7 @@ impl<M: Memory> Up<M> {
             waiting: HashMap::new(),
             credits: Vec::new(),
             discarded: 0,
+            submitting: None,
         }
     }
 
@@ -188,6 +192,7 @@ impl<M: Memory> Up<M> {
     }
 
     fn send_done(&mut self, op: OpId, r: Result<(), i32>) {
+        assert_ne!(self.submitting, Some(op), "send {op} reported during Wire::send");
         assert!(self.sends.insert(op, r).is_none(), "send {op} ended twice");
         self.send_order.push(op);
     }
@@ -312,7 +317,10 @@ impl<P: Port, M: Memory> Node<P, M> {
             hdr,
             flags,
         };
-        match self.w.submit(s, src, &mut self.up) {
+        self.up.submitting = Some(op);
+        let r = self.w.submit(s, src, &mut self.up);
+        self.up.submitting = None;
+        match r {
             Ok(Sent::Done) => self.up.send_done(op, Ok(())),
             Ok(Sent::Pending) => {}
             // A negative error code; completions carry it positive.
