@@ -226,31 +226,36 @@ impl Upcall for Handler<'_> {
             }
             _ => m.consume(),
         };
+        // Eager: the receive ends here, so its record goes now (one
+        // lookup: the hot path of every small message).
+        let h = match body {
+            Body::Rndv(h) => h,
+            Body::Bytes(b) => {
+                let (mut r, done) = self.end_recv(op, src, peer, hdr);
+                let n = b.len().min(r.iov.total_len());
+                r.sink().write_at(0, &b[..n]);
+                self.finish_recv(done, None);
+                return Take::Done;
+            }
+            Body::Shared(s) => {
+                let (mut r, done) = self.end_recv(op, src, peer, hdr);
+                let n = s.len().min(r.iov.total_len());
+                r.sink().write_shared(&s, n);
+                self.finish_recv(done, None);
+                return Take::Done;
+            }
+        };
         let done = self.recv_done(op, src, peer, hdr);
         let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
             unreachable!("a posted receive is a Recv")
         };
-        let cap = r.iov.total_len();
-        match body {
-            Body::Bytes(b) => {
-                r.sink().write_at(0, &b[..b.len().min(cap)]);
-                self.complete_recv(op, done, None);
-                Take::Done
-            }
-            Body::Shared(s) => {
-                r.sink().write_shared(&s, s.len().min(cap));
-                self.complete_recv(op, done, None);
-                Take::Done
-            }
-            Body::Rndv(h) => {
-                if cap == 0 {
-                    self.complete_recv(op, done, None);
-                    return Take::Discard;
-                }
-                let (sink, ranges) = r.hand_to_wire(done, h.wire);
-                Take::Accept { op, sink, ranges }
-            }
+        // Rendezvous: the wire moves the data into the receive's buffers.
+        if r.iov.total_len() == 0 {
+            self.complete_recv(op, done, None);
+            return Take::Discard;
         }
+        let (sink, ranges) = r.hand_to_wire(done, h.wire);
+        Take::Accept { op, sink, ranges }
     }
 
     fn event(&mut self, e: WireEvent) {
@@ -411,6 +416,21 @@ impl Handler<'_> {
         let Some(Req::Recv(r)) = self.reqs.get(op) else {
             unreachable!("recv_done of a receive")
         };
+        self.done_of(r, src, peer, hdr)
+    }
+
+    /// Receive `op` ends: its record, and what it will report.
+    #[inline(always)]
+    fn end_recv(&mut self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> (RecvReq, RecvDone) {
+        let Some(Req::Recv(r)) = self.reqs.remove(op) else {
+            unreachable!("a posted receive is a Recv")
+        };
+        let done = self.done_of(&r, src, peer, hdr);
+        (r, done)
+    }
+
+    /// `recv_done` of a receive in hand.
+    fn done_of(&self, r: &RecvReq, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
         let cap = r.iov.total_len();
         let mlen = hdr.len as usize;
         RecvDone {
@@ -609,6 +629,11 @@ impl Handler<'_> {
     /// entry) is written, its counter counts.
     fn complete_recv(&mut self, op: OpId, d: RecvDone, err: Option<i32>) {
         self.reqs.remove(op);
+        self.finish_recv(d, err);
+    }
+
+    /// `complete_recv` of a receive whose record is gone already.
+    fn finish_recv(&mut self, d: RecvDone, err: Option<i32>) {
         let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
         if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
             flags |= FI_REMOTE_CQ_DATA;

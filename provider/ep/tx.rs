@@ -161,7 +161,16 @@ impl Ep {
 
 /// The buffers of a send or receive (`what`): at most `limit` pieces, none
 /// of them a NULL address with a length.
+#[inline]
 pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
+    if iov.count() <= limit && iov.iter().all(|(p, l)| p != 0 || l == 0) {
+        return Ok(());
+    }
+    bad_iov(iov, limit, what)
+}
+
+#[cold]
+fn bad_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
     if iov.count() > limit {
         crate::warn!(FI_LOG_EP_DATA, "{}: {} iovs > iov_limit {}", what, iov.count(), limit);
         return Err(-FI_EINVAL as isize);

@@ -131,6 +131,13 @@ impl SendSource for IovSource {
         self.len
     }
     fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
+        if let [(base, len)] = self.iov.0[..] {
+            // One buffer, the common case: no loop.
+            let n = len.saturating_sub(offset).min(dst.len());
+            // SAFETY: as below, for the one range of the Iov.
+            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
+            return;
+        }
         for (base, len) in self.iov.iter() {
             if dst.is_empty() {
                 break;

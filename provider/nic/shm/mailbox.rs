@@ -415,6 +415,12 @@ impl SlotWriter<'_> {
     pub fn publish(self) -> bool {
         let pos = self.out.tail;
         self.out.tail += 1;
+        let next = self.off + self.out.geo.slot_size;
+        self.out.tail_off = if next == self.out.end_off {
+            self.out.first_off
+        } else {
+            next
+        };
         self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
         // Pairs with the fence in Mailbox::arm: either the sleeper sees
         // this slot when it re-checks, or we see its flag here.
@@ -430,6 +436,12 @@ pub struct Outbox {
     geo: Geometry,
     ring: usize,
     tail: u64,
+    /// Offset of slot `tail % depth` (kept as we go: no division per
+    /// message, the producer's hot path), and of the ring's first slot
+    /// and its end.
+    tail_off: usize,
+    first_off: usize,
+    end_off: usize,
     owner: Liveness,
     /// Credit bytes the owner lends this ring (0: no limit).
     loan: u64,
@@ -541,6 +553,9 @@ impl Outbox {
             geo,
             ring,
             tail: 0,
+            tail_off: geo.ring_off(ring) + RING_HDR,
+            first_off: geo.ring_off(ring) + RING_HDR,
+            end_off: geo.ring_off(ring) + RING_HDR + geo.depth * geo.slot_size,
             owner,
             loan,
         }))
@@ -548,8 +563,7 @@ impl Outbox {
 
     /// Offset of the next slot, if the consumer has handed it back.
     fn next_free(&self) -> Option<usize> {
-        let idx = (self.tail % self.geo.depth as u64) as usize;
-        let off = self.geo.ring_off(self.ring) + RING_HDR + idx * self.geo.slot_size;
+        let off = self.tail_off;
         // First lap: every slot is free (fresh or reset ring, see connect).
         if self.tail >= self.geo.depth as u64 && self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
             return None;
