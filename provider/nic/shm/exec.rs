@@ -364,8 +364,10 @@ impl<P: Port> Exec<P> {
     /// the way are handled (their ends come as events).
     pub(crate) fn poll_one(&mut self) -> Option<Msg<P::Slot>> {
         self.port.claims(&mut self.claims);
-        for c in self.claims.drain(..) {
-            self.m.ring_claimed(c.ring, c.peer, c.pid);
+        if !self.claims.is_empty() {
+            for c in self.claims.drain(..) {
+                self.m.ring_claimed(c.ring, c.peer, c.pid);
+            }
         }
         // The polling loop of every receiver: no division, no allocation.
         let len = self.m.active().len();

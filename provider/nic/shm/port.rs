@@ -120,6 +120,22 @@ pub(crate) struct MailboxPort {
 }
 
 impl MailboxPort {
+    /// Rings claimed since the last look (`Port::claims`).
+    #[cold]
+    fn scan_claims(&mut self, out: &mut Vec<Claim>) {
+        let mut fresh = Vec::new();
+        self.mb.scan_claims(&mut fresh);
+        for ring in fresh {
+            let info = self.mb.rings[ring].expect("claimed ring has a peer");
+            self.senders[ring] = Some(Liveness::watch(info.pid));
+            out.push(Claim {
+                ring,
+                peer: info.peer,
+                pid: info.pid,
+            });
+        }
+    }
+
     /// Creates the mailbox of the endpoint at `me`.
     pub fn new(me: SocketAddr, geo: Geometry, loan: u64) -> io::Result<MailboxPort> {
         let uid = mailbox::euid();
@@ -249,20 +265,11 @@ impl Port for MailboxPort {
         r.map_err(cma_err)
     }
 
+    #[inline]
     fn claims(&mut self, out: &mut Vec<Claim>) {
-        if !self.mb.claims_changed() {
-            return;
-        }
-        let mut fresh = Vec::new();
-        self.mb.scan_claims(&mut fresh);
-        for ring in fresh {
-            let info = self.mb.rings[ring].expect("claimed ring has a peer");
-            self.senders[ring] = Some(Liveness::watch(info.pid));
-            out.push(Claim {
-                ring,
-                peer: info.peer,
-                pid: info.pid,
-            });
+        // Every progress pass asks; rings are claimed rarely.
+        if self.mb.claims_changed() {
+            self.scan_claims(out);
         }
     }
 
