@@ -15,9 +15,20 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 /// format") would tell Open MPI there is no room for a communicator id.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
-pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
-pub const SECONDARY_CAPS: u64 =
-    FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
+pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV;
+/// One-sided roles: initiator (FI_READ, FI_WRITE) and target
+/// (FI_REMOTE_READ, FI_REMOTE_WRITE); naming none means all four.
+pub const RMA_ROLES: u64 = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+/// FI_RMA_EVENT: peers' accesses count on the endpoint's FI_REMOTE_READ /
+/// FI_REMOTE_WRITE counters and on counters bound to the region.
+pub const SECONDARY_CAPS: u64 = FI_SOURCE
+    | FI_SOURCE_ERR
+    | FI_DIRECTED_RECV
+    | FI_MULTI_RECV
+    | FI_LOCAL_COMM
+    | FI_REMOTE_COMM
+    | RMA_ROLES
+    | FI_RMA_EVENT;
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 /// What an info says when the hints name no capabilities (NULL hints, or
 /// caps 0): everything but `FI_SOURCE_ERR`. That one changes what the
@@ -30,8 +41,18 @@ pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR;
 /// FI_LOCAL_COMM/FI_REMOTE_COMM are domain-level: they belong in info and
 /// domain caps, not in tx/rx caps (fabtests getinfo_caps checks this).
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND;
-pub const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE | FI_SOURCE_ERR | FI_DIRECTED_RECV | FI_MULTI_RECV;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_READ | FI_WRITE;
+pub const RX_CAPS: u64 = FI_MSG
+    | FI_TAGGED
+    | FI_RMA
+    | FI_RECV
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE
+    | FI_RMA_EVENT
+    | FI_SOURCE
+    | FI_SOURCE_ERR
+    | FI_DIRECTED_RECV
+    | FI_MULTI_RECV;
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Operation flags an application may set as endpoint defaults.
 pub const TX_OP_FLAGS: u64 =
@@ -321,9 +342,9 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
     }
     if h.caps != 0 {
         let mut caps = h.caps;
-        if caps & (FI_MSG | FI_TAGGED) == 0 {
+        if caps & (FI_MSG | FI_TAGGED | FI_RMA) == 0 {
             // Secondary caps alone: the primary ones come with them.
-            caps |= FI_MSG | FI_TAGGED;
+            caps |= FI_MSG | FI_TAGGED | if caps & RMA_ROLES != 0 { FI_RMA } else { 0 };
         }
         if caps & (FI_SEND | FI_RECV) == 0 {
             caps |= FI_SEND | FI_RECV;
@@ -398,8 +419,8 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         if tx.iov_limit > MAX_IOV {
             nomatch!("tx iov_limit {}", tx.iov_limit);
         }
-        if tx.rma_iov_limit > 0 {
-            nomatch!("rma_iov_limit (no RMA)");
+        if tx.rma_iov_limit > MAX_IOV {
+            nomatch!("rma_iov_limit {}", tx.rma_iov_limit);
         }
     }
     // SAFETY: as for `h`.
@@ -725,7 +746,7 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     tx.inject_size = o.inject_size;
     tx.size = o.tx_size;
     tx.iov_limit = o.tx_iov_limit;
-    tx.rma_iov_limit = 0;
+    tx.rma_iov_limit = if o.caps & FI_RMA != 0 { MAX_IOV } else { 0 };
     let rx = unsafe { &mut *info.rx_attr };
     rx.caps = o.caps & RX_CAPS;
     rx.mode = o.mode;

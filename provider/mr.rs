@@ -1,11 +1,13 @@
 //! Memory registration. gnix needs no registration to move messages (the
-//! wires copy or use cross-memory attach), so an MR is the record RMA and
-//! atomics will check a remote access against: its iovs, access rights and
-//! key.
+//! wires copy or use cross-memory attach), so an MR is the record a remote
+//! access (RMA, atomics) is checked against: its iovs, access rights and
+//! key (`MrTable::resolve`).
 
+use crate::cntr::Cntr;
 use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Table};
+use crate::nic::iov::Iov;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,14 +15,24 @@ use std::sync::{Arc, Mutex, Weak};
 
 pub struct Mr {
     pub domain: ParentRef<Domain>,
-    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub iov: Vec<(usize, usize)>,
-    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub access: u64,
-    #[expect(dead_code, reason = "what RMA and atomics will check a remote access against")]
     pub offset: u64,
     pub key: u64,
+    /// Counters bound with fi_mr_bind (FI_RMA_EVENT): peers' reads and
+    /// writes of this region.
+    cntrs: Mutex<MrCntrs>,
 }
+
+#[derive(Default)]
+struct MrCntrs {
+    read: Option<ParentRef<Cntr>>,
+    write: Option<ParentRef<Cntr>>,
+}
+
+/// The counter a peer's access to a region counts on, if one is bound
+/// (`fi_mr_bind`).
+pub type MrEvent = Option<Arc<Cntr>>;
 
 impl Drop for Mr {
     fn drop(&mut self) {
@@ -38,16 +50,106 @@ pub struct MrTable {
     keys: Mutex<HashMap<u64, Weak<Mr>>>,
     next: AtomicU64,
     prov_key: bool,
+    /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR, FI_MR_BASIC),
+    /// else offsets from the registration's `offset` (FI_MR_SCALABLE and
+    /// the modern default).
+    virt_addr: bool,
 }
 
 impl MrTable {
     pub fn new(mr_mode: i32) -> Self {
-        let prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC as i32;
+        let basic = mr_mode == FI_MR_BASIC as i32;
         MrTable {
             keys: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
-            prov_key,
+            prov_key: mr_mode & FI_MR_PROV_KEY != 0 || basic,
+            virt_addr: mr_mode & FI_MR_VIRT_ADDR != 0 || basic,
         }
+    }
+
+    /// The target side of a one-sided access: `len` bytes at remote address
+    /// `addr` of the region registered under `key`, with `access`
+    /// (FI_REMOTE_READ, FI_REMOTE_WRITE). The memory as an `Iov`, or the
+    /// error the initiator's operation fails with (positive; as
+    /// libfabric's own providers answer: FI_EINVAL for an unknown key,
+    /// FI_EACCES for rights or a range outside the registration).
+    pub fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(Iov, MrEvent), i32> {
+        let Some(mr) = self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade) else {
+            crate::warn!(FI_LOG_MR, "remote access with unknown key {:#x}", key);
+            return Err(FI_EINVAL as i32);
+        };
+        if mr.access & access != access {
+            crate::warn!(
+                FI_LOG_MR,
+                "remote access {:#x} to key {:#x}, registered for {:#x}",
+                access,
+                key,
+                mr.access
+            );
+            return Err(FI_EACCES as i32);
+        }
+        let Some(ranges) = mr.locate(addr, len, self.virt_addr) else {
+            crate::warn!(
+                FI_LOG_MR,
+                "remote access [{:#x}, +{}) outside the region of key {:#x}",
+                addr,
+                len,
+                key
+            );
+            return Err(FI_EACCES as i32);
+        };
+        let cntrs = mr.cntrs.lock().unwrap();
+        let cntr = if access & FI_REMOTE_WRITE != 0 {
+            &cntrs.write
+        } else {
+            &cntrs.read
+        };
+        let ev = cntr.as_ref().map(|c| c.0.clone());
+        // SAFETY: the application registered these ranges for remote
+        // access with these rights (fi_mr(3)): they stay valid while the
+        // registration is open, and libfabric leaves it to the application
+        // not to touch memory a peer's operation is reading or writing
+        // (fi_rma(3)); `locate` kept the ranges inside the registration.
+        Ok((unsafe { Iov::from_raw(ranges) }, ev))
+    }
+}
+
+impl Mr {
+    /// The pieces of this registration that `len` bytes at remote address
+    /// `addr` name, in order; None outside it.
+    fn locate(&self, addr: u64, len: u64, virt_addr: bool) -> Option<Vec<(usize, usize)>> {
+        if virt_addr {
+            // A virtual address: within one of the registered buffers.
+            let (a, l) = (addr as usize, len as usize);
+            let end = a.checked_add(l)?;
+            return self
+                .iov
+                .iter()
+                .any(|&(b, bl)| a >= b && end <= b + bl)
+                .then(|| vec![(a, l)]);
+        }
+        // An offset into the registered buffers, one after the other.
+        let mut off = addr.checked_sub(self.offset)? as usize;
+        let mut left = len as usize;
+        let total: usize = self.iov.iter().map(|r| r.1).sum();
+        if off.checked_add(left)? > total {
+            return None;
+        }
+        let mut out = Vec::with_capacity(1);
+        for &(b, l) in &self.iov {
+            if left == 0 {
+                break;
+            }
+            if off >= l {
+                off -= l;
+                continue;
+            }
+            let n = (l - off).min(left);
+            out.push((b + off, n));
+            left -= n;
+            off = 0;
+        }
+        Some(out)
     }
 }
 
@@ -114,6 +216,7 @@ unsafe fn register(
         access,
         offset,
         key,
+        cntrs: Mutex::new(MrCntrs::default()),
     });
     keys.insert(key, Arc::downgrade(&mr));
     drop(keys);
@@ -256,22 +359,67 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
     })
 }
 
-unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, _flags: u64) -> i32 {
+unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> i32 {
     abi_guard!("bind", -FI_EOTHER, || {
         // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
-        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() || b.is_null() {
+        let Some(mr) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }) else {
+            return -FI_EINVAL;
+        };
+        if b.is_null() {
             return -FI_EINVAL;
         }
-        // Only FI_MR_ENDPOINT / FI_RMA_EVENT need binding; gnix asks for neither.
-        crate::warn!(
-            FI_LOG_MR,
-            "fi_mr_bind: not needed by gnix (no FI_MR_ENDPOINT, no FI_RMA_EVENT)"
-        );
-        -FI_ENOSYS
+        // SAFETY: `b` is non-NULL: a fid the application holds.
+        match unsafe { (*b).fclass } as u32 {
+            FI_CLASS_CNTR => {
+                // FI_RMA_EVENT: the counter counts peers' accesses to the region.
+                // SAFETY: a fid the application holds; `from_fid` checks class and magic.
+                let Some(c) = (unsafe { crate::cntr::from_fid(b as *const c_void) }) else {
+                    return -FI_EINVAL;
+                };
+                if flags & !(FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 || flags == 0 {
+                    crate::warn!(FI_LOG_MR, "fi_mr_bind(cntr): flags {:#x}", flags);
+                    return -FI_EBADFLAGS;
+                }
+                let mut cntrs = mr.cntrs.lock().unwrap();
+                if flags & FI_REMOTE_READ != 0 {
+                    cntrs.read = Some(ParentRef::new(&c));
+                }
+                if flags & FI_REMOTE_WRITE != 0 {
+                    cntrs.write = Some(ParentRef::new(&c));
+                }
+                0
+            }
+            // FI_MR_ENDPOINT: gnix does not ask for it, so a registration
+            // already serves every endpoint of its domain.
+            FI_CLASS_EP => 0,
+            c => {
+                crate::warn!(FI_LOG_MR, "fi_mr_bind: cannot bind a fid of class {}", c);
+                -FI_EINVAL
+            }
+        }
     })
 }
 
-static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), None, None));
+/// fi_mr_enable and fi_mr_refresh: a registration is live from fi_mr_reg
+/// on (gnix needs no FI_MR_RMA_EVENT step), and gnix caches no pages, so
+/// there is nothing to refresh.
+unsafe extern "C" fn control(f: *mut fid, command: i32, _arg: *mut c_void) -> i32 {
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        if (unsafe { Obj::get(f as *const c_void, FI_CLASS_MR) }).is_none() {
+            return -FI_EINVAL;
+        }
+        match command as u32 {
+            FI_ENABLE | FI_REFRESH => 0,
+            c => {
+                crate::warn!(FI_LOG_MR, "fi_control(mr): command {} not supported", c);
+                -FI_ENOSYS
+            }
+        }
+    })
+}
+
+static MR_FI_OPS: Table<fi_ops> = Table(base_ops(close, Some(bind), Some(control), None));
 pub static MR_OPS: Table<fi_ops_mr> = Table(fi_ops_mr {
     size: std::mem::size_of::<fi_ops_mr>(),
     reg: Some(reg),

@@ -35,11 +35,10 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
                 cq.remove_source(&prog);
                 cq.refs.put();
             }
-            for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
+            for c in b.cntrs() {
                 c.remove_source(&prog);
-                c.refs.put();
             }
-            for c in &b.rma_cntrs {
+            for c in b.cntrs() {
                 c.refs.put();
             }
             if let Some(av) = &b.av {
@@ -123,26 +122,29 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
                 if flags & !known != 0 || flags & known == 0 {
                     return -FI_EBADFLAGS;
                 }
-                if flags & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
-                    // No RMA operation can run on this endpoint (FI_RMA is not
-                    // offered), so such a counter never counts; MPICH binds one
-                    // regardless, and refusing would fail its MPI_Init.
-                    c.refs.get();
-                    b.rma_cntrs.push(c.clone());
+                let b: &mut super::Bindings = &mut b;
+                let mut slots = [
+                    (FI_SEND, &mut b.send_cntr),
+                    (FI_RECV, &mut b.recv_cntr),
+                    (FI_READ, &mut b.read_cntr),
+                    (FI_WRITE, &mut b.write_cntr),
+                    (FI_REMOTE_READ, &mut b.rem_read_cntr),
+                    (FI_REMOTE_WRITE, &mut b.rem_write_cntr),
+                ];
+                // One counter per role: nothing is bound if a role has one.
+                if slots.iter().any(|(bit, slot)| flags & bit != 0 && slot.is_some()) {
+                    crate::warn!(
+                        FI_LOG_EP_CTRL,
+                        "fi_ep_bind(cntr): a counter is bound for {:#x} already",
+                        flags
+                    );
+                    return -FI_EINVAL;
                 }
-                if flags & FI_SEND != 0 {
-                    if b.send_cntr.is_some() {
-                        return -FI_EINVAL;
+                for (bit, slot) in slots.iter_mut() {
+                    if flags & *bit != 0 {
+                        c.refs.get();
+                        **slot = Some(c.clone());
                     }
-                    c.refs.get();
-                    b.send_cntr = Some(c.clone());
-                }
-                if flags & FI_RECV != 0 {
-                    if b.recv_cntr.is_some() {
-                        return -FI_EINVAL;
-                    }
-                    c.refs.get();
-                    b.recv_cntr = Some(c.clone());
                 }
             }
             FI_CLASS_EQ => {
@@ -189,8 +191,12 @@ fn enable(ep: &Arc<Ep>) -> i32 {
     for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
         cq.add_source(prog.clone());
     }
-    for c in [&b.send_cntr, &b.recv_cntr].into_iter().flatten() {
-        c.add_source(prog.clone());
+    let cntrs: Vec<_> = b.cntrs().collect();
+    for (i, c) in cntrs.iter().enumerate() {
+        // Once per counter, however many roles it has here.
+        if !cntrs[..i].iter().any(|d| Arc::ptr_eq(c, d)) {
+            c.add_source(prog.clone());
+        }
     }
     let _ = ep.binds.set(b);
     ep.enabled.store(true, Ordering::Release);

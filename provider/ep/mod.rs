@@ -27,8 +27,10 @@
 //! their own (taken after this one, never before).
 
 mod ctl;
+mod rma;
 mod rx;
 mod shims;
+mod shims_rma;
 #[cfg(test)]
 mod tests;
 mod tx;
@@ -40,6 +42,7 @@ use crate::cq::Cq;
 use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{fid_header, FidObj, ParentRef};
+use crate::mr::MrEvent;
 use crate::nic::fabreq::FabReqs;
 use crate::nic::port::Port;
 use crate::nic::shm::ShmWire;
@@ -69,11 +72,32 @@ struct Bindings {
     rx_selective: bool,
     send_cntr: Option<Arc<Cntr>>,
     recv_cntr: Option<Arc<Cntr>>,
-    /// Bound for RMA events, which cannot happen yet: held, never counted.
-    rma_cntrs: Vec<Arc<Cntr>>,
+    /// One-sided completions: ours (FI_READ, FI_WRITE), and peers' on our
+    /// memory (FI_REMOTE_READ, FI_REMOTE_WRITE).
+    read_cntr: Option<Arc<Cntr>>,
+    write_cntr: Option<Arc<Cntr>>,
+    rem_read_cntr: Option<Arc<Cntr>>,
+    rem_write_cntr: Option<Arc<Cntr>>,
     /// Held so the EQ cannot close under the endpoint; RDM endpoints have
     /// no asynchronous events to report in it yet.
     eq: Option<Arc<crate::eq::Eq>>,
+}
+
+impl Bindings {
+    /// Every counter bound, once per role (send, recv, read, write,
+    /// remote read, remote write).
+    fn cntrs(&self) -> impl Iterator<Item = &Arc<Cntr>> {
+        [
+            &self.send_cntr,
+            &self.recv_cntr,
+            &self.read_cntr,
+            &self.write_cntr,
+            &self.rem_read_cntr,
+            &self.rem_write_cntr,
+        ]
+        .into_iter()
+        .flatten()
+    }
 }
 
 /// What the endpoint's lock guards: its wires, its operations, its
@@ -82,14 +106,15 @@ struct EpState {
     port: Port,
     reqs: FabReqs<Req>,
     rx: Rx,
+    os: rma::Onesided,
 }
 
 impl EpState {
     /// The receive and transmit paths (`Handler`, also the wires'
     /// upcall), apart from the port whose wires they drive.
     fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
-        let EpState { port, reqs, rx } = self;
-        (port, Handler { face, rx, reqs })
+        let EpState { port, reqs, rx, os } = self;
+        (port, Handler { face, rx, reqs, os })
     }
 }
 
@@ -110,6 +135,16 @@ pub(super) trait Face {
     fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>);
     /// A peek's answer (or with `err`, FI_ENOMSG): an entry, no counter.
     fn rx_peek(&self, entry: CqEntry, err: Option<i32>);
+    /// A one-sided operation of ours ended: its entry (or error entry) and
+    /// its counter (FI_READ or FI_WRITE).
+    fn rma_complete(&self, r: &rma::RmaReq, err: Option<i32>);
+    /// A peer may touch `len` bytes of our memory at `addr` under `key`
+    /// with `access` (`nic::wire::Upcall::resolve`).
+    fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(crate::nic::iov::Iov, MrEvent), i32>;
+    /// A peer's one-sided operation on our memory completed (`access`:
+    /// FI_REMOTE_READ or FI_REMOTE_WRITE): the endpoint's counter and the
+    /// region's (`ev`), and for remote CQ data an entry in the receive CQ.
+    fn remote_done(&self, access: u64, data: Option<u64>, len: usize, ev: MrEvent);
 }
 
 pub struct Ep {
@@ -123,6 +158,7 @@ pub struct Ep {
     rx_size: usize,
     tx_iov_limit: usize,
     rx_iov_limit: usize,
+    rma_iov_limit: usize,
     max_msg_size: usize,
     pending_binds: Mutex<Bindings>,
     binds: OnceLock<Bindings>,
@@ -213,6 +249,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         port: Port::new(udp, shm, tx_size),
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
+        os: rma::Onesided::default(),
     })
 }
 
@@ -245,6 +282,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         rx_size: o.rx_size,
         tx_iov_limit: o.tx_iov_limit,
         rx_iov_limit: o.rx_iov_limit,
+        rma_iov_limit: crate::getinfo::MAX_IOV,
         max_msg_size: o.max_msg_size,
         pending_binds: Mutex::new(Bindings::default()),
         binds: OnceLock::new(),
@@ -259,7 +297,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         ops: ctl::EP_OPS.ptr(),
         cm: ctl::CM_OPS.ptr(),
         msg: shims::MSG_OPS.ptr(),
-        rma: unsupported::RMA_OPS.ptr(),
+        rma: shims_rma::RMA_OPS.ptr(),
         tagged: shims::TAGGED_OPS.ptr(),
         atomic: unsupported::ATOMIC_OPS.ptr(),
         collective: unsupported::COLLECTIVE_OPS.ptr(),
@@ -294,6 +332,9 @@ impl Ep {
     fn progress_locked(&self, st: &mut EpState, now: u64) {
         let (port, mut h) = st.split(self);
         port.progress(now, &mut h);
+        // Answers to peers' one-sided requests, queued while the wires
+        // were calling us.
+        h.send_replies(port, now);
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -431,12 +472,73 @@ impl Face for Ep {
         }
     }
 
+    fn rma_complete(&self, r: &rma::RmaReq, err: Option<i32>) {
+        self.rma_face_complete(r, err)
+    }
+
+    fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(crate::nic::iov::Iov, MrEvent), i32> {
+        self.domain.mrs.resolve(key, addr, len, access)
+    }
+
+    fn remote_done(&self, access: u64, data: Option<u64>, len: usize, ev: MrEvent) {
+        if let Some(c) = ev {
+            c.inc();
+        }
+        let b = self.binds();
+        if access & FI_REMOTE_READ != 0 {
+            count(&b.rem_read_cntr, None);
+        }
+        if access & FI_REMOTE_WRITE != 0 {
+            count(&b.rem_write_cntr, None);
+        }
+        // fi_rma(3): remote CQ data makes an entry at the target.
+        if let (Some(data), Some(cq)) = (data, &b.rx_cq) {
+            cq.push(CqEntry {
+                flags: FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA,
+                len,
+                data,
+                ..CqEntry::default()
+            });
+        }
+    }
+
     fn rx_peek(&self, entry: CqEntry, err: Option<i32>) {
         if let Some(cq) = &self.binds().rx_cq {
             match err {
                 None => cq.push(entry),
                 Some(e) => cq.push_err(CqError::new(entry, e)),
             }
+        }
+    }
+}
+
+impl Ep {
+    fn rma_face_complete(&self, r: &rma::RmaReq, err: Option<i32>) {
+        let b = self.binds();
+        count(
+            if r.flags & FI_READ != 0 {
+                &b.read_cntr
+            } else {
+                &b.write_cntr
+            },
+            err,
+        );
+        if r.silent {
+            return;
+        }
+        let entry = CqEntry {
+            op_context: r.ctx as *mut c_void,
+            flags: r.flags & (FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE),
+            ..CqEntry::default()
+        };
+        let Some(cq) = &b.tx_cq else { return };
+        match err {
+            None => {
+                if !b.tx_selective || r.flags & FI_COMPLETION != 0 {
+                    cq.push(entry);
+                }
+            }
+            Some(e) => cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e)),
         }
     }
 }

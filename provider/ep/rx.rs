@@ -5,6 +5,7 @@
 //! (`Handler`): arrivals, and the ends of operations, sends included.
 #![forbid(unsafe_code)]
 
+use super::rma::{Landing, Onesided, RmaPart, RmaReq, Staged};
 use super::{Ep, Face};
 use crate::cq::CqEntry;
 use crate::ffi::*;
@@ -24,6 +25,12 @@ pub(crate) enum Req {
     /// An FI_MULTI_RECV buffer: messages are packed into it (each a
     /// `Recv` of its own) until less than the endpoint's minimum is left.
     Multi(MultiBuf),
+    /// A one-sided operation of ours, and its parts (`rma.rs`).
+    Rma(RmaReq),
+    Part(Box<RmaPart>),
+    /// A peer's one-sided request or write data on its way in.
+    Staged(Box<Staged>),
+    Landing(Box<Landing>),
 }
 
 /// A send in flight.
@@ -170,6 +177,7 @@ pub(super) struct Handler<'a> {
     pub(super) face: &'a dyn Face,
     pub(super) rx: &'a mut Rx,
     pub(super) reqs: &'a mut FabReqs<Req>,
+    pub(super) os: &'a mut Onesided,
 }
 
 impl Upcall for Handler<'_> {
@@ -180,6 +188,9 @@ impl Upcall for Handler<'_> {
             body,
             credit,
         } = a;
+        if hdr.flags & crate::nic::onesided::ONESIDED != 0 {
+            return self.onesided_arrived(peer, hdr, body, credit);
+        }
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_cached(&peer);
         let tag = if tagged { hdr.tag } else { 0 };
@@ -265,8 +276,6 @@ impl Upcall for Handler<'_> {
             WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
             WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
             WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
-            // No wire starts one-sided operations yet (issue 17).
-            WireEvent::RemoteDone(_) => {}
         }
     }
 }
@@ -615,8 +624,12 @@ impl Handler<'_> {
 
     /// A receive's data is in (or failed to come): its completion.
     fn recv_finished(&mut self, op: OpId, written: Option<usize>, err: Option<i32>) {
-        let Some(Req::Recv(RecvReq { done: Some(b), .. })) = self.reqs.get(op) else {
-            return;
+        let b = match self.reqs.get(op) {
+            Some(Req::Recv(RecvReq { done: Some(b), .. })) => b,
+            Some(Req::Part(_)) => return self.part_received(op, err),
+            Some(Req::Staged(_)) => return self.staged_received(op, err),
+            Some(Req::Landing(_)) => return self.landed(op, err),
+            _ => return,
         };
         let mut d = b.0;
         if let Some(w) = written {

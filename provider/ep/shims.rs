@@ -17,7 +17,7 @@ use std::ffi::c_void;
 /// they name must meet `Iov::from_raw`'s contract: libfabric's, that they
 /// stay valid (readable for a send, writable and untouched for a receive)
 /// until the operation's completion (fi_msg(3), fi_tagged(3)).
-unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
+pub(super) unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
     if count == 0 {
         return Some(Iov::empty());
     }
@@ -37,7 +37,7 @@ unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
 /// As for `iov_of`: `buf` holds `len` bytes that stay valid until the
 /// operation's completion (fi_msg(3), fi_tagged(3)); for an inject, until
 /// the call returns (the data is copied or sent by then).
-unsafe fn one(buf: *const c_void, len: usize) -> Iov {
+pub(super) unsafe fn one(buf: *const c_void, len: usize) -> Iov {
     if len == 0 {
         Iov::empty()
     } else {

@@ -190,7 +190,7 @@ impl Handler<'_> {
     /// that is no operation's (inject-complete sends not yet
     /// acknowledged, shm control frames waiting for ring space). A
     /// receiver that stops reading cannot make us buffer without bound.
-    fn tx_used(&self, wires: &dyn Wires) -> usize {
+    pub(super) fn tx_used(&self, wires: &dyn Wires) -> usize {
         self.reqs.len(Dir::Tx) + wires.backlog()
     }
 
@@ -234,8 +234,14 @@ impl Handler<'_> {
 
     /// Send `op` ended: its FabReq goes, its completion is written.
     pub(super) fn send_finished(&mut self, op: OpId, err: Option<i32>) {
-        if let Some(Req::Send(r)) = self.reqs.remove(op) {
-            self.face.tx_complete(&r, err);
+        match self.reqs.get(op) {
+            Some(Req::Send(_)) => {
+                if let Some(Req::Send(r)) = self.reqs.remove(op) {
+                    self.face.tx_complete(&r, err);
+                }
+            }
+            Some(Req::Part(_)) => self.part_sent(op, err),
+            _ => {}
         }
     }
 }

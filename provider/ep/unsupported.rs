@@ -1,9 +1,9 @@
-//! The ops tables of what gnix endpoints do not offer yet: RMA, atomics
-//! and collectives (FI_RMA, FI_ATOMIC and FI_COLLECTIVE are not in any
-//! `fi_info` gnix returns).
+//! The ops tables of what gnix endpoints do not offer yet: atomics and
+//! collectives (FI_ATOMIC and FI_COLLECTIVE are not in any `fi_info` gnix
+//! returns).
 //!
 //! libfabric's inline wrappers (`fi_write`, `fi_atomicvalid`, `fi_barrier`,
-//! ...) call straight through `ep->rma`, `ep->atomic` and `ep->collective`:
+//! ...) call straight through `ep->atomic` and `ep->collective`:
 //! a NULL table is a segmentation fault in the application. Every entry
 //! here answers `-FI_ENOSYS` with a warning instead, so a program that
 //! probes for a feature (as MPI libraries do with `fi_atomicvalid`) gets a
@@ -27,54 +27,6 @@ macro_rules! refuse {
         }
     };
 }
-
-mod rma {
-    use super::*;
-
-    refuse!(
-        "fi_rma",
-        read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize
-    );
-    refuse!(
-        "fi_rma",
-        readv(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize
-    );
-    refuse!("fi_rma", readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize);
-    refuse!(
-        "fi_rma",
-        write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize
-    );
-    refuse!(
-        "fi_rma",
-        writev(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize
-    );
-    refuse!("fi_rma", writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize);
-    refuse!(
-        "fi_rma",
-        inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize
-    );
-    refuse!(
-        "fi_rma",
-        writedata(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void) -> isize
-    );
-    refuse!(
-        "fi_rma",
-        injectdata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize
-    );
-}
-
-pub(super) static RMA_OPS: Table<fi_ops_rma> = Table(fi_ops_rma {
-    size: std::mem::size_of::<fi_ops_rma>(),
-    read: Some(rma::read),
-    readv: Some(rma::readv),
-    readmsg: Some(rma::readmsg),
-    write: Some(rma::write),
-    writev: Some(rma::writev),
-    writemsg: Some(rma::writemsg),
-    inject: Some(rma::inject),
-    writedata: Some(rma::writedata),
-    injectdata: Some(rma::injectdata),
-});
 
 mod atomic {
     use super::*;

@@ -117,12 +117,35 @@ impl Iov {
 pub(crate) struct IovSource {
     iov: Iov,
     len: usize,
+    /// Bytes of our own the source reads before `iov` (a one-sided
+    /// request's header, a reply's values), kept here so they live as
+    /// long as the send: `iov`'s first range names them.
+    _head: Option<Box<[u8]>>,
 }
 
 impl IovSource {
     pub(crate) fn new(iov: Iov) -> Self {
         let len = iov.total_len();
-        IovSource { iov, len }
+        IovSource { iov, len, _head: None }
+    }
+
+    /// `head`, then `iov`: a message whose first bytes are ours (a
+    /// one-sided operation's header) and the rest the application's.
+    pub(crate) fn with_head(head: Box<[u8]>, iov: Iov) -> Self {
+        let mut ranges: SmallVec<[(usize, usize); 2]> = SmallVec::new();
+        ranges.push((head.as_ptr() as usize, head.len()));
+        ranges.extend(iov.iter());
+        let len = head.len() + iov.total_len();
+        // `head` is a heap allocation owned by this source, never written
+        // after this point and freed only with the source, which lives as
+        // long as the send (the range stays readable and unwritten: the
+        // `Iov::from_raw` contract); the other ranges keep the contract
+        // `iov`'s maker vouched for.
+        IovSource {
+            iov: Iov(ranges),
+            len,
+            _head: Some(head),
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub(crate) mod fabreq;
 pub(crate) mod iov;
+pub(crate) mod onesided;
 pub(crate) mod port;
 // Being rewritten as a sans-IO machine (issue 16); its dead code is
 // reported there, not here.

@@ -167,6 +167,10 @@ impl Wires for Port {
     /// Over shm when the peer is on this host and has a mailbox (decided
     /// once per peer, so messages to one peer stay on one wire, hence in
     /// order), udp otherwise.
+    fn tx_free(&self) -> usize {
+        self.txds.free()
+    }
+
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
         let local = self.shm.as_mut().is_some_and(|w| w.reaches(s.peer));
         let (wire, txds) = self.parts(if local { WireKind::Shm } else { WireKind::Udp });

@@ -49,6 +49,11 @@ impl TxPool {
         self.slab.unreserve(tx)
     }
 
+    /// Descriptors left.
+    pub(crate) fn free(&self) -> usize {
+        self.cap.saturating_sub(self.slab.len())
+    }
+
     /// The transaction ended: its descriptor goes back to the pool.
     pub(crate) fn put(&mut self, tx: TxId) -> Option<TxDesc> {
         self.slab.remove(tx)

@@ -22,7 +22,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use crate::nic::iov::{Iov, IovSource};
+use crate::nic::iov::IovSource;
 use crate::nic::shm::mailbox::SharedBytes;
 use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
@@ -146,9 +146,8 @@ pub(crate) enum Take {
 
 /// The end of an operation, or a change of a peer.
 ///
-/// `SendDone`/`SendFailed` end every operation this endpoint started
-/// through `Wire::send` or `Wire::rma` (a one-sided operation is a transmit
-/// operation of the initiator: its `FabReq` knows which kind it is).
+/// `SendDone`/`SendFailed` end every send this endpoint started through
+/// `Wire::send`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WireEvent {
     SendDone {
@@ -176,111 +175,20 @@ pub(crate) enum WireEvent {
     PeerFailed {
         peer: SocketAddr,
     },
-    /// A one-sided operation of `peer` completed at this process, the
-    /// target (what FI_RMA_EVENT counters and remote CQ data report).
-    #[allow(dead_code, reason = "issue 17: the wires report it next")]
-    RemoteDone(RemoteDone),
 }
 
 // ---------------------------------------------------------------------------
-// One-sided operations (issue 17): RMA and atomics.
-//
-// The initiator's endpoint splits an operation into one `RmaOp` per remote
-// iov (each its own `TxDesc`) and hands each to the wire that reaches the
-// peer (`Wire::rma`). The wire carries it to the target's wire, which asks
-// the target's endpoint (`Upcall::resolve`, `Upcall::atomic`) whether the
-// access is allowed and where the memory is; only then is anything read or
-// written. A refused access ends the initiator's operation with
-// `SendFailed { err }`, the error the target's endpoint gave, and nothing
-// of the target's memory is touched. A completed one is `SendDone` at the
-// initiator and `RemoteDone` at the target.
-
-/// What a one-sided operation does at the target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) enum RmaKind {
-    /// The initiator's bytes into the target's memory (fi_write and kin).
-    Write,
-    /// The target's memory into the initiator's buffers (fi_read and kin).
-    Read,
-    /// An atomic on the target's memory (fi_atomic and kin).
-    Atomic(AtomicReq),
-}
-
-/// An atomic operation as it travels: libfabric's `enum fi_op` and
-/// `enum fi_datatype` numbers, and how many elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) struct AtomicReq {
-    pub op: u32,
-    pub datatype: u32,
-    pub count: u32,
-    /// fi_fetch_atomic / fi_compare_atomic: the target's values before the
-    /// operation come back into `RmaLocal::Atomic::result`.
-    pub fetch: bool,
-}
+// One-sided operations travel as messages between endpoints (nic::onesided);
+// the wires carry them as they carry any other.
 
 /// The target memory a one-sided operation names: one remote iov
 /// (`struct fi_rma_iov`). `addr` is as the application gave it: a virtual
 /// address under FI_MR_VIRT_ADDR, an offset into the registration otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
 pub(crate) struct RemoteMem {
     pub key: u64,
     pub addr: u64,
     pub len: u64,
-}
-
-/// What the target's endpoint is asked to allow (libfabric access bits:
-/// `FI_REMOTE_READ`, `FI_REMOTE_WRITE`, or both for a fetching atomic).
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) type Access = u64;
-
-/// A one-sided operation as a wire takes it.
-#[derive(Clone, Copy, Debug)]
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) struct RmaOp {
-    pub peer: SocketAddr,
-    pub op: OpId,
-    pub kind: RmaKind,
-    pub remote: RemoteMem,
-    /// Remote CQ data (fi_writedata, FI_REMOTE_CQ_DATA): the target reports
-    /// it in its `RemoteDone`.
-    pub data: Option<u64>,
-    /// `inject`: the local source is the application's again once `rma`
-    /// returns (the wire copies). `delivery`: complete only once the
-    /// target has applied it (always so for reads and fetching atomics).
-    pub flags: SendFlags,
-}
-
-/// The initiator's memory of a one-sided operation.
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) enum RmaLocal {
-    /// Write: where the bytes come from (`RmaOp::remote.len` of them).
-    Source(IovSource),
-    /// Read: where the bytes go, and (for the shm wire's cross-memory
-    /// attach) the ranges of this process they are, when plain memory.
-    Sink {
-        sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
-    },
-    /// Atomic: `count` operands, as many compare values for the compare
-    /// forms (else empty), and where the fetched values go (fetch forms).
-    Atomic {
-        operand: Vec<u8>,
-        compare: Vec<u8>,
-        result: Option<Box<dyn RecvSink>>,
-    },
-}
-
-/// A one-sided operation completed at its target (see `WireEvent::RemoteDone`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "issue 17: the wires and the endpoint use it next")]
-pub(crate) struct RemoteDone {
-    pub peer: SocketAddr,
-    pub kind: RmaKind,
-    pub remote: RemoteMem,
-    pub data: Option<u64>,
 }
 
 /// The endpoint's side of a wire's progress.
@@ -290,36 +198,6 @@ pub(crate) trait Upcall {
     fn arrived(&mut self, a: Arrival<'_>) -> Take;
     /// An operation ended, or a peer changed.
     fn event(&mut self, e: WireEvent);
-
-    /// Target side of a one-sided operation: may `peer` access `mem` with
-    /// `access`? If so, the memory of this process it names, as an `Iov`
-    /// the wire may read (`IovSource`) or write (`IovSink`) until it
-    /// reports the operation done; the registration vouches for it. If not,
-    /// the libfabric error the initiator's operation fails with (positive,
-    /// as in `SendFailed`), and the wire touches nothing.
-    #[allow(dead_code, reason = "issue 17: the wires call it next")]
-    fn resolve(&mut self, peer: SocketAddr, mem: RemoteMem, access: Access) -> Result<Iov, i32> {
-        let _ = (peer, mem, access);
-        Err(crate::ffi::FI_EOPNOTSUPP)
-    }
-
-    /// Target side of an atomic: checks `mem` as `resolve` does and runs
-    /// `req` on it, atomically with respect to every other atomic on this
-    /// process's memory, whichever wire it came over; the values before
-    /// the operation go into `fetched` (`count` elements) when `req.fetch`.
-    #[allow(dead_code, reason = "issue 17: the wires call it next")]
-    fn atomic(
-        &mut self,
-        peer: SocketAddr,
-        mem: RemoteMem,
-        req: AtomicReq,
-        operand: &[u8],
-        compare: &[u8],
-        fetched: &mut [u8],
-    ) -> Result<(), i32> {
-        let _ = (peer, mem, req, operand, compare, fetched);
-        Err(crate::ffi::FI_EOPNOTSUPP)
-    }
 }
 
 /// A wire, as the endpoint drives it.
@@ -359,15 +237,6 @@ pub(crate) trait Wire {
     /// False if the wire cannot take it back (the receive then completes).
     fn cancel_recv(&mut self, op: OpId) -> bool;
 
-    /// Starts a one-sided operation on `r.peer`'s memory (see `RmaOp`);
-    /// its end is `SendDone`/`SendFailed` for `r.op` through `up`. An error
-    /// is a negative libfabric error code, and nothing was sent.
-    #[allow(dead_code, reason = "issue 17: the port calls it next")]
-    fn rma(&mut self, r: RmaOp, local: RmaLocal, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
-        let _ = (r, local, up, now);
-        Err(-crate::ffi::FI_EOPNOTSUPP)
-    }
-
     /// One pass: I/O, timers, transmissions; arrivals and events go to
     /// `up`. Whether anything happened.
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool;
@@ -399,6 +268,9 @@ pub(crate) trait Wires {
     /// `Wire::send` over the wire that reaches `s.peer`, as a transaction
     /// of its own (a `TxDesc`); `-FI_EAGAIN` when none is left.
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
+    /// Transaction descriptors left (an operation of several parts starts
+    /// only when all of them can).
+    fn tx_free(&self) -> usize;
     /// `Wire::accept` on the wire `held` came over.
     fn accept(
         &mut self,

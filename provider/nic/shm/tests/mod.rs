@@ -260,7 +260,6 @@ impl<M: Memory> Upcall for Up<M> {
                 self.recv_done(op, Err(err))
             }
             WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
-            WireEvent::RemoteDone(r) => panic!("no one-sided operations here: {r:?}"),
         }
     }
 }

@@ -3,11 +3,15 @@
 //! to the operations, the wires and the completions, with no libfabric
 //! objects, sockets or shared memory.
 
+mod rma;
+
+use super::rma::{Onesided, RmaReq};
 use super::rx::{Full, Handler, RecvArgs, Req, Rx, SendReq};
 use super::tx::Busy;
 use super::Face;
 use crate::cq::CqEntry;
 use crate::ffi::*;
+use crate::mr::MrEvent;
 use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{Iov, IovSource};
 use crate::nic::wire::{
@@ -61,6 +65,12 @@ struct FakeFace {
     tx: RefCell<Vec<(usize, Option<i32>)>>,
     rx: RefCell<Vec<Done>>,
     peeks: RefCell<Vec<Done>>,
+    /// Registered memory: key -> (address, length, access).
+    mem: RefCell<HashMap<u64, (usize, usize, u64)>>,
+    /// One-sided completions: (context, flags, error).
+    rma: RefCell<Vec<(usize, u64, Option<i32>)>>,
+    /// Peers' accesses: (access, remote CQ data, length).
+    remote: RefCell<Vec<(u64, Option<u64>, usize)>>,
 }
 
 impl FakeFace {
@@ -89,6 +99,24 @@ impl Face for FakeFace {
     fn rx_peek(&self, e: CqEntry, err: Option<i32>) {
         self.peeks.borrow_mut().push(Done::of(&e, err, 0));
     }
+    fn rma_complete(&self, r: &RmaReq, err: Option<i32>) {
+        self.rma.borrow_mut().push((r.ctx, r.flags, err));
+    }
+    fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(Iov, MrEvent), i32> {
+        // Offsets into the region, as without FI_MR_VIRT_ADDR.
+        let Some(&(base, size, rights)) = self.mem.borrow().get(&key) else {
+            return Err(FI_EINVAL as i32);
+        };
+        if rights & access != access || addr.checked_add(len).is_none_or(|end| end > size as u64) {
+            return Err(FI_EACCES as i32);
+        }
+        // SAFETY: the tests register buffers that outlive the endpoint's
+        // use of them and touch them only once the operation is over.
+        Ok((unsafe { Iov::from_raw_parts(base + addr as usize, len as usize) }, None))
+    }
+    fn remote_done(&self, access: u64, data: Option<u64>, len: usize, _ev: MrEvent) {
+        self.remote.borrow_mut().push((access, data, len));
+    }
 }
 
 /// A wire that records what the paths ask of it.
@@ -109,7 +137,7 @@ impl Wire for FakeWire {
     fn kind(&self) -> WireKind {
         self.kind.unwrap_or(WireKind::Udp)
     }
-    fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, _now: u64) -> Result<Sent, i32> {
+    fn send(&mut self, s: SendOp, src: IovSource, _up: &mut dyn Upcall, _now: u64) -> Result<Sent, i32> {
         let mut data = vec![0u8; src.len()];
         src.read_at(0, &mut data);
         self.sends.push((s, data));
@@ -153,6 +181,8 @@ struct FakeWires {
     udp: FakeWire,
     shm: FakeWire,
     local: Vec<SocketAddr>,
+    /// What `tx_free` answers.
+    tx_free: usize,
 }
 
 impl FakeWires {
@@ -191,6 +221,9 @@ impl Wires for FakeWires {
     fn backlog(&self) -> usize {
         self.udp.backlog + self.shm.backlog
     }
+    fn tx_free(&self) -> usize {
+        self.tx_free
+    }
 }
 
 /// The paths under test, with everything they touch.
@@ -198,6 +231,7 @@ struct T {
     face: FakeFace,
     rx: Rx,
     reqs: FabReqs<Req>,
+    os: Onesided,
     wires: FakeWires,
 }
 
@@ -236,7 +270,11 @@ impl T {
             },
             rx: Rx::new(),
             reqs: FabReqs::new(tx, rx),
-            wires: FakeWires::default(),
+            os: Onesided::default(),
+            wires: FakeWires {
+                tx_free: 64,
+                ..FakeWires::default()
+            },
         }
     }
 
@@ -245,6 +283,7 @@ impl T {
             face: &self.face,
             rx: &mut self.rx,
             reqs: &mut self.reqs,
+            os: &mut self.os,
         };
         f(&mut h, &mut self.wires)
     }

@@ -1,0 +1,729 @@
+//! One-sided operations at the endpoint, as messages over either wire
+//! (`nic::onesided` has the protocol).
+//!
+//! Initiator: an fi_read/fi_write is checked, becomes a `FabReq`
+//! (`RmaReq`) and one part per remote iov (`RmaPart`, each a `FabReq` of
+//! its own, so the wires' events find it by id); a part ends once its
+//! request messages are sent and the target's response came back; the
+//! operation completes when its last part does.
+//!
+//! Target: a request is checked against the domain's registrations
+//! (`Face::resolve`) before any memory is touched; the answer is queued
+//! (`Onesided::replies`) and sent after the progress pass, since the wires
+//! are busy calling us while requests arrive. A request holds its
+//! message's credit until its answer leaves, so what peers can make us
+//! queue is bounded by what the wires lend them.
+#![forbid(unsafe_code)]
+
+use super::rx::{Handler, Req};
+use super::tx::{check_iov, Busy};
+use super::Ep;
+use crate::ffi::*;
+use crate::mr::MrEvent;
+use crate::nic::fabreq::Dir;
+use crate::nic::iov::{Iov, IovSink, IovSource};
+use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN, INLINE_WRITE};
+use crate::nic::wire::{Body, Credit, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
+use crate::progress::now_ns;
+use crate::proto::{MsgHdr, RecvSink};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// Answers queued beyond this are dropped and counted: honest peers are
+/// held back by credits long before (each request holds its credit until
+/// answered); only requests that came by rendezvous are not.
+const MAX_REPLIES: usize = 1 << 16;
+
+/// Which way the data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RmaDir {
+    Write,
+    Read,
+}
+
+/// One fi_read/fi_write call after argument conversion.
+pub(super) struct RmaArgs {
+    pub(super) dir: RmaDir,
+    pub(super) local: Iov,
+    pub(super) remote: Vec<RemoteMem>,
+    pub(super) dest: u64,
+    pub(super) data: Option<u64>,
+    pub(super) ctx: usize,
+    pub(super) flags: u64,
+    /// fi_inject_write, fi_inject_writedata: no completion entry.
+    pub(super) silent: bool,
+}
+
+const RMA_FLAGS: u64 = FI_COMPLETION
+    | FI_INJECT
+    | FI_INJECT_COMPLETE
+    | FI_TRANSMIT_COMPLETE
+    | FI_DELIVERY_COMPLETE
+    | FI_REMOTE_CQ_DATA
+    | FI_FENCE
+    | FI_MORE;
+
+/// A one-sided operation in flight (its `FabReq`).
+pub(crate) struct RmaReq {
+    pub(crate) ctx: usize,
+    /// FI_RMA | FI_WRITE or FI_READ, and FI_COMPLETION if asked.
+    pub(crate) flags: u64,
+    pub(crate) len: usize,
+    pub(crate) silent: bool,
+    parts: usize,
+    err: Option<i32>,
+}
+
+/// One remote iov of an operation (a `FabReq` of its own).
+pub(crate) struct RmaPart {
+    parent: OpId,
+    /// Its messages the wires still hold (reported by SendDone/SendFailed).
+    sends: u8,
+    /// The target's response came (or never will: the send failed).
+    answered: bool,
+    err: Option<i32>,
+    /// A read: where the data goes, and where that is for cross-memory
+    /// attach, until the response brings it.
+    sink: Option<(IovSink, Vec<Range>)>,
+}
+
+/// Target: a request that came by rendezvous (a wire may choose that for
+/// a small message), staged whole before its head can be read.
+pub(crate) struct Staged {
+    peer: SocketAddr,
+    hdr: MsgHdr,
+    buf: Arc<Mutex<Vec<u8>>>,
+}
+
+/// Target: a large write's data on its way into our memory.
+pub(crate) struct Landing {
+    peer: SocketAddr,
+    cookie: u64,
+    data: Option<u64>,
+    len: usize,
+    ev: MrEvent,
+}
+
+/// What is owed to peers and queued at the endpoint, under its lock.
+#[derive(Default)]
+pub(crate) struct Onesided {
+    replies: VecDeque<Reply>,
+    /// Per peer, the large writes whose data (BODY) comes next.
+    expect: HashMap<SocketAddr, VecDeque<Expect>>,
+    /// Credits to give back after the progress pass.
+    credits: Vec<Credit>,
+    /// Operations of ours in flight (FI_FENCE waits for none).
+    inflight: usize,
+    /// Malformed or unexpected one-sided messages, and answers dropped.
+    pub(super) dropped: u64,
+}
+
+struct Reply {
+    peer: SocketAddr,
+    cookie: u64,
+    /// 0, or the positive libfabric error the initiator's part fails with.
+    status: i32,
+    body: ReplyBody,
+    /// The request's credit, given back once the answer leaves.
+    credit: Option<Credit>,
+}
+
+enum ReplyBody {
+    Empty,
+    /// A read: straight from our registered memory.
+    Mem(Iov),
+    /// An atomic's values before the operation.
+    Bytes(Box<[u8]>),
+}
+
+/// A WRITE_HEAD whose data is still to come.
+struct Expect {
+    cookie: u64,
+    mem: Result<(Iov, MrEvent), i32>,
+    data: Option<u64>,
+    len: u64,
+    credit: Option<Credit>,
+}
+
+/// A staged request's buffer, written by the wire.
+struct StageSink(Arc<Mutex<Vec<u8>>>);
+
+impl RecvSink for StageSink {
+    fn capacity(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) {
+        let mut b = self.0.lock().unwrap();
+        if let Some(d) = offset.checked_add(src.len()).and_then(|end| b.get_mut(offset..end)) {
+            d.copy_from_slice(src);
+        }
+    }
+}
+
+impl Ep {
+    /// fi_read, fi_write and kin.
+    pub(super) fn rma(&self, a: RmaArgs) -> isize {
+        let now = now_ns();
+        self.touch(now);
+        let b = match self.check_enabled() {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        if a.flags & !RMA_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "rma: unsupported flags {:#x}", a.flags & !RMA_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        let need = match a.dir {
+            RmaDir::Write => FI_WRITE,
+            RmaDir::Read => FI_READ,
+        };
+        // An endpoint that names neither FI_READ nor FI_WRITE does both.
+        if self.caps & FI_RMA == 0 || (self.caps & (FI_READ | FI_WRITE) != 0 && self.caps & need == 0) {
+            crate::warn!(FI_LOG_EP_DATA, "rma: endpoint was opened without FI_RMA/{:?}", a.dir);
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if let Err(e) = check_iov(&a.local, self.tx_iov_limit, "rma") {
+            return e;
+        }
+        if a.remote.len() > self.rma_iov_limit {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "rma: {} remote iovs > rma_iov_limit {}",
+                a.remote.len(),
+                self.rma_iov_limit
+            );
+            return -FI_EINVAL as isize;
+        }
+        let len = a.local.total_len();
+        let rlen: u64 = a.remote.iter().map(|r| r.len).sum();
+        if rlen != len as u64 {
+            crate::warn!(FI_LOG_EP_DATA, "rma: {} local bytes, {} remote", len, rlen);
+            return -FI_EINVAL as isize;
+        }
+        if len > self.max_msg_size {
+            crate::warn!(FI_LOG_EP_DATA, "rma: {} bytes > max_msg_size", len);
+            return -FI_EMSGSIZE as isize;
+        }
+        if a.flags & FI_INJECT != 0 && (a.dir == RmaDir::Read || len > self.inject_size) {
+            crate::warn!(FI_LOG_EP_DATA, "rma: inject of {} bytes ({:?})", len, a.dir);
+            return -FI_EINVAL as isize;
+        }
+        let Some(peer) = b.av.as_ref().and_then(|av| av.lookup(a.dest)) else {
+            crate::warn!(FI_LOG_EP_DATA, "rma: fi_addr {:#x} is not in the AV", a.dest);
+            return -FI_EINVAL as isize;
+        };
+        let mut st = self.lock();
+        let (port, mut h) = st.split(self);
+        match h.start_rma(port, self.tx_size, peer, a, now) {
+            Ok(()) => 0,
+            Err(Busy) => {
+                self.progress_locked(&mut st, now);
+                -FI_EAGAIN as isize
+            }
+        }
+    }
+}
+
+impl Handler<'_> {
+    /// A validated one-sided operation: its FabReq and parts, then their
+    /// requests. Starts only if all its requests can (descriptors and the
+    /// transmit budget), so it never stops half sent.
+    pub(super) fn start_rma(
+        &mut self,
+        wires: &mut dyn Wires,
+        tx_size: usize,
+        peer: SocketAddr,
+        mut a: RmaArgs,
+        now: u64,
+    ) -> Result<(), Busy> {
+        if a.flags & FI_FENCE != 0 && self.os.inflight > 0 {
+            // Fenced: it starts once everything before it completed; the
+            // application's retry (FI_EAGAIN) drives progress until then.
+            return Err(Busy);
+        }
+        let msgs: usize = a
+            .remote
+            .iter()
+            .map(|r| {
+                if a.dir == RmaDir::Write && r.len as usize > INLINE_WRITE {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum();
+        if self.tx_used(wires) + 1 + a.remote.len() > tx_size || wires.tx_free() < msgs {
+            return Err(Busy);
+        }
+        let req = RmaReq {
+            ctx: a.ctx,
+            flags: FI_RMA
+                | match a.dir {
+                    RmaDir::Write => FI_WRITE,
+                    RmaDir::Read => FI_READ,
+                }
+                | (a.flags & FI_COMPLETION),
+            len: a.local.total_len(),
+            silent: a.silent,
+            parts: a.remote.len(),
+            err: None,
+        };
+        let parent = self.reqs.insert(Dir::Tx, Req::Rma(req)).map_err(|_| Busy)?;
+        self.os.inflight += 1;
+        if a.remote.is_empty() {
+            self.finish_rma(parent);
+            return Ok(());
+        }
+        let flags = SendFlags {
+            inject: a.flags & FI_INJECT != 0,
+            ..SendFlags::default()
+        };
+        let last = a.remote.len() - 1;
+        for (i, r) in a.remote.iter().enumerate() {
+            let piece = a.local.take_front(r.len as usize);
+            let part = RmaPart {
+                parent,
+                sends: 0,
+                answered: false,
+                err: None,
+                sink: None,
+            };
+            let op = self.reqs.insert_part(Dir::Tx, Req::Part(Box::new(part)));
+            let data = if i == last { a.data } else { None };
+            if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, data, flags, now) {
+                // Checked above, so only a wire's refusal: the operation
+                // completes with the error.
+                self.part_event(op, |p| {
+                    p.err = Some(-e);
+                    p.answered = true;
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The request messages of part `op`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_part(
+        &mut self,
+        wires: &mut dyn Wires,
+        peer: SocketAddr,
+        op: OpId,
+        dir: RmaDir,
+        r: RemoteMem,
+        piece: Iov,
+        data: Option<u64>,
+        flags: SendFlags,
+        now: u64,
+    ) -> Result<(), i32> {
+        let len = piece.total_len();
+        let mut head = Head {
+            kind: ReqKind::Write,
+            has_data: data.is_some(),
+            class: AtomicClass::Plain,
+            op: 0,
+            datatype: 0,
+            count: 0,
+            key: r.key,
+            addr: r.addr,
+            len: len as u64,
+        };
+        let req_hdr = |body: usize| MsgHdr {
+            tag: op,
+            data: data.unwrap_or(0),
+            len: (HEAD_LEN + body) as u64,
+            flags: onesided::REQ,
+        };
+        let mut msgs: Vec<(MsgHdr, IovSource)> = Vec::with_capacity(2);
+        match dir {
+            RmaDir::Write if len <= INLINE_WRITE => {
+                msgs.push((req_hdr(len), IovSource::with_head(Box::new(head.emit()), piece)));
+            }
+            RmaDir::Write => {
+                head.kind = ReqKind::WriteHead;
+                msgs.push((req_hdr(0), IovSource::with_head(Box::new(head.emit()), Iov::empty())));
+                let body = MsgHdr {
+                    tag: op,
+                    data: 0,
+                    len: len as u64,
+                    flags: onesided::BODY,
+                };
+                msgs.push((body, IovSource::new(piece)));
+            }
+            RmaDir::Read => {
+                head.kind = ReqKind::Read;
+                let ranges = piece.mem_ranges();
+                if let Some(Req::Part(p)) = self.reqs.get_mut(op) {
+                    p.sink = Some((IovSink::new(piece), ranges));
+                }
+                msgs.push((req_hdr(0), IovSource::with_head(Box::new(head.emit()), Iov::empty())));
+            }
+        }
+        for (hdr, src) in msgs {
+            match wires.send(SendOp { peer, op, hdr, flags }, src, self, now)? {
+                Sent::Pending => self.part_event(op, |p| p.sends += 1),
+                Sent::Done => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `f` to part `op`; ends the part once its messages are sent
+    /// and answered, and its operation with its last part.
+    fn part_event(&mut self, op: OpId, f: impl FnOnce(&mut RmaPart)) {
+        let Some(Req::Part(p)) = self.reqs.get_mut(op) else {
+            return;
+        };
+        f(p);
+        if p.sends > 0 || !p.answered {
+            return;
+        }
+        let Some(Req::Part(p)) = self.reqs.remove(op) else {
+            unreachable!("the part just seen")
+        };
+        let Some(Req::Rma(r)) = self.reqs.get_mut(p.parent) else {
+            return;
+        };
+        r.err = r.err.or(p.err);
+        r.parts -= 1;
+        if r.parts == 0 {
+            self.finish_rma(p.parent);
+        }
+    }
+
+    fn finish_rma(&mut self, op: OpId) {
+        if let Some(Req::Rma(r)) = self.reqs.remove(op) {
+            self.os.inflight -= 1;
+            self.face.rma_complete(&r, r.err);
+        }
+    }
+
+    /// A wire's SendDone/SendFailed for a part's request.
+    pub(super) fn part_sent(&mut self, op: OpId, err: Option<i32>) {
+        self.part_event(op, |p| {
+            p.sends -= 1;
+            if err.is_some() {
+                // The target will not answer what it never got.
+                p.err = p.err.or(err);
+                p.answered = true;
+            }
+        });
+    }
+
+    /// A wire's RecvDone/RecvFailed for a read's data (pulled by
+    /// rendezvous into the part's buffers).
+    pub(super) fn part_received(&mut self, op: OpId, err: Option<i32>) {
+        self.part_event(op, |p| {
+            p.err = p.err.or(err);
+            p.answered = true;
+        });
+    }
+
+    /// A one-sided message arrived (not for the tag matching).
+    pub(super) fn onesided_arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
+        if hdr.flags & onesided::RESP != 0 {
+            return self.response(hdr, body);
+        }
+        if hdr.flags & onesided::BODY != 0 {
+            return self.write_body(peer, hdr, body);
+        }
+        match body {
+            Body::Bytes(b) => self.request(peer, hdr, b, Some(credit)),
+            Body::Shared(s) => {
+                let mut v = vec![0u8; s.len()];
+                s.copy_to(0, &mut v);
+                self.request(peer, hdr, &v, Some(credit))
+            }
+            Body::Rndv(_) => {
+                let len = hdr.len as usize;
+                if len > onesided::MAX_REQUEST {
+                    self.os.dropped += 1;
+                    crate::warn!(
+                        FI_LOG_EP_DATA,
+                        "one-sided request of {} bytes from {}: dropped",
+                        len,
+                        peer
+                    );
+                    return Take::Discard;
+                }
+                let buf = Arc::new(Mutex::new(vec![0u8; len]));
+                let ranges = vec![(buf.lock().unwrap().as_ptr() as u64, len as u64)];
+                let staged = Staged {
+                    peer,
+                    hdr,
+                    buf: buf.clone(),
+                };
+                let op = self.reqs.insert_part(Dir::Rx, Req::Staged(Box::new(staged)));
+                Take::Accept {
+                    op,
+                    sink: Box::new(StageSink(buf)),
+                    ranges,
+                }
+            }
+        }
+    }
+
+    /// A staged request is in (or failed to come).
+    pub(super) fn staged_received(&mut self, op: OpId, err: Option<i32>) {
+        let Some(Req::Staged(s)) = self.reqs.remove(op) else {
+            return;
+        };
+        if err.is_some() {
+            return;
+        }
+        let bytes = std::mem::take(&mut *s.buf.lock().unwrap());
+        self.request(s.peer, s.hdr, &bytes, None);
+    }
+
+    /// Target: a request, whole in `b`. Kept (its credit held until the
+    /// answer leaves) when a credit came with it.
+    fn request(&mut self, peer: SocketAddr, hdr: MsgHdr, b: &[u8], credit: Option<Credit>) -> Take {
+        let taken = if credit.is_some() { Take::Kept } else { Take::Done };
+        let cookie = hdr.tag;
+        let Some(head) = Head::parse(b) else {
+            self.drop_msg(peer, "a malformed one-sided request", credit);
+            return taken;
+        };
+        let payload = &b[HEAD_LEN..];
+        let data = head.has_data.then_some(hdr.data);
+        let status = match head.kind {
+            ReqKind::Write => match self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_WRITE) {
+                Ok(_) if payload.len() as u64 != head.len => FI_EINVAL as i32,
+                Ok((mem, ev)) => {
+                    IovSink::new(mem).write_at(0, payload);
+                    self.face.remote_done(FI_REMOTE_WRITE, data, payload.len(), ev);
+                    0
+                }
+                Err(e) => e,
+            },
+            ReqKind::WriteHead => {
+                let mem = self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_WRITE);
+                self.os.expect.entry(peer).or_default().push_back(Expect {
+                    cookie,
+                    mem,
+                    data,
+                    len: head.len,
+                    credit,
+                });
+                return taken;
+            }
+            ReqKind::Read => match self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_READ) {
+                Ok((mem, ev)) => {
+                    self.face.remote_done(FI_REMOTE_READ, None, head.len as usize, ev);
+                    self.reply(Reply {
+                        peer,
+                        cookie,
+                        status: 0,
+                        body: ReplyBody::Mem(mem),
+                        credit,
+                    });
+                    return taken;
+                }
+                Err(e) => e,
+            },
+            ReqKind::Atomic => {
+                self.drop_msg(peer, "an atomic request (not offered)", None);
+                FI_EOPNOTSUPP as i32
+            }
+        };
+        self.reply(Reply {
+            peer,
+            cookie,
+            status,
+            body: ReplyBody::Empty,
+            credit,
+        });
+        taken
+    }
+
+    /// Target: a large write's data, for the WRITE_HEAD before it.
+    fn write_body(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>) -> Take {
+        let gone = match body {
+            Body::Rndv(_) => Take::Discard,
+            _ => Take::Done,
+        };
+        let queue = self.os.expect.entry(peer).or_default();
+        // A head whose body never came (its sender's send failed between
+        // the two) is let go; then the body's own head.
+        let e = loop {
+            match queue.pop_front() {
+                None => {
+                    self.drop_msg(peer, "write data without its head", None);
+                    return gone;
+                }
+                Some(e) if e.cookie == hdr.tag => break e,
+                Some(e) => self.os.credits.extend(e.credit),
+            }
+        };
+        let (data, cookie, credit) = (e.data, e.cookie, e.credit);
+        let mem = match e.mem {
+            Ok(_) if e.len != hdr.len => Err(FI_EINVAL as i32),
+            m => m,
+        };
+        let (mem, ev) = match mem {
+            Ok(m) => m,
+            Err(status) => {
+                self.reply(Reply {
+                    peer,
+                    cookie,
+                    status,
+                    body: ReplyBody::Empty,
+                    credit,
+                });
+                return gone;
+            }
+        };
+        let len = hdr.len as usize;
+        let ranges = mem.mem_ranges();
+        let mut sink = IovSink::new(mem);
+        match body {
+            Body::Bytes(b) => sink.write_at(0, b),
+            Body::Shared(s) => sink.write_shared(&s, s.len()),
+            Body::Rndv(_) => {
+                let landing = Landing {
+                    peer,
+                    cookie,
+                    data,
+                    len,
+                    ev,
+                };
+                self.os.credits.extend(credit);
+                let op = self.reqs.insert_part(Dir::Rx, Req::Landing(Box::new(landing)));
+                return Take::Accept {
+                    op,
+                    sink: Box::new(sink),
+                    ranges,
+                };
+            }
+        }
+        self.face.remote_done(FI_REMOTE_WRITE, data, len, ev);
+        self.reply(Reply {
+            peer,
+            cookie,
+            status: 0,
+            body: ReplyBody::Empty,
+            credit,
+        });
+        Take::Done
+    }
+
+    /// Target: a large write's data is in (or failed to come).
+    pub(super) fn landed(&mut self, op: OpId, err: Option<i32>) {
+        let Some(Req::Landing(l)) = self.reqs.remove(op) else {
+            return;
+        };
+        if err.is_none() {
+            self.face.remote_done(FI_REMOTE_WRITE, l.data, l.len, l.ev);
+        }
+        self.reply(Reply {
+            peer: l.peer,
+            cookie: l.cookie,
+            status: err.unwrap_or(0),
+            body: ReplyBody::Empty,
+            credit: None,
+        });
+    }
+
+    /// Initiator: the target's answer to part `hdr.tag`.
+    fn response(&mut self, hdr: MsgHdr, body: Body<'_>) -> Take {
+        let op = hdr.tag;
+        let status = hdr.data as i32;
+        let Some(Req::Part(p)) = self.reqs.get_mut(op) else {
+            // A part that failed already (its send did): nothing to do.
+            return match body {
+                Body::Rndv(_) => Take::Discard,
+                _ => Take::Done,
+            };
+        };
+        if status != 0 {
+            self.part_received(op, Some(status));
+            return match body {
+                Body::Rndv(_) => Take::Discard,
+                _ => Take::Done,
+            };
+        }
+        let Some((mut sink, ranges)) = p.sink.take() else {
+            self.part_received(op, None);
+            return Take::Done;
+        };
+        let n = (hdr.len as usize).min(sink.capacity());
+        match body {
+            Body::Bytes(b) => sink.write_at(0, &b[..n.min(b.len())]),
+            Body::Shared(s) => sink.write_shared(&s, n.min(s.len())),
+            Body::Rndv(_) => {
+                return Take::Accept {
+                    op,
+                    sink: Box::new(sink),
+                    ranges,
+                }
+            }
+        }
+        self.part_received(op, None);
+        Take::Done
+    }
+
+    fn reply(&mut self, r: Reply) {
+        if self.os.replies.len() >= MAX_REPLIES {
+            self.drop_msg(r.peer, "an answer (too many queued)", r.credit);
+            return;
+        }
+        self.os.replies.push_back(r);
+    }
+
+    fn drop_msg(&mut self, peer: SocketAddr, what: &str, credit: Option<Credit>) {
+        self.os.dropped += 1;
+        self.os.credits.extend(credit);
+        crate::warn!(FI_LOG_EP_DATA, "{} from {}: dropped", what, peer);
+    }
+
+    /// After a progress pass: the answers owed go out while descriptors
+    /// last, and the credits held by answered requests go back.
+    #[inline]
+    pub(super) fn send_replies(&mut self, wires: &mut dyn Wires, now: u64) {
+        if self.os.replies.is_empty() && self.os.credits.is_empty() {
+            return;
+        }
+        self.send_replies_now(wires, now)
+    }
+
+    #[cold]
+    fn send_replies_now(&mut self, wires: &mut dyn Wires, now: u64) {
+        for c in self.os.credits.drain(..) {
+            wires.give_back(c);
+        }
+        while wires.tx_free() > 0 {
+            let Some(r) = self.os.replies.pop_front() else { break };
+            let (len, src) = match r.body {
+                ReplyBody::Empty => (0, IovSource::new(Iov::empty())),
+                ReplyBody::Mem(m) => (m.total_len(), IovSource::new(m)),
+                ReplyBody::Bytes(b) => (b.len(), IovSource::with_head(b, Iov::empty())),
+            };
+            let hdr = MsgHdr {
+                tag: r.cookie,
+                data: r.status as u32 as u64,
+                len: len as u64,
+                flags: onesided::RESP,
+            };
+            // An id no record will ever have: the answer's end is nobody's
+            // operation.
+            let Ok(op) = self.reqs.reserve(Dir::Tx) else {
+                break;
+            };
+            self.reqs.unreserve(op, Dir::Tx);
+            let s = SendOp {
+                peer: r.peer,
+                op,
+                hdr,
+                flags: SendFlags::default(),
+            };
+            if let Err(e) = wires.send(s, src, self, now) {
+                self.os.dropped += 1;
+                crate::warn!(FI_LOG_EP_DATA, "answer to {}: {}", r.peer, e);
+            }
+            if let Some(c) = r.credit {
+                wires.give_back(c);
+            }
+        }
+    }
+}

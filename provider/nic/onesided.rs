@@ -1,0 +1,182 @@
+//! One-sided operations (RMA, atomics) carried as messages between
+//! endpoints, the same way over both wires.
+//!
+//! An initiator's operation becomes, per remote iov (a *part*), a request
+//! message to the target's endpoint; the target checks the access against
+//! its memory registrations, touches its memory only if allowed, and
+//! answers every request with a response message named by the part's id
+//! (`MsgHdr::tag`): the status, and for a read or a fetching atomic the
+//! data. The initiator's part ends on that response, so a completed write
+//! is in the target's memory (FI_DELIVERY_COMPLETE).
+//!
+//! ```text
+//!   WRITE      head + data            small writes: one message
+//!   WRITE_HEAD head, then BODY data   large writes: the data is a message
+//!                                     of its own, which the wire moves by
+//!                                     rendezvous straight into the target's
+//!                                     memory (shm: one process_vm_readv)
+//!   READ       head                   the response carries the data (by
+//!                                     rendezvous when large: the initiator
+//!                                     pulls it straight from the target)
+//!   ATOMIC     head + operands [+ compare values]; the response carries
+//!              the values before the operation for fetching forms
+//!   RESP       tag: part id, data: status (0 or a positive libfabric error)
+//! ```
+//!
+//! Every request message starts with a `Head` (32 bytes; `emit` and
+//! `parse` are its only encoder and decoder). `MsgHdr::flags` tells the
+//! three kinds of message apart from two-sided ones (`REQ`, `BODY`,
+//! `RESP`); a one-sided message never reaches the tag matching.
+//!
+//! Messages to one peer keep their order on either wire, so a BODY
+//! belongs to the WRITE_HEAD before it; it also carries the part id, and
+//! the target checks it.
+#![forbid(unsafe_code)]
+
+/// `MsgHdr::flags` of a request (a `Head` leads its payload).
+pub(crate) const REQ: u32 = 1 << 2;
+/// `MsgHdr::flags` of a large write's data (follows its WRITE_HEAD).
+pub(crate) const BODY: u32 = 1 << 3;
+/// `MsgHdr::flags` of a response.
+pub(crate) const RESP: u32 = 1 << 4;
+/// Any one-sided message.
+pub(crate) const ONESIDED: u32 = REQ | BODY | RESP;
+
+/// Writes up to this many bytes travel inside their request; larger ones
+/// as WRITE_HEAD + BODY. Below both wires' eager sizes, so the common
+/// small write is one eager message.
+pub(crate) const INLINE_WRITE: usize = 2048;
+
+/// The largest request a target takes: a head and, for an atomic, its
+/// operands and compare values (a small write is smaller still).
+pub(crate) const MAX_REQUEST: usize = HEAD_LEN + 2 * 4096;
+
+/// What a request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqKind {
+    Write = 1,
+    WriteHead = 2,
+    Read = 3,
+    Atomic = 4,
+}
+
+/// The family of an atomic (`fi_atomic`, `fi_fetch_atomic`,
+/// `fi_compare_atomic`): what operands come and whether values go back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomicClass {
+    Plain = 0,
+    Fetch = 1,
+    Compare = 2,
+}
+
+/// A request's head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub kind: ReqKind,
+    /// Remote CQ data (in `MsgHdr::data`) goes with a write.
+    pub has_data: bool,
+    pub class: AtomicClass,
+    /// Atomics: libfabric's `enum fi_op` and `enum fi_datatype`, and how
+    /// many elements.
+    pub op: u8,
+    pub datatype: u8,
+    pub count: u32,
+    pub key: u64,
+    /// As the application gave it (a virtual address or an offset,
+    /// as the target's registrations say).
+    pub addr: u64,
+    /// Bytes of the target's memory the request touches.
+    pub len: u64,
+}
+
+pub(crate) const HEAD_LEN: usize = 32;
+
+// Field offsets.
+const KIND: usize = 0;
+const FLAGS: usize = 1;
+const OP: usize = 2;
+const DATATYPE: usize = 3;
+const COUNT: usize = 4;
+const KEY: usize = 8;
+const ADDR: usize = 16;
+const LEN: usize = 24;
+
+const F_DATA: u8 = 1;
+const F_CLASS_SHIFT: u8 = 1;
+
+impl Head {
+    pub(crate) fn emit(&self) -> [u8; HEAD_LEN] {
+        let mut b = [0u8; HEAD_LEN];
+        b[KIND] = self.kind as u8;
+        b[FLAGS] = u8::from(self.has_data) * F_DATA | (self.class as u8) << F_CLASS_SHIFT;
+        b[OP] = self.op;
+        b[DATATYPE] = self.datatype;
+        b[COUNT..COUNT + 4].copy_from_slice(&self.count.to_le_bytes());
+        b[KEY..KEY + 8].copy_from_slice(&self.key.to_le_bytes());
+        b[ADDR..ADDR + 8].copy_from_slice(&self.addr.to_le_bytes());
+        b[LEN..LEN + 8].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// The head at the start of `b`; None if `b` is too short or names an
+    /// unknown kind (a malformed request: dropped and counted).
+    pub(crate) fn parse(b: &[u8]) -> Option<Head> {
+        let b: &[u8; HEAD_LEN] = b.get(..HEAD_LEN)?.try_into().ok()?;
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let kind = match b[KIND] {
+            1 => ReqKind::Write,
+            2 => ReqKind::WriteHead,
+            3 => ReqKind::Read,
+            4 => ReqKind::Atomic,
+            _ => return None,
+        };
+        let class = match b[FLAGS] >> F_CLASS_SHIFT {
+            0 => AtomicClass::Plain,
+            1 => AtomicClass::Fetch,
+            2 => AtomicClass::Compare,
+            _ => return None,
+        };
+        Some(Head {
+            kind,
+            has_data: b[FLAGS] & F_DATA != 0,
+            class,
+            op: b[OP],
+            datatype: b[DATATYPE],
+            count: u32::from_le_bytes(b[COUNT..COUNT + 4].try_into().expect("4 bytes")),
+            key: u64_at(KEY),
+            addr: u64_at(ADDR),
+            len: u64_at(LEN),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_parses_as_emitted_and_junk_is_refused() {
+        let h = Head {
+            kind: ReqKind::Atomic,
+            has_data: true,
+            class: AtomicClass::Compare,
+            op: 17,
+            datatype: 9,
+            count: 3,
+            key: 0xC0DE,
+            addr: u64::MAX - 7,
+            len: 24,
+        };
+        let b = h.emit();
+        assert_eq!(Head::parse(&b), Some(h));
+        for n in 0..HEAD_LEN {
+            assert_eq!(Head::parse(&b[..n]), None, "a {n}-byte prefix");
+        }
+        let mut bad = b;
+        bad[KIND] = 0;
+        assert_eq!(Head::parse(&bad), None);
+        bad = b;
+        bad[FLAGS] = 3 << F_CLASS_SHIFT;
+        assert_eq!(Head::parse(&bad), None);
+    }
+}
