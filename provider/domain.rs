@@ -189,8 +189,37 @@ unsafe extern "C" fn srx_ctx(_: *mut fid_domain, _: *mut fi_rx_attr, _: *mut *mu
         -FI_ENOSYS
     })
 }
-unsafe extern "C" fn query_atomic(_: *mut fid_domain, _: fi_datatype, _: fi_op, _: *mut fi_atomic_attr, _: u64) -> i32 {
-    abi_guard!("query_atomic", -FI_EOTHER, || -FI_EOPNOTSUPP)
+/// fi_query_atomic: whether an op is offered on a datatype, and how many
+/// elements one operation may carry (FI_FETCH_ATOMIC / FI_COMPARE_ATOMIC
+/// pick the family).
+unsafe extern "C" fn query_atomic(
+    _: *mut fid_domain,
+    dt: fi_datatype,
+    op: fi_op,
+    attr: *mut fi_atomic_attr,
+    flags: u64,
+) -> i32 {
+    use crate::nic::atomic::{self, AtomicClass};
+    abi_guard!("query_atomic", -FI_EOTHER, || {
+        let class = if flags & FI_COMPARE_ATOMIC != 0 {
+            AtomicClass::Compare
+        } else if flags & FI_FETCH_ATOMIC != 0 {
+            AtomicClass::Fetch
+        } else {
+            AtomicClass::Plain
+        };
+        match atomic::valid(class, op, dt) {
+            Ok(count) => {
+                // SAFETY: fi_query_atomic(3): `attr` is NULL or the application's.
+                if let Some(a) = unsafe { attr.as_mut() } {
+                    a.count = count;
+                    a.size = atomic::datatype_size(dt).unwrap_or(0);
+                }
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 unsafe extern "C" fn query_collective(
     _: *mut fid_domain,

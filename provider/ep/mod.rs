@@ -18,8 +18,10 @@
 //! | `tx.rs` | the transmit path: validation, the FabReq, the wire, send completions |
 //! | `rx.rs` | the receive path: posting, matching, arrivals, peek/claim/discard, cancel, receive completions |
 //! | `ctl.rs` | `fi_ops`, `fi_ops_ep`, `fi_ops_cm`: close, bind, enable, control, options, names |
+//! | `rma.rs` | one-sided operations (RMA, atomics) as messages: the initiator's parts, the target's checks and answers |
 //! | `shims.rs` | the data-path `extern "C"` shims and the msg and tagged ops tables |
-//! | `unsupported.rs` | RMA, atomic and collective tables answering `-FI_ENOSYS` |
+//! | `shims_rma.rs`, `shims_atomic.rs` | the rma and atomic ops tables |
+//! | `unsupported.rs` | the collective table, answering `-FI_ENOSYS` |
 //!
 //! Every data call and every progress pass runs under the endpoint's one
 //! lock, so threads using different endpoints never contend (DESIGN.md
@@ -30,6 +32,7 @@ mod ctl;
 mod rma;
 mod rx;
 mod shims;
+mod shims_atomic;
 mod shims_rma;
 #[cfg(test)]
 mod tests;
@@ -299,7 +302,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         msg: shims::MSG_OPS.ptr(),
         rma: shims_rma::RMA_OPS.ptr(),
         tagged: shims::TAGGED_OPS.ptr(),
-        atomic: unsupported::ATOMIC_OPS.ptr(),
+        atomic: shims_atomic::ATOMIC_OPS.ptr(),
         collective: unsupported::COLLECTIVE_OPS.ptr(),
     };
     Ok(Obj::create(c, ep))

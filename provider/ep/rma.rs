@@ -20,6 +20,7 @@ use super::tx::{check_iov, Busy};
 use super::Ep;
 use crate::ffi::*;
 use crate::mr::MrEvent;
+use crate::nic::atomic;
 use crate::nic::fabreq::Dir;
 use crate::nic::iov::{Iov, IovSink, IovSource};
 use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN, INLINE_WRITE};
@@ -35,17 +36,82 @@ use std::sync::{Arc, Mutex};
 /// answered); only requests that came by rendezvous are not.
 const MAX_REPLIES: usize = 1 << 16;
 
+/// Atomics on this process's memory run one at a time, whichever
+/// endpoint they came to.
+static EXECUTOR: Mutex<()> = Mutex::new(());
+
+/// An atomic's counts against its operands, compare values and results.
+fn check_atomic(a: &RmaArgs, s: AtomicSpec) -> Result<(), isize> {
+    let n: u64 = a.remote.iter().map(|r| r.len).sum();
+    let wants_operand = !(s.class == AtomicClass::Fetch && s.op == FI_ATOMIC_READ);
+    let bad = if a.remote.iter().any(|r| r.len as usize > atomic::MAX_ATOMIC_BYTES) {
+        Some("more elements than fi_atomicvalid allows")
+    } else if wants_operand && a.operand.len() as u64 != n {
+        Some("operand count differs from the target's")
+    } else if s.class == AtomicClass::Compare && a.compare.len() as u64 != n {
+        Some("compare count differs from the target's")
+    } else if s.class != AtomicClass::Plain && a.local.total_len() as u64 != n {
+        Some("result count differs from the target's")
+    } else {
+        None
+    };
+    match bad {
+        Some(why) => {
+            crate::warn!(FI_LOG_EP_DATA, "atomic: {}", why);
+            Err(-FI_EINVAL as isize)
+        }
+        None => Ok(()),
+    }
+}
+
 /// Which way the data goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum RmaDir {
     Write,
     Read,
+    Atomic(AtomicSpec),
+}
+
+/// An atomic operation: its family, libfabric's op and datatype, and the
+/// datatype's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct AtomicSpec {
+    pub(super) class: AtomicClass,
+    pub(super) op: u32,
+    pub(super) datatype: u32,
+    pub(super) size: usize,
+}
+
+impl RmaDir {
+    /// What the target must allow.
+    fn access(self) -> u64 {
+        match self {
+            RmaDir::Write => FI_REMOTE_WRITE,
+            RmaDir::Read => FI_REMOTE_READ,
+            RmaDir::Atomic(a) => a.access(),
+        }
+    }
+}
+
+impl AtomicSpec {
+    fn access(&self) -> u64 {
+        match self.class {
+            AtomicClass::Plain => FI_REMOTE_WRITE,
+            AtomicClass::Fetch if self.op == FI_ATOMIC_READ => FI_REMOTE_READ,
+            _ => FI_REMOTE_READ | FI_REMOTE_WRITE,
+        }
+    }
 }
 
 /// One fi_read/fi_write call after argument conversion.
 pub(super) struct RmaArgs {
     pub(super) dir: RmaDir,
+    /// Where a write's bytes come from, a read's go, a fetching atomic's
+    /// old values go (empty for other atomics).
     pub(super) local: Iov,
+    /// An atomic's operands and compare values, copied at the call.
+    pub(super) operand: Vec<u8>,
+    pub(super) compare: Vec<u8>,
     pub(super) remote: Vec<RemoteMem>,
     pub(super) dest: u64,
     pub(super) data: Option<u64>,
@@ -174,14 +240,28 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "rma: unsupported flags {:#x}", a.flags & !RMA_FLAGS);
             return -FI_EBADFLAGS as isize;
         }
-        let need = match a.dir {
-            RmaDir::Write => FI_WRITE,
-            RmaDir::Read => FI_READ,
+        let (class, role) = match a.dir {
+            RmaDir::Write => (FI_RMA, FI_WRITE),
+            RmaDir::Read => (FI_RMA, FI_READ),
+            RmaDir::Atomic(AtomicSpec {
+                class: AtomicClass::Plain,
+                ..
+            }) => (FI_ATOMIC, FI_WRITE),
+            RmaDir::Atomic(_) => (FI_ATOMIC, FI_READ),
         };
         // An endpoint that names neither FI_READ nor FI_WRITE does both.
-        if self.caps & FI_RMA == 0 || (self.caps & (FI_READ | FI_WRITE) != 0 && self.caps & need == 0) {
-            crate::warn!(FI_LOG_EP_DATA, "rma: endpoint was opened without FI_RMA/{:?}", a.dir);
+        if self.caps & class == 0 || (self.caps & (FI_READ | FI_WRITE) != 0 && self.caps & role == 0) {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "rma: endpoint was opened without the caps for {:?}",
+                a.dir
+            );
             return -FI_EOPNOTSUPP as isize;
+        }
+        if let RmaDir::Atomic(spec) = a.dir {
+            if let Err(e) = check_atomic(&a, spec) {
+                return e;
+            }
         }
         if let Err(e) = check_iov(&a.local, self.tx_iov_limit, "rma") {
             return e;
@@ -195,8 +275,11 @@ impl Ep {
             );
             return -FI_EINVAL as isize;
         }
-        let len = a.local.total_len();
         let rlen: u64 = a.remote.iter().map(|r| r.len).sum();
+        let len = match a.dir {
+            RmaDir::Atomic(_) => rlen as usize,
+            _ => a.local.total_len(),
+        };
         if rlen != len as u64 {
             crate::warn!(FI_LOG_EP_DATA, "rma: {} local bytes, {} remote", len, rlen);
             return -FI_EINVAL as isize;
@@ -205,7 +288,8 @@ impl Ep {
             crate::warn!(FI_LOG_EP_DATA, "rma: {} bytes > max_msg_size", len);
             return -FI_EMSGSIZE as isize;
         }
-        if a.flags & FI_INJECT != 0 && (a.dir == RmaDir::Read || len > self.inject_size) {
+        let reads = a.dir.access() & FI_REMOTE_READ != 0;
+        if a.flags & FI_INJECT != 0 && (reads || len > self.inject_size) {
             crate::warn!(FI_LOG_EP_DATA, "rma: inject of {} bytes ({:?})", len, a.dir);
             return -FI_EINVAL as isize;
         }
@@ -253,18 +337,22 @@ impl Handler<'_> {
                 }
             })
             .sum();
+        let len = match a.dir {
+            RmaDir::Atomic(_) => a.remote.iter().map(|r| r.len as usize).sum(),
+            _ => a.local.total_len(),
+        };
         if self.tx_used(wires) + 1 + a.remote.len() > tx_size || wires.tx_free() < msgs {
             return Err(Busy);
         }
         let req = RmaReq {
             ctx: a.ctx,
-            flags: FI_RMA
-                | match a.dir {
-                    RmaDir::Write => FI_WRITE,
-                    RmaDir::Read => FI_READ,
-                }
-                | (a.flags & FI_COMPLETION),
-            len: a.local.total_len(),
+            flags: match a.dir {
+                RmaDir::Write => FI_RMA | FI_WRITE,
+                RmaDir::Read => FI_RMA | FI_READ,
+                RmaDir::Atomic(s) if s.class == AtomicClass::Plain => FI_ATOMIC | FI_WRITE,
+                RmaDir::Atomic(_) => FI_ATOMIC | FI_READ,
+            } | (a.flags & FI_COMPLETION),
+            len,
             silent: a.silent,
             parts: a.remote.len(),
             err: None,
@@ -280,8 +368,16 @@ impl Handler<'_> {
             ..SendFlags::default()
         };
         let last = a.remote.len() - 1;
+        let mut off = 0;
         for (i, r) in a.remote.iter().enumerate() {
-            let piece = a.local.take_front(r.len as usize);
+            let n = r.len as usize;
+            let piece = match a.dir {
+                RmaDir::Atomic(s) if s.class == AtomicClass::Plain => Iov::empty(),
+                _ => a.local.take_front(n),
+            };
+            let slice = |v: &Vec<u8>| v.get(off..off + n).unwrap_or(&[]).to_vec();
+            let operands = (slice(&a.operand), slice(&a.compare));
+            off += n;
             let part = RmaPart {
                 parent,
                 sends: 0,
@@ -291,7 +387,7 @@ impl Handler<'_> {
             };
             let op = self.reqs.insert_part(Dir::Tx, Req::Part(Box::new(part)));
             let data = if i == last { a.data } else { None };
-            if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, data, flags, now) {
+            if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, operands, data, flags, now) {
                 // Checked above, so only a wire's refusal: the operation
                 // completes with the error.
                 self.part_event(op, |p| {
@@ -313,11 +409,12 @@ impl Handler<'_> {
         dir: RmaDir,
         r: RemoteMem,
         piece: Iov,
+        (operand, compare): (Vec<u8>, Vec<u8>),
         data: Option<u64>,
         flags: SendFlags,
         now: u64,
     ) -> Result<(), i32> {
-        let len = piece.total_len();
+        let len = r.len as usize;
         let mut head = Head {
             kind: ReqKind::Write,
             has_data: data.is_some(),
@@ -353,11 +450,26 @@ impl Handler<'_> {
             }
             RmaDir::Read => {
                 head.kind = ReqKind::Read;
-                let ranges = piece.mem_ranges();
-                if let Some(Req::Part(p)) = self.reqs.get_mut(op) {
-                    p.sink = Some((IovSink::new(piece), ranges));
-                }
+                self.expect_answer(op, piece);
                 msgs.push((req_hdr(0), IovSource::with_head(Box::new(head.emit()), Iov::empty())));
+            }
+            RmaDir::Atomic(s) => {
+                head.kind = ReqKind::Atomic;
+                head.class = s.class;
+                // Both fit in a byte: libfabric 1.17 has 22 ops, 18 types.
+                (head.op, head.datatype) = (s.op as u8, s.datatype as u8);
+                head.count = (len / s.size) as u32;
+                if s.class != AtomicClass::Plain {
+                    self.expect_answer(op, piece);
+                }
+                let mut m = Vec::with_capacity(HEAD_LEN + operand.len() + compare.len());
+                m.extend_from_slice(&head.emit());
+                m.extend_from_slice(&operand);
+                m.extend_from_slice(&compare);
+                msgs.push((
+                    req_hdr(m.len() - HEAD_LEN),
+                    IovSource::with_head(m.into(), Iov::empty()),
+                ));
             }
         }
         for (hdr, src) in msgs {
@@ -367,6 +479,14 @@ impl Handler<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Part `op`'s answer brings data: into `piece`.
+    fn expect_answer(&mut self, op: OpId, piece: Iov) {
+        let ranges = piece.mem_ranges();
+        if let Some(Req::Part(p)) = self.reqs.get_mut(op) {
+            p.sink = Some((IovSink::new(piece), ranges));
+        }
     }
 
     /// Applies `f` to part `op`; ends the part once its messages are sent
@@ -522,10 +642,20 @@ impl Handler<'_> {
                 }
                 Err(e) => e,
             },
-            ReqKind::Atomic => {
-                self.drop_msg(peer, "an atomic request (not offered)", None);
-                FI_EOPNOTSUPP as i32
-            }
+            ReqKind::Atomic => match self.atomic(&head, payload) {
+                Ok((fetched, access, ev)) => {
+                    self.face.remote_done(access, None, head.len as usize, ev);
+                    self.reply(Reply {
+                        peer,
+                        cookie,
+                        status: 0,
+                        body: ReplyBody::Bytes(fetched.into()),
+                        credit,
+                    });
+                    return taken;
+                }
+                Err(e) => e,
+            },
         };
         self.reply(Reply {
             peer,
@@ -535,6 +665,62 @@ impl Handler<'_> {
             credit,
         });
         taken
+    }
+
+    /// Target: runs an atomic on our memory, atomically with respect to
+    /// every other atomic of this process (whichever endpoint and wire it
+    /// came over). The values before it (fetching forms), what it needed
+    /// (for the counters) and the region's counter; or the error.
+    fn atomic(&mut self, head: &Head, payload: &[u8]) -> Result<(Vec<u8>, u64, MrEvent), i32> {
+        let (op, dt) = (u32::from(head.op), u32::from(head.datatype));
+        let size = atomic::datatype_size(dt).ok_or(FI_EINVAL as i32)?;
+        atomic::valid(head.class, op, dt).map_err(|e| -e)?;
+        let n = head.len as usize;
+        let operands = match head.class {
+            AtomicClass::Compare => 2,
+            AtomicClass::Fetch if op == FI_ATOMIC_READ => 0,
+            _ => 1,
+        };
+        if n > atomic::MAX_ATOMIC_BYTES
+            || n % size != 0
+            || payload.len() != n * operands
+            || head.count as usize * size != n
+        {
+            return Err(FI_EINVAL as i32);
+        }
+        let spec = AtomicSpec {
+            class: head.class,
+            op,
+            datatype: dt,
+            size,
+        };
+        let access = spec.access();
+        let (mem, ev) = self.face.resolve(head.key, head.addr, head.len, access)?;
+        // Naturally aligned (up to 8 bytes): what the application's own
+        // atomics on the same memory would need.
+        if mem.addr().is_some_and(|a| a % size.min(8) != 0) {
+            crate::warn!(
+                FI_LOG_EP_DATA,
+                "atomic on a misaligned address {:#x}",
+                mem.addr().unwrap_or(0)
+            );
+            return Err(FI_EINVAL as i32);
+        }
+        let (operand, compare) = payload.split_at(if operands == 2 { n } else { payload.len() });
+        let mut fetched = vec![0u8; if head.class == AtomicClass::Plain { 0 } else { n }];
+        let mut sink = IovSink::new(mem);
+        let _one_at_a_time = EXECUTOR.lock().unwrap_or_else(|p| p.into_inner());
+        let mut target = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            let Some(r) = sink.region(got, n - got) else { break };
+            let k = r.len();
+            target[got..got + k].copy_from_slice(r);
+            got += k;
+        }
+        atomic::apply(head.class, op, dt, &mut target, operand, compare, &mut fetched).map_err(|e| -e)?;
+        sink.write_at(0, &target);
+        Ok((fetched, access, ev))
     }
 
     /// Target: a large write's data, for the WRITE_HEAD before it.

@@ -72,6 +72,8 @@ unsafe fn do_rma(
     ep.rma(RmaArgs {
         dir,
         local,
+        operand: Vec::new(),
+        compare: Vec::new(),
         remote,
         dest,
         data,

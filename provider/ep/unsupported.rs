@@ -1,9 +1,8 @@
-//! The ops tables of what gnix endpoints do not offer yet: atomics and
-//! collectives (FI_ATOMIC and FI_COLLECTIVE are not in any `fi_info` gnix
-//! returns).
+//! The ops table of what gnix endpoints do not offer: collectives
+//! (FI_COLLECTIVE is not in any `fi_info` gnix returns).
 //!
 //! libfabric's inline wrappers (`fi_write`, `fi_atomicvalid`, `fi_barrier`,
-//! ...) call straight through `ep->atomic` and `ep->collective`:
+//! ...) call straight through `ep->collective`:
 //! a NULL table is a segmentation fault in the application. Every entry
 //! here answers `-FI_ENOSYS` with a warning instead, so a program that
 //! probes for a feature (as MPI libraries do with `fi_atomicvalid`) gets a
@@ -11,7 +10,7 @@
 
 use crate::ffi::*;
 use crate::fid::Table;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 
 /// An entry that refuses: logs which call was made, returns -FI_ENOSYS.
 macro_rules! refuse {
@@ -27,168 +26,6 @@ macro_rules! refuse {
         }
     };
 }
-
-mod atomic {
-    use super::*;
-
-    refuse!(
-        "fi_atomic",
-        write(
-            *mut fid_ep,
-            *const c_void,
-            usize,
-            *mut c_void,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        writev(
-            *mut fid_ep,
-            *const fi_ioc,
-            *mut *mut c_void,
-            usize,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!("fi_atomic", writemsg(*mut fid_ep, *const fi_msg_atomic, u64) -> isize);
-    refuse!(
-        "fi_atomic",
-        inject(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        readwrite(
-            *mut fid_ep,
-            *const c_void,
-            usize,
-            *mut c_void,
-            *mut c_void,
-            *mut c_void,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        readwritev(
-            *mut fid_ep,
-            *const fi_ioc,
-            *mut *mut c_void,
-            usize,
-            *mut fi_ioc,
-            *mut *mut c_void,
-            usize,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        readwritemsg(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        compwrite(
-            *mut fid_ep,
-            *const c_void,
-            usize,
-            *mut c_void,
-            *const c_void,
-            *mut c_void,
-            *mut c_void,
-            *mut c_void,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        compwritev(
-            *mut fid_ep,
-            *const fi_ioc,
-            *mut *mut c_void,
-            usize,
-            *const fi_ioc,
-            *mut *mut c_void,
-            usize,
-            *mut fi_ioc,
-            *mut *mut c_void,
-            usize,
-            fi_addr_t,
-            u64,
-            u64,
-            fi_datatype,
-            fi_op,
-            *mut c_void,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        compwritemsg(
-            *mut fid_ep,
-            *const fi_msg_atomic,
-            *const fi_ioc,
-            *mut *mut c_void,
-            usize,
-            *mut fi_ioc,
-            *mut *mut c_void,
-            usize,
-            u64,
-        ) -> isize
-    );
-    refuse!(
-        "fi_atomic",
-        writevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
-    );
-    refuse!(
-        "fi_atomic",
-        readwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
-    );
-    refuse!(
-        "fi_atomic",
-        compwritevalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int
-    );
-}
-
-pub(super) static ATOMIC_OPS: Table<fi_ops_atomic> = Table(fi_ops_atomic {
-    size: std::mem::size_of::<fi_ops_atomic>(),
-    write: Some(atomic::write),
-    writev: Some(atomic::writev),
-    writemsg: Some(atomic::writemsg),
-    inject: Some(atomic::inject),
-    readwrite: Some(atomic::readwrite),
-    readwritev: Some(atomic::readwritev),
-    readwritemsg: Some(atomic::readwritemsg),
-    compwrite: Some(atomic::compwrite),
-    compwritev: Some(atomic::compwritev),
-    compwritemsg: Some(atomic::compwritemsg),
-    writevalid: Some(atomic::writevalid),
-    readwritevalid: Some(atomic::readwritevalid),
-    compwritevalid: Some(atomic::compwritevalid),
-});
 
 mod coll {
     use super::*;

@@ -10,8 +10,6 @@
 //! computing, or waiting on something else) the thread sleeps in epoll on
 //! every endpoint's socket and progresses them as data arrives.
 
-// Not called yet: the endpoint's fi_ops_atomic will be its user.
-#[allow(dead_code)]
 pub(crate) mod atomic;
 pub(crate) mod fabreq;
 pub(crate) mod iov;

@@ -33,6 +33,8 @@
 //! the target checks it.
 #![forbid(unsafe_code)]
 
+pub(crate) use crate::nic::atomic::AtomicClass;
+
 /// `MsgHdr::flags` of a request (a `Head` leads its payload).
 pub(crate) const REQ: u32 = 1 << 2;
 /// `MsgHdr::flags` of a large write's data (follows its WRITE_HEAD).
@@ -49,7 +51,7 @@ pub(crate) const INLINE_WRITE: usize = 2048;
 
 /// The largest request a target takes: a head and, for an atomic, its
 /// operands and compare values (a small write is smaller still).
-pub(crate) const MAX_REQUEST: usize = HEAD_LEN + 2 * 4096;
+pub(crate) const MAX_REQUEST: usize = HEAD_LEN + 2 * crate::nic::atomic::MAX_ATOMIC_BYTES;
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,15 +60,6 @@ pub(crate) enum ReqKind {
     WriteHead = 2,
     Read = 3,
     Atomic = 4,
-}
-
-/// The family of an atomic (`fi_atomic`, `fi_fetch_atomic`,
-/// `fi_compare_atomic`): what operands come and whether values go back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AtomicClass {
-    Plain = 0,
-    Fetch = 1,
-    Compare = 2,
 }
 
 /// A request's head.
@@ -108,7 +101,12 @@ impl Head {
     pub(crate) fn emit(&self) -> [u8; HEAD_LEN] {
         let mut b = [0u8; HEAD_LEN];
         b[KIND] = self.kind as u8;
-        b[FLAGS] = u8::from(self.has_data) * F_DATA | (self.class as u8) << F_CLASS_SHIFT;
+        let class: u8 = match self.class {
+            AtomicClass::Plain => 0,
+            AtomicClass::Fetch => 1,
+            AtomicClass::Compare => 2,
+        };
+        b[FLAGS] = u8::from(self.has_data) * F_DATA | class << F_CLASS_SHIFT;
         b[OP] = self.op;
         b[DATATYPE] = self.datatype;
         b[COUNT..COUNT + 4].copy_from_slice(&self.count.to_le_bytes());

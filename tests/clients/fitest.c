@@ -1005,6 +1005,7 @@ static void scn_open_ops(void)
 }
 
 #include "fitest_pair.h"
+#include "fitest_rma.h"
 
 struct scenario {
 	const char *name;
@@ -1016,7 +1017,8 @@ struct scenario {
 
 /* Every RMA, atomic and collective entry point, called through libfabric's
  * inline wrappers on an endpoint whose info has no FI_RMA / FI_ATOMIC /
- * FI_COLLECTIVE: each must return an error (-FI_ENOSYS from gnix, strict),
+ * FI_COLLECTIVE: each must return an error (gnix: -FI_EOPNOTSUPP for RMA
+ * and atomics, which other endpoints offer; -FI_ENOSYS for collectives),
  * never crash through a NULL ops table. */
 static void scn_unsupported_ops(void)
 {
@@ -1045,33 +1047,38 @@ static void scn_unsupported_ops(void)
 	 * forked child, so what its call did stays there). */
 #define REFUSED(call) do { n++; \
 	CHECK_CONTAINED(#call " returns -FI_ENOSYS", (call) == -FI_ENOSYS); } while (0)
+	/* RMA and atomics exist: on an endpoint opened without them, the calls
+	 * are refused as not supported there. */
+#define REFUSED_HERE(call) do { n++; \
+	CHECK_CONTAINED(#call " returns -FI_EOPNOTSUPP or -FI_ENOSYS", \
+			({ long _v = (long)(call); _v == -FI_EOPNOTSUPP || _v == -FI_ENOSYS; })); } while (0)
 	if (!(caps & FI_RMA)) {
-		REFUSED(fi_read(c.ep, buf, 8, NULL, self, 0, 0, &x));
-		REFUSED(fi_readv(c.ep, &iov, &desc, 1, self, 0, 0, &x));
-		REFUSED(fi_readmsg(c.ep, &mrma, 0));
-		REFUSED(fi_write(c.ep, buf, 8, NULL, self, 0, 0, &x));
-		REFUSED(fi_writev(c.ep, &iov, &desc, 1, self, 0, 0, &x));
-		REFUSED(fi_writemsg(c.ep, &mrma, 0));
-		REFUSED(fi_inject_write(c.ep, buf, 8, self, 0, 0));
-		REFUSED(fi_writedata(c.ep, buf, 8, NULL, 1, self, 0, 0, &x));
-		REFUSED(fi_inject_writedata(c.ep, buf, 8, 1, self, 0, 0));
+		REFUSED_HERE(fi_read(c.ep, buf, 8, NULL, self, 0, 0, &x));
+		REFUSED_HERE(fi_readv(c.ep, &iov, &desc, 1, self, 0, 0, &x));
+		REFUSED_HERE(fi_readmsg(c.ep, &mrma, 0));
+		REFUSED_HERE(fi_write(c.ep, buf, 8, NULL, self, 0, 0, &x));
+		REFUSED_HERE(fi_writev(c.ep, &iov, &desc, 1, self, 0, 0, &x));
+		REFUSED_HERE(fi_writemsg(c.ep, &mrma, 0));
+		REFUSED_HERE(fi_inject_write(c.ep, buf, 8, self, 0, 0));
+		REFUSED_HERE(fi_writedata(c.ep, buf, 8, NULL, 1, self, 0, 0, &x));
+		REFUSED_HERE(fi_inject_writedata(c.ep, buf, 8, 1, self, 0, 0));
 	}
 	if (!(caps & FI_ATOMIC)) {
-		REFUSED(fi_atomic(c.ep, buf, 1, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
-		REFUSED(fi_atomicv(c.ep, &ioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
-		REFUSED(fi_atomicmsg(c.ep, &matom, 0));
-		REFUSED(fi_inject_atomic(c.ep, buf, 1, self, 0, 0, FI_UINT64, FI_SUM));
-		REFUSED(fi_fetch_atomic(c.ep, buf, 1, NULL, res, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
-		REFUSED(fi_fetch_atomicv(c.ep, &ioc, &desc, 1, &rioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
-		REFUSED(fi_fetch_atomicmsg(c.ep, &matom, &rioc, &desc, 1, 0));
-		REFUSED(fi_compare_atomic(c.ep, buf, 1, NULL, cmp, NULL, res, NULL, self, 0, 0, FI_UINT64,
+		REFUSED_HERE(fi_atomic(c.ep, buf, 1, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED_HERE(fi_atomicv(c.ep, &ioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED_HERE(fi_atomicmsg(c.ep, &matom, 0));
+		REFUSED_HERE(fi_inject_atomic(c.ep, buf, 1, self, 0, 0, FI_UINT64, FI_SUM));
+		REFUSED_HERE(fi_fetch_atomic(c.ep, buf, 1, NULL, res, NULL, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED_HERE(fi_fetch_atomicv(c.ep, &ioc, &desc, 1, &rioc, &desc, 1, self, 0, 0, FI_UINT64, FI_SUM, &x));
+		REFUSED_HERE(fi_fetch_atomicmsg(c.ep, &matom, &rioc, &desc, 1, 0));
+		REFUSED_HERE(fi_compare_atomic(c.ep, buf, 1, NULL, cmp, NULL, res, NULL, self, 0, 0, FI_UINT64,
 					  FI_CSWAP, &x));
-		REFUSED(fi_compare_atomicv(c.ep, &ioc, &desc, 1, &cioc, &desc, 1, &rioc, &desc, 1, self, 0, 0,
+		REFUSED_HERE(fi_compare_atomicv(c.ep, &ioc, &desc, 1, &cioc, &desc, 1, &rioc, &desc, 1, self, 0, 0,
 					   FI_UINT64, FI_CSWAP, &x));
-		REFUSED(fi_compare_atomicmsg(c.ep, &matom, &cioc, &desc, 1, &rioc, &desc, 1, 0));
-		REFUSED(fi_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
-		REFUSED(fi_fetch_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
-		REFUSED(fi_compare_atomicvalid(c.ep, FI_UINT64, FI_CSWAP, &cnt));
+		REFUSED_HERE(fi_compare_atomicmsg(c.ep, &matom, &cioc, &desc, 1, &rioc, &desc, 1, 0));
+		REFUSED_HERE(fi_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
+		REFUSED_HERE(fi_fetch_atomicvalid(c.ep, FI_UINT64, FI_SUM, &cnt));
+		REFUSED_HERE(fi_compare_atomicvalid(c.ep, FI_UINT64, FI_CSWAP, &cnt));
 	}
 	if (!(caps & FI_COLLECTIVE)) {
 		struct fi_av_set_attr sattr = { .count = 1, .start_addr = self, .end_addr = self, .stride = 1 };
@@ -1095,6 +1102,7 @@ static void scn_unsupported_ops(void)
 		REFUSED(c.ep->collective->msg(c.ep, &mc, &rioc, &desc, 1, 0));
 	}
 #undef REFUSED
+#undef REFUSED_HERE
 	/* The endpoint still works after all that. */
 	struct fi_context2 r, t;
 	static char in[16], out[16] = "still alive";
@@ -1121,6 +1129,7 @@ static const struct scenario scenarios[] = {
 	{ "open_ops", scn_open_ops },
 	{ "unsupported_ops", scn_unsupported_ops },
 	PAIR_SCENARIOS
+	RMA_SCENARIOS
 };
 
 int main(int argc, char **argv)

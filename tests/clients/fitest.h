@@ -562,6 +562,7 @@ struct opts {
 	enum fi_wait_obj wait;  /* for both CQs, default FI_WAIT_NONE */
 	uint64_t txcq_flags, rxcq_flags; /* extra bind flags */
 	int txcntr, rxcntr;
+	int rmacntr;            /* one counter for FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE */
 	size_t min_multi_recv;
 	int no_insert;          /* do not insert peers into the AV */
 	int from;               /* use fi_cq_readfrom on the rx CQ */
@@ -576,7 +577,7 @@ struct ctx {
 	struct fid_av *av;
 	struct fid_ep *ep;
 	struct cqw tx, rx;
-	struct fid_cntr *txcntr, *rxcntr;
+	struct fid_cntr *txcntr, *rxcntr, *rmacntr;
 	fi_addr_t addr[MAXP];
 	uint8_t name[MAXP][256];
 	size_t namelen[MAXP];
@@ -682,6 +683,10 @@ static int ctx_open(struct ctx *c, const struct opts *o)
 		CHK(fi_cntr_open(c->dom, &cntr_attr, &c->rxcntr, NULL));
 		CHK(fi_ep_bind(c->ep, &c->rxcntr->fid, FI_RECV));
 	}
+	if (o->rmacntr) {
+		CHK(fi_cntr_open(c->dom, &cntr_attr, &c->rmacntr, NULL));
+		CHK(fi_ep_bind(c->ep, &c->rmacntr->fid, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE));
+	}
 	if (o->min_multi_recv) {
 		size_t v = o->min_multi_recv;
 		CHK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, sizeof v));
@@ -742,6 +747,8 @@ static void ctx_close(struct ctx *c)
 		CHK(fi_close(&c->txcntr->fid));
 	if (c->rxcntr)
 		CHK(fi_close(&c->rxcntr->fid));
+	if (c->rmacntr)
+		CHK(fi_close(&c->rmacntr->fid));
 	CHK(fi_close(&c->tx.cq->fid));
 	CHK(fi_close(&c->rx.cq->fid));
 	cqw_forget(&c->tx);

@@ -44,6 +44,8 @@ impl Pair {
         let a = RmaArgs {
             dir,
             local,
+            operand: Vec::new(),
+            compare: Vec::new(),
             remote,
             dest: 0,
             data,

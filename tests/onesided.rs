@@ -1,0 +1,53 @@
+//! One-sided scenarios (FI_RMA, FI_ATOMIC, FI_RMA_EVENT): rank 0 is the
+//! target, the others read, write and update its registered memory (see
+//! tests/clients/fitest_rma.h). Every test also runs against a reference
+//! provider (`GNIX_TEST_PROVIDER`), so a failure here is known to be gnix's.
+mod common;
+use common::{is_gnix, pair, skip_unless_gnix, Scenario};
+
+/// fi_read/readv/readmsg, fi_write/writev/writemsg/inject_write/writedata:
+/// 8 B, 3000 B, 1 MiB, iovs on both sides, remote CQ data.
+#[test]
+fn rma_every_call_and_size() {
+    pair("rma_ops", None);
+}
+
+/// Unknown key, wrong rights, outside the region: error completions,
+/// nothing written, the endpoint works afterwards. gnix only: libfabric
+/// 1.17's shm and tcp;ofi_rxm complete a write with an unknown key
+/// without an error.
+#[test]
+fn rma_refused_access_writes_nothing() {
+    if skip_unless_gnix("rma_refused") {
+        return;
+    }
+    pair("rma_refused", None);
+}
+
+/// FI_RMA_EVENT: endpoint counters for FI_READ/FI_WRITE and
+/// FI_REMOTE_READ/FI_REMOTE_WRITE, and a counter bound to the region.
+#[test]
+fn rma_events_count_on_both_sides() {
+    pair("rma_event", None);
+}
+
+/// Every op × datatype × family fi_atomicvalid offers, against a reference
+/// computed by the client; the v, msg and inject forms.
+#[test]
+fn atomics_every_op_and_datatype() {
+    pair("atomic_ops", None);
+}
+
+/// 8 processes (rank 0 through its own endpoint too) fetch-and-add one
+/// word 2000 times each; on gnix half of them over the udp wire, so both
+/// wires feed the one executor. The word ends at exactly 16,000.
+#[test]
+fn concurrent_fetch_and_add_sums_exactly() {
+    let mut s = Scenario::new("atomic_fadd", 8).timeout(120);
+    if is_gnix() {
+        for r in (1..8).step_by(2) {
+            s = s.rank_env(r, "FI_GNIX_SHM", "0");
+        }
+    }
+    s.run();
+}
