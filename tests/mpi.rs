@@ -526,9 +526,8 @@ fn ompi_transport(cmd: &mut Command, p: &Prog, t: Ompi) {
             cmd.args(["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]);
         }
     }
-    // One-sided over the pml (mtl ofi has no osc of its own; gnix offers
-    // no FI_RMA for osc rdma).  The references use it too: Open MPI
-    // 4.1.4's osc rdma crashes in MPI_Compare_and_swap even over vader.
+    // One-sided over the pml (mtl ofi has no osc of its own; osc rdma over
+    // btl ofi has its own tests below).  The references use it too.
     cmd.args(["--mca", "osc", "pt2pt"]);
     cmd.args(["-x", &format!("GNIX_MPI_PHASE_SECS={}", phase_secs())]);
     for v in ["FI_LOG_LEVEL", "FI_LOG_PROV", "RUST_BACKTRACE", "GNIX_MPI_TRACE"] {
@@ -708,27 +707,35 @@ fn ompi_two_hosts_reference_2ranks() {
 
 /// pml ob1 + btl ofi in the given btl_ofi_mode (v4.1.4
 /// opal/mca/btl/ofi/btl_ofi.h): 0 one-sided (needs FI_RMA | FI_ATOMIC),
-/// 1 two-sided (FI_MSG, tx op_flags FI_DELIVERY_COMPLETE), 2 both.
-/// pingpong only: the corpus's coverage is for the mtl.
-fn ompi_btl_ofi(mode: u32) {
-    let what = format!("Open MPI ob1 + btl ofi mode {mode}, 2 ranks");
+/// 1 two-sided (FI_MSG, tx op_flags FI_DELIVERY_COMPLETE), 2 both. `osc`:
+/// MPI one-sided through osc rdma, which then puts, gets and updates
+/// with the btl's fi_write, fi_read and fi_atomic (else the pml's osc
+/// pt2pt would carry it as messages).
+fn ompi_btl_ofi(mode: u32, np: u32, only: &[&str], osc_rdma: bool) {
+    let what = format!(
+        "Open MPI ob1 + btl ofi mode {mode}{}, {np} ranks",
+        if osc_rdma { " + osc rdma" } else { "" }
+    );
     let Some((mpicc, mpirun)) = ompi_tools(&what) else {
         return;
     };
     let prov = provider();
     run_corpus(&Matrix {
         config: &what,
-        np: 2,
+        np,
         flavour: "ompi",
         mpicc: &mpicc,
-        only: &["pingpong"],
+        only,
         except: &[],
         launch: &|p, exe| {
-            let mut cmd = ompi_base(&mpirun, 2);
+            let mut cmd = ompi_base(&mpirun, np);
             cmd.args(["--mca", "pml", "ob1", "--mca", "btl", "self,ofi"])
                 .args(["--mca", "btl_ofi_provider_include", &prov])
                 .args(["--mca", "btl_ofi_mode", &mode.to_string()])
                 .args(["-x", &format!("GNIX_MPI_PHASE_SECS={}", phase_secs())]);
+            if osc_rdma {
+                cmd.args(["--mca", "osc", "rdma"]);
+            }
             if let Some(d) = provider_dir() {
                 cmd.args(["-x", &format!("FI_PROVIDER_PATH={}", d.display())]);
             }
@@ -741,13 +748,22 @@ fn ompi_btl_ofi(mode: u32) {
 
 #[test]
 fn ompi_btl_ofi_two_sided() {
-    ompi_btl_ofi(1);
+    ompi_btl_ofi(1, 2, &["pingpong"], false);
+}
+
+/// MPI one-sided (fence, PSCW, lock/unlock, flush; put, get, accumulate,
+/// fetch-and-op, compare-and-swap) through osc rdma over btl ofi in mode 2:
+/// gnix's RMA and atomics. (Mode 0, one-sided only, leaves ob1 no btl to
+/// send with: Open MPI 4.1.4 crashes in MPI_Send over libfabric's shm
+/// too.) Reference: GNIX_TEST_PROVIDER=shm passes it.
+#[test]
+fn ompi_btl_ofi_osc_rdma_2ranks() {
+    ompi_btl_ofi(2, 2, &["rma"], true);
 }
 
 #[test]
-#[ignore = "btl ofi mode 0 (one-sided) needs FI_RMA | FI_ATOMIC, which gnix does not offer yet"]
-fn ompi_btl_ofi_one_sided() {
-    ompi_btl_ofi(0);
+fn ompi_btl_ofi_osc_rdma_4ranks() {
+    ompi_btl_ofi(2, 4, &["rma"], true);
 }
 
 // ---------------------------------------------------------------- MPICH
