@@ -114,6 +114,11 @@ impl Cntr {
         f();
         *lock(&self.poll_seen) = self.peek();
         self.wait.notify();
+        // The application moved the counter (no endpoint lock held):
+        // operations triggered on it may fire.
+        if let Some(d) = &self._domain {
+            d.triggers.run();
+        }
     }
     pub fn add(&self, v: u64) {
         self.app_update(|| {

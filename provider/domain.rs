@@ -32,6 +32,8 @@ pub struct Domain {
     pub tunables: Mutex<Tunables>,
     pub mrs: crate::mr::MrTable,
     pub nic: Nic,
+    /// Operations posted with FI_TRIGGER, waiting for their counters.
+    pub triggers: crate::trigger::Triggers,
 }
 impl AsRef<Refs> for Domain {
     fn as_ref(&self) -> &Refs {
@@ -67,6 +69,7 @@ pub unsafe fn open(
         _fabric: fabric,
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
+        triggers: crate::trigger::Triggers::default(),
         nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),
         attr,
     });

@@ -28,7 +28,8 @@ pub const SECONDARY_CAPS: u64 = FI_SOURCE
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM
     | RMA_ROLES
-    | FI_RMA_EVENT;
+    | FI_RMA_EVENT
+    | FI_TRIGGER;
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 /// What an info says when the hints name no capabilities (NULL hints, or
 /// caps 0): everything but `FI_SOURCE_ERR`. That one changes what the
@@ -41,7 +42,7 @@ pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR;
 /// FI_LOCAL_COMM/FI_REMOTE_COMM are domain-level: they belong in info and
 /// domain caps, not in tx/rx caps (fabtests getinfo_caps checks this).
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE | FI_TRIGGER;
 pub const RX_CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_RMA
@@ -57,8 +58,8 @@ pub const RX_CAPS: u64 = FI_MSG
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Operation flags an application may set as endpoint defaults.
 pub const TX_OP_FLAGS: u64 =
-    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE;
-pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV;
+    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE | FI_TRIGGER;
+pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_TRIGGER;
 /// Per peer, messages are delivered in send order.
 pub const MSG_ORDER: u64 = FI_ORDER_SAS;
 

@@ -44,6 +44,7 @@ pub(crate) mod fabric;
 pub(crate) mod getinfo;
 pub(crate) mod mr;
 pub(crate) mod nic;
+pub(crate) mod trigger;
 pub(crate) mod wait;
 
 use ffi::*;

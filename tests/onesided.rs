@@ -51,3 +51,12 @@ fn concurrent_fetch_and_add_sums_exactly() {
     }
     s.run();
 }
+
+/// FI_TRIGGER: a receive, a send, an RMA write, a write through a
+/// triggering alias (fi_ep_alias) and an atomic, each held back until the
+/// application's counter reaches its threshold, then completing with its
+/// triggered context.
+#[test]
+fn triggered_operations_wait_for_their_threshold() {
+    pair("trigger", None);
+}

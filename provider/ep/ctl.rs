@@ -4,7 +4,7 @@
 
 use super::{from_fid, new_state, Ep, Obj};
 use crate::ffi::*;
-use crate::fid::{base_ops, Table};
+use crate::fid::{base_ops, fid_header, Table};
 use crate::getinfo::std_to_sockaddr;
 use crate::nic::AutoProgress;
 use crate::progress::Progress;
@@ -218,28 +218,111 @@ unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
                 let Some(flags) = (unsafe { (arg as *mut u64).as_mut() }) else {
                     return -FI_EINVAL;
                 };
-                let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
-                    (&ep.tx_op_flags, crate::getinfo::TX_OP_FLAGS)
-                } else if *flags & FI_RECV != 0 {
-                    (&ep.rx_op_flags, crate::getinfo::RX_OP_FLAGS)
-                } else {
+                let (mut tx, mut rx) = (ep.tx_flags(), ep.rx_flags());
+                let r = opsflag(cmd as u32, flags, &mut tx, &mut rx);
+                ep.tx_op_flags.store(tx, Ordering::Relaxed);
+                ep.rx_op_flags.store(rx, Ordering::Relaxed);
+                r
+            }
+            FI_ALIAS => {
+                // SAFETY: FI_ALIAS takes a struct fi_alias * (fi_endpoint(3)).
+                let Some(a) = (unsafe { (arg as *mut fi_alias).as_mut() }) else {
                     return -FI_EINVAL;
                 };
-                if cmd as u32 == FI_GETOPSFLAG {
-                    *flags = slot.load(Ordering::Relaxed);
-                } else {
-                    let v = *flags & !(FI_TRANSMIT | FI_RECV);
-                    if v & !allowed != 0 {
-                        return -FI_EINVAL;
-                    }
-                    slot.store(v, Ordering::Relaxed);
+                if a.fid.is_null() {
+                    return -FI_EINVAL;
                 }
+                let (mut tx, mut rx) = (ep.tx_flags(), ep.rx_flags());
+                let mut fl = a.flags;
+                if opsflag(FI_SETOPSFLAG, &mut fl, &mut tx, &mut rx) != 0 {
+                    return -FI_EINVAL;
+                }
+                // SAFETY: `f` is the endpoint's own fid_ep (checked above).
+                let mut c = unsafe { std::ptr::read(f_ep(f)) };
+                c.fid = fid_header(FI_CLASS_EP, std::ptr::null_mut(), ALIAS_FI_OPS.ptr());
+                let p = Obj::create(c, ep.clone());
+                let mut al = ep.aliases.lock().unwrap_or_else(|e| e.into_inner());
+                al.push((p as usize, tx, rx));
+                ep.aliased.store(true, Ordering::Release);
+                // SAFETY: `a.fid` is the application's result slot (non-NULL).
+                unsafe { *a.fid = p as *mut fid };
                 0
             }
             _ => -FI_ENOSYS,
         }
     })
 }
+
+/// FI_GETOPSFLAG / FI_SETOPSFLAG on a pair of op flags: `*flags` names
+/// FI_TRANSMIT or FI_RECV (one of them) and the flags (fi_endpoint(3)).
+fn opsflag(cmd: u32, flags: &mut u64, tx: &mut u64, rx: &mut u64) -> i32 {
+    let (slot, allowed) = if *flags & FI_TRANSMIT != 0 {
+        (tx, crate::getinfo::TX_OP_FLAGS)
+    } else if *flags & FI_RECV != 0 {
+        (rx, crate::getinfo::RX_OP_FLAGS)
+    } else {
+        return -FI_EINVAL;
+    };
+    if cmd == FI_GETOPSFLAG {
+        *flags = *slot;
+        return 0;
+    }
+    let v = *flags & !(FI_TRANSMIT | FI_RECV);
+    if v & !allowed != 0 {
+        return -FI_EINVAL;
+    }
+    *slot = v;
+    0
+}
+
+/// The fid_ep a fid of this class starts.
+fn f_ep(f: *mut fid) -> *const fid_ep {
+    f as *const fid_ep
+}
+
+/// An alias (fi_ep_alias): the endpoint under its own op flags. Closing it
+/// closes only the alias; it has nothing to bind or enable.
+unsafe extern "C" fn alias_close(f: *mut fid) -> i32 {
+    abi_guard!("alias_close", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        let mut al = ep.aliases.lock().unwrap_or_else(|e| e.into_inner());
+        al.retain(|x| x.0 != f as usize);
+        ep.aliased.store(!al.is_empty(), Ordering::Release);
+        drop(al);
+        // SAFETY: `f` is a live alias object (checked above), which the application gives up (fi_close(3)).
+        unsafe { Obj::destroy(f as *mut c_void) };
+        0
+    })
+}
+
+unsafe extern "C" fn alias_control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
+    abi_guard!("alias_control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if !matches!(cmd as u32, FI_GETOPSFLAG | FI_SETOPSFLAG) {
+            return -FI_ENOSYS;
+        }
+        // SAFETY: FI_GETOPSFLAG/FI_SETOPSFLAG take a uint64_t * (fi_endpoint(3)).
+        let Some(flags) = (unsafe { (arg as *mut u64).as_mut() }) else {
+            return -FI_EINVAL;
+        };
+        let mut al = ep.aliases.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(x) = al.iter_mut().find(|x| x.0 == f as usize) else {
+            return -FI_EINVAL;
+        };
+        let (mut tx, mut rx) = (x.1, x.2);
+        let r = opsflag(cmd as u32, flags, &mut tx, &mut rx);
+        (x.1, x.2) = (tx, rx);
+        r
+    })
+}
+
+static ALIAS_FI_OPS: Table<fi_ops> = Table(base_ops(alias_close, None, Some(alias_control), None));
 
 // ------------------------------------------------------------------------
 // fi_ops_ep, fi_ops_cm

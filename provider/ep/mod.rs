@@ -29,6 +29,7 @@
 //! their own (taken after this one, never before).
 
 mod ctl;
+mod deferred;
 mod rma;
 mod rx;
 mod shims;
@@ -165,6 +166,9 @@ pub struct Ep {
     max_msg_size: usize,
     pending_binds: Mutex<Bindings>,
     binds: OnceLock<Bindings>,
+    /// fi_ep_alias: each alias's fid and its own op flags (tx, rx).
+    aliases: Mutex<Vec<(usize, u64, u64)>>,
+    aliased: AtomicBool,
     enabled: AtomicBool,
     fd: AtomicI32,
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
@@ -289,6 +293,8 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         max_msg_size: o.max_msg_size,
         pending_binds: Mutex::new(Bindings::default()),
         binds: OnceLock::new(),
+        aliases: Mutex::new(Vec::new()),
+        aliased: AtomicBool::new(false),
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
@@ -328,6 +334,37 @@ impl Ep {
 
     fn rx_flags(&self) -> u64 {
         self.rx_op_flags.load(Ordering::Relaxed)
+    }
+
+    /// The op flags of the fid a call came through: the endpoint's, or an
+    /// alias's (fi_ep_alias).
+    fn flags_at(&self, f: *const fid_ep, tx: bool) -> u64 {
+        if self.aliased.load(Ordering::Acquire) {
+            let a = self.aliases.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(&(_, t, r)) = a.iter().find(|x| x.0 == f as usize) {
+                return if tx { t } else { r };
+            }
+        }
+        if tx {
+            self.tx_flags()
+        } else {
+            self.rx_flags()
+        }
+    }
+
+    /// An operation that could not be posted after all (a triggered one):
+    /// its error completion and its counter.
+    fn fail_op(&self, ctx: usize, flags: u64, tx: bool, err: i32) {
+        let Some(b) = self.binds.get() else { return };
+        count(if tx { &b.send_cntr } else { &b.recv_cntr }, Some(err));
+        let entry = CqEntry {
+            op_context: ctx as *mut c_void,
+            flags,
+            ..CqEntry::default()
+        };
+        if let Some(cq) = if tx { &b.tx_cq } else { &b.rx_cq } {
+            cq.push_err(CqError::new(entry, err));
+        }
     }
 
     /// One pass over both wires; what arrives is matched, what ends is
@@ -377,6 +414,8 @@ impl Progress for Ep {
         if let Ok(mut st) = self.state.try_lock() {
             self.progress_locked(&mut st, now);
         }
+        // No endpoint lock held: triggered operations may fire.
+        self.domain.triggers.run();
     }
     fn wait_fds(&self, out: &mut Vec<RawFd>) {
         out.push(self.fd.load(Ordering::Relaxed));
@@ -410,6 +449,7 @@ impl AutoProgress for Ep {
         if let Ok(mut st) = self.state.try_lock() {
             self.progress_locked(&mut st, now_ns());
         }
+        self.domain.triggers.run();
     }
 }
 

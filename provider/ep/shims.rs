@@ -78,17 +78,23 @@ unsafe fn do_send(
         crate::warn!(FI_LOG_EP_DATA, "send: NULL iov with a non-zero count");
         return -FI_EINVAL as isize;
     };
-    let flags = flags.unwrap_or_else(|| ep.tx_flags());
-    ep.send(SendArgs {
+    let flags = flags.unwrap_or_else(|| ep.flags_at(e, true));
+    let a = SendArgs {
         iov,
         dest,
         tag,
         data,
         ctx: ctx as usize,
-        flags,
+        flags: flags & !FI_TRIGGER,
         tagged,
         silent: false,
-    })
+    };
+    if flags & FI_TRIGGER != 0 {
+        // SAFETY: FI_TRIGGER: `ctx` is the application's fi_triggered_context (fi_trigger(3)).
+        let t = unsafe { crate::trigger::threshold_of(ctx as usize) };
+        return super::deferred::defer(ep, t, super::deferred::Op::Send(a));
+    }
+    ep.send(a)
 }
 
 /// fi_inject, fi_injectdata, fi_tinject, fi_tinjectdata: the op flags do
@@ -142,16 +148,22 @@ unsafe fn do_recv(
         crate::warn!(FI_LOG_EP_DATA, "recv: NULL iov with a non-zero count");
         return -FI_EINVAL as isize;
     };
-    let flags = flags.unwrap_or_else(|| ep.rx_flags());
-    ep.recv(RecvArgs {
+    let flags = flags.unwrap_or_else(|| ep.flags_at(e, false));
+    let a = RecvArgs {
         iov,
         src,
         tag,
         ignore,
         ctx: ctx as usize,
-        flags,
+        flags: flags & !FI_TRIGGER,
         tagged,
-    })
+    };
+    if flags & FI_TRIGGER != 0 {
+        // SAFETY: FI_TRIGGER: `ctx` is the application's fi_triggered_context (fi_trigger(3)).
+        let t = unsafe { crate::trigger::threshold_of(ctx as usize) };
+        return super::deferred::defer(ep, t, super::deferred::Op::Recv(a));
+    }
+    ep.recv(a)
 }
 
 unsafe extern "C" fn msg_send(

@@ -136,8 +136,8 @@ unsafe fn do_atomic(
         crate::warn!(FI_LOG_EP_DATA, "atomic: NULL buffer with non-zero length");
         return -FI_EINVAL as isize;
     }
-    let flags = flags.unwrap_or_else(|| ep.tx_flags()) | if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
-    ep.rma(RmaArgs {
+    let flags = flags.unwrap_or_else(|| ep.flags_at(e, true)) | if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+    let a = RmaArgs {
         dir: RmaDir::Atomic(s),
         local: result,
         operand: gather(operand),
@@ -146,9 +146,15 @@ unsafe fn do_atomic(
         dest,
         data,
         ctx: ctx as usize,
-        flags,
+        flags: flags & !FI_TRIGGER,
         silent,
-    })
+    };
+    if flags & FI_TRIGGER != 0 {
+        // SAFETY: FI_TRIGGER: `ctx` is the application's fi_triggered_context (fi_trigger(3)).
+        let t = unsafe { crate::trigger::threshold_of(ctx as usize) };
+        return super::deferred::defer(ep, t, super::deferred::Op::Rma(a));
+    }
+    ep.rma(a)
 }
 
 fn remote(addr: u64, count: usize, key: u64, size: usize) -> Option<Vec<RemoteMem>> {

@@ -68,8 +68,8 @@ unsafe fn do_rma(
         crate::warn!(FI_LOG_EP_DATA, "rma: NULL iov with a non-zero count");
         return -FI_EINVAL as isize;
     };
-    let flags = flags.unwrap_or_else(|| ep.tx_flags()) | if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
-    ep.rma(RmaArgs {
+    let flags = flags.unwrap_or_else(|| ep.flags_at(e, true)) | if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+    let a = RmaArgs {
         dir,
         local,
         operand: Vec::new(),
@@ -78,9 +78,15 @@ unsafe fn do_rma(
         dest,
         data,
         ctx: ctx as usize,
-        flags,
+        flags: flags & !FI_TRIGGER,
         silent,
-    })
+    };
+    if flags & FI_TRIGGER != 0 {
+        // SAFETY: FI_TRIGGER: `ctx` is the application's fi_triggered_context (fi_trigger(3)).
+        let t = unsafe { crate::trigger::threshold_of(ctx as usize) };
+        return super::deferred::defer(ep, t, super::deferred::Op::Rma(a));
+    }
+    ep.rma(a)
 }
 
 unsafe extern "C" fn read(

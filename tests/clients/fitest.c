@@ -9,6 +9,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
+#include <rdma/fi_trigger.h>
 
 static struct opts defopts(void)
 {

@@ -600,9 +600,126 @@ static void scn_atomic_fadd(void)
 	pass();
 }
 
+
+/* ============================================================ trigger */
+
+/* FI_TRIGGER: operations held back until a counter reaches a threshold,
+ * then posted, completing with their triggered context: a receive (the
+ * message it takes waits as unexpected meanwhile), a send, an RMA write,
+ * one posted through an alias whose op flags carry FI_TRIGGER
+ * (fi_ep_alias), and an atomic. The counters are the application's
+ * (fi_cntr_add), so when each fires is known. */
+static void scn_trigger(void)
+{
+	struct ctx c;
+	struct opts o = rma_opts(FI_RMA | FI_ATOMIC | FI_TRIGGER);
+	pair_open(&c, &o, "FI_RMA | FI_ATOMIC | FI_TRIGGER");
+	struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_cntr *tc;
+	CHK(fi_cntr_open(c.dom, &ca, &tc, NULL));
+	static char msg[64], got[64];
+	if (g_rank == 0) {
+		struct region r;
+		region_open(&c, &r, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE, 0x7E);
+		region_publish(1, "g", &r);
+		struct fi_triggered_context trc = { .event_type = FI_TRIGGER_THRESHOLD,
+						    .trigger.threshold = { .cntr = tc, .threshold = 1 } };
+		struct iovec v = { got, sizeof got };
+		struct fi_msg_tagged m = { .msg_iov = &v, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 5,
+					   .context = &trc };
+		POST(fi_trecvmsg(c.ep, &m, FI_TRIGGER | FI_COMPLETION));
+		oob_send(1, "armed");
+		oob_wait_progress(1, "sent");
+		/* The message is here, unexpected: the receive is not posted yet. */
+		EXPECT(got[0] == 0, "the triggered receive took a message before its trigger");
+		CHK(fi_cntr_add(tc, 1));
+		struct comp e = cqw_ok(&c.rx);
+		EXPECT(e.ctx == &trc, "triggered receive's context %p", e.ctx);
+		check("triggered receive", got, sizeof got, 21);
+		/* The triggered send from rank 1. */
+		static char got2[64];
+		struct fi_context2 x;
+		POST(fi_trecv(c.ep, got2, sizeof got2, NULL, FI_ADDR_UNSPEC, 6, 0, &x));
+		oob_send(1, "posted");
+		cqw_ok(&c.rx);
+		check("triggered send", got2, sizeof got2, 22);
+		oob_wait_progress(1, "done");
+		barrier();
+		region_close(&r);
+		CHK(fi_close(&tc->fid));
+		ctx_close(&c);
+		pass();
+	}
+	uint64_t key, addr;
+	region_learn(0, "g", &key, &addr);
+	oob_wait_progress(0, "armed");
+	fi_addr_t t = c.addr[0];
+	struct fi_context2 x;
+	fill(msg, sizeof msg, 21);
+	POST(fi_tsend(c.ep, msg, sizeof msg, NULL, t, 5, &x));
+	cqw_ok(&c.tx);
+	oob_send(0, "sent");
+	/* A triggered write (threshold 2) and one through a triggering alias (3). */
+	static uint8_t w1[32], w2[32], rd[80];
+	fill(w1, 32, 23);
+	fill(w2, 32, 24);
+	struct fi_triggered_context t1 = { .event_type = FI_TRIGGER_THRESHOLD,
+					   .trigger.threshold = { .cntr = tc, .threshold = 2 } };
+	struct fi_triggered_context t2 = t1, t3 = t1, t4 = t1;
+	t2.trigger.threshold.threshold = 3;
+	t3.trigger.threshold.threshold = 4;
+	t4.trigger.threshold.threshold = 5;
+	struct iovec wv = { w1, 32 };
+	struct fi_rma_iov wr = { addr, 32, key };
+	struct fi_msg_rma wm = { .msg_iov = &wv, .iov_count = 1, .addr = t, .rma_iov = &wr, .rma_iov_count = 1,
+				 .context = &t1 };
+	POST(fi_writemsg(c.ep, &wm, FI_TRIGGER | FI_COMPLETION));
+	struct fid_ep *alias = NULL;
+	CHK(fi_ep_alias(c.ep, &alias, FI_TRANSMIT | FI_TRIGGER));
+	POST(fi_write(alias, w2, 32, NULL, t, addr + 32, key, &t2));
+	static uint64_t one = 1;
+	struct fi_ioc ov = { &one, 1 };
+	struct fi_rma_ioc ar = { addr + 64, 1, key };
+	struct fi_msg_atomic am = { .msg_iov = &ov, .iov_count = 1, .addr = t, .rma_iov = &ar, .rma_iov_count = 1,
+				    .datatype = FI_UINT64, .op = FI_SUM, .context = &t3 };
+	POST(fi_atomicmsg(c.ep, &am, FI_TRIGGER | FI_COMPLETION));
+	fill(msg, sizeof msg, 22);
+	struct iovec sv = { msg, sizeof msg };
+	struct fi_msg_tagged sm = { .msg_iov = &sv, .iov_count = 1, .addr = t, .tag = 6, .context = &t4 };
+	POST(fi_tsendmsg(c.ep, &sm, FI_TRIGGER | FI_COMPLETION));
+	/* Nothing has fired: the region is still zero. */
+	POST(fi_read(c.ep, rd, 72, NULL, t, addr, key, &x));
+	EXPECT(cqw_ok(&c.tx).ctx == &x, "the read completes first");
+	for (int i = 0; i < 72; i++)
+		EXPECT(rd[i] == 0, "byte %d written before its trigger", i);
+	CHK(fi_cntr_add(tc, 2)); /* 2: the write */
+	EXPECT(cqw_ok(&c.tx).ctx == &t1, "triggered write's context");
+	CHK(fi_cntr_add(tc, 1)); /* 3: the alias's write */
+	EXPECT(cqw_ok(&c.tx).ctx == &t2, "alias write's context");
+	CHK(fi_cntr_add(tc, 1)); /* 4: the atomic */
+	EXPECT(cqw_ok(&c.tx).ctx == &t3, "triggered atomic's context");
+	POST(fi_read(c.ep, rd, 72, NULL, t, addr, key, &x));
+	cqw_ok(&c.tx);
+	check("triggered write", rd, 32, 23);
+	check("alias write", rd + 32, 32, 24);
+	uint64_t v;
+	memcpy(&v, rd + 64, 8);
+	EXPECT(v == 1, "triggered atomic: %" PRIu64, v);
+	oob_wait_progress(0, "posted");
+	CHK(fi_cntr_add(tc, 1)); /* 5: the send */
+	EXPECT(cqw_ok(&c.tx).ctx == &t4, "triggered send's context");
+	CHK(fi_close(&alias->fid));
+	oob_send(0, "done");
+	barrier();
+	CHK(fi_close(&tc->fid));
+	ctx_close(&c);
+	pass();
+}
+
 #define RMA_SCENARIOS                                  \
 	{ "rma_ops", scn_rma_ops },                    \
 	{ "rma_refused", scn_rma_refused },            \
 	{ "rma_event", scn_rma_event },                \
 	{ "atomic_ops", scn_atomic_ops },              \
-	{ "atomic_fadd", scn_atomic_fadd },
+	{ "atomic_fadd", scn_atomic_fadd },            \
+	{ "trigger", scn_trigger },
