@@ -22,6 +22,27 @@ fn peer_fail(mode: &str) {
     }
 }
 
+/// The target of large RMA reads or writes is killed with them in flight:
+/// every one completes (the unfinished ones with an error) within the peer
+/// timeout, on both wires.
+#[test]
+fn rma_target_killed_mid_transfer_gives_error_completions() {
+    if skip_unless_gnix("rma_target_killed") {
+        return;
+    }
+    for shm in WIRES {
+        for what in ["read", "write"] {
+            Scenario::new("rma_peer_killed", 2)
+                .arg(what)
+                .env("FI_GNIX_PEER_TIMEOUT_MS", "2000")
+                .env("FI_GNIX_SHM", shm)
+                .killable(0)
+                .timeout(40)
+                .run();
+        }
+    }
+}
+
 #[test]
 fn peer_killed_mid_transfer_gives_error_completions() {
     if skip_unless_gnix("peer_killed_mid_transfer") {

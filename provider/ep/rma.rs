@@ -144,6 +144,8 @@ pub(crate) struct RmaReq {
 /// One remote iov of an operation (a `FabReq` of its own).
 pub(crate) struct RmaPart {
     parent: OpId,
+    /// The target: a part waiting for its answer fails if it dies.
+    peer: SocketAddr,
     /// Its messages the wires still hold (reported by SendDone/SendFailed).
     sends: u8,
     /// The target's response came (or never will: the send failed).
@@ -380,6 +382,7 @@ impl Handler<'_> {
             off += n;
             let part = RmaPart {
                 parent,
+                peer,
                 sends: 0,
                 answered: false,
                 err: None,
@@ -538,6 +541,29 @@ impl Handler<'_> {
             p.err = p.err.or(err);
             p.answered = true;
         });
+    }
+
+    /// A peer stopped answering (its wire gave up on it, or its process
+    /// died): our parts waiting for its answers fail, and what it left
+    /// half done here is let go.
+    pub(super) fn onesided_peer_failed(&mut self, peer: SocketAddr) {
+        while let Some(op) = self
+            .reqs
+            .find(|r| matches!(r, Req::Part(p) if p.peer == peer && !p.answered))
+        {
+            self.part_event(op, |p| {
+                p.err = p.err.or(Some(FI_EHOSTUNREACH as i32));
+                p.answered = true;
+            });
+        }
+        if let Some(q) = self.os.expect.remove(&peer) {
+            self.os.credits.extend(q.into_iter().filter_map(|e| e.credit));
+        }
+        let (gone, keep): (VecDeque<Reply>, VecDeque<Reply>) = std::mem::take(&mut self.os.replies)
+            .into_iter()
+            .partition(|r| r.peer == peer);
+        self.os.replies = keep;
+        self.os.credits.extend(gone.into_iter().filter_map(|r| r.credit));
     }
 
     /// A one-sided message arrived (not for the tag matching).

@@ -275,7 +275,8 @@ impl Upcall for Handler<'_> {
             WireEvent::SendFailed { op, err } => self.send_finished(op, Some(err)),
             WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
             WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
-            WireEvent::PeerUp { .. } | WireEvent::PeerFailed { .. } => {}
+            WireEvent::PeerUp { .. } => {}
+            WireEvent::PeerFailed { peer } => self.onesided_peer_failed(peer),
         }
     }
 }

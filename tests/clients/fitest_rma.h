@@ -716,10 +716,59 @@ static void scn_trigger(void)
 	pass();
 }
 
+
+/* ==================================================== rma_peer_killed */
+
+/* The target is SIGKILLed while large reads (arg "read") or writes
+ * ("write") to it are in flight: every operation completes, those that
+ * did not finish with an error; nothing hangs (the harness's time bound,
+ * with FI_GNIX_PEER_TIMEOUT_MS short). */
+static void scn_rma_peer_killed(void)
+{
+	struct ctx c;
+	struct opts o = rma_opts(FI_RMA);
+	pair_open(&c, &o, "FI_RMA");
+	enum { N = 16, LEN = 8 << 20 };
+	if (g_rank == 0) {
+		struct region r;
+		region_open(&c, &r, LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0x99);
+		region_publish(1, "k", &r);
+		for (;;)
+			read_line(); /* until killed */
+	}
+	uint64_t key, addr;
+	region_learn(0, "k", &key, &addr);
+	int rd = !strcmp(g_arg, "read");
+	uint8_t *b = xmalloc(LEN);
+	struct fi_context2 x[N];
+	for (int i = 0; i < N; i++) {
+		if (rd)
+			POST(fi_read(c.ep, b, LEN, NULL, c.addr[0], addr, key, &x[i]));
+		else
+			POST(fi_write(c.ep, b, LEN, NULL, c.addr[0], addr, key, &x[i]));
+	}
+	printf("KILLPEER 0\n");
+	fflush(stdout);
+	uint64_t t0 = now_ms();
+	int seen[N] = { 0 }, nerr = 0;
+	for (int k = 0; k < N; k++) {
+		struct comp e = cqw_get(&c.tx);
+		(void)ctx_index_once(&e, x, N, seen);
+		if (e.err)
+			nerr++;
+	}
+	EXPECT(nerr > 0, "target killed with %d %s in flight, all succeeded", N, rd ? "reads" : "writes");
+	info("%d of %d %s failed, all done %" PRIu64 " ms after the kill", nerr, N, rd ? "reads" : "writes",
+	     now_ms() - t0);
+	ctx_close(&c);
+	pass();
+}
+
 #define RMA_SCENARIOS                                  \
 	{ "rma_ops", scn_rma_ops },                    \
 	{ "rma_refused", scn_rma_refused },            \
 	{ "rma_event", scn_rma_event },                \
 	{ "atomic_ops", scn_atomic_ops },              \
 	{ "atomic_fadd", scn_atomic_fadd },            \
-	{ "trigger", scn_trigger },
+	{ "trigger", scn_trigger },                    \
+	{ "rma_peer_killed", scn_rma_peer_killed },

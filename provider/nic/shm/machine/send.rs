@@ -364,6 +364,9 @@ impl Machine {
             self.tx.remove(&key);
             self.event(WireEvent::SendFailed { op, err });
         }
+        // What the endpoint waits for from it beyond our sends (a one-sided
+        // operation's answer) will not come either.
+        self.event(WireEvent::PeerFailed { peer: p.addr });
     }
 
     /// Whether `from` is the peer send `key` went to: rendezvous frames

@@ -646,6 +646,8 @@ fn a_peer_gone_fails_what_it_had_not_finished() {
             WireEvent::SendFailed { op: 3, err },
             WireEvent::SendFailed { op: 2, err },
             WireEvent::SendFailed { op: 4, err },
+            // and the endpoint hears of it (one-sided answers it waits for)
+            WireEvent::PeerFailed { peer: test_addr(2) },
         ]
     );
     assert_eq!((m.backlogged(), m.delivering()), (1, 0));
