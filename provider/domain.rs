@@ -350,7 +350,19 @@ unsafe extern "C" fn ops_open(
     })
 }
 
-static DOMAIN_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, None, Some(ops_open)));
+/// fi_control on a domain: the deferred work queue (fi_trigger(3)).
+unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
+    abi_guard!("control", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(d) = (unsafe { Obj::get(f as *const c_void, FI_CLASS_DOMAIN) }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: FI_QUEUE_WORK and kin take the application's struct fi_deferred_work.
+        unsafe { crate::trigger::control(&d.triggers, cmd as u32, arg) }
+    })
+}
+
+static DOMAIN_FI_OPS: Table<fi_ops> = Table(base_ops(close, None, Some(control), Some(ops_open)));
 static DOMAIN_OPS: Table<fi_ops_domain> = Table(fi_ops_domain {
     size: std::mem::size_of::<fi_ops_domain>(),
     av_open: Some(av_open),

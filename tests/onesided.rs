@@ -60,3 +60,12 @@ fn concurrent_fetch_and_add_sums_exactly() {
 fn triggered_operations_wait_for_their_threshold() {
     pair("trigger", None);
 }
+
+/// The deferred work queue (FI_QUEUE_WORK): a write, a counter add and a
+/// send chained on counters, completing on their completion counters and
+/// not in the CQ; FI_CANCEL_WORK and FI_FLUSH_WORK take back what has not
+/// fired.
+#[test]
+fn deferred_work_queue_chains_on_counters() {
+    pair("deferred_work", None);
+}

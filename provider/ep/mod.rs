@@ -104,6 +104,13 @@ impl Bindings {
     }
 }
 
+/// Where deferred work's completion goes (`Ep::route_next`).
+struct Route {
+    ctx: usize,
+    cntr: Option<Arc<Cntr>>,
+    at_ep: bool,
+}
+
 /// What the endpoint's lock guards: its wires, its operations, its
 /// matching.
 struct EpState {
@@ -169,6 +176,10 @@ pub struct Ep {
     /// fi_ep_alias: each alias's fid and its own op flags (tx, rx).
     aliases: Mutex<Vec<(usize, u64, u64)>>,
     aliased: AtomicBool,
+    /// Deferred work in flight (fi_trigger(3)): by context, the counter its
+    /// completion counts on and whether it also completes at the endpoint.
+    routes: Mutex<Vec<Route>>,
+    routed: AtomicBool,
     enabled: AtomicBool,
     fd: AtomicI32,
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
@@ -295,6 +306,8 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         binds: OnceLock::new(),
         aliases: Mutex::new(Vec::new()),
         aliased: AtomicBool::new(false),
+        routes: Mutex::new(Vec::new()),
+        routed: AtomicBool::new(false),
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
@@ -352,9 +365,53 @@ impl Ep {
         }
     }
 
+    /// Room for new operations: transmit (`tx`) or receive.
+    pub(crate) fn room(&self, tx: bool) -> usize {
+        if tx {
+            self.tx_left()
+        } else {
+            self.rx_left()
+        }
+    }
+
+    /// The next operation posted with context `ctx` is deferred work: its
+    /// completion counts on `cntr`, and reaches the endpoint's CQ and
+    /// counters only if `at_ep` (FI_COMPLETION).
+    pub(crate) fn route_next(&self, ctx: usize, cntr: Option<Arc<Cntr>>, at_ep: bool) {
+        let mut r = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(Route { ctx, cntr, at_ep });
+        self.routed.store(true, Ordering::Release);
+    }
+
+    /// Deferred work `ctx` ended (`err`): counted on its counter. Whether
+    /// the endpoint reports it too.
+    #[inline]
+    fn at_endpoint(&self, ctx: usize, err: Option<i32>) -> bool {
+        if !self.routed.load(Ordering::Acquire) {
+            return true;
+        }
+        self.at_endpoint_routed(ctx, err)
+    }
+
+    #[cold]
+    fn at_endpoint_routed(&self, ctx: usize, err: Option<i32>) -> bool {
+        let mut r = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(k) = r.iter().position(|x| x.ctx == ctx) else {
+            return true;
+        };
+        let route = r.remove(k);
+        self.routed.store(!r.is_empty(), Ordering::Release);
+        drop(r);
+        count(&route.cntr, err);
+        route.at_ep
+    }
+
     /// An operation that could not be posted after all (a triggered one):
     /// its error completion and its counter.
-    fn fail_op(&self, ctx: usize, flags: u64, tx: bool, err: i32) {
+    pub(crate) fn fail_op(&self, ctx: usize, flags: u64, tx: bool, err: i32) {
+        if !self.at_endpoint(ctx, Some(err)) {
+            return;
+        }
         let Some(b) = self.binds.get() else { return };
         count(if tx { &b.send_cntr } else { &b.recv_cntr }, Some(err));
         let entry = CqEntry {
@@ -467,6 +524,9 @@ impl Face for Ep {
     }
 
     fn tx_complete(&self, r: &SendReq, err: Option<i32>) {
+        if !self.at_endpoint(r.ctx, err) {
+            return;
+        }
         let b = self.binds();
         count(&b.send_cntr, err);
         if r.silent {
@@ -490,6 +550,9 @@ impl Face for Ep {
     }
 
     fn rx_complete(&self, op_flags: u64, entry: CqEntry, err: Option<i32>, olen: usize, peer: Option<&SocketAddr>) {
+        if !self.at_endpoint(entry.op_context as usize, err) {
+            return;
+        }
         let b = self.binds();
         count(&b.recv_cntr, err);
         let Some(cq) = &b.rx_cq else { return };
@@ -557,6 +620,9 @@ impl Face for Ep {
 
 impl Ep {
     fn rma_face_complete(&self, r: &rma::RmaReq, err: Option<i32>) {
+        if !self.at_endpoint(r.ctx, err) {
+            return;
+        }
         let b = self.binds();
         count(
             if r.flags & FI_READ != 0 {

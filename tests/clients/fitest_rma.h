@@ -764,6 +764,90 @@ static void scn_rma_peer_killed(void)
 	pass();
 }
 
+
+/* ====================================================== deferred_work */
+
+/* The deferred work queue (fi_control(domain, FI_QUEUE_WORK)): a chain
+ * where each step waits for the one before: the application bumps C; a
+ * write waits for C and counts its completion on D; a counter add waits
+ * for D and bumps E; a send waits for E and counts on F. Deferred data
+ * transfers complete on their completion counters only (no CQ entry
+ * without FI_COMPLETION). FI_CANCEL_WORK and FI_FLUSH_WORK take back work
+ * that has not fired. */
+static void scn_deferred_work(void)
+{
+	struct ctx c;
+	struct opts o = rma_opts(FI_RMA | FI_TRIGGER);
+	pair_open(&c, &o, "FI_RMA | FI_TRIGGER");
+	static char got[64], msg[64];
+	if (g_rank == 0) {
+		struct region r;
+		region_open(&c, &r, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE, 0xDE);
+		region_publish(1, "d", &r);
+		struct fi_context2 x;
+		POST(fi_trecv(c.ep, got, sizeof got, NULL, FI_ADDR_UNSPEC, 9, 0, &x));
+		cqw_ok(&c.rx);
+		check("deferred send", got, sizeof got, 31);
+		check("deferred write", r.buf, 64, 30);
+		oob_wait_progress(1, "done");
+		barrier();
+		region_close(&r);
+		ctx_close(&c);
+		pass();
+	}
+	uint64_t key, addr;
+	region_learn(0, "d", &key, &addr);
+	struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_cntr *C, *D, *E, *F;
+	CHK(fi_cntr_open(c.dom, &ca, &C, NULL));
+	CHK(fi_cntr_open(c.dom, &ca, &D, NULL));
+	CHK(fi_cntr_open(c.dom, &ca, &E, NULL));
+	CHK(fi_cntr_open(c.dom, &ca, &F, NULL));
+	static uint8_t src[64];
+	fill(src, 64, 30);
+	fill(msg, sizeof msg, 31);
+	struct fi_context2 wx, sx;
+	struct iovec wv = { src, 64 }, sv = { msg, sizeof msg };
+	struct fi_rma_iov wr = { addr, 64, key };
+	struct fi_op_rma orma = { .ep = c.ep, .msg = { .msg_iov = &wv, .iov_count = 1, .addr = c.addr[0],
+						     .rma_iov = &wr, .rma_iov_count = 1, .context = &wx } };
+	struct fi_op_cntr ocntr = { .cntr = E, .value = 1 };
+	struct fi_op_tagged osend = { .ep = c.ep, .msg = { .msg_iov = &sv, .iov_count = 1, .addr = c.addr[0],
+							  .tag = 9, .context = &sx } };
+	struct fi_deferred_work w1 = { .threshold = 1, .triggering_cntr = C, .completion_cntr = D,
+				       .op_type = FI_OP_WRITE, .op.rma = &orma };
+	struct fi_deferred_work w2 = { .threshold = 1, .triggering_cntr = D, .op_type = FI_OP_CNTR_ADD,
+				       .op.cntr = &ocntr };
+	struct fi_deferred_work w3 = { .threshold = 1, .triggering_cntr = E, .completion_cntr = F,
+				       .op_type = FI_OP_TSEND, .op.tagged = &osend };
+	/* and two that never fire */
+	struct fi_deferred_work w4 = w1, w5 = w1;
+	w4.threshold = w5.threshold = 100;
+	CHK(fi_control(&c.dom->fid, FI_QUEUE_WORK, &w3));
+	CHK(fi_control(&c.dom->fid, FI_QUEUE_WORK, &w2));
+	CHK(fi_control(&c.dom->fid, FI_QUEUE_WORK, &w1));
+	CHK(fi_control(&c.dom->fid, FI_QUEUE_WORK, &w4));
+	CHK(fi_control(&c.dom->fid, FI_QUEUE_WORK, &w5));
+	EXPECT(fi_cntr_read(D) == 0 && fi_cntr_read(F) == 0, "work fired before its trigger");
+	EXPECT_RET(fi_control(&c.dom->fid, FI_CANCEL_WORK, &w4), 0);
+	CHK(fi_cntr_add(C, 1));
+	wait_cntr(F, 1, "the chain's last completion counter");
+	EXPECT(fi_cntr_read(D) == 1 && fi_cntr_read(E) == 1, "D %" PRIu64 " E %" PRIu64, fi_cntr_read(D),
+	       fi_cntr_read(E));
+	struct comp e;
+	EXPECT(!cqw_try(&c.tx, &e), "deferred work wrote a CQ entry (ctx %p) without FI_COMPLETION", e.ctx);
+	CHK(fi_control(&c.dom->fid, FI_FLUSH_WORK, NULL));
+	EXPECT(fi_control(&c.dom->fid, FI_CANCEL_WORK, &w5) != 0, "w5 was still queued after FI_FLUSH_WORK");
+	oob_send(0, "done");
+	barrier();
+	CHK(fi_close(&C->fid));
+	CHK(fi_close(&D->fid));
+	CHK(fi_close(&E->fid));
+	CHK(fi_close(&F->fid));
+	ctx_close(&c);
+	pass();
+}
+
 #define RMA_SCENARIOS                                  \
 	{ "rma_ops", scn_rma_ops },                    \
 	{ "rma_refused", scn_rma_refused },            \
@@ -771,4 +855,5 @@ static void scn_rma_peer_killed(void)
 	{ "atomic_ops", scn_atomic_ops },              \
 	{ "atomic_fadd", scn_atomic_fadd },            \
 	{ "trigger", scn_trigger },                    \
-	{ "rma_peer_killed", scn_rma_peer_killed },
+	{ "rma_peer_killed", scn_rma_peer_killed },    \
+	{ "deferred_work", scn_deferred_work },
