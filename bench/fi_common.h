@@ -1,7 +1,8 @@
 /*
- * fi_common.h: what bench/fi_bench.c and bench/fi_pair.c share. Each is
- * still one C file built with `cc -O2 file.c -lfabric`; this header holds
- * static helpers only and is included once by each.
+ * fi_common.h: what bench/fi_bench.c, bench/fi_pair.c and
+ * bench/fi_rma_bench.c share. Each is still one C file built with
+ * `cc -O2 file.c -lfabric`; this header holds static helpers only and is
+ * included once by each.
  */
 #ifndef GNIX_BENCH_FI_COMMON_H
 #define GNIX_BENCH_FI_COMMON_H
@@ -94,16 +95,16 @@ static size_t parse_size(const char *s)
 }
 
 /*
- * fi_getinfo for an RDM endpoint with tagged messages on provider prov (any
- * if NULL or empty), bound to the source address src if given: manual
- * progress if the provider offers it, else whatever it offers. Dies when
- * nothing matches.
+ * fi_getinfo for an RDM endpoint with capabilities caps on provider prov
+ * (any if NULL or empty), bound to the source address src if given: manual
+ * progress if the provider offers it, else whatever it offers. Returns
+ * NULL when nothing matches (-FI_ENODATA); dies on any other error.
  */
-static struct fi_info *rdm_tagged_info(const char *prov, const char *src)
+static struct fi_info *rdm_info(const char *prov, const char *src, uint64_t caps)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED;
+	hints->caps = caps;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT |
 				      FI_MR_ALLOCATED | FI_MR_PROV_KEY |
@@ -122,10 +123,22 @@ static struct fi_info *rdm_tagged_info(const char *prov, const char *src)
 		ret = fi_getinfo(FI_VERSION(1, 17), src, NULL,
 				 src ? FI_SOURCE : 0, hints, &info);
 	}
+	fi_freeinfo(hints);
+	if (ret == -FI_ENODATA)
+		return NULL;
 	if (ret)
 		die("fi_getinfo(prov=%s): %d (%s)", prov && *prov ? prov : "any",
 		    ret, fi_strerror(-ret));
-	fi_freeinfo(hints);
+	return info;
+}
+
+/* rdm_info for tagged messages; dies when nothing matches. */
+static inline struct fi_info *rdm_tagged_info(const char *prov, const char *src)
+{
+	struct fi_info *info = rdm_info(prov, src, FI_TAGGED);
+	if (!info)
+		die("fi_getinfo(prov=%s): %d (%s)", prov && *prov ? prov : "any",
+		    -FI_ENODATA, fi_strerror(FI_ENODATA));
 	return info;
 }
 
