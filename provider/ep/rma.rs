@@ -23,7 +23,7 @@ use crate::mr::MrEvent;
 use crate::nic::atomic;
 use crate::nic::fabreq::Dir;
 use crate::nic::iov::{Iov, IovSink, IovSource};
-use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN, INLINE_WRITE};
+use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN};
 use crate::nic::wire::{Body, Credit, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
 use crate::progress::now_ns;
 use crate::proto::{MsgHdr, RecvSink};
@@ -171,6 +171,15 @@ pub(crate) struct Landing {
     data: Option<u64>,
     len: usize,
     ev: MrEvent,
+}
+
+/// How a part's request messages go out.
+struct PartMsgs {
+    /// Largest write whose data rides in its request.
+    inline: usize,
+    flags: SendFlags,
+    /// Remote CQ data (the last part of a write).
+    data: Option<u64>,
 }
 
 /// What is owed to peers and queued at the endpoint, under its lock.
@@ -328,11 +337,14 @@ impl Handler<'_> {
             // application's retry (FI_EAGAIN) drives progress until then.
             return Err(Busy);
         }
+        // Writes that fit one eager message of the peer's wire with their
+        // head go in one; larger ones as a head and a data message.
+        let inline = wires.eager_max(peer).saturating_sub(HEAD_LEN);
         let msgs: usize = a
             .remote
             .iter()
             .map(|r| {
-                if a.dir == RmaDir::Write && r.len as usize > INLINE_WRITE {
+                if a.dir == RmaDir::Write && r.len as usize > inline {
                     2
                 } else {
                     1
@@ -390,7 +402,8 @@ impl Handler<'_> {
             };
             let op = self.reqs.insert_part(Dir::Tx, Req::Part(Box::new(part)));
             let data = if i == last { a.data } else { None };
-            if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, operands, data, flags, now) {
+            let p = PartMsgs { inline, flags, data };
+            if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, operands, p, now) {
                 // Checked above, so only a wire's refusal: the operation
                 // completes with the error.
                 self.part_event(op, |p| {
@@ -413,8 +426,7 @@ impl Handler<'_> {
         r: RemoteMem,
         piece: Iov,
         (operand, compare): (Vec<u8>, Vec<u8>),
-        data: Option<u64>,
-        flags: SendFlags,
+        PartMsgs { inline, flags, data }: PartMsgs,
         now: u64,
     ) -> Result<(), i32> {
         let len = r.len as usize;
@@ -437,7 +449,7 @@ impl Handler<'_> {
         };
         let mut msgs: Vec<(MsgHdr, IovSource)> = Vec::with_capacity(2);
         match dir {
-            RmaDir::Write if len <= INLINE_WRITE => {
+            RmaDir::Write if len <= inline => {
                 msgs.push((req_hdr(len), IovSource::with_head(Box::new(head.emit()), piece)));
             }
             RmaDir::Write => {
@@ -584,13 +596,14 @@ impl Handler<'_> {
             Body::Rndv(_) => {
                 let len = hdr.len as usize;
                 if len > onesided::MAX_REQUEST {
-                    self.os.dropped += 1;
-                    crate::warn!(
-                        FI_LOG_EP_DATA,
-                        "one-sided request of {} bytes from {}: dropped",
-                        len,
-                        peer
-                    );
+                    self.drop_msg(peer, "an oversized one-sided request", None);
+                    self.reply(Reply {
+                        peer,
+                        cookie: hdr.tag,
+                        status: FI_EMSGSIZE as i32,
+                        body: ReplyBody::Empty,
+                        credit: None,
+                    });
                     return Take::Discard;
                 }
                 let buf = Arc::new(Mutex::new(vec![0u8; len]));

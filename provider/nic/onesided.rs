@@ -10,8 +10,10 @@
 //! is in the target's memory (FI_DELIVERY_COMPLETE).
 //!
 //! ```text
-//!   WRITE      head + data            small writes: one message
-//!   WRITE_HEAD head, then BODY data   large writes: the data is a message
+//!   WRITE      head + data            writes that fit one eager message of
+//!                                     the peer's wire (shm: a slot, udp:
+//!                                     the rendezvous threshold)
+//!   WRITE_HEAD head, then BODY data   larger writes: the data is a message
 //!                                     of its own, which the wire moves by
 //!                                     rendezvous straight into the target's
 //!                                     memory (shm: one process_vm_readv)
@@ -44,14 +46,11 @@ pub(crate) const RESP: u32 = 1 << 4;
 /// Any one-sided message.
 pub(crate) const ONESIDED: u32 = REQ | BODY | RESP;
 
-/// Writes up to this many bytes travel inside their request; larger ones
-/// as WRITE_HEAD + BODY. Below both wires' eager sizes, so the common
-/// small write is one eager message.
-pub(crate) const INLINE_WRITE: usize = 2048;
-
-/// The largest request a target takes: a head and, for an atomic, its
-/// operands and compare values (a small write is smaller still).
-pub(crate) const MAX_REQUEST: usize = HEAD_LEN + 2 * crate::nic::atomic::MAX_ATOMIC_BYTES;
+/// The largest request a target stages when a wire brings it by
+/// rendezvous (the shm wire may, short of credit): a head and a write as
+/// large as the largest shm eager size (FI_GNIX_SHM_EAGER), or an
+/// atomic's operands and compare values.
+pub(crate) const MAX_REQUEST: usize = HEAD_LEN + 65536;
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

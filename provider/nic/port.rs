@@ -171,6 +171,14 @@ impl Wires for Port {
         self.txds.free()
     }
 
+    fn eager_max(&mut self, peer: SocketAddr) -> usize {
+        let local = self.shm.as_mut().is_some_and(|w| w.reaches(peer));
+        match (local, self.shm.as_ref()) {
+            (true, Some(w)) => w.eager_max(),
+            _ => self.udp.eager_max(),
+        }
+    }
+
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {
         let local = self.shm.as_mut().is_some_and(|w| w.reaches(s.peer));
         let (wire, txds) = self.parts(if local { WireKind::Shm } else { WireKind::Udp });

@@ -489,6 +489,10 @@ impl Wire for UdpWire {
         self.has_unacked()
     }
 
+    fn eager_max(&self) -> usize {
+        self.engine.eager_max()
+    }
+
     fn backlog(&self) -> usize {
         self.engine.quiet_in_flight()
     }

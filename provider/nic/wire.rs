@@ -252,6 +252,9 @@ pub(crate) trait Wire {
     /// waiting for room (they count against `tx_size` too).
     fn backlog(&self) -> usize;
 
+    /// Longest message this wire sends eagerly (in one go, no rendezvous).
+    fn eager_max(&self) -> usize;
+
     /// About to sleep on the endpoint's wait fd: arranges to be woken by
     /// what arrives (shm: peers ring a doorbell; udp: the sockets join the
     /// epoll set). False if something is already waiting: do not sleep.
@@ -271,6 +274,8 @@ pub(crate) trait Wires {
     /// Transaction descriptors left (an operation of several parts starts
     /// only when all of them can).
     fn tx_free(&self) -> usize;
+    /// `Wire::eager_max` of the wire that reaches `peer`.
+    fn eager_max(&mut self, peer: SocketAddr) -> usize;
     /// `Wire::accept` on the wire `held` came over.
     fn accept(
         &mut self,

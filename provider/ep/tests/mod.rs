@@ -23,6 +23,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+/// The fake wires' eager limit.
+const FAKE_EAGER: usize = 2048;
+
 /// What a message from the udp wire holds when its sender needs no credit.
 const NO_CREDIT: Credit = Credit::Udp {
     peer: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)),
@@ -167,6 +170,9 @@ impl Wire for FakeWire {
     fn backlog(&self) -> usize {
         self.backlog
     }
+    fn eager_max(&self) -> usize {
+        FAKE_EAGER
+    }
     fn arm(&mut self) -> bool {
         true
     }
@@ -223,6 +229,9 @@ impl Wires for FakeWires {
     }
     fn tx_free(&self) -> usize {
         self.tx_free
+    }
+    fn eager_max(&mut self, _peer: SocketAddr) -> usize {
+        FAKE_EAGER
     }
 }
 

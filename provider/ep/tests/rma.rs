@@ -149,7 +149,7 @@ fn refused_writes_fail_at_the_initiator_and_touch_nothing() {
 #[test]
 fn a_large_write_sends_its_data_behind_its_head() {
     let mut p = Pair::new();
-    let n = onesided::INLINE_WRITE + 100;
+    let n = FAKE_EAGER + 100;
     let mut region = vec![0u8; n + 10];
     p.register(&mut region, FI_REMOTE_WRITE);
     let mut src: Vec<u8> = (0..n).map(|i| i as u8).collect();
@@ -165,7 +165,7 @@ fn a_large_write_sends_its_data_behind_its_head() {
 #[test]
 fn a_large_writes_data_by_rendezvous_goes_straight_into_the_region() {
     let mut p = Pair::new();
-    let n = onesided::INLINE_WRITE * 4;
+    let n = FAKE_EAGER * 4;
     let mut region = vec![0u8; n];
     p.register(&mut region, FI_REMOTE_WRITE);
     let mut src = vec![0x5Au8; n];

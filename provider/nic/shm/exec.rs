@@ -699,6 +699,10 @@ impl<P: Port> Wire for Exec<P> {
         self.m.owes()
     }
 
+    fn eager_max(&self) -> usize {
+        self.m.eager_max()
+    }
+
     fn backlog(&self) -> usize {
         self.m.backlogged_untracked()
     }

@@ -390,6 +390,11 @@ impl Machine {
     /// Whether a message of `len` bytes goes eagerly: up to a slot (and
     /// the rendezvous threshold); an inject always when a slot holds it,
     /// so its copy never has to stay with us.
+    /// Longest message sent eagerly (into one slot).
+    pub fn eager_max(&self) -> usize {
+        self.cfg.payload_max.min(self.cfg.rndv_threshold)
+    }
+
     pub fn eager_fits(&self, len: usize, inject: bool) -> bool {
         len <= self.cfg.payload_max.min(self.cfg.rndv_threshold) || inject && len <= self.cfg.payload_max
     }
