@@ -76,7 +76,7 @@ impl MrTable {
     pub fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(Iov, MrEvent), i32> {
         let Some(mr) = self.keys.lock().unwrap().get(&key).and_then(Weak::upgrade) else {
             crate::warn!(FI_LOG_MR, "remote access with unknown key {:#x}", key);
-            return Err(FI_EINVAL as i32);
+            return Err(FI_EINVAL);
         };
         if mr.access & access != access {
             crate::warn!(
@@ -86,7 +86,7 @@ impl MrTable {
                 key,
                 mr.access
             );
-            return Err(FI_EACCES as i32);
+            return Err(FI_EACCES);
         }
         let Some(ranges) = mr.locate(addr, len, self.virt_addr) else {
             crate::warn!(
@@ -96,7 +96,7 @@ impl MrTable {
                 len,
                 key
             );
-            return Err(FI_EACCES as i32);
+            return Err(FI_EACCES);
         };
         let cntrs = mr.cntrs.lock().unwrap();
         let cntr = if access & FI_REMOTE_WRITE != 0 {

@@ -564,7 +564,7 @@ impl Handler<'_> {
             .find(|r| matches!(r, Req::Part(p) if p.peer == peer && !p.answered))
         {
             self.part_event(op, |p| {
-                p.err = p.err.or(Some(FI_EHOSTUNREACH as i32));
+                p.err = p.err.or(Some(FI_EHOSTUNREACH));
                 p.answered = true;
             });
         }
@@ -600,7 +600,7 @@ impl Handler<'_> {
                     self.reply(Reply {
                         peer,
                         cookie: hdr.tag,
-                        status: FI_EMSGSIZE as i32,
+                        status: FI_EMSGSIZE,
                         body: ReplyBody::Empty,
                         credit: None,
                     });
@@ -648,7 +648,7 @@ impl Handler<'_> {
         let data = head.has_data.then_some(hdr.data);
         let status = match head.kind {
             ReqKind::Write => match self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_WRITE) {
-                Ok(_) if payload.len() as u64 != head.len => FI_EINVAL as i32,
+                Ok(_) if payload.len() as u64 != head.len => FI_EINVAL,
                 Ok((mem, ev)) => {
                     IovSink::new(mem).write_at(0, payload);
                     self.face.remote_done(FI_REMOTE_WRITE, data, payload.len(), ev);
@@ -712,7 +712,7 @@ impl Handler<'_> {
     /// (for the counters) and the region's counter; or the error.
     fn atomic(&mut self, head: &Head, payload: &[u8]) -> Result<(Vec<u8>, u64, MrEvent), i32> {
         let (op, dt) = (u32::from(head.op), u32::from(head.datatype));
-        let size = atomic::datatype_size(dt).ok_or(FI_EINVAL as i32)?;
+        let size = atomic::datatype_size(dt).ok_or(FI_EINVAL)?;
         atomic::valid(head.class, op, dt).map_err(|e| -e)?;
         let n = head.len as usize;
         let operands = match head.class {
@@ -721,11 +721,11 @@ impl Handler<'_> {
             _ => 1,
         };
         if n > atomic::MAX_ATOMIC_BYTES
-            || n % size != 0
+            || !n.is_multiple_of(size)
             || payload.len() != n * operands
             || head.count as usize * size != n
         {
-            return Err(FI_EINVAL as i32);
+            return Err(FI_EINVAL);
         }
         let spec = AtomicSpec {
             class: head.class,
@@ -743,7 +743,7 @@ impl Handler<'_> {
                 "atomic on a misaligned address {:#x}",
                 mem.addr().unwrap_or(0)
             );
-            return Err(FI_EINVAL as i32);
+            return Err(FI_EINVAL);
         }
         let (operand, compare) = payload.split_at(if operands == 2 { n } else { payload.len() });
         let mut fetched = vec![0u8; if head.class == AtomicClass::Plain { 0 } else { n }];
@@ -783,7 +783,7 @@ impl Handler<'_> {
         };
         let (data, cookie, credit) = (e.data, e.cookie, e.credit);
         let mem = match e.mem {
-            Ok(_) if e.len != hdr.len => Err(FI_EINVAL as i32),
+            Ok(_) if e.len != hdr.len => Err(FI_EINVAL),
             m => m,
         };
         let (mem, ev) = match mem {

@@ -105,7 +105,7 @@ impl Head {
             AtomicClass::Fetch => 1,
             AtomicClass::Compare => 2,
         };
-        b[FLAGS] = u8::from(self.has_data) * F_DATA | class << F_CLASS_SHIFT;
+        b[FLAGS] = (u8::from(self.has_data) * F_DATA) | (class << F_CLASS_SHIFT);
         b[OP] = self.op;
         b[DATATYPE] = self.datatype;
         b[COUNT..COUNT + 4].copy_from_slice(&self.count.to_le_bytes());

@@ -108,10 +108,10 @@ impl Face for FakeFace {
     fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(Iov, MrEvent), i32> {
         // Offsets into the region, as without FI_MR_VIRT_ADDR.
         let Some(&(base, size, rights)) = self.mem.borrow().get(&key) else {
-            return Err(FI_EINVAL as i32);
+            return Err(FI_EINVAL);
         };
         if rights & access != access || addr.checked_add(len).is_none_or(|end| end > size as u64) {
-            return Err(FI_EACCES as i32);
+            return Err(FI_EACCES);
         }
         // SAFETY: the tests register buffers that outlive the endpoint's
         // use of them and touch them only once the operation is over.

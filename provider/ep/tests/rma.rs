@@ -141,7 +141,7 @@ fn refused_writes_fail_at_the_initiator_and_touch_nothing() {
         assert!(p.start(RmaDir::Write, local(&mut src), r, Some(5), 0));
         p.round_trip();
         assert_eq!(region, vec![0u8; 32], "key {key} addr {addr}");
-        assert_eq!(p.completions(), vec![(77, FI_RMA | FI_WRITE, Some(err as i32))]);
+        assert_eq!(p.completions(), vec![(77, FI_RMA | FI_WRITE, Some(err))]);
         assert!(p.b.face.remote.borrow().is_empty(), "no event at the target");
     }
 }
@@ -289,12 +289,9 @@ fn a_failed_request_fails_its_operation() {
     let op = p.a.wires.udp.sends[0].0.op;
     p.a.event(WireEvent::SendFailed {
         op,
-        err: FI_EHOSTUNREACH as i32,
+        err: FI_EHOSTUNREACH,
     });
-    assert_eq!(
-        p.completions(),
-        vec![(77, FI_RMA | FI_WRITE, Some(FI_EHOSTUNREACH as i32))]
-    );
+    assert_eq!(p.completions(), vec![(77, FI_RMA | FI_WRITE, Some(FI_EHOSTUNREACH))]);
     assert_eq!(p.a.reqs.len(Dir::Tx), 0);
 }
 
