@@ -69,3 +69,11 @@ fn triggered_operations_wait_for_their_threshold() {
 fn deferred_work_queue_chains_on_counters() {
     pair("deferred_work", None);
 }
+
+/// Both ranks flood each other with 5000 inject writes through a transmit
+/// budget of 64: the answers to the peer's writes still leave (they once
+/// waited for the budget their own writes held, on both sides at once).
+#[test]
+fn two_way_write_flood_through_a_small_budget() {
+    pair("rma_flood", None);
+}

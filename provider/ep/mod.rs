@@ -264,7 +264,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         None
     };
     Ok(EpState {
-        port: Port::new(udp, shm, tx_size),
+        port: Port::new(udp, shm, 2 * tx_size + rma::ANSWER_DESCS),
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
         os: rma::Onesided::default(),

@@ -21,7 +21,7 @@ use super::Ep;
 use crate::ffi::*;
 use crate::mr::MrEvent;
 use crate::nic::atomic;
-use crate::nic::fabreq::Dir;
+use crate::nic::fabreq::{Dir, NOBODY};
 use crate::nic::iov::{Iov, IovSink, IovSource};
 use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN};
 use crate::nic::wire::{Body, Credit, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
@@ -35,6 +35,11 @@ use std::sync::{Arc, Mutex};
 /// held back by credits long before (each request holds its credit until
 /// answered); only requests that came by rendezvous are not.
 const MAX_REPLIES: usize = 1 << 16;
+
+/// Transaction descriptors beyond the application's operations (at most
+/// two messages per part, one part per operation slot: 2 x tx_size) that
+/// the port keeps for answers to peers, so they always have some.
+pub(super) const ANSWER_DESCS: usize = 256;
 
 /// Atomics on this process's memory run one at a time, whichever
 /// endpoint they came to.
@@ -930,15 +935,13 @@ impl Handler<'_> {
                 len: len as u64,
                 flags: onesided::RESP,
             };
-            // An id no record will ever have: the answer's end is nobody's
-            // operation.
-            let Ok(op) = self.reqs.reserve(Dir::Tx) else {
-                break;
-            };
-            self.reqs.unreserve(op, Dir::Tx);
+            // Nobody's operation, outside the application's transmit
+            // budget: answers must leave even when both sides' budgets are
+            // full of requests waiting for them (the port keeps descriptors
+            // for them, `ANSWER_DESCS`).
             let s = SendOp {
                 peer: r.peer,
-                op,
+                op: NOBODY,
                 hdr,
                 flags: SendFlags::default(),
             };

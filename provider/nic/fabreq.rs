@@ -12,6 +12,11 @@
 use crate::nic::slab::Slab;
 use crate::nic::wire::OpId;
 
+/// An id no operation ever has (its slab index would be 2^32 - 1): what
+/// a transaction of nobody's is named by (a one-sided answer), whose end
+/// then finds no record.
+pub(crate) const NOBODY: OpId = u64::MAX;
+
 /// Which budget an operation counts against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dir {

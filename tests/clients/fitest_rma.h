@@ -848,6 +848,42 @@ static void scn_deferred_work(void)
 	pass();
 }
 
+
+/* =========================================================== rma_flood */
+
+/* Both ranks flood each other with inject writes through a small transmit
+ * budget (tx_size 64): the targets' answers must still get out while
+ * each side's budget is full of its own writes (they once deadlocked). */
+static void scn_rma_flood(void)
+{
+	struct ctx c;
+	struct opts o = rma_opts(FI_RMA);
+	o.tx_size = 64;
+	o.rmacntr = 1;
+	pair_open(&c, &o, "FI_RMA, tx_size 64");
+	enum { N = 5000, SLOT = 64 };
+	struct region r;
+	region_open(&c, &r, N * SLOT, FI_REMOTE_WRITE, 0xF100 + g_rank);
+	int peer = 1 - g_rank;
+	region_publish(peer, "f", &r);
+	uint64_t key, addr;
+	region_learn(peer, "f", &key, &addr);
+	static uint8_t b[SLOT];
+	for (int i = 0; i < N; i++) {
+		fill(b, SLOT, 1000 * g_rank + i);
+		POST(fi_inject_write(c.ep, b, SLOT, c.addr[peer], addr + (uint64_t)i * SLOT, key));
+	}
+	/* every write of ours completes (the counter counts them, FI_WRITE) */
+	wait_cntr(c.rmacntr, N, "writes completed");
+	barrier();
+	for (int i = 0; i < N; i++)
+		wait_pattern("flooded write", r.buf + (size_t)i * SLOT, SLOT, 1000 * peer + i);
+	barrier();
+	region_close(&r);
+	ctx_close(&c);
+	pass();
+}
+
 #define RMA_SCENARIOS                                  \
 	{ "rma_ops", scn_rma_ops },                    \
 	{ "rma_refused", scn_rma_refused },            \
@@ -856,4 +892,5 @@ static void scn_deferred_work(void)
 	{ "atomic_fadd", scn_atomic_fadd },            \
 	{ "trigger", scn_trigger },                    \
 	{ "rma_peer_killed", scn_rma_peer_killed },    \
-	{ "deferred_work", scn_deferred_work },
+	{ "deferred_work", scn_deferred_work },        \
+	{ "rma_flood", scn_rma_flood },
