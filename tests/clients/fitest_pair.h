@@ -804,6 +804,26 @@ static void scn_cq_overrun(void)
 
 /* ================================================================ blocking CQ reads */
 
+/* One fi_cq_sread (retried over its 10 s timeouts until the client's
+ * deadline), in a thread whose id it publishes first. */
+struct sread_one {
+	struct fid_cq *cq;
+	pid_t tid;
+	ssize_t r;
+	int timeouts;
+	struct fi_cq_tagged_entry e;
+};
+
+static void *sread_one_thread(void *p)
+{
+	struct sread_one *a = p;
+	__atomic_store_n(&a->tid, my_tid(), __ATOMIC_RELEASE);
+	uint64_t dl = now_ms() + g_timeout_ms;
+	while ((a->r = fi_cq_sread(a->cq, &a->e, 1, NULL, 10000)) == -FI_EAGAIN && now_ms() < dl)
+		a->timeouts++;
+	return NULL;
+}
+
 static void scn_cq_sread(void)
 {
 	struct ctx c;
@@ -815,9 +835,20 @@ static void scn_cq_sread(void)
 	void *d = reg(&c, b, sizeof b);
 	struct fi_cq_tagged_entry e;
 	struct fid_cq *cq = g_rank == 0 ? c.rx.cq : c.tx.cq;
+	struct sread_one first = { .cq = cq };
+	pthread_t th;
 	if (g_rank == 0) {
 		POST(fi_trecv(c.ep, b[0], 65536, d, FI_ADDR_UNSPEC, 1, 0, &x[0]));
 		POST(fi_recv(c.ep, b[1], 65536, d, FI_ADDR_UNSPEC, &x[1]));
+		/* The first fi_cq_sread blocks in a thread of its own: the sender
+		 * is told to go only once it is asleep, so the message must wake
+		 * it (on shm, with a doorbell), whatever else the machine runs. */
+		if (pthread_create(&th, NULL, sread_one_thread, &first))
+			FAIL("pthread_create");
+		pid_t tid;
+		while (!(tid = __atomic_load_n(&first.tid, __ATOMIC_ACQUIRE)))
+			sched_yield();
+		(void)wait_thread_asleep(tid);
 		oob_send(1, "posted");
 	} else {
 		fill(b[0], 60000, 1);
@@ -829,7 +860,15 @@ static void scn_cq_sread(void)
 	uint64_t dl = now_ms() + g_timeout_ms;
 	int timeouts = 0;
 	for (int got = 0; got < 2;) {
-		ssize_t r = fi_cq_sread(cq, &e, 1, NULL, 10000);
+		ssize_t r;
+		if (g_rank == 0 && got == 0) {
+			pthread_join(th, NULL);
+			r = first.r;
+			e = first.e;
+			timeouts += first.timeouts;
+		} else {
+			r = fi_cq_sread(cq, &e, 1, NULL, 10000);
+		}
 		if (r == -FI_EAGAIN) {
 			if (now_ms() > dl)
 				FAIL("sread: nothing");
