@@ -37,8 +37,6 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
             }
             for c in b.cntrs() {
                 c.remove_source(&prog);
-            }
-            for c in b.cntrs() {
                 c.refs.put();
             }
             if let Some(av) = &b.av {
@@ -238,7 +236,7 @@ unsafe extern "C" fn control(f: *mut fid, cmd: i32, arg: *mut c_void) -> i32 {
                     return -FI_EINVAL;
                 }
                 // SAFETY: `f` is the endpoint's own fid_ep (checked above).
-                let mut c = unsafe { std::ptr::read(f_ep(f)) };
+                let mut c = unsafe { std::ptr::read(f as *const fid_ep) };
                 c.fid = fid_header(FI_CLASS_EP, std::ptr::null_mut(), ALIAS_FI_OPS.ptr());
                 let p = Obj::create(c, ep.clone());
                 let mut al = ep.aliases.lock().unwrap_or_else(|e| e.into_inner());
@@ -273,11 +271,6 @@ fn opsflag(cmd: u32, flags: &mut u64, tx: &mut u64, rx: &mut u64) -> i32 {
     }
     *slot = v;
     0
-}
-
-/// The fid_ep a fid of this class starts.
-fn f_ep(f: *mut fid) -> *const fid_ep {
-    f as *const fid_ep
 }
 
 /// An alias (fi_ep_alias): the endpoint under its own op flags. Closing it

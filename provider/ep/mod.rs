@@ -529,23 +529,8 @@ impl Face for Ep {
         }
         let b = self.binds();
         count(&b.send_cntr, err);
-        if r.silent {
-            return;
-        }
-        let entry = CqEntry {
-            op_context: r.ctx as *mut c_void,
-            flags: r.flags & (FI_SEND | FI_MSG | FI_TAGGED),
-            ..CqEntry::default()
-        };
-        let Some(cq) = &b.tx_cq else { return };
-        match err {
-            None => {
-                if !b.tx_selective || r.flags & FI_COMPLETION != 0 {
-                    cq.push(entry);
-                }
-            }
-            // Errors are always reported, selective or not (fi_cq(3)).
-            Some(e) => cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e)),
+        if !r.silent {
+            push_tx(b, r.ctx, r.flags, FI_SEND | FI_MSG | FI_TAGGED, r.len, err);
         }
     }
 
@@ -579,7 +564,21 @@ impl Face for Ep {
     }
 
     fn rma_complete(&self, r: &rma::RmaReq, err: Option<i32>) {
-        self.rma_face_complete(r, err)
+        if !self.at_endpoint(r.ctx, err) {
+            return;
+        }
+        let b = self.binds();
+        count(
+            if r.flags & FI_READ != 0 {
+                &b.read_cntr
+            } else {
+                &b.write_cntr
+            },
+            err,
+        );
+        if !r.silent {
+            push_tx(b, r.ctx, r.flags, FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE, r.len, err);
+        }
     }
 
     fn resolve(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(crate::nic::iov::Iov, MrEvent), i32> {
@@ -618,37 +617,24 @@ impl Face for Ep {
     }
 }
 
-impl Ep {
-    fn rma_face_complete(&self, r: &rma::RmaReq, err: Option<i32>) {
-        if !self.at_endpoint(r.ctx, err) {
-            return;
-        }
-        let b = self.binds();
-        count(
-            if r.flags & FI_READ != 0 {
-                &b.read_cntr
-            } else {
-                &b.write_cntr
-            },
-            err,
-        );
-        if r.silent {
-            return;
-        }
-        let entry = CqEntry {
-            op_context: r.ctx as *mut c_void,
-            flags: r.flags & (FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE),
-            ..CqEntry::default()
-        };
-        let Some(cq) = &b.tx_cq else { return };
-        match err {
-            None => {
-                if !b.tx_selective || r.flags & FI_COMPLETION != 0 {
-                    cq.push(entry);
-                }
+/// A transmit operation's entry in the tx CQ (context `ctx`, its `flags`
+/// as far as `shown` lets the CQ see them), or its error entry: a success
+/// only if the CQ is not selective or the operation asked for one.
+fn push_tx(b: &Bindings, ctx: usize, flags: u64, shown: u64, len: usize, err: Option<i32>) {
+    let Some(cq) = &b.tx_cq else { return };
+    let entry = CqEntry {
+        op_context: ctx as *mut c_void,
+        flags: flags & shown,
+        ..CqEntry::default()
+    };
+    match err {
+        None => {
+            if !b.tx_selective || flags & FI_COMPLETION != 0 {
+                cq.push(entry);
             }
-            Some(e) => cq.push_err(CqError::new(CqEntry { len: r.len, ..entry }, e)),
         }
+        // Errors are always reported, selective or not (fi_cq(3)).
+        Some(e) => cq.push_err(CqError::new(CqEntry { len, ..entry }, e)),
     }
 }
 
