@@ -126,6 +126,26 @@ pub(super) struct RmaArgs {
     pub(super) silent: bool,
 }
 
+impl RmaArgs {
+    /// Bytes the operation moves: the local buffers', or for an atomic
+    /// (whose local buffers hold only fetched values) the target's.
+    fn len(&self) -> usize {
+        match self.dir {
+            RmaDir::Atomic(_) => self.remote.iter().map(|r| r.len as usize).sum(),
+            _ => self.local.total_len(),
+        }
+    }
+}
+
+/// What becomes of a one-sided message nobody takes: an eager one is
+/// done with, a rendezvous one let go at its sender.
+fn let_go(body: &Body<'_>) -> Take {
+    match body {
+        Body::Rndv(_) => Take::Discard,
+        _ => Take::Done,
+    }
+}
+
 const RMA_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT
     | FI_INJECT_COMPLETE
@@ -292,10 +312,7 @@ impl Ep {
             return -FI_EINVAL as isize;
         }
         let rlen: u64 = a.remote.iter().map(|r| r.len).sum();
-        let len = match a.dir {
-            RmaDir::Atomic(_) => rlen as usize,
-            _ => a.local.total_len(),
-        };
+        let len = a.len();
         if rlen != len as u64 {
             crate::warn!(FI_LOG_EP_DATA, "rma: {} local bytes, {} remote", len, rlen);
             return -FI_EINVAL as isize;
@@ -356,10 +373,7 @@ impl Handler<'_> {
                 }
             })
             .sum();
-        let len = match a.dir {
-            RmaDir::Atomic(_) => a.remote.iter().map(|r| r.len as usize).sum(),
-            _ => a.local.total_len(),
-        };
+        let len = a.len();
         if self.tx_used(wires) + 1 + a.remote.len() > tx_size || wires.tx_free() < msgs {
             return Err(Busy);
         }
@@ -410,11 +424,8 @@ impl Handler<'_> {
             let p = PartMsgs { inline, flags, data };
             if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, operands, p, now) {
                 // Checked above, so only a wire's refusal: the operation
-                // completes with the error.
-                self.part_event(op, |p| {
-                    p.err = Some(-e);
-                    p.answered = true;
-                });
+                // completes with the error (no answer will come).
+                self.part_received(op, Some(-e));
             }
         }
         Ok(())
@@ -551,8 +562,9 @@ impl Handler<'_> {
         });
     }
 
-    /// A wire's RecvDone/RecvFailed for a read's data (pulled by
-    /// rendezvous into the part's buffers).
+    /// Part `op` is answered (`err`: how it failed): the target's answer
+    /// came, a read's data was pulled into its buffers (RecvDone/
+    /// RecvFailed), or no answer will come.
     pub(super) fn part_received(&mut self, op: OpId, err: Option<i32>) {
         self.part_event(op, |p| {
             p.err = p.err.or(err);
@@ -568,10 +580,7 @@ impl Handler<'_> {
             .reqs
             .find(|r| matches!(r, Req::Part(p) if p.peer == peer && !p.answered))
         {
-            self.part_event(op, |p| {
-                p.err = p.err.or(Some(FI_EHOSTUNREACH));
-                p.answered = true;
-            });
+            self.part_received(op, Some(FI_EHOSTUNREACH));
         }
         if let Some(q) = self.os.expect.remove(&peer) {
             self.os.credits.extend(q.into_iter().filter_map(|e| e.credit));
@@ -651,15 +660,15 @@ impl Handler<'_> {
         };
         let payload = &b[HEAD_LEN..];
         let data = head.has_data.then_some(hdr.data);
-        let status = match head.kind {
+        let answer = match head.kind {
             ReqKind::Write => match self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_WRITE) {
-                Ok(_) if payload.len() as u64 != head.len => FI_EINVAL,
+                Ok(_) if payload.len() as u64 != head.len => Err(FI_EINVAL),
                 Ok((mem, ev)) => {
                     IovSink::new(mem).write_at(0, payload);
                     self.face.remote_done(FI_REMOTE_WRITE, data, payload.len(), ev);
-                    0
+                    Ok(ReplyBody::Empty)
                 }
-                Err(e) => e,
+                Err(e) => Err(e),
             },
             ReqKind::WriteHead => {
                 let mem = self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_WRITE);
@@ -672,40 +681,27 @@ impl Handler<'_> {
                 });
                 return taken;
             }
-            ReqKind::Read => match self.face.resolve(head.key, head.addr, head.len, FI_REMOTE_READ) {
-                Ok((mem, ev)) => {
+            ReqKind::Read => self
+                .face
+                .resolve(head.key, head.addr, head.len, FI_REMOTE_READ)
+                .map(|(mem, ev)| {
                     self.face.remote_done(FI_REMOTE_READ, None, head.len as usize, ev);
-                    self.reply(Reply {
-                        peer,
-                        cookie,
-                        status: 0,
-                        body: ReplyBody::Mem(mem),
-                        credit,
-                    });
-                    return taken;
-                }
-                Err(e) => e,
-            },
-            ReqKind::Atomic => match self.atomic(&head, payload) {
-                Ok((fetched, access, ev)) => {
-                    self.face.remote_done(access, None, head.len as usize, ev);
-                    self.reply(Reply {
-                        peer,
-                        cookie,
-                        status: 0,
-                        body: ReplyBody::Bytes(fetched.into()),
-                        credit,
-                    });
-                    return taken;
-                }
-                Err(e) => e,
-            },
+                    ReplyBody::Mem(mem)
+                }),
+            ReqKind::Atomic => self.atomic(&head, payload).map(|(fetched, access, ev)| {
+                self.face.remote_done(access, None, head.len as usize, ev);
+                ReplyBody::Bytes(fetched.into())
+            }),
+        };
+        let (status, body) = match answer {
+            Ok(body) => (0, body),
+            Err(e) => (e, ReplyBody::Empty),
         };
         self.reply(Reply {
             peer,
             cookie,
             status,
-            body: ReplyBody::Empty,
+            body,
             credit,
         });
         taken
@@ -769,10 +765,7 @@ impl Handler<'_> {
 
     /// Target: a large write's data, for the WRITE_HEAD before it.
     fn write_body(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>) -> Take {
-        let gone = match body {
-            Body::Rndv(_) => Take::Discard,
-            _ => Take::Done,
-        };
+        let gone = let_go(&body);
         let queue = self.os.expect.entry(peer).or_default();
         // A head whose body never came (its sender's send failed between
         // the two) is let go; then the body's own head.
@@ -861,17 +854,11 @@ impl Handler<'_> {
         let status = hdr.data as i32;
         let Some(Req::Part(p)) = self.reqs.get_mut(op) else {
             // A part that failed already (its send did): nothing to do.
-            return match body {
-                Body::Rndv(_) => Take::Discard,
-                _ => Take::Done,
-            };
+            return let_go(&body);
         };
         if status != 0 {
             self.part_received(op, Some(status));
-            return match body {
-                Body::Rndv(_) => Take::Discard,
-                _ => Take::Done,
-            };
+            return let_go(&body);
         }
         let Some((mut sink, ranges)) = p.sink.take() else {
             self.part_received(op, None);
