@@ -56,6 +56,24 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
     }
 }
 
+/// An array the application passes as a pointer and a count (iovecs,
+/// fi_rma_iov, fi_ioc, ...): empty for a count of 0, whatever the pointer;
+/// None for NULL with a count (the caller answers -FI_EINVAL).
+///
+/// # Safety
+/// `p` must be NULL or point to `count` readable, initialised `T`s, left
+/// unchanged for `'a` (the call that passed them, in libfabric's API).
+pub(crate) unsafe fn app_array<'a, T>(p: *const T, count: usize) -> Option<&'a [T]> {
+    if count == 0 {
+        return Some(&[]);
+    }
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract: `p` (non-NULL) holds `count` `T`s.
+    Some(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,19 +273,9 @@ unsafe extern "C" fn reg(
 /// # Safety
 /// `iov` must be NULL or point to `count` readable iovecs.
 unsafe fn iovs(iov: *const iovec, count: usize) -> Option<Vec<(usize, usize)>> {
-    if count == 0 {
-        return Some(vec![]);
-    }
-    if iov.is_null() {
-        return None;
-    }
-    Some(
-        // SAFETY: the caller's contract: `iov` (non-NULL) holds `count` iovecs.
-        unsafe { std::slice::from_raw_parts(iov, count) }
-            .iter()
-            .map(|v| (v.iov_base as usize, v.iov_len))
-            .collect(),
-    )
+    // SAFETY: the caller's contract: `iov` is NULL or holds `count` iovecs.
+    let v = unsafe { crate::abi::app_array(iov, count) }?;
+    Some(v.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect())
 }
 
 unsafe extern "C" fn regv(

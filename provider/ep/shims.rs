@@ -18,14 +18,8 @@ use std::ffi::c_void;
 /// stay valid (readable for a send, writable and untouched for a receive)
 /// until the operation's completion (fi_msg(3), fi_tagged(3)).
 pub(super) unsafe fn iov_of(iov: *const iovec, count: usize) -> Option<Iov> {
-    if count == 0 {
-        return Some(Iov::empty());
-    }
-    if iov.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contract: `iov` holds `count` iovecs.
-    let iov = unsafe { std::slice::from_raw_parts(iov, count) };
+    // SAFETY: the caller's contract: `iov` is NULL or holds `count` iovecs.
+    let iov = unsafe { crate::abi::app_array(iov, count) }?;
     // SAFETY: the caller's contract: the application keeps these buffers
     // valid until the operation completes (fi_msg(3), fi_tagged(3)).
     Some(unsafe { Iov::from_raw(iov.iter().map(|v| (v.iov_base as usize, v.iov_len))) })

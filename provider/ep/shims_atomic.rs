@@ -42,14 +42,8 @@ fn spec(class: AtomicClass, op: fi_op, dt: fi_datatype) -> Result<AtomicSpec, is
 /// `v` must be NULL or hold `count` readable `fi_ioc`s, whose buffers meet
 /// `Iov::from_raw`'s contract (fi_atomic(3)).
 unsafe fn iocs(v: *const fi_ioc, count: usize, size: usize) -> Option<Iov> {
-    if count == 0 {
-        return Some(Iov::empty());
-    }
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contract: `v` (non-NULL) holds `count` entries.
-    let v = unsafe { std::slice::from_raw_parts(v, count) };
+    // SAFETY: the caller's contract: `v` is NULL or holds `count` entries.
+    let v = unsafe { crate::abi::app_array(v, count) }?;
     // SAFETY: the caller's contract: the application's buffers, valid until
     // the operation completes (results) or the call returns (operands).
     Some(unsafe { Iov::from_raw(v.iter().map(|c| (c.addr as usize, c.count.saturating_mul(size)))) })
@@ -60,14 +54,8 @@ unsafe fn iocs(v: *const fi_ioc, count: usize, size: usize) -> Option<Iov> {
 /// # Safety
 /// `v` must be NULL or hold `count` readable `fi_rma_ioc`s.
 unsafe fn rma_iocs(v: *const fi_rma_ioc, count: usize, size: usize) -> Option<Vec<RemoteMem>> {
-    if count == 0 {
-        return Some(Vec::new());
-    }
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contract: `v` (non-NULL) holds `count` entries.
-    let v = unsafe { std::slice::from_raw_parts(v, count) };
+    // SAFETY: the caller's contract: `v` is NULL or holds `count` entries.
+    let v = unsafe { crate::abi::app_array(v, count) }?;
     Some(
         v.iter()
             .map(|r| RemoteMem {

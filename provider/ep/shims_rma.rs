@@ -24,14 +24,8 @@ fn remote(addr: u64, len: usize, key: u64) -> Vec<RemoteMem> {
 /// # Safety
 /// `v` must be NULL or point to `count` readable `fi_rma_iov`s.
 unsafe fn remotes(v: *const fi_rma_iov, count: usize) -> Option<Vec<RemoteMem>> {
-    if count == 0 {
-        return Some(Vec::new());
-    }
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contract: `v` (non-NULL) holds `count` entries.
-    let v = unsafe { std::slice::from_raw_parts(v, count) };
+    // SAFETY: the caller's contract: `v` is NULL or holds `count` entries.
+    let v = unsafe { crate::abi::app_array(v, count) }?;
     Some(
         v.iter()
             .map(|r| RemoteMem {
