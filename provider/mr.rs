@@ -88,7 +88,7 @@ impl MrTable {
             );
             return Err(FI_EACCES);
         }
-        let Some(ranges) = mr.locate(addr, len, self.virt_addr) else {
+        let Some((ranges, skip)) = mr.locate(addr, len, self.virt_addr) else {
             crate::warn!(
                 FI_LOG_MR,
                 "remote access [{:#x}, +{}) outside the region of key {:#x}",
@@ -109,47 +109,30 @@ impl MrTable {
         // access with these rights (fi_mr(3)): they stay valid while the
         // registration is open, and libfabric leaves it to the application
         // not to touch memory a peer's operation is reading or writing
-        // (fi_rma(3)); `locate` kept the ranges inside the registration.
-        Ok((unsafe { Iov::from_raw(ranges) }, ev))
+        // (fi_rma(3)).
+        let mut region = unsafe { Iov::from_raw(ranges) };
+        // `locate` checked that skip + len lies within them.
+        region.take_front(skip);
+        Ok((region.take_front(len as usize), ev))
     }
 }
 
 impl Mr {
-    /// The pieces of this registration that `len` bytes at remote address
-    /// `addr` name, in order; None outside it.
-    fn locate(&self, addr: u64, len: u64, virt_addr: bool) -> Option<Vec<(usize, usize)>> {
+    /// Where `len` bytes at remote address `addr` are in this
+    /// registration: the registered buffers they lie in, one after the
+    /// other, and how far into them they start; None outside it.
+    fn locate(&self, addr: u64, len: u64, virt_addr: bool) -> Option<(Vec<(usize, usize)>, usize)> {
+        let (a, l) = (addr as usize, len as usize);
         if virt_addr {
             // A virtual address: within one of the registered buffers.
-            let (a, l) = (addr as usize, len as usize);
             let end = a.checked_add(l)?;
-            return self
-                .iov
-                .iter()
-                .any(|&(b, bl)| a >= b && end <= b + bl)
-                .then(|| vec![(a, l)]);
+            let &(b, bl) = self.iov.iter().find(|&&(b, bl)| a >= b && end <= b + bl)?;
+            return Some((vec![(b, bl)], a - b));
         }
         // An offset into the registered buffers, one after the other.
-        let mut off = addr.checked_sub(self.offset)? as usize;
-        let mut left = len as usize;
+        let off = addr.checked_sub(self.offset)? as usize;
         let total: usize = self.iov.iter().map(|r| r.1).sum();
-        if off.checked_add(left)? > total {
-            return None;
-        }
-        let mut out = Vec::with_capacity(1);
-        for &(b, l) in &self.iov {
-            if left == 0 {
-                break;
-            }
-            if off >= l {
-                off -= l;
-                continue;
-            }
-            let n = (l - off).min(left);
-            out.push((b + off, n));
-            left -= n;
-            off = 0;
-        }
-        Some(out)
+        (off.checked_add(l)? <= total).then(|| (self.iov.clone(), off))
     }
 }
 
