@@ -159,6 +159,8 @@ struct Work {
     /// counters only with FI_COMPLETION (fi_trigger(3)).
     completion: Option<Arc<Cntr>>,
     at_ep: bool,
+    /// The context a data operation completes with (routed by it).
+    ctx: usize,
 }
 
 // SAFETY: `work` is only read (in `fire`), and the application keeps it
@@ -185,50 +187,54 @@ impl Deferred for Work {
         // SAFETY: see `Work`: the request and its op structure are valid.
         let w = unsafe { &*self.work };
         if let Some(ep) = &self.ep {
-            ep.route_next(op_context(w), self.completion.clone(), self.at_ep);
+            ep.route_next(self.ctx, self.completion.clone(), self.at_ep);
         }
         // SAFETY: the op union member named by op_type (checked at queueing).
         let r = unsafe { post(w) };
         let Some(ep) = &self.ep else { return };
         if r < 0 {
             crate::warn!(FI_LOG_DOMAIN, "deferred work (op type {}) failed: {}", w.op_type, r);
-            // Routed (fire_route), so it counts on the completion counter.
-            ep.fail_op(op_context(w), 0, self.tx(), (-r) as i32);
+            // Routed (route_next above), so it counts on the completion
+            // counter.
+            ep.fail_op(self.ctx, 0, self.tx(), (-r) as i32);
         }
     }
 }
 
-/// The context a deferred data operation completes with.
-fn op_context(w: &fi_deferred_work) -> usize {
-    // SAFETY: the union member named by op_type (checked at queueing);
-    // every data op structure holds the application's message.
-    unsafe {
-        match w.op_type {
-            FI_OP_RECV | FI_OP_SEND => (*w.op.msg).msg.context as usize,
-            FI_OP_TRECV | FI_OP_TSEND => (*w.op.tagged).msg.context as usize,
-            FI_OP_READ | FI_OP_WRITE => (*w.op.rma).msg.context as usize,
-            FI_OP_ATOMIC => (*w.op.atomic).msg.context as usize,
-            FI_OP_FETCH_ATOMIC => (*w.op.fetch_atomic).msg.context as usize,
-            FI_OP_COMPARE_ATOMIC => (*w.op.compare_atomic).msg.context as usize,
-            _ => 0,
-        }
-    }
-}
-
-/// The endpoint and op flags of a deferred data operation.
+/// A deferred data operation's endpoint, op flags and the context it
+/// completes with; None for a counter operation or an unknown type.
 ///
 /// # Safety
 /// `w.op` holds the member `w.op_type` names, pointing to a valid structure.
-unsafe fn op_ep(w: &fi_deferred_work) -> Option<(*mut fid_ep, u64)> {
-    // SAFETY: the caller's contract.
+unsafe fn op_parts(w: &fi_deferred_work) -> Option<(*mut fid_ep, u64, usize)> {
+    // SAFETY: the caller's contract; every data op structure holds the
+    // application's endpoint, flags and message.
     unsafe {
         Some(match w.op_type {
-            FI_OP_RECV | FI_OP_SEND => ((*w.op.msg).ep, (*w.op.msg).flags),
-            FI_OP_TRECV | FI_OP_TSEND => ((*w.op.tagged).ep, (*w.op.tagged).flags),
-            FI_OP_READ | FI_OP_WRITE => ((*w.op.rma).ep, (*w.op.rma).flags),
-            FI_OP_ATOMIC => ((*w.op.atomic).ep, (*w.op.atomic).flags),
-            FI_OP_FETCH_ATOMIC => ((*w.op.fetch_atomic).ep, (*w.op.fetch_atomic).flags),
-            FI_OP_COMPARE_ATOMIC => ((*w.op.compare_atomic).ep, (*w.op.compare_atomic).flags),
+            FI_OP_RECV | FI_OP_SEND => {
+                let o = &*w.op.msg;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
+            FI_OP_TRECV | FI_OP_TSEND => {
+                let o = &*w.op.tagged;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
+            FI_OP_READ | FI_OP_WRITE => {
+                let o = &*w.op.rma;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
+            FI_OP_ATOMIC => {
+                let o = &*w.op.atomic;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
+            FI_OP_FETCH_ATOMIC => {
+                let o = &*w.op.fetch_atomic;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
+            FI_OP_COMPARE_ATOMIC => {
+                let o = &*w.op.compare_atomic;
+                (o.ep, o.flags, o.msg.context as usize)
+            }
             _ => return None,
         })
     }
@@ -365,7 +371,7 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
     }
     // SAFETY: a counter fid the application holds, or NULL; `from_fid` checks it.
     let completion = unsafe { crate::cntr::from_fid(wr.completion_cntr as *const std::ffi::c_void) };
-    let mut at_ep = false;
+    let (mut at_ep, mut ctx) = (false, 0);
     let ep = match wr.op_type {
         FI_OP_CNTR_SET | FI_OP_CNTR_ADD => {
             if !wr.completion_cntr.is_null() {
@@ -376,7 +382,7 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
         }
         _ => {
             // SAFETY: the member op_type names (a data operation).
-            let Some((ep, flags)) = (unsafe { op_ep(wr) }) else {
+            let Some((ep, flags, c)) = (unsafe { op_parts(wr) }) else {
                 crate::warn!(FI_LOG_DOMAIN, "FI_QUEUE_WORK: op type {} not supported", wr.op_type);
                 return Err(-FI_EINVAL);
             };
@@ -385,6 +391,7 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
                 return Err(-FI_EINVAL);
             };
             at_ep = flags & FI_COMPLETION != 0;
+            ctx = c;
             Some(e.clone())
         }
     };
@@ -398,6 +405,7 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
             ep,
             completion,
             at_ep,
+            ctx,
         }),
     });
     t.run();
