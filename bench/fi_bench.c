@@ -276,44 +276,6 @@ static void fabric_sync(void)
 	wait_rx(rx_posted);
 }
 
-static void exchange_addresses(void)
-{
-	char name[512];
-	size_t len = sizeof(name);
-	CHK(fi_getname(&ep->fid, name, &len));
-	printf("ADDR ");
-	for (size_t i = 0; i < len; i++)
-		printf("%02x", (unsigned char)name[i]);
-	printf("\n");
-	fflush(stdout);
-
-	char line[2048];
-	if (!fgets(line, sizeof(line), stdin))
-		die("no PEER line on stdin");
-	if (strncmp(line, "PEER ", 5))
-		die("bad PEER line: %s", line);
-	char peer_name[512];
-	size_t plen = 0;
-	for (char *p = line + 5; p[0] && p[1] && p[0] != '\n'; p += 2) {
-		unsigned v;
-		if (sscanf(p, "%2x", &v) != 1 || plen >= sizeof(peer_name))
-			die("bad hex in PEER line");
-		peer_name[plen++] = (char)v;
-	}
-	int n = fi_av_insert(av, peer_name, 1, &peer, 0, NULL);
-	if (n != 1)
-		die("fi_av_insert returned %d", n);
-}
-
-static void *alloc_buf(size_t size)
-{
-	void *p = NULL;
-	if (posix_memalign(&p, 4096, size ? size : 1))
-		die("posix_memalign");
-	memset(p, 0, size);
-	return p;
-}
-
 static void reg_buf(void *buf, uint64_t access, struct fid_mr **mr, void **desc,
 		    uint64_t key)
 {
@@ -403,7 +365,7 @@ int main(int argc, char **argv)
 	reg_buf(tx_buf, FI_SEND, &tx_mr, &tx_desc, 1);
 	reg_buf(rx_buf, FI_RECV, &rx_mr, &rx_desc, 2);
 
-	exchange_addresses();
+	exchange_peer(ep, av, &peer);
 
 	if (rank == 1) {
 		printf("INFO prov=%s fabric=%s domain=%s inject=%zu max_msg=%zu "

@@ -142,4 +142,46 @@ static inline struct fi_info *rdm_tagged_info(const char *prov, const char *src)
 	return info;
 }
 
+/* A page-aligned, zeroed buffer of `size` bytes (at least one). */
+static inline void *alloc_buf(size_t size)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 4096, size ? size : 1))
+		die("posix_memalign");
+	memset(p, 0, size);
+	return p;
+}
+
+/* The address exchange bench/run brokers: print "ADDR <hex of
+ * fi_getname(ep)>", read "PEER <hex>" from stdin and insert it into `av`
+ * as `*peer`. */
+static inline void exchange_peer(struct fid_ep *ep, struct fid_av *av, fi_addr_t *peer)
+{
+	char name[512];
+	size_t len = sizeof(name);
+	CHK(fi_getname(&ep->fid, name, &len));
+	printf("ADDR ");
+	for (size_t i = 0; i < len; i++)
+		printf("%02x", (unsigned char)name[i]);
+	printf("\n");
+	fflush(stdout);
+
+	char line[2048];
+	if (!fgets(line, sizeof(line), stdin))
+		die("no PEER line on stdin");
+	if (strncmp(line, "PEER ", 5))
+		die("bad PEER line: %s", line);
+	char peer_name[512];
+	size_t plen = 0;
+	for (char *p = line + 5; p[0] && p[1] && p[0] != '\n'; p += 2) {
+		unsigned v;
+		if (sscanf(p, "%2x", &v) != 1 || plen >= sizeof(peer_name))
+			die("bad hex in PEER line");
+		peer_name[plen++] = (char)v;
+	}
+	int n = fi_av_insert(av, peer_name, 1, peer, 0, NULL);
+	if (n != 1)
+		die("fi_av_insert returned %d", n);
+}
+
 #endif

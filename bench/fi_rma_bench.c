@@ -198,15 +198,6 @@ static long bw_windows(size_t size)
 	return it;
 }
 
-static void *alloc_buf(size_t size)
-{
-	void *p = NULL;
-	if (posix_memalign(&p, 4096, size ? size : 1))
-		die("posix_memalign");
-	memset(p, 0, size);
-	return p;
-}
-
 /* Registers buf for access; local buffers only when the provider asks
  * (FI_MR_LOCAL), the target's region always (force). */
 static void reg(void *buf, size_t len, uint64_t access, uint64_t key,
@@ -223,35 +214,6 @@ static void reg(void *buf, size_t len, uint64_t access, uint64_t key,
 	}
 	if (desc)
 		*desc = fi_mr_desc(*mr);
-}
-
-static void exchange_addresses(void)
-{
-	char name[512];
-	size_t len = sizeof(name);
-	CHK(fi_getname(&ep->fid, name, &len));
-	printf("ADDR ");
-	for (size_t i = 0; i < len; i++)
-		printf("%02x", (unsigned char)name[i]);
-	printf("\n");
-	fflush(stdout);
-
-	char line[2048];
-	if (!fgets(line, sizeof(line), stdin))
-		die("no PEER line on stdin");
-	if (strncmp(line, "PEER ", 5))
-		die("bad PEER line: %s", line);
-	char peer_name[512];
-	size_t plen = 0;
-	for (char *p = line + 5; p[0] && p[1] && p[0] != '\n'; p += 2) {
-		unsigned v;
-		if (sscanf(p, "%2x", &v) != 1 || plen >= sizeof(peer_name))
-			die("bad hex in PEER line");
-		peer_name[plen++] = (char)v;
-	}
-	int n = fi_av_insert(av, peer_name, 1, &peer, 0, NULL);
-	if (n != 1)
-		die("fi_av_insert returned %d", n);
 }
 
 /* ------------------------------------------------------------ rank 0 */
@@ -523,7 +485,7 @@ int main(int argc, char **argv)
 	atom = alloc_buf(64);
 	reg(atom, 64, FI_READ | FI_WRITE, 2, &atom_mr, &atom_desc, 0);
 
-	exchange_addresses();
+	exchange_peer(ep, av, &peer);
 
 	if (rank == 0)
 		run_target();
