@@ -24,6 +24,6 @@ cargo test --release -- --test-threads=2 "$@"
 for wire in copy udp; do
     echo "== integration tests on the $wire wire (GNIX_TEST_WIRE=$wire)"
     # (tests/mpi.rs runs its own matrix of wires, MPI libraries and references)
-    GNIX_TEST_WIRE=$wire cargo test --release --test single --test pair --test large --test onesided \
+    GNIX_TEST_WIRE=$wire cargo test --release --test single --test pair --test large --test onesided --test collective \
         -- --test-threads=2 "$@"
 done

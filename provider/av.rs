@@ -271,6 +271,11 @@ impl Av {
         let i = self.inner.read().unwrap();
         i.find(s).map(|b| i.index[b] as u64)
     }
+    /// Every fi_addr present, in order (an AV set of FI_UNIVERSE).
+    pub fn addrs(&self) -> Vec<u64> {
+        let i = self.inner.read().unwrap();
+        (0..i.len()).filter(|&a| i.get(a).is_some()).map(|a| a as u64).collect()
+    }
     pub fn insert_addr(&self, s: SocketAddr) -> u64 {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
@@ -637,11 +642,30 @@ static AV_OPS: Table<fi_ops_av> = Table(fi_ops_av {
     av_set: Some(av_set),
 });
 
-/// AV sets serve collectives, which gnix does not offer (FI_COLLECTIVE).
-unsafe extern "C" fn av_set(_: *mut fid_av, _: *mut fi_av_set_attr, _: *mut *mut fid_av_set, _: *mut c_void) -> i32 {
+/// fi_av_set: a collective group's membership (`coll::av_set`).
+unsafe extern "C" fn av_set(
+    f: *mut fid_av,
+    attr: *mut fi_av_set_attr,
+    set: *mut *mut fid_av_set,
+    ctx: *mut c_void,
+) -> i32 {
     abi_guard!("av_set", -FI_EOTHER, || {
-        crate::warn!(FI_LOG_AV, "fi_av_set: gnix offers no collectives, hence no AV sets");
-        -FI_ENOSYS
+        // SAFETY: a fid the application holds, or NULL; `from_fid` checks class and magic.
+        let Some(av) = (unsafe { from_fid(f as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if set.is_null() {
+            return -FI_EINVAL;
+        }
+        // SAFETY: fi_av_set(3): `attr` is NULL or the application's attributes.
+        match unsafe { crate::coll::av_set::open(av, attr, ctx) } {
+            Ok(p) => {
+                // SAFETY: `set` (non-NULL) is the application's out pointer.
+                unsafe { *set = p };
+                0
+            }
+            Err(e) => e,
+        }
     })
 }
 

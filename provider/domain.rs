@@ -224,13 +224,21 @@ unsafe extern "C" fn query_atomic(
         }
     })
 }
+/// fi_query_collective: whether gnix runs a collective with an op on a
+/// datatype, and its limits (`coll::query`).
 unsafe extern "C" fn query_collective(
     _: *mut fid_domain,
-    _: fi_collective_op,
-    _: *mut fi_collective_attr,
-    _: u64,
+    coll: fi_collective_op,
+    attr: *mut fi_collective_attr,
+    flags: u64,
 ) -> i32 {
-    abi_guard!("query_collective", -FI_EOTHER, || { -FI_EOPNOTSUPP })
+    abi_guard!("query_collective", -FI_EOTHER, || {
+        // SAFETY: fi_query_collective(3): `attr` is NULL or the application's.
+        match unsafe { attr.as_mut() } {
+            Some(a) => crate::coll::query(coll, a, flags),
+            None => -FI_EINVAL,
+        }
+    })
 }
 
 // ---- fi_ext_gnix.h domain ops ----

@@ -33,7 +33,10 @@ macro_rules! has_fid {
         unsafe impl HasFid for $t {}
     )*};
 }
-has_fid!(fid_fabric, fid_domain, fid_ep, fid_cq, fid_cntr, fid_eq, fid_av, fid_mr, fid_wait, fid_poll, fid_pep);
+has_fid!(
+    fid_fabric, fid_domain, fid_ep, fid_cq, fid_cntr, fid_eq, fid_av, fid_mr, fid_wait, fid_poll, fid_pep, fid_av_set,
+    fid_mc
+);
 
 impl<C: HasFid, T> FidObj<C, T> {
     /// Leaks a new object; the caller hands `*mut C` to the application and

@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 /// format") would tell Open MPI there is no room for a communicator id.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
-pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV;
+pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_COLLECTIVE | FI_SEND | FI_RECV;
 /// One-sided roles: initiator (FI_READ, FI_WRITE) and target
 /// (FI_REMOTE_READ, FI_REMOTE_WRITE); naming none means all four.
 pub const RMA_ROLES: u64 = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -42,11 +42,13 @@ pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 pub const UNREQUESTED_CAPS: u64 = CAPS & !FI_SOURCE_ERR;
 /// FI_LOCAL_COMM/FI_REMOTE_COMM are domain-level: they belong in info and
 /// domain caps, not in tx/rx caps (fabtests getinfo_caps checks this).
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE | FI_TRIGGER;
+pub const TX_CAPS: u64 =
+    FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_COLLECTIVE | FI_SEND | FI_READ | FI_WRITE | FI_TRIGGER;
 pub const RX_CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_RMA
     | FI_ATOMIC
+    | FI_COLLECTIVE
     | FI_RECV
     | FI_REMOTE_READ
     | FI_REMOTE_WRITE

@@ -36,6 +36,7 @@ pub(crate) mod tme;
 
 pub(crate) mod av;
 pub(crate) mod cntr;
+pub(crate) mod coll;
 pub(crate) mod cq;
 pub(crate) mod domain;
 pub(crate) mod ep;

@@ -493,8 +493,46 @@ unsafe extern "C" fn reject(_: *mut fid_pep, _: fid_t, _: *const c_void, _: usiz
 unsafe extern "C" fn shutdown(_: *mut fid_ep, _: u64) -> i32 {
     abi_guard!("shutdown", -FI_EOTHER, || -FI_ENOSYS)
 }
-unsafe extern "C" fn join(_: *mut fid_ep, _: *const c_void, _: u64, _: *mut *mut fid_mc, _: *mut c_void) -> i32 {
-    abi_guard!("join", -FI_EOTHER, || -FI_ENOSYS)
+/// fi_join: collective groups (`fi_join_collective`, FI_COLLECTIVE in the
+/// flags); gnix offers no multicast.
+unsafe extern "C" fn join(
+    e: *mut fid_ep,
+    addr: *const c_void,
+    flags: u64,
+    mc: *mut *mut fid_mc,
+    ctx: *mut c_void,
+) -> i32 {
+    abi_guard!("join", -FI_EOTHER, || {
+        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+        let Some(ep) = (unsafe { from_fid(e as *const c_void) }) else {
+            return -FI_EINVAL;
+        };
+        if flags & FI_COLLECTIVE == 0 {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_join: multicast is not supported (FI_MULTICAST)");
+            return -FI_ENOSYS;
+        }
+        // SAFETY: fi_join_collective(3) passes a struct fi_collective_addr
+        // (or the application passed NULL).
+        let Some(a) = (unsafe { (addr as *const fi_collective_addr).as_ref() }) else {
+            return -FI_EINVAL;
+        };
+        // SAFETY: `a.set` is the application's AV set fid, or NULL.
+        let Some(set) = (unsafe { crate::coll::av_set::from_fid(a.set as *const c_void) }) else {
+            crate::warn!(FI_LOG_EP_CTRL, "fi_join_collective: not an AV set");
+            return -FI_EINVAL;
+        };
+        if mc.is_null() {
+            return -FI_EINVAL;
+        }
+        match ep.join_collective(set, a.set as u64, a.coll_addr, ctx) {
+            Ok(p) => {
+                // SAFETY: `mc` (non-NULL) is the application's out pointer.
+                unsafe { *mc = p };
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 unsafe extern "C" fn tx_ctx(_: *mut fid_ep, _: i32, _: *mut fi_tx_attr, _: *mut *mut fid_ep, _: *mut c_void) -> i32 {
     abi_guard!("tx_ctx", -FI_EOTHER, || -FI_ENOSYS)

@@ -21,24 +21,26 @@
 //! | `rma.rs` | one-sided operations (RMA, atomics) as messages: the initiator's parts, the target's checks and answers |
 //! | `shims.rs` | the data-path `extern "C"` shims and the msg and tagged ops tables |
 //! | `shims_rma.rs`, `shims_atomic.rs` | the rma and atomic ops tables |
-//! | `unsupported.rs` | the collective table, answering `-FI_ENOSYS` |
+//! | `coll.rs` | collectives: joins, and the schedules of `coll::sched` run with internal messages |
+//! | `shims_coll.rs` | the collective ops table |
 //!
 //! Every data call and every progress pass runs under the endpoint's one
 //! lock, so threads using different endpoints never contend (DESIGN.md
 //! §4); completions go to the bound CQs and counters, which have locks of
 //! their own (taken after this one, never before).
 
+mod coll;
 mod ctl;
 mod deferred;
 mod rma;
 mod rx;
 mod shims;
 mod shims_atomic;
+mod shims_coll;
 mod shims_rma;
 #[cfg(test)]
 mod tests;
 mod tx;
-mod unsupported;
 
 use crate::av::Av;
 use crate::cntr::Cntr;
@@ -118,14 +120,32 @@ struct EpState {
     reqs: FabReqs<Req>,
     rx: Rx,
     os: rma::Onesided,
+    /// After `port`: an operation's landing buffers outlive the wires
+    /// that write them.
+    coll: coll::Colls,
 }
 
 impl EpState {
     /// The receive and transmit paths (`Handler`, also the wires'
     /// upcall), apart from the port whose wires they drive.
     fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
-        let EpState { port, reqs, rx, os } = self;
-        (port, Handler { face, rx, reqs, os })
+        let EpState {
+            port,
+            reqs,
+            rx,
+            os,
+            coll,
+        } = self;
+        (
+            port,
+            Handler {
+                face,
+                rx,
+                reqs,
+                os,
+                coll,
+            },
+        )
     }
 }
 
@@ -156,6 +176,12 @@ pub(super) trait Face {
     /// FI_REMOTE_READ or FI_REMOTE_WRITE): the endpoint's counter and the
     /// region's (`ev`), and for remote CQ data an entry in the receive CQ.
     fn remote_done(&self, access: u64, data: Option<u64>, len: usize, ev: MrEvent);
+    /// A collective of ours ended: its entry (or error entry) in the
+    /// transmit CQ.
+    fn coll_complete(&self, ctx: usize, flags: u64, err: Option<i32>);
+    /// A join ended: FI_JOIN_COMPLETE (or an error) on the EQ, naming the
+    /// group's fid `mc`.
+    fn join_complete(&self, mc: u64, ctx: usize, err: Option<i32>);
 }
 
 pub struct Ep {
@@ -268,6 +294,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
         os: rma::Onesided::default(),
+        coll: coll::Colls::default(),
     })
 }
 
@@ -322,7 +349,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         rma: shims_rma::RMA_OPS.ptr(),
         tagged: shims::TAGGED_OPS.ptr(),
         atomic: shims_atomic::ATOMIC_OPS.ptr(),
-        collective: unsupported::COLLECTIVE_OPS.ptr(),
+        collective: shims_coll::COLLECTIVE_OPS.ptr(),
     };
     Ok(Obj::create(c, ep))
 }
@@ -430,8 +457,9 @@ impl Ep {
         let (port, mut h) = st.split(self);
         port.progress(now, &mut h);
         // Answers to peers' one-sided requests, queued while the wires
-        // were calling us.
+        // were calling us; collectives' next rounds.
         h.send_replies(port, now);
+        h.coll_advance(port, now);
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -604,6 +632,31 @@ impl Face for Ep {
                 data,
                 ..CqEntry::default()
             });
+        }
+    }
+
+    fn coll_complete(&self, ctx: usize, flags: u64, err: Option<i32>) {
+        push_tx(self.binds(), ctx, flags | FI_COLLECTIVE, FI_COLLECTIVE, 0, err);
+    }
+
+    fn join_complete(&self, mc: u64, ctx: usize, err: Option<i32>) {
+        let Some(eq) = &self.binds().eq else { return };
+        match err {
+            None => {
+                // struct fi_eq_entry { fid_t fid; void *context; uint64_t data; }
+                let mut e = Vec::with_capacity(std::mem::size_of::<fi_eq_entry>());
+                e.extend_from_slice(&(mc as usize).to_ne_bytes());
+                e.extend_from_slice(&ctx.to_ne_bytes());
+                e.extend_from_slice(&0u64.to_ne_bytes());
+                eq.push(FI_JOIN_COMPLETE, &e, 0);
+            }
+            Some(e) => eq.push_err(crate::eq::EqError {
+                fid: mc as usize as fid_t,
+                context: ctx as *mut c_void,
+                err: e,
+                prov_errno: e,
+                ..Default::default()
+            }),
         }
     }
 

@@ -139,7 +139,7 @@ impl RmaArgs {
 
 /// What becomes of a one-sided message nobody takes: an eager one is
 /// done with, a rendezvous one let go at its sender.
-fn let_go(body: &Body<'_>) -> Take {
+pub(super) fn let_go(body: &Body<'_>) -> Take {
     match body {
         Body::Rndv(_) => Take::Discard,
         _ => Take::Done,
@@ -248,8 +248,15 @@ struct Expect {
     credit: Option<Credit>,
 }
 
-/// A staged request's buffer, written by the wire.
-struct StageSink(Arc<Mutex<Vec<u8>>>);
+/// A staged request's buffer, written by the wire (also a collective's
+/// landing buffer, `coll.rs`).
+pub(super) struct StageSink(Arc<Mutex<Vec<u8>>>);
+
+impl StageSink {
+    pub(super) fn new(buf: Arc<Mutex<Vec<u8>>>) -> StageSink {
+        StageSink(buf)
+    }
+}
 
 impl RecvSink for StageSink {
     fn capacity(&self) -> usize {

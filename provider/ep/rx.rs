@@ -31,6 +31,10 @@ pub(crate) enum Req {
     /// A peer's one-sided request or write data on its way in.
     Staged(Box<Staged>),
     Landing(Box<Landing>),
+    /// A collective's internal receive and send (`coll.rs`; the send
+    /// names its collective operation).
+    CollRecv(Box<super::coll::CollRecv>),
+    CollSend(u64),
 }
 
 /// A send in flight.
@@ -178,6 +182,7 @@ pub(super) struct Handler<'a> {
     pub(super) rx: &'a mut Rx,
     pub(super) reqs: &'a mut FabReqs<Req>,
     pub(super) os: &'a mut Onesided,
+    pub(super) coll: &'a mut super::coll::Colls,
 }
 
 impl Upcall for Handler<'_> {
@@ -188,7 +193,10 @@ impl Upcall for Handler<'_> {
             body,
             credit,
         } = a;
-        if hdr.flags & crate::nic::onesided::ONESIDED != 0 {
+        if hdr.flags & (crate::nic::onesided::ONESIDED | crate::coll::COLL) != 0 {
+            if hdr.flags & crate::coll::COLL != 0 {
+                return self.coll_arrived(peer, hdr, body, credit);
+            }
             return self.onesided_arrived(peer, hdr, body, credit);
         }
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
@@ -276,7 +284,10 @@ impl Upcall for Handler<'_> {
             WireEvent::RecvDone { op, written } => self.recv_finished(op, Some(written), None),
             WireEvent::RecvFailed { op, err } => self.recv_finished(op, None, Some(err)),
             WireEvent::PeerUp { .. } => {}
-            WireEvent::PeerFailed { peer } => self.onesided_peer_failed(peer),
+            WireEvent::PeerFailed { peer } => {
+                self.onesided_peer_failed(peer);
+                self.coll_peer_failed(peer);
+            }
         }
     }
 }
@@ -630,6 +641,7 @@ impl Handler<'_> {
             Some(Req::Part(_)) => return self.part_received(op, err),
             Some(Req::Staged(_)) => return self.staged_received(op, err),
             Some(Req::Landing(_)) => return self.landed(op, err),
+            Some(Req::CollRecv(_)) => return self.coll_received(op, written, err),
             _ => return,
         };
         let mut d = b.0;

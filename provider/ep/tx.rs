@@ -241,6 +241,7 @@ impl Handler<'_> {
                 }
             }
             Some(Req::Part(_)) => self.part_sent(op, err),
+            Some(Req::CollSend(_)) => self.coll_sent(op, err),
             _ => {}
         }
     }

@@ -294,4 +294,8 @@ pub(crate) trait Wires {
     fn give_back(&mut self, credit: Credit);
     /// Transmit slots the wires hold that are no operation's.
     fn backlog(&self) -> usize;
+    /// The acknowledgements the wires would delay go out now: the
+    /// application is about to see a completion and may stop progressing
+    /// (FI_PROGRESS_MANUAL) while a peer waits for them.
+    fn flush_acks(&mut self, now: u64);
 }

@@ -568,6 +568,7 @@ struct opts {
 	int from;               /* use fi_cq_readfrom on the rx CQ */
 	size_t tx_size, rx_size;
 	size_t rndv_threshold;  /* gnix: set through fi_open_ops before the ep opens */
+	int eq;                 /* open an EQ and bind it to the endpoint */
 };
 
 struct ctx {
@@ -578,6 +579,7 @@ struct ctx {
 	struct fid_ep *ep;
 	struct cqw tx, rx;
 	struct fid_cntr *txcntr, *rxcntr, *rmacntr;
+	struct fid_eq *eq;
 	fi_addr_t addr[MAXP];
 	uint8_t name[MAXP][256];
 	size_t namelen[MAXP];
@@ -687,6 +689,11 @@ static int ctx_open(struct ctx *c, const struct opts *o)
 		CHK(fi_cntr_open(c->dom, &cntr_attr, &c->rmacntr, NULL));
 		CHK(fi_ep_bind(c->ep, &c->rmacntr->fid, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE));
 	}
+	if (o->eq) {
+		struct fi_eq_attr eq_attr = { .size = 64, .wait_obj = FI_WAIT_NONE };
+		CHK(fi_eq_open(c->fab, &eq_attr, &c->eq, NULL));
+		CHK(fi_ep_bind(c->ep, &c->eq->fid, 0));
+	}
 	if (o->min_multi_recv) {
 		size_t v = o->min_multi_recv;
 		CHK(fi_setopt(&c->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, sizeof v));
@@ -754,6 +761,8 @@ static void ctx_close(struct ctx *c)
 	cqw_forget(&c->tx);
 	cqw_forget(&c->rx);
 	CHK(fi_close(&c->av->fid));
+	if (c->eq)
+		CHK(fi_close(&c->eq->fid));
 	CHK(fi_close(&c->dom->fid));
 	CHK(fi_close(&c->fab->fid));
 	fi_freeinfo(c->info);

@@ -3,8 +3,10 @@
 //! to the operations, the wires and the completions, with no libfabric
 //! objects, sockets or shared memory.
 
+mod coll;
 mod rma;
 
+use super::coll::Colls;
 use super::rma::{Onesided, RmaReq};
 use super::rx::{Full, Handler, RecvArgs, Req, Rx, SendReq};
 use super::tx::Busy;
@@ -74,6 +76,10 @@ struct FakeFace {
     rma: RefCell<Vec<(usize, u64, Option<i32>)>>,
     /// Peers' accesses: (access, remote CQ data, length).
     remote: RefCell<Vec<(u64, Option<u64>, usize)>>,
+    /// Collective completions: (context, flags, error).
+    colls: RefCell<Vec<(usize, u64, Option<i32>)>>,
+    /// Join completions: (group address, context, error).
+    joins: RefCell<Vec<(u64, usize, Option<i32>)>>,
 }
 
 impl FakeFace {
@@ -119,6 +125,12 @@ impl Face for FakeFace {
     }
     fn remote_done(&self, access: u64, data: Option<u64>, len: usize, _ev: MrEvent) {
         self.remote.borrow_mut().push((access, data, len));
+    }
+    fn coll_complete(&self, ctx: usize, flags: u64, err: Option<i32>) {
+        self.colls.borrow_mut().push((ctx, flags, err));
+    }
+    fn join_complete(&self, mc: u64, ctx: usize, err: Option<i32>) {
+        self.joins.borrow_mut().push((mc, ctx, err));
     }
 }
 
@@ -189,6 +201,8 @@ struct FakeWires {
     local: Vec<SocketAddr>,
     /// What `tx_free` answers.
     tx_free: usize,
+    /// `flush_acks` calls.
+    flushes: usize,
 }
 
 impl FakeWires {
@@ -233,6 +247,9 @@ impl Wires for FakeWires {
     fn eager_max(&mut self, _peer: SocketAddr) -> usize {
         FAKE_EAGER
     }
+    fn flush_acks(&mut self, _now: u64) {
+        self.flushes += 1;
+    }
 }
 
 /// The paths under test, with everything they touch.
@@ -241,6 +258,7 @@ struct T {
     rx: Rx,
     reqs: FabReqs<Req>,
     os: Onesided,
+    coll: Colls,
     wires: FakeWires,
 }
 
@@ -280,6 +298,7 @@ impl T {
             rx: Rx::new(),
             reqs: FabReqs::new(tx, rx),
             os: Onesided::default(),
+            coll: Colls::default(),
             wires: FakeWires {
                 tx_free: 64,
                 ..FakeWires::default()
@@ -293,6 +312,7 @@ impl T {
             rx: &mut self.rx,
             reqs: &mut self.reqs,
             os: &mut self.os,
+            coll: &mut self.coll,
         };
         f(&mut h, &mut self.wires)
     }
