@@ -226,6 +226,16 @@ impl Builder {
         r + 1
     }
 
+    /// Each member's `len` input bytes reduced at `root` (phase 0): into
+    /// Acc, then up the tree. The round after which the root's Acc holds
+    /// the result.
+    fn reduce_input(&mut self, root: usize, len: usize) -> usize {
+        self.s.acc = self.s.acc.max(len);
+        let r = self.round();
+        self.copy(r, Region::new(Buf::In, 0, len), Region::new(Buf::Acc, 0, len));
+        self.reduce_to(r, root, 0, len)
+    }
+
     /// Binomial-tree broadcast of `len` bytes from `root` in phase `phase`:
     /// the root sends `src` in round `r`; another member receives from its
     /// parent in round `r` and, in round `r + 1`, copies what came into
@@ -264,20 +274,14 @@ pub(crate) fn schedule(kind: Kind, n: usize, me: usize, block: usize) -> Schedul
             b.broadcast_from(0, root, 0, input(0, block), out(0, block));
         }
         Kind::Reduce { root } => {
-            b.s.acc = block;
-            let r = b.round();
-            b.copy(r, input(0, block), acc(0, block));
-            let r = b.reduce_to(r, root, 0, block);
+            let r = b.reduce_input(root, block);
             if me == root {
                 b.copy(r, acc(0, block), out(0, block));
             }
         }
         Kind::Barrier | Kind::AllReduce => {
             let block = if kind == Kind::Barrier { 0 } else { block };
-            b.s.acc = block;
-            let r = b.round();
-            b.copy(r, input(0, block), acc(0, block));
-            let r = b.reduce_to(r, 0, 0, block);
+            let r = b.reduce_input(0, block);
             if me == 0 {
                 b.copy(r, acc(0, block), out(0, block));
             }
@@ -334,10 +338,7 @@ pub(crate) fn schedule(kind: Kind, n: usize, me: usize, block: usize) -> Schedul
         }
         Kind::ReduceScatter => {
             // Reduce everything at 0, then 0 scatters the blocks.
-            b.s.acc = all;
-            let r = b.round();
-            b.copy(r, input(0, all), acc(0, all));
-            let r = b.reduce_to(r, 0, 0, all);
+            let r = b.reduce_input(0, all);
             if me == 0 {
                 b.copy(r, acc(0, block), out(0, block));
                 for to in 1..n {

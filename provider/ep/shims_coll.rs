@@ -159,12 +159,11 @@ unsafe extern "C" fn broadcast(
     })
 }
 
-/// The shims of the collectives with an input and a result buffer.
-macro_rules! two_buffers {
-    ($name:ident, $coll:expr, op: $has_op:tt, root: $has_root:tt) => {
-        two_buffers!(@emit $name, $coll, $has_op, $has_root);
-    };
-    (@emit $name:ident, $coll:expr, yes, no) => {
+/// The shim of a collective with an input and a result buffer: the
+/// parameters after `coll_addr` (some of root, datatype, op) are named at
+/// the call, with the root, datatype and op the call passes on.
+macro_rules! coll_shim {
+    ($name:ident, $coll:expr, ($($p:ident: $t:ty),*), root: $root:expr, datatype: $dt:expr, op: $op:expr) => {
         #[allow(clippy::too_many_arguments)]
         unsafe extern "C" fn $name(
             e: *mut fid_ep,
@@ -174,79 +173,23 @@ macro_rules! two_buffers {
             result: *mut c_void,
             _result_desc: *mut c_void,
             coll_addr: fi_addr_t,
-            datatype: fi_datatype,
-            op: fi_op,
+            $($p: $t,)*
             flags: u64,
             ctx: *mut c_void,
         ) -> isize {
             abi_guard!(stringify!($name), -FI_EOTHER as isize, || {
-                let c = Call { coll: $coll, buf, count, result, coll_addr, root: None, datatype, op, flags, ctx };
-                // SAFETY: fi_collective(3)'s buffers for this call.
-                unsafe { run(e, c) }
-            })
-        }
-    };
-    (@emit $name:ident, $coll:expr, no, no) => {
-        #[allow(clippy::too_many_arguments)]
-        unsafe extern "C" fn $name(
-            e: *mut fid_ep,
-            buf: *const c_void,
-            count: usize,
-            _desc: *mut c_void,
-            result: *mut c_void,
-            _result_desc: *mut c_void,
-            coll_addr: fi_addr_t,
-            datatype: fi_datatype,
-            flags: u64,
-            ctx: *mut c_void,
-        ) -> isize {
-            abi_guard!(stringify!($name), -FI_EOTHER as isize, || {
-                let c = Call { coll: $coll, buf, count, result, coll_addr, root: None, datatype, op: FI_NOOP, flags, ctx };
-                // SAFETY: fi_collective(3)'s buffers for this call.
-                unsafe { run(e, c) }
-            })
-        }
-    };
-    (@emit $name:ident, $coll:expr, yes, yes) => {
-        #[allow(clippy::too_many_arguments)]
-        unsafe extern "C" fn $name(
-            e: *mut fid_ep,
-            buf: *const c_void,
-            count: usize,
-            _desc: *mut c_void,
-            result: *mut c_void,
-            _result_desc: *mut c_void,
-            coll_addr: fi_addr_t,
-            root: fi_addr_t,
-            datatype: fi_datatype,
-            op: fi_op,
-            flags: u64,
-            ctx: *mut c_void,
-        ) -> isize {
-            abi_guard!(stringify!($name), -FI_EOTHER as isize, || {
-                let c = Call { coll: $coll, buf, count, result, coll_addr, root: Some(root), datatype, op, flags, ctx };
-                // SAFETY: fi_collective(3)'s buffers for this call.
-                unsafe { run(e, c) }
-            })
-        }
-    };
-    (@emit $name:ident, $coll:expr, no, yes) => {
-        #[allow(clippy::too_many_arguments)]
-        unsafe extern "C" fn $name(
-            e: *mut fid_ep,
-            buf: *const c_void,
-            count: usize,
-            _desc: *mut c_void,
-            result: *mut c_void,
-            _result_desc: *mut c_void,
-            coll_addr: fi_addr_t,
-            root: fi_addr_t,
-            datatype: fi_datatype,
-            flags: u64,
-            ctx: *mut c_void,
-        ) -> isize {
-            abi_guard!(stringify!($name), -FI_EOTHER as isize, || {
-                let c = Call { coll: $coll, buf, count, result, coll_addr, root: Some(root), datatype, op: FI_NOOP, flags, ctx };
+                let c = Call {
+                    coll: $coll,
+                    buf,
+                    count,
+                    result,
+                    coll_addr,
+                    root: $root,
+                    datatype: $dt,
+                    op: $op,
+                    flags,
+                    ctx,
+                };
                 // SAFETY: fi_collective(3)'s buffers for this call.
                 unsafe { run(e, c) }
             })
@@ -254,13 +197,13 @@ macro_rules! two_buffers {
     };
 }
 
-two_buffers!(alltoall, FI_ALLTOALL, op: no, root: no);
-two_buffers!(allgather, FI_ALLGATHER, op: no, root: no);
-two_buffers!(allreduce, FI_ALLREDUCE, op: yes, root: no);
-two_buffers!(reduce_scatter, FI_REDUCE_SCATTER, op: yes, root: no);
-two_buffers!(reduce, FI_REDUCE, op: yes, root: yes);
-two_buffers!(scatter, FI_SCATTER, op: no, root: yes);
-two_buffers!(gather, FI_GATHER, op: no, root: yes);
+coll_shim!(alltoall, FI_ALLTOALL, (dt: fi_datatype), root: None, datatype: dt, op: FI_NOOP);
+coll_shim!(allgather, FI_ALLGATHER, (dt: fi_datatype), root: None, datatype: dt, op: FI_NOOP);
+coll_shim!(allreduce, FI_ALLREDUCE, (dt: fi_datatype, op: fi_op), root: None, datatype: dt, op: op);
+coll_shim!(reduce_scatter, FI_REDUCE_SCATTER, (dt: fi_datatype, op: fi_op), root: None, datatype: dt, op: op);
+coll_shim!(reduce, FI_REDUCE, (root: fi_addr_t, dt: fi_datatype, op: fi_op), root: Some(root), datatype: dt, op: op);
+coll_shim!(scatter, FI_SCATTER, (root: fi_addr_t, dt: fi_datatype), root: Some(root), datatype: dt, op: FI_NOOP);
+coll_shim!(gather, FI_GATHER, (root: fi_addr_t, dt: fi_datatype), root: Some(root), datatype: dt, op: FI_NOOP);
 
 /// fi_collective's msg form: one input ioc and one result ioc.
 unsafe extern "C" fn msg(
