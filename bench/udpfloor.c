@@ -1,0 +1,102 @@
+/*
+ * udpfloor: the floor under the udp wire's small-message latency, a bare
+ * UDP ping-pong of SIZE-byte datagrams between two processes (across the
+ * veth pair of `bench/run --netns`, each in its namespace), both sides
+ * busy-polling a non-blocking socket as the providers do under manual
+ * progress. No libfabric, no reliability: a lost datagram ends the run.
+ *
+ *   udpfloor server PORT                 answers every datagram (forever)
+ *   udpfloor client HOST PORT SIZE ITERS prints, one-way (half the round
+ *                                        trip), in microseconds:
+ *       FLOOR proto=udp size=<bytes> med=<usec> min=<usec>
+ *
+ * Exits 3 when a datagram does not come back within a second.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Busy-polls for one datagram (deadline 1 s); its length, or -1. */
+static ssize_t recv_spin(int s, char *buf, size_t cap, struct sockaddr_in *from)
+{
+	double dl = now_us() + 1e6;
+	for (;;) {
+		socklen_t fl = sizeof *from;
+		ssize_t n = recvfrom(s, buf, cap, MSG_DONTWAIT, (struct sockaddr *)from, &fl);
+		if (n >= 0)
+			return n;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -1;
+		if (now_us() > dl)
+			return -1;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static char buf[65536];
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	if (argc == 3 && !strcmp(argv[1], "server")) {
+		a.sin_port = htons((unsigned short)atoi(argv[2]));
+		a.sin_addr.s_addr = htonl(INADDR_ANY);
+		if (bind(s, (struct sockaddr *)&a, sizeof a)) {
+			perror("bind");
+			return 1;
+		}
+		printf("READY\n");
+		fflush(stdout);
+		for (;;) {
+			struct sockaddr_in from;
+			socklen_t fl = sizeof from;
+			ssize_t n = recvfrom(s, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+			if (n >= 0)
+				sendto(s, buf, (size_t)n, 0, (struct sockaddr *)&from, fl);
+		}
+	}
+	if (argc != 6 || strcmp(argv[1], "client")) {
+		fprintf(stderr, "usage: udpfloor server PORT | udpfloor client HOST PORT SIZE ITERS\n");
+		return 2;
+	}
+	a.sin_port = htons((unsigned short)atoi(argv[3]));
+	inet_pton(AF_INET, argv[2], &a.sin_addr);
+	size_t size = (size_t)atoi(argv[4]);
+	int iters = atoi(argv[5]);
+	if (size > sizeof buf || iters < 1)
+		return 2;
+	double *rt = malloc(sizeof *rt * (size_t)iters);
+	for (int i = -iters / 10 - 1; i < iters; i++) {
+		struct sockaddr_in from;
+		double t = now_us();
+		sendto(s, buf, size, 0, (struct sockaddr *)&a, sizeof a);
+		if (recv_spin(s, buf, sizeof buf, &from) < 0) {
+			fprintf(stderr, "udpfloor: no answer\n");
+			return 3;
+		}
+		if (i >= 0)
+			rt[i] = now_us() - t;
+	}
+	qsort(rt, (size_t)iters, sizeof *rt, cmp);
+	printf("FLOOR proto=udp size=%zu med=%.2f min=%.2f\n", size, rt[iters / 2] / 2, rt[0] / 2);
+	return 0;
+}
