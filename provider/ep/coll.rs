@@ -29,7 +29,10 @@
 //! * **Failure.** A member that stops answering (its wire reports
 //!   `PeerFailed`) fails the operations of every group it is in: their
 //!   receives still unmatched are withdrawn, and each completes with an
-//!   error once nothing of it is moving any more.
+//!   error once nothing of it is moving any more. A member whose
+//!   operation fails sends the others an abort (phase `ABORT`, the error
+//!   as its body), so that a member waiting for it (a tree's child for
+//!   its parent's broadcast) fails too instead of waiting forever.
 #![forbid(unsafe_code)]
 
 use super::rma::{let_go, StageSink};
@@ -72,7 +75,27 @@ impl Key {
             word: hdr.data,
         }
     }
+    fn seq(&self) -> u32 {
+        (self.word >> 32) as u32
+    }
+    fn phase(&self) -> u8 {
+        (self.word >> 24) as u8
+    }
+    fn from(&self) -> usize {
+        (self.word & 0xff_ffff) as usize
+    }
 }
+
+/// The phase of an abort: a member whose operation failed tells every
+/// other member, so that nobody waits for it forever. Its body is the
+/// error (a positive libfabric error number, 4 bytes).
+const ABORT: u8 = 0xff;
+
+/// Aborts kept for operations not started here yet.
+const MAX_EARLY_ABORTS: usize = 64;
+
+/// What an abort's send is named by: no operation of ours waits for it.
+const NO_OP: u64 = u64::MAX;
 
 /// A group this endpoint joined, by its address (`fi_mc_addr`).
 struct Group {
@@ -132,6 +155,9 @@ struct CollOp {
     /// at the next pass.
     unsent: Vec<Step>,
     err: Option<i32>,
+    /// The error came in an abort (so the other members know already),
+    /// or ours went out.
+    told: bool,
     input: Vec<u8>,
     acc: Vec<u8>,
     tmp: Vec<Arc<Mutex<Vec<u8>>>>,
@@ -195,8 +221,12 @@ pub(crate) struct Colls {
     /// Internal receives waiting for their message, by its name.
     posted: HashMap<Key, OpId>,
     parked: HashMap<Key, Parked>,
-    /// Credits of parked messages of failed peers, to give back.
+    /// Credits of parked messages nobody will take, to give back.
     credits: Vec<Credit>,
+    /// Aborts that came before their operation started here: (group,
+    /// sequence number, sender, error), the oldest dropped past
+    /// `MAX_EARLY_ABORTS`.
+    aborts: std::collections::VecDeque<(u64, u32, SocketAddr, i32)>,
     /// Messages dropped: a name nobody could send (wrong sender, twice).
     pub(super) dropped: u64,
 }
@@ -476,6 +506,7 @@ fn new_op(m: Member, spec: Spec, w: Work, join: Option<u64>) -> CollOp {
         waiting: 0,
         unsent: Vec::new(),
         err: None,
+        told: false,
         input,
         out: IovSink::new(out),
     }
@@ -508,7 +539,17 @@ impl Handler<'_> {
     }
 
     /// A new operation: it runs as far as it can at once.
-    fn coll_start(&mut self, wires: &mut dyn Wires, op: CollOp, now: u64) {
+    fn coll_start(&mut self, wires: &mut dyn Wires, mut op: CollOp, now: u64) {
+        let early = self
+            .coll
+            .aborts
+            .iter()
+            .position(|&(g, seq, peer, _)| g == op.group && seq == op.seq && op.is_member(&peer));
+        if let Some(k) = early {
+            let (.., err) = self.coll.aborts.remove(k).expect("found above");
+            op.err = Some(err);
+            op.told = true;
+        }
         let id = self.coll.next_op;
         self.coll.next_op += 1;
         self.coll.ops.insert(id, op);
@@ -556,8 +597,13 @@ impl Handler<'_> {
             o.unsent.clear();
         }
         let retry = std::mem::take(&mut o.unsent);
+        let tell = failed && !o.told;
         if failed {
+            o.told = true;
             self.withdraw_recvs(id);
+        }
+        if tell {
+            self.coll_abort(wires, id, now);
         }
         let tried = retry.len();
         for st in retry {
@@ -598,6 +644,23 @@ impl Handler<'_> {
     /// The end of operation `id`: its completion (a join's on the EQ).
     fn coll_finish(&mut self, id: u64) {
         let Some(o) = self.coll.ops.remove(&id) else { return };
+        if o.err.is_some() {
+            // What other members sent this failed operation goes, with
+            // the wires' credit it held.
+            let (group, seq) = (o.group, o.seq);
+            let gone: Vec<Key> = self
+                .coll
+                .parked
+                .keys()
+                .filter(|k| k.group == group && k.seq() == seq)
+                .copied()
+                .collect();
+            for k in gone {
+                if let Some(p) = self.coll.parked.remove(&k) {
+                    self.coll.credits.push(p.credit);
+                }
+            }
+        }
         match o.join {
             Some(addr) => {
                 if let Some(g) = self.coll.groups.get_mut(&addr) {
@@ -746,6 +809,10 @@ impl Handler<'_> {
     /// A collective message arrived (`Upcall::arrived` with `COLL`).
     pub(super) fn coll_arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
         let key = Key::of(&hdr);
+        if key.phase() == ABORT {
+            self.aborted(peer, key, &body);
+            return let_go(&body);
+        }
         if let Some(&op) = self.coll.posted.get(&key) {
             if !matches!(self.reqs.get(op), Some(Req::CollRecv(r)) if r.peer == peer) {
                 self.forged(peer, "a collective message naming another member");
@@ -786,6 +853,77 @@ impl Handler<'_> {
             },
         );
         Take::Kept
+    }
+
+    /// Operation `id` failed here: every other member hears of it (an
+    /// abort), so none waits for a message from us that will not come.
+    fn coll_abort(&mut self, wires: &mut dyn Wires, id: u64, now: u64) {
+        let o = &self.coll.ops[&id];
+        let err = o.err.unwrap_or(FI_EIO);
+        let key = Key::new(o.group, o.seq, ABORT, o.me);
+        let to: Vec<SocketAddr> = o
+            .members
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != o.me)
+            .map(|(_, p)| *p)
+            .collect();
+        for peer in to {
+            let hdr = MsgHdr {
+                tag: key.group,
+                data: key.word,
+                len: 4,
+                flags: COLL,
+            };
+            let op = self.reqs.insert_part(Dir::Tx, Req::CollSend(NO_OP));
+            let s = SendOp {
+                peer,
+                op,
+                hdr,
+                flags: SendFlags::default(),
+            };
+            let src = IovSource::with_head(Box::new(err.to_le_bytes()), Iov::empty());
+            // Best effort: a member we cannot reach cannot wait for us.
+            if !matches!(wires.send(s, src, self, now), Ok(Sent::Pending)) {
+                self.reqs.remove(op);
+            }
+        }
+    }
+
+    /// An abort from `peer`: the operation it names fails here too (or
+    /// will, when it starts).
+    fn aborted(&mut self, peer: SocketAddr, key: Key, body: &Body<'_>) {
+        let mut b = [0u8; 4];
+        match body {
+            Body::Bytes(x) if x.len() == 4 => b.copy_from_slice(x),
+            Body::Shared(x) if x.len() == 4 => x.copy_to(0, &mut b),
+            _ => return self.forged(peer, "a malformed collective abort"),
+        }
+        // A positive error number (errno's, or libfabric's from 256 on),
+        // or EIO for anything else.
+        let err = Some(i32::from_le_bytes(b))
+            .filter(|e| (1..FI_EOTHER + 64).contains(e))
+            .unwrap_or(FI_EIO);
+        let op = self
+            .coll
+            .ops
+            .values_mut()
+            .find(|o| o.group == key.group && o.seq == key.seq());
+        match op {
+            Some(o) if o.members.get(key.from()) == Some(&peer) => {
+                if o.err.is_none() {
+                    o.err = Some(err);
+                    o.told = true;
+                }
+            }
+            Some(_) => self.forged(peer, "a collective abort naming another member"),
+            None => {
+                if self.coll.aborts.len() == MAX_EARLY_ABORTS {
+                    self.coll.aborts.pop_front();
+                }
+                self.coll.aborts.push_back((key.group, key.seq(), peer, err));
+            }
+        }
     }
 
     fn forged(&mut self, peer: SocketAddr, what: &str) {

@@ -19,6 +19,8 @@ struct Group {
     /// Rendezvous data by held id: (bytes, sender, sender's op).
     held: HashMap<u64, (Vec<u8>, usize, OpId)>,
     next_held: u64,
+    /// Members that died: what is sent to them fails.
+    dead: Vec<usize>,
 }
 
 impl Group {
@@ -34,6 +36,7 @@ impl Group {
             rndv_over,
             held: HashMap::new(),
             next_held: 1,
+            dead: Vec::new(),
         }
     }
 
@@ -87,6 +90,13 @@ impl Group {
                     moved = true;
                     assert_eq!(s.hdr.flags, COLL);
                     let to = self.addrs.iter().position(|a| *a == s.peer).expect("a member");
+                    if self.dead.contains(&to) {
+                        self.eps[i].event(WireEvent::SendFailed {
+                            op: s.op,
+                            err: FI_EHOSTUNREACH,
+                        });
+                        continue;
+                    }
                     let credit = Credit::Udp {
                         peer: self.addrs[i],
                         bytes: data.len() as u64,
@@ -116,8 +126,12 @@ impl Group {
                     self.pull(i, h.id, op, sink);
                 }
             }
-            for t in &mut self.eps {
-                t.with(|h, w| h.coll_advance(w, 0));
+            for (i, t) in self.eps.iter_mut().enumerate() {
+                if !self.dead.contains(&i) {
+                    t.with(|h, w| h.coll_advance(w, 0));
+                }
+                // What the pass sent is carried next.
+                moved |= !t.wires.udp.sends.is_empty();
             }
             if !moved {
                 return any;
@@ -258,6 +272,42 @@ fn a_member_that_fails_fails_the_operation_and_its_receives_are_withdrawn() {
         "nothing will land in the operation's buffers"
     );
     assert_eq!(out, vec![0u8; 8], "the result buffer is untouched");
+}
+
+/// Member 2 dies; member 0 notices (its wire says so) and tells member 1,
+/// which would otherwise wait for 0's broadcast forever, and member 3,
+/// which has not even started the collective yet.
+#[test]
+fn a_failure_reaches_every_member_through_aborts() {
+    let mut g = Group::new(4, usize::MAX);
+    g.dead.push(2);
+    let mut outs = vec![vec![0u8; 8]; 4];
+    // SAFETY: the buffers outlive the group's run.
+    unsafe {
+        g.start(0, 1, sum_spec(Kind::AllReduce, 1), words(&[1]), &mut outs[0]);
+        g.start(1, 1, sum_spec(Kind::AllReduce, 1), words(&[2]), &mut outs[1]);
+    }
+    g.run();
+    assert!(g.done(1).is_empty(), "member 1 waits for the result");
+    let gone = g.addrs[2];
+    g.eps[0].event(WireEvent::PeerFailed { peer: gone });
+    g.run();
+    assert_eq!(g.done(0), vec![(100, 0, Some(FI_EHOSTUNREACH))]);
+    assert_eq!(g.done(1), vec![(101, 0, Some(FI_EHOSTUNREACH))], "told by member 0");
+    // SAFETY: as above.
+    unsafe { g.start(3, 1, sum_spec(Kind::AllReduce, 1), words(&[4]), &mut outs[3]) };
+    g.run();
+    assert_eq!(
+        g.done(3),
+        vec![(103, 0, Some(FI_EHOSTUNREACH))],
+        "told before it started"
+    );
+    for me in [0, 1, 3] {
+        let t = &g.eps[me];
+        assert_eq!(t.coll.in_flight(), (0, 0, 0), "member {me}: nothing left over");
+        assert_eq!(t.reqs.len(Dir::Rx), 0);
+    }
+    assert_eq!(outs[1], vec![0u8; 8]);
 }
 
 #[test]
