@@ -99,10 +99,18 @@ static size_t parse_size(const char *s)
  * (any if NULL or empty), bound to the source address src if given: manual
  * progress if the provider offers it, else whatever it offers. Returns
  * NULL when nothing matches (-FI_ENODATA); dies on any other error.
+ *
+ * FI_BENCH_ATTRS=mpi asks instead what Open MPI 4.1's mtl ofi asks (its
+ * hints, read off with an fi_getinfo shim): FI_THREAD_DOMAIN, progress
+ * left to the provider (gnix: automatic, with its progress thread),
+ * FI_AV_MAP, no mr_mode bits, FI_DIRECTED_RECV and FI_COMPLETION in the
+ * op flags.
  */
 static struct fi_info *rdm_info(const char *prov, const char *src, uint64_t caps)
 {
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	const char *attrs = getenv("FI_BENCH_ATTRS");
+	int mpi = attrs && !strcmp(attrs, "mpi");
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = caps;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -113,6 +121,14 @@ static struct fi_info *rdm_info(const char *prov, const char *src, uint64_t caps
 	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
 	hints->tx_attr->op_flags = 0;
+	if (mpi) {
+		hints->caps |= FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
+		hints->domain_attr->mr_mode = 0;
+		hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+		hints->domain_attr->av_type = FI_AV_MAP;
+		hints->tx_attr->op_flags = FI_COMPLETION;
+		hints->rx_attr->op_flags = FI_COMPLETION;
+	}
 	if (prov && *prov)
 		hints->fabric_attr->prov_name = strdup(prov);
 	int ret = fi_getinfo(FI_VERSION(1, 17), src, NULL, src ? FI_SOURCE : 0,
