@@ -557,11 +557,18 @@ impl Handler<'_> {
     }
 
     /// Moves every operation on as far as it goes: sends tried again,
-    /// rounds started, operations ended.
+    /// rounds started, operations ended. Every progress pass calls it:
+    /// without collectives it is two loads.
+    #[inline]
     pub(super) fn coll_advance(&mut self, wires: &mut dyn Wires, now: u64) {
         if self.coll.ops.is_empty() && self.coll.credits.is_empty() {
             return;
         }
+        self.coll_advance_all(wires, now);
+    }
+
+    #[cold]
+    fn coll_advance_all(&mut self, wires: &mut dyn Wires, now: u64) {
         for c in std::mem::take(&mut self.coll.credits) {
             wires.give_back(c);
         }
