@@ -463,6 +463,33 @@ static void coll_many_in_flight(struct ctx *c, struct cgroup *g)
 			EXPECT(out[k][i] == ranks * (uint64_t)(k * 100 + i), "allreduce %d element %d", k, i);
 }
 
+/* The msg form (no inline wrapper in 1.17: through the table): an
+ * allreduce described by a struct fi_msg_collective. */
+static void coll_msg_allreduce(struct ctx *c, struct cgroup *g)
+{
+	if (!coll_offered(c, FI_ALLREDUCE, FI_MAX, FI_INT32))
+		return;
+	int32_t in[5], out[5];
+	for (int i = 0; i < 5; i++)
+		in[i] = (int32_t)coll_val(g_rank, (size_t)i, FI_INT32);
+	struct fi_context2 x;
+	struct fi_ioc ioc = { in, 5 }, rioc = { out, 5 };
+	void *desc = NULL;
+	struct fi_msg_collective m = { .msg_iov = &ioc, .desc = &desc, .iov_count = 1, .coll_addr = g->addr,
+				       .coll = FI_ALLREDUCE, .datatype = FI_INT32, .op = FI_MAX, .context = &x };
+	ssize_t r = c->ep->collective->msg(c->ep, &m, &rioc, &desc, 1, 0);
+	DEVIATE(r == 0, "collective msg (allreduce) = %zd", r);
+	if (r)
+		return;
+	coll_done(c, &x, "msg allreduce");
+	for (int i = 0; i < 5; i++) {
+		int64_t want = coll_val(g->members[0], (size_t)i, FI_INT32);
+		for (int k = 1; k < g->n; k++)
+			want = coll_fold(FI_MAX, want, coll_val(g->members[k], (size_t)i, FI_INT32));
+		EXPECT(out[i] == (int32_t)want, "msg allreduce element %d is %d, expected %" PRId64, i, out[i], want);
+	}
+}
+
 /* Every collective on group `g`. */
 static void coll_all(struct ctx *c, struct cgroup *g)
 {
@@ -501,7 +528,13 @@ static void coll_all(struct ctx *c, struct cgroup *g)
 	if (coll_offered(c, FI_BARRIER, FI_NOOP, FI_VOID)) {
 		POST(fi_barrier(c->ep, g->addr, &x));
 		coll_done(c, &x, "barrier");
+		/* fi_barrier2 with flags goes through the table's barrier2 */
+		ssize_t r = fi_barrier2(c->ep, g->addr, FI_COMPLETION, &x);
+		DEVIATE(r == 0, "fi_barrier2(FI_COMPLETION) = %zd", r);
+		if (r == 0)
+			coll_done(c, &x, "barrier2");
 	}
+	coll_msg_allreduce(c, g);
 }
 
 static void scn_coll(void)
