@@ -19,8 +19,11 @@ use super::ShmConfig;
 use super::{ShmCredit, ShmStats};
 use crate::ffi::{FI_EHOSTUNREACH, FI_LOG_EP_CTRL, FI_LOG_EP_DATA};
 use crate::hash::KeyedState;
+use crate::nic::fabreq::NOBODY;
 use crate::nic::iov::IovSource;
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireKind};
+use crate::nic::wire::{
+    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireKind,
+};
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -261,6 +264,37 @@ impl<P: Port> Exec<P> {
             EagerStep::Queued => EagerOutcome::Pending,
             EagerStep::NoCredit => EagerOutcome::NoCredit,
         }
+    }
+
+    /// A send that ends in this call, so it needs no operation of its own
+    /// (no `FabReq`, no `TxDesc`): eager, not waiting for delivery, into
+    /// the ring of a local peer with room and nothing queued ahead, on
+    /// credit it has. False: not such a send, and nothing was sent
+    /// (`Wire::send` takes it).
+    pub(crate) fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &dyn SendSource) -> bool {
+        let len = src.len();
+        if flags.delivery || !self.m.eager_fits(len, flags.inject) {
+            return false;
+        }
+        let Some(ix) = self.route(peer) else { return false };
+        // Room is the port's to tell: `post` finds the next slot taken.
+        let view = RingView {
+            room: true,
+            freed: (!self.m.credit_known_enough(ix, len, flags.inject)).then(|| self.port.freed(ix)),
+        };
+        let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, view) else {
+            return false;
+        };
+        let Some(sleeping) = self.port.post(ix, &head, |dst| src.read_at(0, dst)) else {
+            return false;
+        };
+        if sleeping {
+            self.bell(ix);
+        }
+        let done = self.m.eager_posted(ix, NOBODY, len, false);
+        debug_assert!(done, "no delivery asked");
+        self.ring_bells();
+        true
     }
 
     /// A rendezvous send of `src` (read where `addrs` say) as `op`.
