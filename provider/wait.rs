@@ -22,7 +22,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
 /// A poisoned lock only means another thread panicked while holding it; the
 /// queues stay structurally valid, and panicking in turn would cross FFI.
@@ -48,9 +48,11 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 // Sources: the endpoints that feed a CQ, counter or EQ.
 
 /// Copy-on-write list, so a reader can walk it and call `progress()` without
-/// holding a lock an endpoint might need while it binds or closes.
+/// holding a lock an endpoint might need while it binds or closes. The
+/// polling path (`progress`) walks it under a read lock it only tries to
+/// take (an Arc clone and drop would cost two more atomics per poll).
 pub(crate) struct Sources {
-    list: Mutex<Arc<[Weak<dyn Progress>]>>,
+    list: RwLock<Arc<[Weak<dyn Progress>]>>,
     /// Bumped on every change so the epoll set gets rebuilt even when a new
     /// endpoint happens to reuse a closed one's descriptor number.
     gen: AtomicU64,
@@ -65,12 +67,12 @@ impl Default for Sources {
 impl Sources {
     pub fn new() -> Self {
         Sources {
-            list: Mutex::new(Arc::from(Vec::new())),
+            list: RwLock::new(Arc::from(Vec::new())),
             gen: AtomicU64::new(0),
         }
     }
     pub fn add(&self, p: Weak<dyn Progress>) {
-        let mut l = lock(&self.list);
+        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
         // An endpoint bound for both transmit and receive registers twice;
         // progressing it once per round is enough.
@@ -81,7 +83,7 @@ impl Sources {
         self.gen.fetch_add(1, SeqCst);
     }
     pub fn remove(&self, p: &Weak<dyn Progress>) {
-        let mut l = lock(&self.list);
+        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
         let v: Vec<_> = l
             .iter()
             .filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p))
@@ -91,10 +93,19 @@ impl Sources {
         self.gen.fetch_add(1, SeqCst);
     }
     pub fn snapshot(&self) -> Arc<[Weak<dyn Progress>]> {
-        lock(&self.list).clone()
+        self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
     pub fn progress(&self) {
-        for w in self.snapshot().iter() {
+        // Not to be had only while an endpoint binds or closes (a writer
+        // holds or waits for it): the caller polls again. Never waiting
+        // here also means a progress that reaches back into this list
+        // cannot deadlock.
+        let l = match self.list.try_read() {
+            Ok(l) => l,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        for w in l.iter() {
             if let Some(s) = w.upgrade() {
                 s.progress();
             }
