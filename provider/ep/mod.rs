@@ -185,7 +185,12 @@ pub struct Ep {
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
     /// done by the first sleeper's `arm_wakeup`).
     watched: AtomicBool,
-    last_app: AtomicU64,
+    /// The application called in since the progress thread last looked
+    /// (`touch`): a flag rather than a time, so that a data call reads no
+    /// clock. The thread turns it into `app_seen`.
+    app_called: AtomicBool,
+    /// When the progress thread last saw `app_called` (its clock).
+    app_seen: AtomicU64,
     state: Mutex<EpState>,
 }
 
@@ -311,7 +316,8 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
-        last_app: AtomicU64::new(0),
+        app_called: AtomicBool::new(false),
+        app_seen: AtomicU64::new(0),
         state: Mutex::new(st),
     });
     let c = fid_ep {
@@ -333,8 +339,13 @@ impl Ep {
         self.binds.get().expect("endpoint enabled")
     }
 
-    fn touch(&self, now: u64) {
-        self.last_app.store(now, Ordering::Relaxed);
+    /// The application is calling in: the progress thread keeps off.
+    /// (Stored only when the thread has taken the last one: the line
+    /// stays in this core's cache.)
+    fn touch(&self) {
+        if !self.app_called.load(Ordering::Relaxed) {
+            self.app_called.store(true, Ordering::Relaxed);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, EpState> {
@@ -466,8 +477,8 @@ impl Ep {
 
 impl Progress for Ep {
     fn progress(&self) {
+        self.touch();
         let now = now_ns();
-        self.touch(now);
         if let Ok(mut st) = self.state.try_lock() {
             self.progress_locked(&mut st, now);
         }
@@ -499,8 +510,11 @@ impl Progress for Ep {
 }
 
 impl AutoProgress for Ep {
-    fn last_app_activity(&self) -> u64 {
-        self.last_app.load(Ordering::Relaxed)
+    fn last_app_activity(&self, now: u64) -> u64 {
+        if self.app_called.swap(false, Ordering::Relaxed) {
+            self.app_seen.store(now, Ordering::Relaxed);
+        }
+        self.app_seen.load(Ordering::Relaxed)
     }
     fn auto_progress(&self) {
         if let Ok(mut st) = self.state.try_lock() {

@@ -296,7 +296,7 @@ const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_
 
 impl Ep {
     pub(super) fn recv(&self, a: RecvArgs) -> isize {
-        self.touch(now_ns());
+        self.touch();
         if let Err(e) = self.check_enabled() {
             return e;
         }

@@ -75,8 +75,7 @@ impl Ep {
     }
 
     pub(super) fn send(&self, a: SendArgs) -> isize {
-        let now = now_ns();
-        self.touch(now);
+        self.touch();
         let b = match self.check_enabled() {
             Ok(b) => b,
             Err(e) => return e,
@@ -141,6 +140,12 @@ impl Ep {
         let src = IovSource::new(a.iov);
         let mut st = self.lock();
         let (port, mut h) = st.split(self);
+        // Most small sends end here, in a local peer's ring: no FabReq,
+        // and no clock to read.
+        if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &src) {
+            return 0;
+        }
+        let now = now_ns();
         match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {
             Ok(r) => r,
             Err(Busy) => {
@@ -194,6 +199,28 @@ impl Handler<'_> {
         self.reqs.len(Dir::Tx) + wires.backlog()
     }
 
+    /// A validated send that a wire finishes in this call
+    /// (`Wires::send_now`): it takes no FabReq; its completion is written
+    /// now. False: nothing was sent (or the transmit budget is used up);
+    /// `send` takes it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_now(
+        &mut self,
+        wires: &mut dyn Wires,
+        tx_size: usize,
+        peer: SocketAddr,
+        hdr: &MsgHdr,
+        flags: SendFlags,
+        req: &SendReq,
+        src: &IovSource,
+    ) -> bool {
+        if self.tx_used(wires) >= tx_size || !wires.send_now(peer, hdr, flags, src) {
+            return false;
+        }
+        self.face.tx_complete(req, None);
+        true
+    }
+
     /// A validated send: a FabReq, then the wire that reaches `peer`. The
     /// transmit budget (`tx_size`) is the one limit.
     #[allow(clippy::too_many_arguments)]
@@ -210,11 +237,6 @@ impl Handler<'_> {
     ) -> Result<isize, Busy> {
         if self.tx_used(wires) >= tx_size {
             return Err(Busy);
-        }
-        // Most small sends end here, in the peer's ring: no FabReq.
-        if wires.send_now(peer, &hdr, flags, &src) {
-            self.face.tx_complete(&req, None);
-            return Ok(0);
         }
         // The FabReq's record is written only for a send that goes on: a
         // small send is usually done before `send` returns (and a wire
