@@ -118,13 +118,16 @@ struct EpState {
     reqs: FabReqs<Req>,
     rx: Rx,
     os: rma::Onesided,
+    /// The last destination a send looked up: (fi_addr, AV generation,
+    /// address). A stream of sends to one peer then takes no AV lock.
+    dest_cache: Option<(u64, u64, SocketAddr)>,
 }
 
 impl EpState {
     /// The receive and transmit paths (`Handler`, also the wires'
     /// upcall), apart from the port whose wires they drive.
     fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
-        let EpState { port, reqs, rx, os } = self;
+        let EpState { port, reqs, rx, os, .. } = self;
         (port, Handler { face, rx, reqs, os })
     }
 }
@@ -273,6 +276,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         reqs: FabReqs::new(tx_size, rx_size),
         rx: Rx::new(),
         os: rma::Onesided::default(),
+        dest_cache: None,
     })
 }
 
@@ -350,6 +354,23 @@ impl Ep {
 
     fn lock(&self) -> MutexGuard<'_, EpState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The address of `dest` in the AV (`st.dest_cache` remembers the last
+    /// one while the AV does not change).
+    fn dest_addr(&self, b: &Bindings, st: &mut EpState, dest: u64) -> Option<SocketAddr> {
+        let av = b.av.as_ref()?;
+        let gen = av.generation();
+        if let Some((a, g, peer)) = st.dest_cache {
+            if a == dest && g == gen {
+                return Some(peer);
+            }
+        }
+        // The generation is read before the lookup: a change racing with
+        // it leaves an entry that the next send refreshes.
+        let peer = av.lookup(dest)?;
+        st.dest_cache = Some((dest, gen, peer));
+        Some(peer)
     }
 
     fn tx_flags(&self) -> u64 {

@@ -106,10 +106,6 @@ impl Ep {
             );
             return -FI_EMSGSIZE as isize;
         }
-        let Some(peer) = b.av.as_ref().and_then(|av| av.lookup(a.dest)) else {
-            crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
-            return -FI_EINVAL as isize;
-        };
         let req = SendReq {
             ctx: a.ctx,
             flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG } | (a.flags & FI_COMPLETION),
@@ -139,6 +135,11 @@ impl Ep {
         // this call).
         let src = IovSource::new(a.iov);
         let mut st = self.lock();
+        let Some(peer) = self.dest_addr(b, &mut st, a.dest) else {
+            drop(st);
+            crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
+            return -FI_EINVAL as isize;
+        };
         let (port, mut h) = st.split(self);
         // Most small sends end here, in a local peer's ring: no FabReq,
         // and no clock to read.
