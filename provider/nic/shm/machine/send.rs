@@ -118,7 +118,7 @@ impl Machine {
                 self.stats.no_credit += 1;
                 EagerStep::NoCredit
             }
-            Step::Now => EagerStep::Now(Frame::Eager { hdr }.head()),
+            Step::Now => EagerStep::Now(Frame::eager_head(&hdr)),
             Step::Queue => {
                 self.eager_queue(ix, op, &hdr, src, delivery);
                 EagerStep::Queued
@@ -142,11 +142,10 @@ impl Machine {
         if self.eager_step(ix, len, inject, view) != Step::Now {
             return None;
         }
-        let hdr = MsgHdr {
+        Some(Frame::eager_head(&MsgHdr {
             len: len as u64,
             ..*hdr
-        };
-        Some(Frame::Eager { hdr }.head())
+        }))
     }
 
     /// What becomes of an eager send of `len` bytes to peer `ix`: an inject
