@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::frame::Frame;
+use super::frame::{self, Frame};
 use super::machine;
 use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
 use super::port::{Claim, MailboxPort, Port};
@@ -418,8 +418,12 @@ impl<P: Port> Exec<P> {
             // Fair among peers: the next call starts with the next ring.
             self.next_ring = k;
             let payload = self.port.payload(&slot);
-            let parsed = Frame::parse(&head, payload.as_ref());
-            match self.m.on_frame(r, parsed, payload.as_ref()) {
+            // The slot of every small message skips the generic frame.
+            let step = match &payload {
+                Some(p) if head.kind == frame::kind::EAGER => self.m.on_eager(r, Frame::eager_hdr(&head, p.len())),
+                p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
+            };
+            match step {
                 OnFrame::Eager { peer, hdr, credit } => {
                     return Some(Msg::Eager {
                         slot,

@@ -235,6 +235,14 @@ impl Frame {
         })
     }
 
+    /// `parse` of an EAGER slot (`h.kind == kind::EAGER`) with a payload
+    /// of `len` bytes, which fits its slot: the frame's header, without
+    /// the frame.
+    pub fn eager_hdr(h: &SlotHead, len: usize) -> MsgHdr {
+        debug_assert_eq!(h.kind, kind::EAGER);
+        hdr_of(&h.f, len as u64)
+    }
+
     /// The slot header of `Frame::Eager { hdr }` (`head`), without the
     /// frame: the send path's, which has the header in hand.
     pub fn eager_head(hdr: &MsgHdr) -> SlotHead {
