@@ -128,7 +128,17 @@ impl EpState {
     /// upcall), apart from the port whose wires they drive.
     fn split<'a>(&'a mut self, face: &'a dyn Face) -> (&'a mut Port, Handler<'a>) {
         let EpState { port, reqs, rx, os, .. } = self;
-        (port, Handler { face, rx, reqs, os })
+        let caps = face.caps();
+        (
+            port,
+            Handler {
+                face,
+                caps,
+                rx,
+                reqs,
+                os,
+            },
+        )
     }
 }
 
