@@ -660,12 +660,13 @@ impl Drop for Outbox {
     }
 }
 
-/// A slot the consumer found published, with its header copied out.
+/// A slot the consumer found published (its header is copied out by
+/// `peek`): where it is, and the payload length its header claims.
 #[derive(Clone, Copy, Debug)]
 pub struct InSlot {
     pub ring: usize,
-    pub head: SlotHead,
     off: usize,
+    len: usize,
 }
 
 /// A ring of our mailbox that a peer claimed.
@@ -848,9 +849,9 @@ impl Mailbox {
         }
     }
 
-    /// The next published slot of ring `r`, if any.
+    /// The next published slot of ring `r`, if any, and its header.
     #[inline]
-    pub fn peek(&self, r: usize) -> Option<InSlot> {
+    pub fn peek(&self, r: usize) -> Option<(InSlot, SlotHead)> {
         let pos = self.heads[r];
         let off = self.next_off[r];
         if self.map.u64_at(off).load(Ordering::Acquire) != pos + 1 {
@@ -860,20 +861,13 @@ impl Mailbox {
         self.map.read(off + 8, &mut b);
         let mut f = [0u8; 32];
         f.copy_from_slice(&b[8..40]);
-        Some(InSlot {
-            ring: r,
-            head: SlotHead {
-                kind: b[0],
-                len: u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize,
-                f,
-            },
-            off,
-        })
+        let len = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
+        Some((InSlot { ring: r, off, len }, SlotHead { kind: b[0], len, f }))
     }
 
     /// The payload of a slot; `None` if its length does not fit the slot.
     pub fn payload(&self, s: &InSlot) -> Option<SharedBytes<'_>> {
-        (s.head.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.head.len))
+        (s.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
     }
 
     /// Gives ring `r`'s producer credit back: `freed` is the cumulative
@@ -1115,8 +1109,8 @@ mod tests {
             }
             assert!(ob.slot().is_none(), "ring of 4 is full");
             for i in 0..4u8 {
-                let s = mb.peek(0).unwrap();
-                assert_eq!(s.head, head(1, 3, [round, i]));
+                let (s, h) = mb.peek(0).unwrap();
+                assert_eq!(h, head(1, 3, [round, i]));
                 assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i, round, 9]);
                 mb.release(s);
             }
@@ -1128,7 +1122,7 @@ mod tests {
         assert!(s.publish());
         assert!(!mb.arm(&[0]), "a slot is waiting");
         drop(ob);
-        let s = mb.peek(0).unwrap();
+        let (s, _) = mb.peek(0).unwrap();
         mb.release(s);
         assert!(mb.ring_closed(0));
         mb.free_ring(0);
@@ -1155,7 +1149,7 @@ mod tests {
         s.publish();
         let mut new = Vec::new();
         mb.scan_claims(&mut new);
-        let s = mb.peek(0).unwrap();
+        let (s, _) = mb.peek(0).unwrap();
         assert!(mb.payload(&s).is_none());
     }
 
