@@ -83,9 +83,11 @@ pub(crate) struct Exec<P: Port> {
     /// The peer `reaches` just routed, for the `send` that follows it
     /// (one route lookup per send, not two).
     routed: Option<(SocketAddr, PeerIx)>,
-    /// The last peer `route` found a ring for: a stream of sends to one
-    /// peer hashes its address once. Cleared with its entry in `routes`.
-    last_route: Option<(SocketAddr, PeerIx)>,
+    /// The last peer `route` decided (our ring, or `None`: UDP): a stream
+    /// of sends to one peer hashes its address once, and a UDP peer's
+    /// sends ask twice (`send_now`, then `Port::send`) for one hash.
+    /// Cleared with its ring's entry in `routes`.
+    last_route: Option<(SocketAddr, Option<PeerIx>)>,
 }
 
 impl Exec<MailboxPort> {
@@ -163,24 +165,25 @@ impl<P: Port> Exec<P> {
     /// this address) is noticed here, on the next send, not only at the
     /// next liveness check.
     pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
-        if let Some((a, ix)) = self.last_route {
-            // A closed owner falls through: `forget` clears this.
-            if a == addr && !self.port.owner_closed(ix) {
-                return Some(ix);
+        if let Some((a, r)) = self.last_route {
+            // A closed owner falls through: `forget` clears this. (A peer
+            // decided to be UDP's stays so, as in `routes`.)
+            if a == addr && r.is_none_or(|ix| !self.port.owner_closed(ix)) {
+                return r;
             }
         }
         if let Some(&r) = self.routes.get(&addr) {
             match r {
                 Some(ix) if self.port.owner_closed(ix) => self.forget(ix),
                 r => {
-                    self.last_route = r.map(|ix| (addr, ix));
+                    self.last_route = Some((addr, r));
                     return r;
                 }
             }
         }
         let r = self.connect(addr);
         self.routes.insert(addr, r);
-        self.last_route = r.map(|ix| (addr, ix));
+        self.last_route = Some((addr, r));
         r
     }
 
@@ -198,7 +201,7 @@ impl<P: Port> Exec<P> {
     /// flight fail (those it took out of its ring before it went are
     /// complete); the next message to that address decides afresh.
     pub(crate) fn forget(&mut self, ix: PeerIx) {
-        if self.last_route.is_some_and(|(_, i)| i == ix) {
+        if self.last_route.is_some_and(|(_, i)| i == Some(ix)) {
             self.last_route = None;
         }
         let Some(addr) = self.m.peer_addr(ix) else { return };
@@ -293,6 +296,9 @@ impl<P: Port> Exec<P> {
         }
         let done = self.m.eager_posted(ix, NOBODY, len, false);
         debug_assert!(done, "no delivery asked");
+        // As `submit` does after any send: what the machine asks (its
+        // events wait for the next progress, which has the upcall).
+        self.run();
         self.ring_bells();
         true
     }
