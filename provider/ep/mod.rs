@@ -54,7 +54,7 @@ use crate::nic::shm::{self, ShmConfig};
 use crate::nic::udp::UdpSockets;
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::AutoProgress;
-use crate::progress::{now_ns, Progress};
+use crate::progress::{now_ns, PassClock, Progress};
 use crate::proto::EngineConfig;
 use std::ffi::c_void;
 use std::net::SocketAddr;
@@ -121,6 +121,9 @@ struct EpState {
     /// The last destination a send looked up: (fi_addr, AV generation,
     /// address). A stream of sends to one peer then takes no AV lock.
     dest_cache: Option<(u64, u64, SocketAddr)>,
+    /// The time of the application's progress passes (CQ and counter
+    /// polls).
+    clock: PassClock,
 }
 
 impl EpState {
@@ -287,6 +290,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         rx: Rx::new(),
         os: rma::Onesided::default(),
         dest_cache: None,
+        clock: PassClock::default(),
     })
 }
 
@@ -509,8 +513,8 @@ impl Ep {
 impl Progress for Ep {
     fn progress(&self) {
         self.touch();
-        let now = now_ns();
         if let Ok(mut st) = self.state.try_lock() {
+            let now = st.clock.now();
             self.progress_locked(&mut st, now);
         }
         // No endpoint lock held: triggered operations may fire.
