@@ -51,8 +51,14 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// holding a lock an endpoint might need while it binds or closes. The
 /// polling path (`progress`) walks it under a read lock it only tries to
 /// take (an Arc clone and drop would cost two more atomics per poll).
+///
+/// The list holds its sources strongly, so a poll calls them without an
+/// upgrade (two more atomics): an endpoint takes itself out when it closes
+/// (`remove`, from ep/ctl.rs), and a CQ or counter an endpoint is bound to
+/// cannot close before it (-FI_EBUSY), so the cycle endpoint -> CQ ->
+/// endpoint never outlives the endpoint's fi_close.
 pub(crate) struct Sources {
-    list: RwLock<Arc<[Weak<dyn Progress>]>>,
+    list: RwLock<Arc<[Arc<dyn Progress>]>>,
     /// Bumped on every change so the epoll set gets rebuilt even when a new
     /// endpoint happens to reuse a closed one's descriptor number.
     gen: AtomicU64,
@@ -71,12 +77,14 @@ impl Sources {
             gen: AtomicU64::new(0),
         }
     }
+    /// `p` joins (if it is still alive), until `remove`.
     pub fn add(&self, p: Weak<dyn Progress>) {
+        let Some(p) = p.upgrade() else { return };
         let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
+        let mut v: Vec<_> = l.to_vec();
         // An endpoint bound for both transmit and receive registers twice;
         // progressing it once per round is enough.
-        if !v.iter().any(|w| Weak::ptr_eq(w, &p)) {
+        if !v.iter().any(|s| Arc::ptr_eq(s, &p)) {
             v.push(p);
         }
         *l = Arc::from(v);
@@ -86,13 +94,13 @@ impl Sources {
         let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
         let v: Vec<_> = l
             .iter()
-            .filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p))
+            .filter(|s| !std::ptr::addr_eq(Arc::as_ptr(s), p.as_ptr()))
             .cloned()
             .collect();
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }
-    pub fn snapshot(&self) -> Arc<[Weak<dyn Progress>]> {
+    pub fn snapshot(&self) -> Arc<[Arc<dyn Progress>]> {
         self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
     pub fn progress(&self) {
@@ -105,23 +113,19 @@ impl Sources {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return,
         };
-        for w in l.iter() {
-            if let Some(s) = w.upgrade() {
-                s.progress();
-            }
+        for s in l.iter() {
+            s.progress();
         }
     }
     /// Appends the sources' descriptors, folds their deadlines into `next`,
     /// and returns the generation the descriptor list belongs to.
     pub fn collect(&self, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
         let gen = self.gen.load(SeqCst);
-        for w in self.snapshot().iter() {
-            if let Some(s) = w.upgrade() {
-                s.wait_fds(fds);
-                *next = min_opt(*next, s.next_deadline());
-                if !s.arm_wakeup() {
-                    *next = Some(0);
-                }
+        for s in self.snapshot().iter() {
+            s.wait_fds(fds);
+            *next = min_opt(*next, s.next_deadline());
+            if !s.arm_wakeup() {
+                *next = Some(0);
             }
         }
         gen
