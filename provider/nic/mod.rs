@@ -3,8 +3,9 @@
 //! (FI_PROGRESS_AUTO).
 //!
 //! The progress thread stays out of the way of an application that polls:
-//! while any endpoint of the domain was progressed by the application in
-//! the last `BUSY_WINDOW_NS`, the thread only sleeps on a timer, so it
+//! while any endpoint of the domain was called by the application in the
+//! last `BUSY_WINDOW_NS` (as the thread sees it: a call raises a flag the
+//! thread takes at its next pass), the thread only sleeps on a timer, so it
 //! neither steals datagrams from the polling thread nor adds a wakeup to
 //! every packet. Once the application goes quiet (blocked in `fi_cq_sread`,
 //! computing, or waiting on something else) the thread sleeps in epoll on
