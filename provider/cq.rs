@@ -12,6 +12,10 @@
 //! endpoints (`Progress`) once and looks again; blocking reads sleep on the
 //! CQ's wait object (see wait.rs) between rounds. `progress()` is never
 //! called with the queue lock held, because it pushes into this queue.
+//!
+//! The completions such a pass makes for the CQ being read, on the reading
+//! thread, go straight back to the caller (`Handoff`): a ping-pong's every
+//! message would otherwise take the queue's lock twice, in and out.
 
 use crate::domain::Domain;
 use crate::ffi::*;
@@ -23,6 +27,55 @@ use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
+
+/// Successes a read's own progress pass hands back without the queue.
+const HANDOFF: usize = 8;
+
+/// The completions a `Cq::read` pass made for that CQ on this thread,
+/// while the queue was empty: handed back to the read directly, in the
+/// order they came. Once one must queue (an error, or more than the read
+/// takes), the rest queue behind it, so the order of a CQ's entries is
+/// kept. Other threads' completions, and other CQs', queue as usual.
+struct Handoff {
+    /// The CQ being read (its address, only compared), or 0.
+    cq: usize,
+    /// Entries the read takes.
+    room: usize,
+    /// Something of this CQ was queued during the pass: no more handoff.
+    queued: bool,
+    got: [CqEntry; HANDOFF],
+    n: usize,
+}
+
+/// Ends a `Cq::progress_handoff` pass, even one a panic cuts short: what
+/// it holds then goes to the queue rather than being lost.
+struct HandoffPass<'a>(&'a Cq);
+
+impl Drop for HandoffPass<'_> {
+    fn drop(&mut self) {
+        let (got, n) = HANDOFF_TO.with(|h| {
+            let mut h = h.borrow_mut();
+            let n = std::mem::take(&mut h.n);
+            h.cq = 0;
+            (h.got, n)
+        });
+        for e in &got[..n] {
+            self.0.enqueue(Slot::Ok(*e));
+        }
+    }
+}
+
+thread_local! {
+    static HANDOFF_TO: std::cell::RefCell<Handoff> = const {
+        std::cell::RefCell::new(Handoff {
+            cq: 0,
+            room: 0,
+            queued: false,
+            got: [CqEntry::EMPTY; HANDOFF],
+            n: 0,
+        })
+    };
+}
 
 /// Default queue preallocation when the application asks for size 0.
 pub const DEFAULT_CQ_SIZE: usize = 1024;
@@ -46,17 +99,21 @@ pub struct CqEntry {
 // its receive buffer), carried back to it and never dereferenced by gnix.
 unsafe impl Send for CqEntry {}
 
+impl CqEntry {
+    const EMPTY: CqEntry = CqEntry {
+        op_context: std::ptr::null_mut(),
+        flags: 0,
+        len: 0,
+        buf: std::ptr::null_mut(),
+        data: 0,
+        tag: 0,
+        src: FI_ADDR_NOTAVAIL,
+    };
+}
+
 impl Default for CqEntry {
     fn default() -> Self {
-        CqEntry {
-            op_context: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            buf: std::ptr::null_mut(),
-            data: 0,
-            tag: 0,
-            src: FI_ADDR_NOTAVAIL,
-        }
+        CqEntry::EMPTY
     }
 }
 
@@ -236,12 +293,73 @@ impl Cq {
 
     /// Queues a successful completion. Never fails, never drops.
     pub fn push(&self, e: CqEntry) {
-        self.enqueue(Slot::Ok(e));
+        let id = self as *const Cq as usize;
+        let kept = HANDOFF_TO.with(|h| {
+            let Ok(mut h) = h.try_borrow_mut() else { return false };
+            if h.cq != id {
+                return false;
+            }
+            if h.queued || h.n >= h.room {
+                h.queued = true;
+                return false;
+            }
+            let n = h.n;
+            h.got[n] = e;
+            h.n = n + 1;
+            true
+        });
+        if !kept {
+            self.enqueue(Slot::Ok(e));
+        }
     }
 
     /// Queues an error completion, in order with the successes.
     pub fn push_err(&self, e: CqError) {
+        let id = self as *const Cq as usize;
+        HANDOFF_TO.with(|h| {
+            if let Ok(mut h) = h.try_borrow_mut() {
+                if h.cq == id {
+                    h.queued = true;
+                }
+            }
+        });
         self.enqueue(Slot::Err(Box::new(e)));
+    }
+
+    /// One progress pass of this CQ's sources for a read of up to `room`
+    /// entries (the queue was empty): the successes it made for this CQ on
+    /// this thread, before anything of this CQ had to be queued.
+    /// Returns how many it wrote to `got`.
+    fn progress_handoff(&self, room: usize, got: &mut [CqEntry; HANDOFF]) -> usize {
+        let id = self as *const Cq as usize;
+        let mine = HANDOFF_TO.with(|h| {
+            let mut h = h.borrow_mut();
+            // A read within another read's pass (none does today) leaves
+            // the handoff to the outer one.
+            if h.cq != 0 {
+                return false;
+            }
+            h.cq = id;
+            h.room = room.min(HANDOFF);
+            h.queued = false;
+            h.n = 0;
+            true
+        });
+        if !mine {
+            self.sources.progress();
+            return 0;
+        }
+        let pass = HandoffPass(self);
+        self.sources.progress();
+        let n = HANDOFF_TO.with(|h| {
+            let mut h = h.borrow_mut();
+            let n = h.n;
+            got[..n].copy_from_slice(&h.got[..n]);
+            h.n = 0;
+            n
+        });
+        drop(pass);
+        n
     }
 
     /// An endpoint bound to this CQ: reads and blocking reads drive its
@@ -323,7 +441,20 @@ impl Cq {
                 return r;
             }
         }
-        self.sources.progress();
+        let mut got = [CqEntry::EMPTY; HANDOFF];
+        let n = self.progress_handoff(count, &mut got);
+        if n > 0 {
+            // What the pass queued for this CQ (an error, the overflow)
+            // came after these: the next read finds it.
+            let sz = self.entry_size;
+            for (i, e) in got[..n].iter().enumerate() {
+                encode(e, &mut out[i * sz..(i + 1) * sz]);
+                if let Some(s) = src.as_deref_mut() {
+                    s[i] = e.src;
+                }
+            }
+            return n as isize;
+        }
         if self.queued.load(Ordering::Acquire) == 0 {
             return -FI_EAGAIN as isize;
         }
@@ -874,6 +1005,43 @@ mod tests {
     }
     const EAGAIN: isize = -FI_EAGAIN as isize;
     const EAVAIL: isize = -FI_EAVAIL as isize;
+
+    /// A read's own progress pass hands its completions straight back, up
+    /// to what the read takes; the rest, and everything after an error,
+    /// queue behind them in order; other CQs' completions queue as usual.
+    #[test]
+    fn a_reads_own_pass_hands_back_in_order() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
+        let other = Arc::new(Cq::new(CqConfig::default(), std::ptr::null_mut(), None, None).unwrap());
+        let (wcq, wother) = (Arc::downgrade(&cq), Arc::downgrade(&other));
+        let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(move |s| {
+            let (cq, other) = (wcq.upgrade().unwrap(), wother.upgrade().unwrap());
+            match s.calls.load(SeqCst) {
+                1 => {
+                    cq.push(ok(1));
+                    other.push(ok(50));
+                    cq.push(ok(2));
+                    cq.push(ok(3));
+                }
+                2 => {
+                    cq.push(ok(4));
+                    cq.push_err(err(5, b""));
+                    cq.push(ok(6));
+                }
+                _ => {}
+            }
+        }));
+        cq.add_source(Arc::downgrade(&src));
+        assert_eq!(read_ctx(&cq, 2), Ok(vec![1, 2]), "pass 1: two handed back");
+        assert_eq!(read_ctx(&other, 10), Ok(vec![50]), "another CQ's entry queued there");
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![3]), "the one that did not fit was queued");
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![4]), "pass 2: handed back up to the error");
+        assert_eq!(read_ctx(&cq, 10), Err(EAVAIL));
+        assert_eq!(cq.readerr(None).unwrap().op_context as usize, 5);
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![6]), "after the error: queued behind it");
+        assert_eq!(read_ctx(&cq, 10), Err(EAGAIN));
+        cq.remove_source(&Arc::downgrade(&src));
+    }
 
     #[test]
     fn errors_are_delivered_in_order_among_successes() {

@@ -371,6 +371,11 @@ impl MaskSet {
         }
     }
 
+    /// No receive with ignore bits is posted.
+    fn only_exact(&self) -> bool {
+        self.masks.len() == 1
+    }
+
     /// The masks in use.
     fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.masks.iter().filter(|m| m.1 > 0).map(|m| m.0)
@@ -424,10 +429,15 @@ struct PostedQ<R> {
     /// Posted receives with a source filter: without any, a message looks
     /// up one bucket per mask instead of two.
     directed: usize,
-    /// Buckets left empty in the map: a ping-pong posts and matches the
-    /// same tag over and over, and keeping its bucket spares a map insert
-    /// and remove per message; they are swept once they are many.
+    /// Buckets left empty in the map: a stream of a few tags keeps
+    /// posting and matching them, and keeping their buckets spares a map
+    /// insert and remove per message; they are swept once they are many.
     empty_buckets: usize,
+    /// The bucket last posted to while it was the only one posted to, kept
+    /// out of the map: a ping-pong (any stream of receives on one tag)
+    /// posts and matches without hashing. A key is here or in `buckets`,
+    /// never in both.
+    hot: Option<(BucketKey, Ends)>,
 }
 
 impl<R> PostedQ<R> {
@@ -440,6 +450,34 @@ impl<R> PostedQ<R> {
             next_seq: 0,
             directed: 0,
             empty_buckets: 0,
+            hot: None,
+        }
+    }
+
+    /// Makes `key`'s bucket the hot one, unless another bucket holds
+    /// receives there (then `key` stays in the map).
+    fn make_hot(&mut self, key: BucketKey) {
+        match &self.hot {
+            Some((k, _)) if *k == key => return,
+            Some((_, e)) if !e.is_empty() => return,
+            _ => {}
+        }
+        let ends = match self.buckets.is_empty() {
+            true => None,
+            false => self.buckets.remove(&key),
+        };
+        // An empty bucket kept in the map leaves it.
+        if ends.is_some_and(|e| e.is_empty()) {
+            self.empty_buckets -= 1;
+        }
+        self.hot = Some((key, ends.unwrap_or(Ends::EMPTY)));
+    }
+
+    /// The bucket of `key`, if it exists.
+    fn bucket(&self, key: &BucketKey) -> Option<&Ends> {
+        match &self.hot {
+            Some((k, e)) if k == key => Some(e),
+            _ => self.buckets.get(key),
         }
     }
 
@@ -453,26 +491,43 @@ impl<R> PostedQ<R> {
             recv,
         });
         self.slab.push_back(&mut self.order, idx, P_ORDER);
-        let ends = match self.buckets.entry(bucket_key(&spec)) {
-            std::collections::hash_map::Entry::Occupied(o) => {
-                let e = o.into_mut();
-                self.empty_buckets -= e.is_empty() as usize;
-                e
-            }
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(Ends::EMPTY),
+        let key = bucket_key(&spec);
+        self.make_hot(key);
+        let PostedQ {
+            slab,
+            buckets,
+            hot,
+            empty_buckets,
+            ..
+        } = self;
+        let ends = match hot {
+            Some((k, e)) if *k == key => e,
+            _ => match buckets.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => {
+                    let e = o.into_mut();
+                    *empty_buckets -= e.is_empty() as usize;
+                    e
+                }
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(Ends::EMPTY),
+            },
         };
-        self.slab.push_back(ends, idx, P_BUCKET);
+        slab.push_back(ends, idx, P_BUCKET);
         self.masks.add(spec.ignore);
         self.directed += spec.src.is_some() as usize;
         RecvKey { idx, gen }
     }
 
     fn find(&self, src: SrcAddr, tag: u64) -> Option<u32> {
+        // Exact tags from any source only (a ping-pong, most MPI traffic):
+        // one bucket to look at, usually the hot one.
+        if self.directed == 0 && self.masks.only_exact() {
+            return self.bucket(&(0, tag, None)).filter(|e| !e.is_empty()).map(|e| e.head);
+        }
         let mut best: Option<(u64, u32)> = None;
         let filters: &[Option<SrcAddr>] = if self.directed > 0 { &[Some(src), None] } else { &[None] };
         for mask in self.masks.iter() {
             for &filter in filters {
-                if let Some(ends) = self.buckets.get(&(mask, tag & !mask, filter)).filter(|e| !e.is_empty()) {
+                if let Some(ends) = self.bucket(&(mask, tag & !mask, filter)).filter(|e| !e.is_empty()) {
                     let seq = self.slab.get(ends.head).seq;
                     if best.is_none_or(|(s, _)| seq < s) {
                         best = Some((seq, ends.head));
@@ -486,16 +541,19 @@ impl<R> PostedQ<R> {
     fn remove(&mut self, idx: u32) -> PEntry<R> {
         let spec = self.slab.get(idx).spec;
         self.slab.unlink(&mut self.order, idx, P_ORDER);
-        let ends = self
-            .buckets
-            .get_mut(&bucket_key(&spec))
-            .expect("tme: posted entry without a bucket");
-        self.slab.unlink(ends, idx, P_BUCKET);
-        if ends.is_empty() {
-            self.empty_buckets += 1;
-            if self.empty_buckets > 64 && self.empty_buckets * 2 > self.buckets.len() {
-                self.buckets.retain(|_, e| !e.is_empty());
-                self.empty_buckets = 0;
+        let key = bucket_key(&spec);
+        match &mut self.hot {
+            Some((k, e)) if *k == key => self.slab.unlink(e, idx, P_BUCKET),
+            _ => {
+                let ends = self.buckets.get_mut(&key).expect("tme: posted entry without a bucket");
+                self.slab.unlink(ends, idx, P_BUCKET);
+                if ends.is_empty() {
+                    self.empty_buckets += 1;
+                    if self.empty_buckets > 64 && self.empty_buckets * 2 > self.buckets.len() {
+                        self.buckets.retain(|_, e| !e.is_empty());
+                        self.empty_buckets = 0;
+                    }
+                }
             }
         }
         self.masks.remove(spec.ignore);
@@ -511,6 +569,7 @@ impl<R> PostedQ<R> {
         let out = order.into_iter().map(|i| self.slab.remove(i).recv).collect();
         self.order = Ends::EMPTY;
         self.buckets = HashMap::default();
+        self.hot = None;
         self.masks.clear();
         self.directed = 0;
         self.empty_buckets = 0;

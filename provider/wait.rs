@@ -22,7 +22,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
 
 /// A poisoned lock only means another thread panicked while holding it; the
 /// queues stay structurally valid, and panicking in turn would cross FFI.
@@ -48,9 +48,17 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 // Sources: the endpoints that feed a CQ, counter or EQ.
 
 /// Copy-on-write list, so a reader can walk it and call `progress()` without
-/// holding a lock an endpoint might need while it binds or closes.
+/// holding a lock an endpoint might need while it binds or closes. The
+/// polling path (`progress`) walks it under a read lock it only tries to
+/// take (an Arc clone and drop would cost two more atomics per poll).
+///
+/// The list holds its sources strongly, so a poll calls them without an
+/// upgrade (two more atomics): an endpoint takes itself out when it closes
+/// (`remove`, from ep/ctl.rs), and a CQ or counter an endpoint is bound to
+/// cannot close before it (-FI_EBUSY), so the cycle endpoint -> CQ ->
+/// endpoint never outlives the endpoint's fi_close.
 pub(crate) struct Sources {
-    list: Mutex<Arc<[Weak<dyn Progress>]>>,
+    list: RwLock<Arc<[Arc<dyn Progress>]>>,
     /// Bumped on every change so the epoll set gets rebuilt even when a new
     /// endpoint happens to reuse a closed one's descriptor number.
     gen: AtomicU64,
@@ -65,52 +73,59 @@ impl Default for Sources {
 impl Sources {
     pub fn new() -> Self {
         Sources {
-            list: Mutex::new(Arc::from(Vec::new())),
+            list: RwLock::new(Arc::from(Vec::new())),
             gen: AtomicU64::new(0),
         }
     }
+    /// `p` joins (if it is still alive), until `remove`.
     pub fn add(&self, p: Weak<dyn Progress>) {
-        let mut l = lock(&self.list);
-        let mut v: Vec<_> = l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
+        let Some(p) = p.upgrade() else { return };
+        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = l.to_vec();
         // An endpoint bound for both transmit and receive registers twice;
         // progressing it once per round is enough.
-        if !v.iter().any(|w| Weak::ptr_eq(w, &p)) {
+        if !v.iter().any(|s| Arc::ptr_eq(s, &p)) {
             v.push(p);
         }
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }
     pub fn remove(&self, p: &Weak<dyn Progress>) {
-        let mut l = lock(&self.list);
+        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
         let v: Vec<_> = l
             .iter()
-            .filter(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, p))
+            .filter(|s| !std::ptr::addr_eq(Arc::as_ptr(s), p.as_ptr()))
             .cloned()
             .collect();
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }
-    pub fn snapshot(&self) -> Arc<[Weak<dyn Progress>]> {
-        lock(&self.list).clone()
+    pub fn snapshot(&self) -> Arc<[Arc<dyn Progress>]> {
+        self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
     pub fn progress(&self) {
-        for w in self.snapshot().iter() {
-            if let Some(s) = w.upgrade() {
-                s.progress();
-            }
+        // Not to be had only while an endpoint binds or closes (a writer
+        // holds or waits for it): the caller polls again. Never waiting
+        // here also means a progress that reaches back into this list
+        // cannot deadlock.
+        let l = match self.list.try_read() {
+            Ok(l) => l,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        for s in l.iter() {
+            s.progress();
         }
     }
     /// Appends the sources' descriptors, folds their deadlines into `next`,
     /// and returns the generation the descriptor list belongs to.
     pub fn collect(&self, fds: &mut Vec<RawFd>, next: &mut Option<u64>) -> u64 {
         let gen = self.gen.load(SeqCst);
-        for w in self.snapshot().iter() {
-            if let Some(s) = w.upgrade() {
-                s.wait_fds(fds);
-                *next = min_opt(*next, s.next_deadline());
-                if !s.arm_wakeup() {
-                    *next = Some(0);
-                }
+        for s in self.snapshot().iter() {
+            s.wait_fds(fds);
+            *next = min_opt(*next, s.next_deadline());
+            if !s.arm_wakeup() {
+                *next = Some(0);
             }
         }
         gen

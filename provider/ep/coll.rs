@@ -356,7 +356,7 @@ impl Ep {
     /// A collective call: a new operation on a joined group.
     pub(super) fn collective(&self, a: CollArgs) -> isize {
         let now = now_ns();
-        self.touch(now);
+        self.touch();
         if let Err(e) = self.check_coll() {
             return e;
         }

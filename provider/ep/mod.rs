@@ -56,7 +56,7 @@ use crate::nic::shm::{self, ShmConfig};
 use crate::nic::udp::UdpSockets;
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::AutoProgress;
-use crate::progress::{now_ns, Progress};
+use crate::progress::{now_ns, PassClock, Progress};
 use crate::proto::EngineConfig;
 use std::ffi::c_void;
 use std::net::SocketAddr;
@@ -123,6 +123,12 @@ struct EpState {
     /// After `port`: an operation's landing buffers outlive the wires
     /// that write them.
     coll: coll::Colls,
+    /// The last destination a send looked up: (fi_addr, AV generation,
+    /// address). A stream of sends to one peer then takes no AV lock.
+    dest_cache: Option<(u64, u64, SocketAddr)>,
+    /// The time of the application's progress passes (CQ and counter
+    /// polls).
+    clock: PassClock,
 }
 
 impl EpState {
@@ -135,11 +141,14 @@ impl EpState {
             rx,
             os,
             coll,
+            ..
         } = self;
+        let caps = face.caps();
         (
             port,
             Handler {
                 face,
+                caps,
                 rx,
                 reqs,
                 os,
@@ -211,7 +220,12 @@ pub struct Ep {
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
     /// done by the first sleeper's `arm_wakeup`).
     watched: AtomicBool,
-    last_app: AtomicU64,
+    /// The application called in since the progress thread last looked
+    /// (`touch`): a flag rather than a time, so that a data call reads no
+    /// clock. The thread turns it into `app_seen`.
+    app_called: AtomicBool,
+    /// When the progress thread last saw `app_called` (its clock).
+    app_seen: AtomicU64,
     state: Mutex<EpState>,
 }
 
@@ -295,6 +309,8 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         rx: Rx::new(),
         os: rma::Onesided::default(),
         coll: coll::Colls::default(),
+        dest_cache: None,
+        clock: PassClock::default(),
     })
 }
 
@@ -338,7 +354,8 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
-        last_app: AtomicU64::new(0),
+        app_called: AtomicBool::new(false),
+        app_seen: AtomicU64::new(0),
         state: Mutex::new(st),
     });
     let c = fid_ep {
@@ -360,12 +377,34 @@ impl Ep {
         self.binds.get().expect("endpoint enabled")
     }
 
-    fn touch(&self, now: u64) {
-        self.last_app.store(now, Ordering::Relaxed);
+    /// The application is calling in: the progress thread keeps off.
+    /// (Stored only when the thread has taken the last one: the line
+    /// stays in this core's cache.)
+    fn touch(&self) {
+        if !self.app_called.load(Ordering::Relaxed) {
+            self.app_called.store(true, Ordering::Relaxed);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, EpState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The address of `dest` in the AV (`st.dest_cache` remembers the last
+    /// one while the AV does not change).
+    fn dest_addr(&self, b: &Bindings, st: &mut EpState, dest: u64) -> Option<SocketAddr> {
+        let av = b.av.as_ref()?;
+        let gen = av.generation();
+        if let Some((a, g, peer)) = st.dest_cache {
+            if a == dest && g == gen {
+                return Some(peer);
+            }
+        }
+        // The generation is read before the lookup: a change racing with
+        // it leaves an entry that the next send refreshes.
+        let peer = av.lookup(dest)?;
+        st.dest_cache = Some((dest, gen, peer));
+        Some(peer)
     }
 
     fn tx_flags(&self) -> u64 {
@@ -494,9 +533,9 @@ impl Ep {
 
 impl Progress for Ep {
     fn progress(&self) {
-        let now = now_ns();
-        self.touch(now);
+        self.touch();
         if let Ok(mut st) = self.state.try_lock() {
+            let now = st.clock.now();
             self.progress_locked(&mut st, now);
         }
         // No endpoint lock held: triggered operations may fire.
@@ -527,8 +566,11 @@ impl Progress for Ep {
 }
 
 impl AutoProgress for Ep {
-    fn last_app_activity(&self) -> u64 {
-        self.last_app.load(Ordering::Relaxed)
+    fn last_app_activity(&self, now: u64) -> u64 {
+        if self.app_called.swap(false, Ordering::Relaxed) {
+            self.app_seen.store(now, Ordering::Relaxed);
+        }
+        self.app_seen.load(Ordering::Relaxed)
     }
     fn auto_progress(&self) {
         if let Ok(mut st) = self.state.try_lock() {

@@ -273,8 +273,8 @@ impl RecvSink for StageSink {
 impl Ep {
     /// fi_read, fi_write and kin.
     pub(super) fn rma(&self, a: RmaArgs) -> isize {
+        self.touch();
         let now = now_ns();
-        self.touch(now);
         let b = match self.check_enabled() {
             Ok(b) => b,
             Err(e) => return e,

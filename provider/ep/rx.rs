@@ -179,6 +179,9 @@ impl Rx {
 /// call it back as their `Upcall`).
 pub(super) struct Handler<'a> {
     pub(super) face: &'a dyn Face,
+    /// `face.caps()`, read once (the receive path asks several times per
+    /// message).
+    pub(super) caps: u64,
     pub(super) rx: &'a mut Rx,
     pub(super) reqs: &'a mut FabReqs<Req>,
     pub(super) os: &'a mut Onesided,
@@ -250,16 +253,14 @@ impl Upcall for Handler<'_> {
         let h = match body {
             Body::Rndv(h) => h,
             Body::Bytes(b) => {
-                let (mut r, done) = self.end_recv(op, src, peer, hdr);
-                let n = b.len().min(r.iov.total_len());
-                r.sink().write_at(0, &b[..n]);
+                let (mut sink, done) = self.end_recv(op, src, peer, hdr);
+                sink.write_at(0, &b[..done.len.min(b.len())]);
                 self.finish_recv(done, None);
                 return Take::Done;
             }
             Body::Shared(s) => {
-                let (mut r, done) = self.end_recv(op, src, peer, hdr);
-                let n = s.len().min(r.iov.total_len());
-                r.sink().write_shared(&s, n);
+                let (mut sink, done) = self.end_recv(op, src, peer, hdr);
+                sink.write_shared(&s, done.len.min(s.len()));
                 self.finish_recv(done, None);
                 return Take::Done;
             }
@@ -307,7 +308,7 @@ const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_
 
 impl Ep {
     pub(super) fn recv(&self, a: RecvArgs) -> isize {
-        self.touch(now_ns());
+        self.touch();
         if let Err(e) = self.check_enabled() {
             return e;
         }
@@ -440,19 +441,27 @@ impl Handler<'_> {
         self.done_of(r, src, peer, hdr)
     }
 
-    /// Receive `op` ends: its record, and what it will report.
+    /// Receive `op` ends (an eager message it takes whole, or the part
+    /// that fits): its buffers as a sink, and what it will report (`len`:
+    /// the bytes that land).
     #[inline(always)]
-    fn end_recv(&mut self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> (RecvReq, RecvDone) {
+    fn end_recv(&mut self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> (IovSink, RecvDone) {
         let Some(Req::Recv(r)) = self.reqs.remove(op) else {
             unreachable!("a posted receive is a Recv")
         };
-        let done = self.done_of(&r, src, peer, hdr);
-        (r, done)
+        let cap = r.iov.total_len();
+        let done = self.done_with(&r, cap, src, peer, hdr);
+        (IovSink::sized(r.iov, cap), done)
     }
 
     /// `recv_done` of a receive in hand.
     fn done_of(&self, r: &RecvReq, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
-        let cap = r.iov.total_len();
+        self.done_with(r, r.iov.total_len(), src, peer, hdr)
+    }
+
+    /// `done_of` of a receive whose buffers hold `cap` bytes.
+    #[inline(always)]
+    fn done_with(&self, r: &RecvReq, cap: usize, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
         let mlen = hdr.len as usize;
         RecvDone {
             ctx: r.ctx,
@@ -461,7 +470,7 @@ impl Handler<'_> {
             len: mlen.min(cap),
             olen: mlen.saturating_sub(cap),
             hdr,
-            src: if self.face.caps() & FI_SOURCE == 0 {
+            src: if self.caps & FI_SOURCE == 0 {
                 FI_ADDR_NOTAVAIL
             } else if src == FI_ADDR_NOTAVAIL {
                 // Unknown when it arrived; perhaps inserted since.
@@ -513,7 +522,7 @@ impl Handler<'_> {
     /// FI_PEEK, FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, FI_CLAIM, FI_CLAIM|FI_DISCARD.
     fn peek_claim(&mut self, wires: &mut dyn Wires, spec: MatchSpec, a: RecvArgs, flags: u64) -> isize {
         let src_of = |src: u64, caps: u64| if caps & FI_SOURCE != 0 { src } else { FI_ADDR_NOTAVAIL };
-        let caps = self.face.caps();
+        let caps = self.caps;
         if a.flags & FI_PEEK != 0 {
             let found = if a.flags & FI_CLAIM != 0 {
                 self.rx
@@ -673,7 +682,7 @@ impl Handler<'_> {
                 }
             }
         }
-        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.face.caps() & FI_SOURCE_ERR != 0;
+        let unknown_src = d.src == FI_ADDR_NOTAVAIL && self.caps & FI_SOURCE_ERR != 0;
         let err = err
             .or(if d.olen > 0 { Some(FI_ETRUNC) } else { None })
             .or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
@@ -696,7 +705,7 @@ impl Handler<'_> {
     /// The fi_addr a peer was inserted as, when the application asked to
     /// know (FI_SOURCE) or to filter on it (FI_DIRECTED_RECV).
     fn source_of(&self, peer: &SocketAddr) -> u64 {
-        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
             return FI_ADDR_NOTAVAIL;
         }
         self.face.reverse(peer).unwrap_or(FI_ADDR_NOTAVAIL)
@@ -704,7 +713,7 @@ impl Handler<'_> {
 
     /// `source_of`, remembering the answer for the next message.
     fn source_cached(&mut self, peer: &SocketAddr) -> u64 {
-        if self.face.caps() & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
+        if self.caps & (FI_SOURCE | FI_DIRECTED_RECV) == 0 {
             return FI_ADDR_NOTAVAIL;
         }
         let gen = self.face.av_generation();

@@ -213,6 +213,13 @@ impl IovSink {
         IovSink { iov, cap }
     }
 
+    /// `new` of buffers whose total length (`iov.total_len()`) the caller
+    /// has counted already.
+    pub(crate) fn sized(iov: Iov, cap: usize) -> Self {
+        debug_assert_eq!(cap, iov.total_len());
+        IovSink { iov, cap }
+    }
+
     /// Copies the first `n` bytes of a mailbox slot's payload straight
     /// into the buffers (the slot is never borrowed: another process
     /// can write it).

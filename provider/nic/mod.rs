@@ -3,8 +3,9 @@
 //! (FI_PROGRESS_AUTO).
 //!
 //! The progress thread stays out of the way of an application that polls:
-//! while any endpoint of the domain was progressed by the application in
-//! the last `BUSY_WINDOW_NS`, the thread only sleeps on a timer, so it
+//! while any endpoint of the domain was called by the application in the
+//! last `BUSY_WINDOW_NS` (as the thread sees it: a call raises a flag the
+//! thread takes at its next pass), the thread only sleeps on a timer, so it
 //! neither steals datagrams from the polling thread nor adds a wakeup to
 //! every packet. Once the application goes quiet (blocked in `fi_cq_sread`,
 //! computing, or waiting on something else) the thread sleeps in epoll on
@@ -36,8 +37,10 @@ const BUSY_WINDOW_NS: u64 = 2_000_000;
 
 /// What the progress thread needs from an endpoint.
 pub trait AutoProgress: Progress {
-    /// Monotonic ns of the application's last call into the endpoint.
-    fn last_app_activity(&self) -> u64;
+    /// Monotonic ns of the application's last call into the endpoint, as
+    /// the thread saw it: a call since the thread last asked counts as
+    /// `now`. Asked once per endpoint per pass (it consumes that call).
+    fn last_app_activity(&self, now: u64) -> u64;
     /// `progress` on behalf of the thread: does not count as application activity.
     fn auto_progress(&self);
 }
@@ -227,8 +230,15 @@ fn run(shared: Arc<Shared>) {
             seen_gen = gen;
         }
         let now = now_ns();
-        let idle = |e: &&Arc<dyn AutoProgress>| now.saturating_sub(e.last_app_activity()) >= BUSY_WINDOW_NS;
-        let (set, timeout_ms) = if !eps.iter().all(|e| idle(&e)) {
+        // The application's calls are seen at the thread's passes (at
+        // least every BUSY_WINDOW_NS while it is busy): an endpoint goes
+        // idle between one and two windows after its last call.
+        let idle: Vec<bool> = eps
+            .iter()
+            .map(|e| now.saturating_sub(e.last_app_activity(now)) >= BUSY_WINDOW_NS)
+            .collect();
+        let idle_eps = || eps.iter().zip(&idle).filter(|(_, &i)| i).map(|(e, _)| e);
+        let (set, timeout_ms) = if !idle.iter().all(|&i| i) {
             // The application drives these endpoints itself, so the thread
             // stays off their sockets (a wakeup per datagram would cost the
             // busy poller its CPU). Endpoints of the domain it does not
@@ -236,12 +246,12 @@ fn run(shared: Arc<Shared>) {
             // is polled) are still the thread's, on a timer: their ACKs
             // and the data queued on their sockets must not wait for the
             // application to come back to them.
-            for ep in eps.iter().filter(idle) {
+            for ep in idle_eps() {
                 ep.auto_progress();
             }
             let now = now_ns();
             let busy_ms = (BUSY_WINDOW_NS / 1_000_000).max(1);
-            let t = match eps.iter().filter(idle).filter_map(|e| e.next_deadline()).min() {
+            let t = match idle_eps().filter_map(|e| e.next_deadline()).min() {
                 Some(d) => (d.saturating_sub(now).div_ceil(1_000_000)).clamp(1, busy_ms),
                 None => busy_ms,
             };

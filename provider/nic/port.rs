@@ -10,9 +10,9 @@ use crate::nic::shm::ShmWire;
 use crate::nic::txdesc::{TxDesc, TxPool};
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::wire::{
-    Arrival, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
+    Arrival, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
 };
-use crate::proto::RecvSink;
+use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
@@ -183,6 +183,10 @@ impl Wires for Port {
             (true, Some(w)) => w.eager_max(),
             _ => self.udp.eager_max(),
         }
+    }
+
+    fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &IovSource) -> bool {
+        self.shm.as_mut().is_some_and(|w| w.send_now(peer, hdr, flags, src))
     }
 
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32> {

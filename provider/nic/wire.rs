@@ -271,6 +271,13 @@ pub(crate) trait Wires {
     /// `Wire::send` over the wire that reaches `s.peer`, as a transaction
     /// of its own (a `TxDesc`); `-FI_EAGAIN` when none is left.
     fn send(&mut self, s: SendOp, src: IovSource, up: &mut dyn Upcall, now: u64) -> Result<Sent, i32>;
+    /// A send that ends in this call (`Sent::Done` at once), taken without
+    /// an operation or a transaction of its own: a small message into a
+    /// local peer's ring with room. False: nothing was sent; `send` takes
+    /// it.
+    fn send_now(&mut self, _peer: SocketAddr, _hdr: &MsgHdr, _flags: SendFlags, _src: &IovSource) -> bool {
+        false
+    }
     /// Transaction descriptors left (an operation of several parts starts
     /// only when all of them can).
     fn tx_free(&self) -> usize;

@@ -309,6 +309,7 @@ impl T {
     fn with<R>(&mut self, f: impl FnOnce(&mut Handler<'_>, &mut FakeWires) -> R) -> R {
         let mut h = Handler {
             face: &self.face,
+            caps: self.face.caps(),
             rx: &mut self.rx,
             reqs: &mut self.reqs,
             os: &mut self.os,

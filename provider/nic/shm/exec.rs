@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::frame::Frame;
+use super::frame::{self, Frame};
 use super::machine;
 use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
 use super::port::{Claim, MailboxPort, Port};
@@ -19,8 +19,11 @@ use super::ShmConfig;
 use super::{ShmCredit, ShmStats};
 use crate::ffi::{FI_EHOSTUNREACH, FI_LOG_EP_CTRL, FI_LOG_EP_DATA};
 use crate::hash::KeyedState;
+use crate::nic::fabreq::NOBODY;
 use crate::nic::iov::IovSource;
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireKind};
+use crate::nic::wire::{
+    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireKind,
+};
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -80,9 +83,11 @@ pub(crate) struct Exec<P: Port> {
     /// The peer `reaches` just routed, for the `send` that follows it
     /// (one route lookup per send, not two).
     routed: Option<(SocketAddr, PeerIx)>,
-    /// The last peer `route` found a ring for: a stream of sends to one
-    /// peer hashes its address once. Cleared with its entry in `routes`.
-    last_route: Option<(SocketAddr, PeerIx)>,
+    /// The last peer `route` decided (our ring, or `None`: UDP): a stream
+    /// of sends to one peer hashes its address once, and a UDP peer's
+    /// sends ask twice (`send_now`, then `Port::send`) for one hash.
+    /// Cleared with its ring's entry in `routes`.
+    last_route: Option<(SocketAddr, Option<PeerIx>)>,
 }
 
 impl Exec<MailboxPort> {
@@ -160,24 +165,25 @@ impl<P: Port> Exec<P> {
     /// this address) is noticed here, on the next send, not only at the
     /// next liveness check.
     pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
-        if let Some((a, ix)) = self.last_route {
-            // A closed owner falls through: `forget` clears this.
-            if a == addr && !self.port.owner_closed(ix) {
-                return Some(ix);
+        if let Some((a, r)) = self.last_route {
+            // A closed owner falls through: `forget` clears this. (A peer
+            // decided to be UDP's stays so, as in `routes`.)
+            if a == addr && r.is_none_or(|ix| !self.port.owner_closed(ix)) {
+                return r;
             }
         }
         if let Some(&r) = self.routes.get(&addr) {
             match r {
                 Some(ix) if self.port.owner_closed(ix) => self.forget(ix),
                 r => {
-                    self.last_route = r.map(|ix| (addr, ix));
+                    self.last_route = Some((addr, r));
                     return r;
                 }
             }
         }
         let r = self.connect(addr);
         self.routes.insert(addr, r);
-        self.last_route = r.map(|ix| (addr, ix));
+        self.last_route = Some((addr, r));
         r
     }
 
@@ -195,7 +201,7 @@ impl<P: Port> Exec<P> {
     /// flight fail (those it took out of its ring before it went are
     /// complete); the next message to that address decides afresh.
     pub(crate) fn forget(&mut self, ix: PeerIx) {
-        if self.last_route.is_some_and(|(_, i)| i == ix) {
+        if self.last_route.is_some_and(|(_, i)| i == Some(ix)) {
             self.last_route = None;
         }
         let Some(addr) = self.m.peer_addr(ix) else { return };
@@ -261,6 +267,40 @@ impl<P: Port> Exec<P> {
             EagerStep::Queued => EagerOutcome::Pending,
             EagerStep::NoCredit => EagerOutcome::NoCredit,
         }
+    }
+
+    /// A send that ends in this call, so it needs no operation of its own
+    /// (no `FabReq`, no `TxDesc`): eager, not waiting for delivery, into
+    /// the ring of a local peer with room and nothing queued ahead, on
+    /// credit it has. False: not such a send, and nothing was sent
+    /// (`Wire::send` takes it).
+    pub(crate) fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &dyn SendSource) -> bool {
+        let len = src.len();
+        if flags.delivery || !self.m.eager_fits(len, flags.inject) {
+            return false;
+        }
+        let Some(ix) = self.route(peer) else { return false };
+        // Room is the port's to tell: `post` finds the next slot taken.
+        let view = RingView {
+            room: true,
+            freed: (!self.m.credit_known_enough(ix, len, flags.inject)).then(|| self.port.freed(ix)),
+        };
+        let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, view) else {
+            return false;
+        };
+        let Some(sleeping) = self.port.post(ix, &head, |dst| src.read_at(0, dst)) else {
+            return false;
+        };
+        if sleeping {
+            self.bell(ix);
+        }
+        let done = self.m.eager_posted(ix, NOBODY, len, false);
+        debug_assert!(done, "no delivery asked");
+        // As `submit` does after any send: what the machine asks (its
+        // events wait for the next progress, which has the upcall).
+        self.run();
+        self.ring_bells();
+        true
     }
 
     /// A rendezvous send of `src` (read where `addrs` say) as `op`.
@@ -384,8 +424,12 @@ impl<P: Port> Exec<P> {
             // Fair among peers: the next call starts with the next ring.
             self.next_ring = k;
             let payload = self.port.payload(&slot);
-            let parsed = Frame::parse(&head, payload.as_ref());
-            match self.m.on_frame(r, parsed, payload.as_ref()) {
+            // The slot of every small message skips the generic frame.
+            let step = match &payload {
+                Some(p) if head.kind == frame::kind::EAGER => self.m.on_eager(r, Frame::eager_hdr(&head, p.len())),
+                p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
+            };
+            match step {
                 OnFrame::Eager { peer, hdr, credit } => {
                     return Some(Msg::Eager {
                         slot,

@@ -235,14 +235,29 @@ impl Frame {
         })
     }
 
+    /// `parse` of an EAGER slot (`h.kind == kind::EAGER`) with a payload
+    /// of `len` bytes, which fits its slot: the frame's header, without
+    /// the frame.
+    pub fn eager_hdr(h: &SlotHead, len: usize) -> MsgHdr {
+        debug_assert_eq!(h.kind, kind::EAGER);
+        hdr_of(&h.f, len as u64)
+    }
+
+    /// The slot header of `Frame::Eager { hdr }` (`head`), without the
+    /// frame: the send path's, which has the header in hand.
+    pub fn eager_head(hdr: &MsgHdr) -> SlotHead {
+        SlotHead {
+            kind: kind::EAGER,
+            len: hdr.len as usize,
+            f: hdr_fields(hdr),
+        }
+    }
+
     /// The slot header that carries this frame.
     pub fn head(&self) -> SlotHead {
         let mut f = [0u8; 32];
         let (kind, len) = match self {
-            Frame::Eager { hdr } => {
-                f = hdr_fields(hdr);
-                (kind::EAGER, hdr.len as usize)
-            }
+            Frame::Eager { hdr } => return Frame::eager_head(hdr),
             Frame::Rts { hdr, key, iov } => {
                 f = hdr_fields(hdr);
                 f[20..24].copy_from_slice(&(iov.len() as u32).to_le_bytes());

@@ -275,7 +275,7 @@ impl Port for MailboxPort {
 
     #[inline]
     fn peek(&mut self, ring: RingIx) -> Option<(InSlot, SlotHead)> {
-        self.mb.peek(ring).map(|s| (s, s.head))
+        self.mb.peek(ring)
     }
 
     fn payload(&self, slot: &InSlot) -> Option<SharedBytes<'_>> {

@@ -12,7 +12,7 @@ use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
 use crate::nic::shm::mailbox::{credit_cost, ranges_len, sub_ranges, Range, SharedBytes};
 use crate::nic::shm::ShmCredit;
 use crate::nic::wire::{OpId, WireEvent};
-use crate::proto::RecvSink;
+use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 
 impl Machine {
@@ -36,6 +36,9 @@ impl Machine {
         parsed: Result<Frame, Malformed>,
         payload: Option<&SharedBytes<'_>>,
     ) -> OnFrame {
+        if let Ok(Frame::Eager { hdr }) = parsed {
+            return self.on_eager(ring, hdr);
+        }
         self.stats.received += 1;
         let Some((peer, pid)) = self.rings[ring].peer else {
             return self.reject(ring, "a slot in a ring nobody claimed");
@@ -45,12 +48,7 @@ impl Machine {
             Err(m) => return self.reject(ring, m.why()),
         };
         match frame {
-            // Messages (not the control frames, which keep nothing) are
-            // charged to their producer's loan.
-            Frame::Eager { hdr } => match self.take_credit(ring, credit_cost(hdr.len as usize)) {
-                Some(credit) => OnFrame::Eager { peer, hdr, credit },
-                None => self.reject(ring, "message beyond the peer's credit"),
-            },
+            Frame::Eager { .. } => unreachable!("taken above"),
             Frame::Rts { hdr, key, iov } => {
                 let Some(credit) = self.take_credit(ring, credit_cost(iov_bytes(iov.len()))) else {
                     return self.reject(ring, "message beyond the peer's credit");
@@ -104,6 +102,21 @@ impl Machine {
                 }
                 OnFrame::Handled
             }
+        }
+    }
+
+    /// `on_frame` of an EAGER frame (`Frame::parse` made `hdr` of it), the
+    /// receive path of every small message: a message, charged (as RTS
+    /// frames are, and not the control frames, which keep nothing) to its
+    /// producer's loan.
+    pub fn on_eager(&mut self, ring: RingIx, hdr: MsgHdr) -> OnFrame {
+        self.stats.received += 1;
+        let Some((peer, _)) = self.rings[ring].peer else {
+            return self.reject(ring, "a slot in a ring nobody claimed");
+        };
+        match self.take_credit(ring, credit_cost(hdr.len as usize)) {
+            Some(credit) => OnFrame::Eager { peer, hdr, credit },
+            None => self.reject(ring, "message beyond the peer's credit"),
         }
     }
 

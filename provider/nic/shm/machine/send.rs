@@ -25,6 +25,14 @@ pub(crate) enum EagerStep {
     NoCredit,
 }
 
+/// `Machine::eager_step`'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Now,
+    Queue,
+    NoCredit,
+}
+
 /// A frame `poll_post` offers for a peer's ring.
 pub(crate) struct Outgoing<'a> {
     pub head: SlotHead,
@@ -89,10 +97,7 @@ impl Machine {
     }
 
     /// An eager send (`eager_fits`) of `src` to peer `ix`, as operation
-    /// `op`. An inject (its buffer is the application's again on return)
-    /// always goes eagerly, waiting for credit if need be; any other send
-    /// rather goes by rendezvous than spend the last quarter of the loan,
-    /// which stays for RTS frames.
+    /// `op` (`eager_step` decides how).
     #[allow(clippy::too_many_arguments)]
     pub fn send_eager(
         &mut self,
@@ -108,20 +113,59 @@ impl Machine {
             len: src.len() as u64,
             ..*hdr
         };
-        let cost = credit_cost(src.len());
+        match self.eager_step(ix, src.len(), inject, view) {
+            Step::NoCredit => {
+                self.stats.no_credit += 1;
+                EagerStep::NoCredit
+            }
+            Step::Now => EagerStep::Now(Frame::eager_head(&hdr)),
+            Step::Queue => {
+                self.eager_queue(ix, op, &hdr, src, delivery);
+                EagerStep::Queued
+            }
+        }
+    }
+
+    /// An eager send of `len` bytes to peer `ix` that goes into the ring at
+    /// once (`send_eager` would say `Now`): its slot header. Publish it,
+    /// then say `eager_posted`. `None`: it would not go at once (queued,
+    /// or by rendezvous), and nothing changed but the credit word seen:
+    /// `send_eager` decides.
+    pub fn eager_now(
+        &mut self,
+        ix: PeerIx,
+        hdr: &MsgHdr,
+        len: usize,
+        inject: bool,
+        view: RingView,
+    ) -> Option<SlotHead> {
+        if self.eager_step(ix, len, inject, view) != Step::Now {
+            return None;
+        }
+        Some(Frame::eager_head(&MsgHdr {
+            len: len as u64,
+            ..*hdr
+        }))
+    }
+
+    /// What becomes of an eager send of `len` bytes to peer `ix`: an inject
+    /// (its buffer is the application's again on return) always goes
+    /// eagerly, waiting for credit if need be; any other send rather goes
+    /// by rendezvous than spend the last quarter of the loan, which stays
+    /// for RTS frames.
+    fn eager_step(&mut self, ix: PeerIx, len: usize, inject: bool, view: RingView) -> Step {
+        let cost = credit_cost(len);
         let p = self.peer(ix);
         if let Some(f) = view.freed {
             p.freed = f;
         }
         if !inject && p.credit_ahead() < cost.saturating_add(p.loan / 4) {
-            self.stats.no_credit += 1;
-            return EagerStep::NoCredit;
+            return Step::NoCredit;
         }
         if p.outq.is_empty() && p.credit() >= cost && view.room {
-            return EagerStep::Now(Frame::Eager { hdr }.head());
+            return Step::Now;
         }
-        self.eager_queue(ix, op, &hdr, src, delivery);
-        EagerStep::Queued
+        Step::Queue
     }
 
     /// Whether an eager send of `len` bytes to peer `ix` goes out at once

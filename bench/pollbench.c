@@ -1,0 +1,133 @@
+/*
+ * pollbench: the small-message path's cost, in one process.
+ *
+ * Two RDM endpoints of one domain, each with its own CQ; N times: a
+ * tagged receive posted on B (fi_trecv), an 8-byte (LEN) fi_tinject from
+ * A to B, then fi_cq_read on B's CQ until the receive completes. One
+ * process and no second core, so that `valgrind --tool=callgrind` counts
+ * every instruction of the send, the receive post and the progress pass
+ * that delivers it, deterministically (bench/pollbench-callgrind runs it
+ * at two N and subtracts, so set-up and teardown cancel). The wall-clock
+ * line it prints is only a hint on a shared machine.
+ *
+ *   pollbench N [LEN] [manual]
+ *       manual: FI_PROGRESS_MANUAL and FI_THREAD_DOMAIN; otherwise the
+ *       provider's defaults (gnix: FI_PROGRESS_AUTO, FI_THREAD_SAFE).
+ *   EMPTY=1 pollbench N   N fi_cq_read calls on an empty CQ instead.
+ *   PROV=name             another provider (default gnix).
+ *
+ * Build: cc -O2 -g -o pollbench pollbench.c -lfabric
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#define CHK(c)                                                                 \
+	do {                                                                   \
+		int _r = (int)(c);                                             \
+		if (_r) {                                                      \
+			fprintf(stderr, "%s:%d %s = %d (%s)\n", __FILE__,      \
+				__LINE__, #c, _r, fi_strerror(-_r));           \
+			exit(2);                                               \
+		}                                                              \
+	} while (0)
+
+static double ns_since(const struct timespec *t0)
+{
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1e9 + (t1.tv_nsec - t0->tv_nsec);
+}
+
+int main(int argc, char **argv)
+{
+	long n = argc > 1 ? atol(argv[1]) : 10000;
+	size_t len = argc > 2 ? (size_t)atol(argv[2]) : 8;
+	int manual = argc > 3 && !strcmp(argv[3], "manual");
+	struct fi_info *hints = fi_allocinfo(), *info;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_TAGGED;
+	hints->mode = FI_CONTEXT;
+	hints->fabric_attr->prov_name = strdup(getenv("PROV") ? getenv("PROV") : "gnix");
+	if (manual) {
+		hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+		hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+		hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	}
+	CHK(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, 0, hints, &info));
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	struct fid_av *av;
+	CHK(fi_fabric(info->fabric_attr, &fab, NULL));
+	CHK(fi_domain(fab, info, &dom, NULL));
+	struct fi_av_attr aa = {.type = FI_AV_MAP};
+	CHK(fi_av_open(dom, &aa, &av, NULL));
+	struct fid_ep *ep[2];
+	struct fid_cq *cq[2];
+	fi_addr_t fa[2];
+	for (int i = 0; i < 2; i++) {
+		struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .size = 1024};
+		CHK(fi_cq_open(dom, &ca, &cq[i], NULL));
+		CHK(fi_endpoint(dom, info, &ep[i], NULL));
+		CHK(fi_ep_bind(ep[i], &av->fid, 0));
+		CHK(fi_ep_bind(ep[i], &cq[i]->fid, FI_TRANSMIT | FI_RECV));
+		CHK(fi_enable(ep[i]));
+		char name[64];
+		size_t nl = sizeof(name);
+		CHK(fi_getname(&ep[i]->fid, name, &nl));
+		if (fi_av_insert(av, name, 1, &fa[i], 0, NULL) != 1) {
+			fprintf(stderr, "fi_av_insert failed\n");
+			return 2;
+		}
+	}
+	char *sbuf = calloc(1, len + 1), *rbuf = calloc(1, len + 1);
+	struct fi_context ctx;
+	struct fi_cq_tagged_entry e;
+	struct timespec t0;
+	int r;
+	if (getenv("EMPTY")) {
+		/* one message first: the wire is connected and in use */
+		CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
+		CHK(fi_tinject(ep[0], sbuf, len, fa[1], 7));
+		while (fi_cq_read(cq[1], &e, 1) == -FI_EAGAIN)
+			;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (long i = 0; i < n; i++)
+			fi_cq_read(cq[1], &e, 1);
+		printf("%.1f ns per empty poll\n", ns_since(&t0) / n);
+		return 0;
+	}
+	/* 100 untimed messages first (connection set-up) */
+	for (long i = -100; i < n; i++) {
+		if (i == 0)
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+		CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
+		while ((r = fi_tinject(ep[0], sbuf, len, fa[1], 7)) == -FI_EAGAIN)
+			fi_cq_read(cq[0], &e, 1);
+		CHK(r);
+		while ((r = fi_cq_read(cq[1], &e, 1)) == -FI_EAGAIN)
+			;
+		if (r != 1) {
+			fprintf(stderr, "fi_cq_read: %d\n", r);
+			return 2;
+		}
+	}
+	printf("%.1f ns per message\n", ns_since(&t0) / n);
+	fi_close(&ep[0]->fid);
+	fi_close(&ep[1]->fid);
+	fi_close(&cq[0]->fid);
+	fi_close(&cq[1]->fid);
+	fi_close(&av->fid);
+	fi_close(&dom->fid);
+	fi_close(&fab->fid);
+	fi_freeinfo(info);
+	return 0;
+}
