@@ -57,8 +57,8 @@ impl OutBytes<'_> {
 /// Which frame `posted` confirms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// The head of the peer's queue.
-    Queued,
+    /// Entry `k` of the peer's queue (0: its head).
+    Queued(usize),
     /// `n` bytes of send `key`'s pushed data.
     Data { key: u64, n: u64 },
 }
@@ -248,23 +248,35 @@ impl Machine {
     /// back `freed` bytes so far) covers it: the head of its queue, else
     /// the next piece of data a send pushes there. Publish it, then say
     /// `posted(ix, next)`.
+    ///
+    /// While the head waits for credit, what costs none goes past it: the
+    /// first control frame of the queue (FIN, CTS, CTW, WDONE), else
+    /// pushed data. They belong to rendezvous already under way, which
+    /// the peer may be waiting for before it gives credit back (a target
+    /// holding later one-sided requests until an earlier one's data is
+    /// in, `ep/rma.rs`).
     pub fn poll_post(&mut self, ix: PeerIx, freed: u64) -> Option<Outgoing<'_>> {
         let payload_max = self.cfg.payload_max as u64;
         let p = self.peers.get_mut(ix)?.as_mut()?;
         p.freed = freed;
         if let Some(q) = p.outq.front() {
-            if p.credit() < q.cost {
-                return None;
-            }
-            let bytes = match q.frame {
-                Frame::Eager { .. } => OutBytes::Copy(&q.bytes),
-                _ => OutBytes::Frame(&q.frame),
+            let k = if p.credit() >= q.cost {
+                Some(0)
+            } else {
+                p.outq.iter().position(|q| q.cost == 0)
             };
-            return Some(Outgoing {
-                head: q.frame.head(),
-                bytes,
-                next: Next::Queued,
-            });
+            if let Some(k) = k {
+                let q = &p.outq[k];
+                let bytes = match q.frame {
+                    Frame::Eager { .. } => OutBytes::Copy(&q.bytes),
+                    _ => OutBytes::Frame(&q.frame),
+                };
+                return Some(Outgoing {
+                    head: q.frame.head(),
+                    bytes,
+                    next: Next::Queued(k),
+                });
+            }
         }
         let &key = p.pushes.front()?;
         let t = self.tx.get(&key).expect("a pushing send is in flight");
@@ -285,9 +297,9 @@ impl Machine {
     /// The frame `poll_post` offered is published.
     pub fn posted(&mut self, ix: PeerIx, next: Next) {
         match next {
-            Next::Queued => {
+            Next::Queued(k) => {
                 let p = self.peer(ix);
-                let q = p.outq.pop_front().expect("posted what poll_post offered");
+                let q = p.outq.remove(k).expect("posted what poll_post offered");
                 p.charged += q.cost;
                 p.outq_cost -= q.cost;
                 let pos = p.tail;

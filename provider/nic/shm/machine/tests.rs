@@ -781,3 +781,42 @@ fn an_unreachable_sender_fails_its_receives_and_takes_its_grants_back() {
         }]
     );
 }
+
+#[test]
+fn what_costs_no_credit_goes_past_a_message_waiting_for_credit() {
+    let b = test_addr(2);
+    let cost = credit_cost(200);
+    let mut m = machine(0, true);
+    m.connect(0, b, 4 * cost);
+    // A pushed rendezvous, under way.
+    let data = vec![5u8; 300];
+    let src: Box<dyn SendSource> = Box::new(data.clone());
+    m.send_rts(0, 1, &hdr(300, 1), src, vec![(0x1000, 300)]).unwrap();
+    drain(&mut m, 0, 0, 1);
+    m.ring_claimed(0, b, 42);
+    m.on_frame(0, Ok(Frame::Cts { key: 1, rid: 33 }), None);
+    // Injects beyond the loan wait in the queue.
+    let queued: Vec<u64> = (10..16)
+        .filter(|&op| eager_now(&mut m, 0, op, 200, 0, true) == EagerStep::Queued)
+        .collect();
+    assert!(!queued.is_empty());
+    // Meanwhile a control frame for the peer: it and the pushed data (the
+    // peer may wait for them before it gives any credit back) go past.
+    m.enqueue(0, Frame::Fin { key: 9, status: 0 });
+    let out = drain(&mut m, 0, 0, 10);
+    let kinds: Vec<Frame> = out.iter().map(parse).collect();
+    assert!(matches!(kinds[0], Frame::Fin { key: 9, .. }), "{kinds:?}");
+    assert!(matches!(kinds[1], Frame::Data { rid: 33, off: 0, .. }), "{kinds:?}");
+    assert!(matches!(kinds[2], Frame::Data { rid: 33, off: 256, .. }), "{kinds:?}");
+    assert_eq!(out.len(), 3, "the messages still wait for credit");
+    // Credit back: the queue goes on in order.
+    let out = drain(&mut m, 0, 10 * cost, 10);
+    let ops: Vec<u64> = out
+        .iter()
+        .map(|f| match parse(f) {
+            Frame::Eager { hdr } => hdr.tag,
+            f => panic!("{f:?}"),
+        })
+        .collect();
+    assert_eq!(ops, queued);
+}
