@@ -67,6 +67,10 @@ pub(crate) struct Head {
     pub kind: ReqKind,
     /// Remote CQ data (in `MsgHdr::data`) goes with a write.
     pub has_data: bool,
+    /// The initiator offers this request ordered (it is no larger than
+    /// its endpoint's `max_order_*_size`): the target applies it only
+    /// after every ordered request of that initiator before it.
+    pub ordered: bool,
     pub class: AtomicClass,
     /// Atomics: libfabric's `enum fi_op` and `enum fi_datatype`, and how
     /// many elements.
@@ -95,6 +99,8 @@ const LEN: usize = 24;
 
 const F_DATA: u8 = 1;
 const F_CLASS_SHIFT: u8 = 1;
+const F_CLASS_MASK: u8 = 3 << F_CLASS_SHIFT;
+const F_ORDERED: u8 = 1 << 3;
 
 impl Head {
     pub(crate) fn emit(&self) -> [u8; HEAD_LEN] {
@@ -105,7 +111,7 @@ impl Head {
             AtomicClass::Fetch => 1,
             AtomicClass::Compare => 2,
         };
-        b[FLAGS] = (u8::from(self.has_data) * F_DATA) | (class << F_CLASS_SHIFT);
+        b[FLAGS] = (u8::from(self.has_data) * F_DATA) | (class << F_CLASS_SHIFT) | (u8::from(self.ordered) * F_ORDERED);
         b[OP] = self.op;
         b[DATATYPE] = self.datatype;
         b[COUNT..COUNT + 4].copy_from_slice(&self.count.to_le_bytes());
@@ -127,7 +133,10 @@ impl Head {
             4 => ReqKind::Atomic,
             _ => return None,
         };
-        let class = match b[FLAGS] >> F_CLASS_SHIFT {
+        if b[FLAGS] & !(F_DATA | F_CLASS_MASK | F_ORDERED) != 0 {
+            return None;
+        }
+        let class = match (b[FLAGS] & F_CLASS_MASK) >> F_CLASS_SHIFT {
             0 => AtomicClass::Plain,
             1 => AtomicClass::Fetch,
             2 => AtomicClass::Compare,
@@ -136,6 +145,7 @@ impl Head {
         Some(Head {
             kind,
             has_data: b[FLAGS] & F_DATA != 0,
+            ordered: b[FLAGS] & F_ORDERED != 0,
             class,
             op: b[OP],
             datatype: b[DATATYPE],
@@ -156,6 +166,7 @@ mod tests {
         let h = Head {
             kind: ReqKind::Atomic,
             has_data: true,
+            ordered: true,
             class: AtomicClass::Compare,
             op: 17,
             datatype: 9,
@@ -175,5 +186,13 @@ mod tests {
         bad = b;
         bad[FLAGS] = 3 << F_CLASS_SHIFT;
         assert_eq!(Head::parse(&bad), None);
+        bad[FLAGS] = 1 << 4;
+        assert_eq!(Head::parse(&bad), None);
+        let plain = Head {
+            ordered: false,
+            class: AtomicClass::Plain,
+            ..h
+        };
+        assert_eq!(Head::parse(&plain.emit()), Some(plain));
     }
 }

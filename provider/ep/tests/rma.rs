@@ -341,3 +341,67 @@ fn malformed_and_stray_messages_are_dropped_and_counted() {
     b[0] = 99;
     assert!(Head::parse(&b).is_none());
 }
+
+#[test]
+fn an_ordered_read_is_answered_with_the_bytes_of_its_turn() {
+    for (order_max, want) in [(64, [1u8; 4]), (0, [2u8; 4])] {
+        let mut p = Pair::new();
+        p.a.os.order_max = order_max;
+        let mut region = vec![0u8; 8];
+        p.register(&mut region, FI_REMOTE_WRITE | FI_REMOTE_READ);
+        let (mut one, mut two, mut dst) = ([1u8; 4], [2u8; 4], [0u8; 4]);
+        assert!(p.start(RmaDir::Write, local(&mut one), remote(0, 4), None, 0));
+        assert!(p.start(RmaDir::Read, local(&mut dst), remote(0, 4), None, 0));
+        assert!(p.start(RmaDir::Write, local(&mut two), remote(0, 4), None, 0));
+        // All three arrive in one pass; the answers leave after it.
+        p.round_trip();
+        assert_eq!(region[..4], [2u8; 4]);
+        assert_eq!(
+            dst, want,
+            "order_max {order_max}: ordered, the read saw the first write only"
+        );
+    }
+}
+
+#[test]
+fn a_request_by_rendezvous_holds_back_what_its_peer_sent_after_it() {
+    let mut p = Pair::new();
+    p.a.os.order_max = 64;
+    let mut region = vec![0u8; 8];
+    p.register(&mut region, FI_REMOTE_WRITE);
+    let (mut one, mut two) = ([1u8; 8], [2u8; 8]);
+    assert!(p.start(RmaDir::Write, local(&mut one), remote(0, 8), None, 0));
+    assert!(p.start(RmaDir::Write, local(&mut two), remote(0, 8), None, 0));
+    let mut sends = std::mem::take(&mut p.a.wires.udp.sends);
+    let (second, second_data) = sends.pop().unwrap();
+    let (first, first_data) = sends.pop().unwrap();
+    let credit = Credit::Udp {
+        peer: peer(A),
+        bytes: 1,
+    };
+    // The first comes by rendezvous (a wire short of credit may send a
+    // small message so), the second eagerly behind it.
+    let Take::Accept { op, mut sink, .. } = p.b.arrive(peer(A), first.hdr, rndv(4), credit) else {
+        panic!("staged")
+    };
+    assert!(matches!(
+        p.b.arrive(peer(A), second.hdr, Body::Bytes(&second_data), credit),
+        Take::Kept
+    ));
+    p.b.with(|h, w| h.send_replies(w, 0));
+    assert_eq!(region, [0u8; 8], "the second waits for the first");
+    sink.write_at(0, &first_data);
+    drop(sink);
+    p.b.event(WireEvent::RecvDone {
+        op,
+        written: first_data.len(),
+    });
+    assert_eq!(region, [1u8; 8], "the first is applied once in");
+    p.b.with(|h, w| h.send_replies(w, 0));
+    assert_eq!(region, [2u8; 8], "then the second");
+    Pair::deliver(&mut p.b, &mut p.a, peer(B));
+    assert_eq!(p.completions().len(), 2);
+    // The staged one's went back with its accept (the wire's part); the
+    // waiting one's once its answer left.
+    assert_eq!(p.b.wires.udp.credits, vec![credit]);
+}
