@@ -21,6 +21,8 @@
 //!           split: ≥ 32 KiB: receiver arms a grant, CTW{key, rid, at, grant, iov} ──►
 //!                  sender CMA-writes the tail under the grant ──► WDONE{rid}
 //!                  while the receiver reads the head; then ──► FIN{key}
+//!                  (with every grant word of the sender's ring armed, the
+//!                  receive waits for the next one to come back)
 //!           push:  CMA refused: CTS{key, rid} ──► sender pushes DATA{rid, off}
 //!                  frames; the receiver answers FIN{key} once all arrived
 //! ```
@@ -334,6 +336,10 @@ pub(crate) struct Machine {
     banned: Vec<RingIx>,
     /// Peers whose memory the kernel refused to let us read.
     no_cma: HashSet<SocketAddr, KeyedState>,
+    /// Per ring of our mailbox, split receives waiting for one of its
+    /// grant words (all armed for other receives from that sender), by
+    /// rid, oldest first.
+    grant_waits: Vec<VecDeque<u64>>,
     tx: HashMap<u64, TxRndv, KeyedState>,
     next_key: u64,
     held: HashMap<u64, HeldRts, KeyedState>,
@@ -363,6 +369,7 @@ impl Machine {
             active: Vec::new(),
             banned: Vec::new(),
             no_cma: HashSet::with_hasher(KeyedState(seed)),
+            grant_waits: vec![VecDeque::new(); cfg.nrings],
             tx: HashMap::with_hasher(KeyedState(seed ^ 1)),
             next_key: 1,
             held: HashMap::with_hasher(KeyedState(seed ^ 2)),

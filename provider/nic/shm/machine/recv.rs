@@ -249,7 +249,11 @@ impl Machine {
     }
 
     /// The grant word of ring `ring` that `ArmGrant` got: `None` if all
-    /// are in use (then we read it all ourselves).
+    /// are in use. Then the receive waits for one of them to come back
+    /// (each is armed for a split receive from the same sender, which
+    /// ends with its WDONE), so that the sender keeps copying its share
+    /// however many of its messages arrive at once; with none of ours in
+    /// flight to free one, we read it all ourselves.
     pub fn grant_armed(&mut self, ring: RingIx, rid: u64, grant: Option<usize>) {
         if !self
             .rx
@@ -258,8 +262,17 @@ impl Machine {
         {
             // Armed for a receive that no longer waits for it.
             if let Some(grant) = grant {
-                self.actions.push_back(Action::RevokeGrant { ring, grant, rid });
+                self.revoke_grant(ring, grant, rid);
             }
+            return;
+        }
+        if grant.is_none()
+            && self
+                .rx
+                .values()
+                .any(|rx| matches!(&rx.state, RxState::Split { s, .. } if s.ring == ring))
+        {
+            self.grant_waits[ring].push_back(rid);
             return;
         }
         let mut rx = self.rx.remove(&rid).expect("checked above");
@@ -307,6 +320,24 @@ impl Machine {
         self.rx.insert(rid, rx);
     }
 
+    /// Takes grant `grant` of ring `ring` back from `rid` (waiting for a
+    /// write under it that runs), and arms it again for the oldest receive
+    /// still waiting for a grant of that ring.
+    fn revoke_grant(&mut self, ring: RingIx, grant: usize, rid: u64) {
+        self.actions.push_back(Action::RevokeGrant { ring, grant, rid });
+        while let Some(next) = self.grant_waits[ring].pop_front() {
+            // Receives cancelled or failed meanwhile are skipped.
+            if self
+                .rx
+                .get(&next)
+                .is_some_and(|rx| matches!(rx.state, RxState::Arming(_)))
+            {
+                self.actions.push_back(Action::ArmGrant { ring, rid: next });
+                break;
+            }
+        }
+    }
+
     /// A cross-memory copy (`CmaRead`, `CmaWrite`) is over.
     pub fn cma_done(&mut self, token: Token, r: Copied) {
         let rid = match token {
@@ -346,11 +377,7 @@ impl Machine {
                 // The sender's write is revoked (or waited for) before the
                 // buffers change hands; its WDONE then finds no split.
                 if wdone.is_none() {
-                    self.actions.push_back(Action::RevokeGrant {
-                        ring: s.ring,
-                        grant,
-                        rid,
-                    });
+                    self.revoke_grant(s.ring, grant, rid);
                 }
                 self.read_failed(rid, rx, s.sink, e);
             }
@@ -417,11 +444,7 @@ impl Machine {
         };
         // Normally DONE already (or never taken): this only waits on a
         // sender that says WDONE while still writing.
-        self.actions.push_back(Action::RevokeGrant {
-            ring: s.ring,
-            grant,
-            rid,
-        });
+        self.revoke_grant(s.ring, grant, rid);
         if head_read {
             self.split_over(rid, rx, s, status);
         } else {
@@ -502,11 +525,8 @@ impl Machine {
                 head_read: true,
                 wdone: None,
             } => {
-                self.actions.push_back(Action::RevokeGrant {
-                    ring: s.ring,
-                    grant: *grant,
-                    rid,
-                });
+                let (ring, grant) = (s.ring, *grant);
+                self.revoke_grant(ring, grant, rid);
                 self.stats.revoked += 1;
             }
             RxState::Push { .. } => {}
@@ -521,6 +541,11 @@ impl Machine {
     /// are gone (the application may free them as soon as the endpoint is
     /// closed): every grant is revoked.
     pub fn close(&mut self) {
+        // Nothing is armed any more: receives waiting for a grant stay
+        // where they are.
+        for q in &mut self.grant_waits {
+            q.clear();
+        }
         let mut splits: Vec<(u64, RingIx, usize)> = self
             .rx
             .iter()
@@ -579,11 +604,8 @@ impl Machine {
         for rid in dead {
             let rx = self.rx.remove(&rid).expect("found above");
             if let (true, RxState::Split { s, grant, .. }) = (revoke, &rx.state) {
-                self.actions.push_back(Action::RevokeGrant {
-                    ring: s.ring,
-                    grant: *grant,
-                    rid,
-                });
+                let (ring, grant) = (s.ring, *grant);
+                self.revoke_grant(ring, grant, rid);
             }
             self.event(WireEvent::RecvFailed { op: rx.op, err });
         }

@@ -820,3 +820,39 @@ fn what_costs_no_credit_goes_past_a_message_waiting_for_credit() {
         .collect();
     assert_eq!(ops, queued);
 }
+
+#[test]
+fn with_every_grant_word_armed_a_split_waits_for_one_to_come_back() {
+    let (mut m, first) = split(100_000);
+    // A second large message from the same sender; its grant word is not
+    // to be had while the first holds the last one.
+    let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
+        panic!()
+    };
+    assert!(m.free_credit(credit).is_some());
+    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
+    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
+        panic!()
+    };
+    m.grant_armed(0, second, None);
+    assert!(actions(&mut m).is_empty(), "it waits: the sender will copy its share");
+    // The first one's sender wrote its part: its grant word goes back and
+    // is armed for the second at once.
+    m.cma_done(Token::Head(first), Ok(49_152));
+    m.on_frame(0, Ok(Frame::Wdone { rid: first, status: 0 }), None);
+    let a = actions(&mut m);
+    assert!(
+        matches!(
+            &a[..],
+            [Action::RevokeGrant { ring: 0, grant: 3, rid: f }, Action::ArmGrant { ring: 0, rid: s }, ..]
+            if *f == first && *s == second
+        ),
+        "{a:?}"
+    );
+    m.grant_armed(0, second, Some(3));
+    assert!(matches!(
+        &actions(&mut m)[..],
+        [Action::Post { frame: Frame::Ctw { key: 6, grant: 3, .. }, .. }, Action::CmaRead { token: Token::Head(r), .. }]
+        if *r == second
+    ));
+}
