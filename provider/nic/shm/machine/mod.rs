@@ -222,6 +222,12 @@ struct PeerOut {
     freed: u64,
     /// Position of the next slot we publish.
     tail: u64,
+    /// Control frames (FIN, CTS, CTW, WDONE) waiting for room: they go
+    /// before any queued message. They cost no credit and belong to
+    /// rendezvous already under way, which the peer may be waiting for
+    /// before it takes (and gives credit back for) what we queued: behind
+    /// a queue of requests in a full ring they would stall both ways.
+    ctrlq: VecDeque<Frame>,
     outq: VecDeque<Queued>,
     /// Credit bytes of the frames in `outq`.
     outq_cost: u64,
@@ -229,7 +235,8 @@ struct PeerOut {
     /// (position, op), oldest first.
     delivery: VecDeque<(u64, OpId)>,
     /// Sends pushing data to this peer (it answered CTS), by key, oldest
-    /// first; their DATA frames go when `outq` is empty.
+    /// first; their DATA frames go when `outq` is empty, or its head waits
+    /// for credit.
     pushes: VecDeque<u64>,
 }
 

@@ -856,3 +856,28 @@ fn with_every_grant_word_armed_a_split_waits_for_one_to_come_back() {
         if *r == second
     ));
 }
+
+#[test]
+fn control_frames_go_before_messages_waiting_for_room() {
+    let mut m = machine(0, true);
+    m.connect(0, test_addr(2), 0);
+    // Messages that found the ring full wait in the queue, in order.
+    for op in 1..4 {
+        let src = vec![op as u8; 100];
+        m.eager_queue(0, op, &hdr(100, op), &src, false);
+    }
+    // An answer to the peer's rendezvous, which it may be waiting for
+    // before it takes anything of ours out of its ring.
+    m.enqueue(0, Frame::Fin { key: 9, status: 0 });
+    let out = drain(&mut m, 0, 0, 10);
+    let tags: Vec<u64> = out
+        .iter()
+        .map(|f| match parse(f) {
+            Frame::Fin { key, .. } => 1000 + key,
+            Frame::Eager { hdr } => hdr.tag,
+            f => panic!("{f:?}"),
+        })
+        .collect();
+    assert_eq!(tags, vec![1009, 1, 2, 3]);
+    assert_eq!(m.backlogged(), 0);
+}
