@@ -198,12 +198,19 @@ pub(crate) struct Landing {
     ev: MrEvent,
     /// An ordered write: its peer's lane waits for it.
     ordered: bool,
+    /// A WRITE_HEAD's data, answered by a response; a direct write's end
+    /// of rendezvous answers for itself.
+    answer: bool,
 }
 
 /// How a part's request messages go out.
 struct PartMsgs {
     /// Largest write whose data rides in its request.
     inline: usize,
+    /// Writes larger than this without remote CQ data go as one direct
+    /// rendezvous message (`onesided::WRITE`): the peer's wire is one that
+    /// `refuses` and sends them by rendezvous (usize::MAX: not that wire).
+    direct: usize,
     flags: SendFlags,
     /// Remote CQ data (the last part of a write).
     data: Option<u64>,
@@ -405,13 +412,21 @@ impl Handler<'_> {
             return Err(Busy);
         }
         // Writes that fit one eager message of the peer's wire with their
-        // head go in one; larger ones as a head and a data message.
-        let inline = wires.eager_max(peer).saturating_sub(HEAD_LEN);
+        // head go in one; larger ones as a head and a data message, or,
+        // where the peer's wire refuses a rendezvous with the target's
+        // error, as one direct message (without remote CQ data).
+        let eager = wires.eager_max(peer);
+        let inline = eager.saturating_sub(HEAD_LEN);
+        let direct = if wires.refuses(peer) { eager } else { usize::MAX };
+        let last_part = a.remote.len().saturating_sub(1);
         let msgs: usize = a
             .remote
             .iter()
-            .map(|r| {
-                if a.dir == RmaDir::Write && r.len as usize > inline {
+            .enumerate()
+            .map(|(i, r)| {
+                let n = r.len as usize;
+                let plain = i != last_part || a.data.is_none();
+                if a.dir == RmaDir::Write && n > inline && !(plain && n > direct) {
                     2
                 } else {
                     1
@@ -472,6 +487,7 @@ impl Handler<'_> {
             let data = if i == last { a.data } else { None };
             let p = PartMsgs {
                 inline,
+                direct,
                 flags,
                 data,
                 ordered,
@@ -498,6 +514,7 @@ impl Handler<'_> {
         (operand, compare): (Vec<u8>, Vec<u8>),
         PartMsgs {
             inline,
+            direct,
             flags,
             data,
             ordered,
@@ -527,6 +544,19 @@ impl Handler<'_> {
         match dir {
             RmaDir::Write if len <= inline => {
                 msgs.push((req_hdr(len), IovSource::with_head(Box::new(head.emit()), piece)));
+            }
+            RmaDir::Write if len > direct && data.is_none() => {
+                // No response comes: the rendezvous' end answers.
+                if let Some(Req::Part(p)) = self.reqs.get_mut(op) {
+                    p.answered = true;
+                }
+                let hdr = MsgHdr {
+                    tag: r.key,
+                    data: r.addr,
+                    len: len as u64,
+                    flags: onesided::WRITE,
+                };
+                msgs.push((hdr, IovSource::new(piece)));
             }
             RmaDir::Write => {
                 head.kind = ReqKind::WriteHead;
@@ -569,6 +599,9 @@ impl Handler<'_> {
                 Sent::Done => {}
             }
         }
+        // A direct write a wire finished at once (none does: it goes by
+        // rendezvous) would end here.
+        self.part_event(op, |_| {});
         Ok(())
     }
 
@@ -688,6 +721,9 @@ impl Handler<'_> {
         if hdr.flags & onesided::BODY != 0 {
             return self.write_body(peer, hdr, body);
         }
+        if hdr.flags & onesided::WRITE != 0 {
+            return self.direct_write(peer, hdr, body);
+        }
         match body {
             Body::Bytes(b) => self.request(peer, hdr, b, Some(credit)),
             Body::Shared(s) => {
@@ -804,6 +840,12 @@ impl Handler<'_> {
                         wires.give_back(w.credit);
                         if let Some(h) = held {
                             wires.discard(h, now);
+                        }
+                    }
+                    Take::Refuse { err } => {
+                        wires.give_back(w.credit);
+                        if let Some(h) = held {
+                            wires.refuse(h, err, now);
                         }
                     }
                 }
@@ -982,6 +1024,7 @@ impl Handler<'_> {
                     len,
                     ev,
                     ordered,
+                    answer: true,
                 };
                 if ordered {
                     // Lands later: what the peer sends next waits for it.
@@ -1007,6 +1050,37 @@ impl Handler<'_> {
         Take::Done
     }
 
+    /// Target: a direct write (`onesided::WRITE`): checked, then pulled
+    /// straight into our memory; refused with the error otherwise (its
+    /// sender's send fails with it). It always comes by rendezvous.
+    fn direct_write(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>) -> Take {
+        if !matches!(body, Body::Rndv(_)) {
+            self.drop_msg(peer, "a direct write not sent by rendezvous", None);
+            return Take::Done;
+        }
+        let len = hdr.len as usize;
+        let (mem, ev) = match self.face.resolve(hdr.tag, hdr.data, hdr.len, FI_REMOTE_WRITE) {
+            Ok(m) => m,
+            Err(err) => return Take::Refuse { err },
+        };
+        let ranges = mem.mem_ranges();
+        let landing = Landing {
+            peer,
+            cookie: 0,
+            data: None,
+            len,
+            ev,
+            ordered: false,
+            answer: false,
+        };
+        let op = self.reqs.insert_part(Dir::Rx, Req::Landing(Box::new(landing)));
+        Take::Accept {
+            op,
+            sink: Box::new(IovSink::new(mem)),
+            ranges,
+        }
+    }
+
     /// Target: a large write's data is in (or failed to come).
     pub(super) fn landed(&mut self, op: OpId, err: Option<i32>) {
         let Some(Req::Landing(l)) = self.reqs.remove(op) else {
@@ -1015,13 +1089,15 @@ impl Handler<'_> {
         if err.is_none() {
             self.face.remote_done(FI_REMOTE_WRITE, l.data, l.len, l.ev);
         }
-        self.reply(Reply {
-            peer: l.peer,
-            cookie: l.cookie,
-            status: err.unwrap_or(0),
-            body: ReplyBody::Empty,
-            credit: None,
-        });
+        if l.answer {
+            self.reply(Reply {
+                peer: l.peer,
+                cookie: l.cookie,
+                status: err.unwrap_or(0),
+                body: ReplyBody::Empty,
+                credit: None,
+            });
+        }
         if l.ordered {
             self.lane_leave(l.peer);
         }

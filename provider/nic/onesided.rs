@@ -23,6 +23,11 @@
 //!   ATOMIC     head + operands [+ compare values]; the response carries
 //!              the values before the operation for fetching forms
 //!   RESP       tag: part id, data: status (0 or a positive libfabric error)
+//!   WRITE      a large write without remote CQ data, as one rendezvous
+//!              message: tag: key, data: remote address, the data itself
+//!              pulled straight into the target's memory; no response:
+//!              the wire's end of the rendezvous answers (on a wire that
+//!              `refuses`, shm, whose FIN carries the target's status)
 //! ```
 //!
 //! Every request message starts with a `Head` (32 bytes; `emit` and
@@ -43,8 +48,12 @@ pub(crate) const REQ: u32 = 1 << 2;
 pub(crate) const BODY: u32 = 1 << 3;
 /// `MsgHdr::flags` of a response.
 pub(crate) const RESP: u32 = 1 << 4;
+/// `MsgHdr::flags` of a direct write: a large write as one rendezvous
+/// message, no head (`MsgHdr::tag` is the key, `MsgHdr::data` the remote
+/// address), answered by its wire's FIN.
+pub(crate) const WRITE: u32 = 1 << 5;
 /// Any one-sided message.
-pub(crate) const ONESIDED: u32 = REQ | BODY | RESP;
+pub(crate) const ONESIDED: u32 = REQ | BODY | RESP | WRITE;
 
 /// The largest request a target stages when a wire brings it by
 /// rendezvous (the shm wire may, short of credit): a head and a write as

@@ -238,6 +238,8 @@ static void scn_rma_refused(void)
 		{ "read of a write-only region", 1, woa, wok, 8, FI_EACCES },
 		{ "write beyond the region", 0, woa + 4000, wok, 200, FI_EACCES },
 		{ "large write beyond the region", 0, woa + 8, wok, 8192, FI_EACCES },
+		{ "large write, unknown key", 0, woa, 0xBAD, 8192, FI_EINVAL },
+		{ "large write to a read-only region", 0, roa, rok, 8192, FI_EACCES },
 		{ "read beyond the region", 1, roa + 4095, rok, 2, FI_EACCES },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

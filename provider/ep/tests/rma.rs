@@ -405,3 +405,50 @@ fn a_request_by_rendezvous_holds_back_what_its_peer_sent_after_it() {
     // waiting one's once its answer left.
     assert_eq!(p.b.wires.udp.credits, vec![credit]);
 }
+
+#[test]
+fn a_large_write_over_a_wire_that_refuses_goes_as_one_message() {
+    for (access, err) in [(FI_REMOTE_WRITE, None), (FI_REMOTE_READ, Some(FI_EACCES))] {
+        let mut p = Pair::new();
+        // The target is local: its wire (shm) refuses with the target's
+        // error, so the rendezvous' end answers the write.
+        p.a.wires.local = vec![peer(B)];
+        let n = FAKE_EAGER * 4;
+        let mut region = vec![0u8; n];
+        p.register(&mut region, access);
+        let mut src = vec![0x77u8; n];
+        assert!(p.start(RmaDir::Write, local(&mut src), remote(0, n), None, 0));
+        let (s, data) = p.a.wires.shm.sends.pop().unwrap();
+        assert!(p.a.wires.shm.sends.is_empty(), "one message");
+        assert_eq!(
+            (s.hdr.flags, s.hdr.tag, s.hdr.data, s.hdr.len),
+            (onesided::WRITE, KEY, 0, n as u64)
+        );
+        let credit = Credit::Udp {
+            peer: peer(A),
+            bytes: 1,
+        };
+        match (p.b.arrive(peer(A), s.hdr, rndv(5), credit), err) {
+            (Take::Accept { op, mut sink, ranges }, None) => {
+                assert_eq!(ranges, vec![(region.as_ptr() as u64, n as u64)]);
+                sink.write_at(0, &data);
+                drop(sink);
+                p.b.event(WireEvent::RecvDone { op, written: n });
+                assert_eq!(region, src);
+                assert_eq!(*p.b.face.remote.borrow(), vec![(FI_REMOTE_WRITE, None, n)]);
+                p.b.with(|h, w| h.send_replies(w, 0));
+                assert!(p.b.wires.udp.sends.is_empty(), "no response: the FIN answers");
+                assert_eq!(p.completions(), vec![], "not before the wire's end");
+                p.a.event(WireEvent::SendDone { op: s.op });
+            }
+            (Take::Refuse { err: e }, Some(want)) => {
+                assert_eq!(e, want);
+                assert_eq!(region, vec![0u8; n], "nothing written");
+                p.a.event(WireEvent::SendFailed { op: s.op, err: e });
+            }
+            _ => panic!("access {access:#x}"),
+        }
+        assert_eq!(p.completions(), vec![(77, FI_RMA | FI_WRITE, err)]);
+        assert_eq!(p.a.reqs.len(Dir::Tx), 0);
+    }
+}

@@ -161,9 +161,19 @@ impl Machine {
     /// A rendezvous message nobody will receive: its sender's send
     /// completes.
     pub fn discard(&mut self, held: u64) {
+        self.finish_held(held, 0);
+    }
+
+    /// A rendezvous message refused with `err` (a positive libfabric
+    /// error): its sender's send fails with it (the FIN says -err).
+    pub fn refuse(&mut self, held: u64, err: i32) {
+        self.finish_held(held, -err.abs());
+    }
+
+    fn finish_held(&mut self, held: u64, status: i32) {
         if let Some(h) = self.held.remove(&held) {
             if !self.orphaned(&h) {
-                self.post(h.peer, Frame::Fin { key: h.key, status: 0 });
+                self.post(h.peer, Frame::Fin { key: h.key, status });
             }
         }
     }

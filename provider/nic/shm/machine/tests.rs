@@ -881,3 +881,48 @@ fn control_frames_go_before_messages_waiting_for_room() {
     assert_eq!(tags, vec![1009, 1, 2, 3]);
     assert_eq!(m.backlogged(), 0);
 }
+
+#[test]
+fn a_refused_rendezvous_fails_its_sender_with_the_receivers_error() {
+    let mut m = machine(0, true);
+    m.ring_claimed(0, test_addr(1), 42);
+    let OnFrame::Rndv { held, .. } = m.on_frame(0, Ok(rts_frame(5, 9000)), None) else {
+        panic!()
+    };
+    m.refuse(held, crate::ffi::FI_EACCES);
+    assert_eq!(
+        posts(&actions(&mut m)),
+        vec![(
+            test_addr(1),
+            Frame::Fin {
+                key: 5,
+                status: -crate::ffi::FI_EACCES
+            }
+        )]
+    );
+    // The sender's side of such a FIN.
+    let mut s = machine(0, true);
+    s.connect(0, test_addr(1), 0);
+    let src: Box<dyn SendSource> = Box::new(vec![1u8; 9000]);
+    s.send_rts(0, 3, &hdr(9000, 3), src, vec![(0x1000, 9000)]).unwrap();
+    let out = drain(&mut s, 0, 0, 1);
+    let Frame::Rts { key, .. } = parse(&out[0]) else {
+        panic!()
+    };
+    s.ring_claimed(0, test_addr(1), 43);
+    s.on_frame(
+        0,
+        Ok(Frame::Fin {
+            key,
+            status: -crate::ffi::FI_EACCES,
+        }),
+        None,
+    );
+    assert_eq!(
+        events(&mut s),
+        vec![WireEvent::SendFailed {
+            op: 3,
+            err: crate::ffi::FI_EACCES
+        }]
+    );
+}
