@@ -999,4 +999,49 @@ mod tests {
         };
         assert_eq!(r.err(), Some(-FI_ENODATA));
     }
+
+    /// The RMA and atomic ordering bits are offered with their size; the
+    /// send-related ones, and sizes beyond it, are not.
+    #[test]
+    fn one_sided_ordering_is_offered_up_to_its_size() {
+        let size = max_order_size();
+        assert!(size > 0, "the eager sizes leave room for ordered operations");
+        // SAFETY: zeroed C structs, as in hints_with_caps; the pointers
+        // below outlive every call that reads them.
+        let (mut tx, mut ep): (fi_tx_attr, fi_ep_attr) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let mut h = hints_with_caps(FI_RMA | FI_ATOMIC);
+        h.tx_attr = &mut tx;
+        h.ep_attr = &mut ep;
+        let ask = |h: &fi_info| {
+            // SAFETY: as in offered_caps; `h`'s attr pointers are live.
+            unsafe { offers(crate::FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, h) }
+        };
+        for (order, ok) in [
+            (
+                FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW,
+                true,
+            ),
+            (FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_RAR, true),
+            (FI_ORDER_SAW, false),
+            (FI_ORDER_RAS, false),
+        ] {
+            tx.msg_order = order;
+            h.tx_attr = &mut tx;
+            let r = ask(&h);
+            assert_eq!(r.is_ok(), ok, "msg_order {order:#x}");
+            if let Ok(o) = r {
+                assert!(o
+                    .iter()
+                    .all(|o| o.msg_order & order == order && o.max_order_size == size));
+            }
+        }
+        tx.msg_order = 0;
+        h.tx_attr = &mut tx;
+        ep.max_order_waw_size = size;
+        h.ep_attr = &mut ep;
+        assert!(ask(&h).is_ok());
+        ep.max_order_waw_size = size + 1;
+        h.ep_attr = &mut ep;
+        assert_eq!(ask(&h).err(), Some(-FI_ENODATA));
+    }
 }
