@@ -417,7 +417,12 @@ impl Handler<'_> {
         // error, as one direct message (without remote CQ data).
         let eager = wires.eager_max(peer);
         let inline = eager.saturating_sub(HEAD_LEN);
-        let direct = if wires.refuses(peer) { eager } else { usize::MAX };
+        // (An inject may go eagerly whatever its size: never direct.)
+        let direct = if wires.refuses(peer) && a.flags & FI_INJECT == 0 {
+            eager
+        } else {
+            usize::MAX
+        };
         let last_part = a.remote.len().saturating_sub(1);
         let msgs: usize = a
             .remote

@@ -452,3 +452,16 @@ fn a_large_write_over_a_wire_that_refuses_goes_as_one_message() {
         assert_eq!(p.a.reqs.len(Dir::Tx), 0);
     }
 }
+
+#[test]
+fn an_inject_write_never_goes_direct() {
+    // A wire may send an inject eagerly whatever its size: the target
+    // could then not refuse it, so it keeps its head and response.
+    let mut p = Pair::new();
+    p.a.wires.local = vec![peer(B)];
+    let n = FAKE_EAGER + 100;
+    let mut src = vec![1u8; n];
+    assert!(p.start(RmaDir::Write, local(&mut src), remote(0, n), None, FI_INJECT));
+    let flags: Vec<u32> = p.a.wires.shm.sends.iter().map(|s| s.0.hdr.flags).collect();
+    assert_eq!(flags, [onesided::REQ, onesided::BODY]);
+}
