@@ -442,6 +442,7 @@ impl<P: Port> Exec<P> {
         if self.m.check_due(now) {
             self.check_peers();
         }
+        self.m.expire_grant_waits(now);
         self.run();
     }
 

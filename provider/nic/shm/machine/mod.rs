@@ -64,6 +64,12 @@ pub(crate) const SPLIT_MIN: usize = 32 << 10;
 /// How soon progress must come back while frames wait for ring space or
 /// a delivery: a consumer that frees slots rings no bell.
 const RETRY_NS: u64 = 50_000;
+/// How long a split receive waits for a grant word of its sender's ring
+/// before reading the message all by itself: a sender that writes its
+/// share gives one back within microseconds; one that does not (not
+/// scheduled, or not calling into the provider) must not hold the
+/// receive up.
+pub(crate) const GRANT_WAIT_NS: u64 = 200_000;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Config {
@@ -344,9 +350,11 @@ pub(crate) struct Machine {
     /// Peers whose memory the kernel refused to let us read.
     no_cma: HashSet<SocketAddr, KeyedState>,
     /// Per ring of our mailbox, split receives waiting for one of its
-    /// grant words (all armed for other receives from that sender), by
-    /// rid, oldest first.
-    grant_waits: Vec<VecDeque<u64>>,
+    /// grant words (all armed for other receives from that sender): (rid,
+    /// when the wait was first seen by `expire_grant_waits`, 0 before),
+    /// oldest first; and how many over all rings.
+    grant_waits: Vec<VecDeque<(u64, u64)>>,
+    waiting_grants: usize,
     tx: HashMap<u64, TxRndv, KeyedState>,
     next_key: u64,
     held: HashMap<u64, HeldRts, KeyedState>,
@@ -377,6 +385,7 @@ impl Machine {
             banned: Vec::new(),
             no_cma: HashSet::with_hasher(KeyedState(seed)),
             grant_waits: vec![VecDeque::new(); cfg.nrings],
+            waiting_grants: 0,
             tx: HashMap::with_hasher(KeyedState(seed ^ 1)),
             next_key: 1,
             held: HashMap::with_hasher(KeyedState(seed ^ 2)),
@@ -501,6 +510,8 @@ impl Machine {
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
         if self.queued > 0 || self.pushing > 0 || self.delivering > 0 {
             Some(now + RETRY_NS)
+        } else if self.waiting_grants > 0 {
+            Some(now + GRANT_WAIT_NS)
         } else if self.in_flight() {
             Some(self.last_check + CHECK_EVERY_NS)
         } else {

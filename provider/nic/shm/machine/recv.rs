@@ -5,7 +5,7 @@
 
 use super::{
     Action, CmaErr, Copied, GiveCredit, HeldRts, Machine, OnFrame, RingIn, RingIx, RxOp, RxState, Split, Token,
-    SPLIT_MIN,
+    GRANT_WAIT_NS, SPLIT_MIN,
 };
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
@@ -263,7 +263,8 @@ impl Machine {
     /// (each is armed for a split receive from the same sender, which
     /// ends with its WDONE), so that the sender keeps copying its share
     /// however many of its messages arrive at once; with none of ours in
-    /// flight to free one, we read it all ourselves.
+    /// flight to free one, or after waiting `GRANT_WAIT_NS`
+    /// (`expire_grant_waits`), we read it all ourselves.
     pub fn grant_armed(&mut self, ring: RingIx, rid: u64, grant: Option<usize>) {
         if !self
             .rx
@@ -282,7 +283,8 @@ impl Machine {
                 .values()
                 .any(|rx| matches!(&rx.state, RxState::Split { s, .. } if s.ring == ring))
         {
-            self.grant_waits[ring].push_back(rid);
+            self.grant_waits[ring].push_back((rid, 0));
+            self.waiting_grants += 1;
             return;
         }
         let mut rx = self.rx.remove(&rid).expect("checked above");
@@ -335,7 +337,8 @@ impl Machine {
     /// still waiting for a grant of that ring.
     fn revoke_grant(&mut self, ring: RingIx, grant: usize, rid: u64) {
         self.actions.push_back(Action::RevokeGrant { ring, grant, rid });
-        while let Some(next) = self.grant_waits[ring].pop_front() {
+        while let Some((next, _)) = self.grant_waits[ring].pop_front() {
+            self.waiting_grants -= 1;
             // Receives cancelled or failed meanwhile are skipped.
             if self
                 .rx
@@ -344,6 +347,49 @@ impl Machine {
             {
                 self.actions.push_back(Action::ArmGrant { ring, rid: next });
                 break;
+            }
+        }
+    }
+
+    /// Split receives that waited for a grant word longer than
+    /// `GRANT_WAIT_NS` read their message all by themselves (the executor
+    /// calls this on every pass; it stamps new waits with `now`).
+    pub fn expire_grant_waits(&mut self, now: u64) {
+        if self.waiting_grants == 0 {
+            return;
+        }
+        for ring in 0..self.grant_waits.len() {
+            if self.grant_waits[ring].is_empty() {
+                continue;
+            }
+            // New waits are at the back: stamp them, up to the first one
+            // stamped before.
+            for w in self.grant_waits[ring].iter_mut().rev() {
+                if w.1 != 0 {
+                    break;
+                }
+                w.1 = now.max(1);
+            }
+            while let Some(&(rid, since)) = self.grant_waits[ring].front() {
+                if now.saturating_sub(since) < GRANT_WAIT_NS {
+                    break;
+                }
+                self.grant_waits[ring].pop_front();
+                self.waiting_grants -= 1;
+                let Some(mut rx) = self.rx.remove(&rid) else { continue };
+                match std::mem::replace(&mut rx.state, RxState::Moving) {
+                    RxState::Arming(s) => {
+                        self.actions.push_back(Action::CmaRead {
+                            token: Token::Pull(rid),
+                            pid: rx.pid,
+                            local: s.local,
+                            remote: s.remote,
+                        });
+                        rx.state = RxState::Pull { sink: s.sink };
+                    }
+                    other => rx.state = other,
+                }
+                self.rx.insert(rid, rx);
             }
         }
     }
@@ -556,6 +602,7 @@ impl Machine {
         for q in &mut self.grant_waits {
             q.clear();
         }
+        self.waiting_grants = 0;
         let mut splits: Vec<(u64, RingIx, usize)> = self
             .rx
             .iter()

@@ -926,3 +926,41 @@ fn a_refused_rendezvous_fails_its_sender_with_the_receivers_error() {
         }]
     );
 }
+
+#[test]
+fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
+    let (mut m, _first) = split(100_000);
+    let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
+        panic!()
+    };
+    assert!(m.free_credit(credit).is_some());
+    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
+    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
+        panic!()
+    };
+    m.grant_armed(0, second, None);
+    assert!(actions(&mut m).is_empty());
+    assert_eq!(
+        m.next_deadline(1_000),
+        Some(1_000 + GRANT_WAIT_NS),
+        "progress comes back for it"
+    );
+    // The sender does not write its share of the first: after a while
+    // the second is read whole, without it.
+    m.expire_grant_waits(1_000);
+    m.expire_grant_waits(1_000 + GRANT_WAIT_NS / 2);
+    assert!(actions(&mut m).is_empty(), "not yet");
+    m.expire_grant_waits(1_000 + GRANT_WAIT_NS);
+    assert!(matches!(
+        &actions(&mut m)[..],
+        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == second && local == &vec![(0x3000_0000, 100_000)]
+    ));
+    m.cma_done(Token::Pull(second), Ok(100_000));
+    assert_eq!(
+        events(&mut m),
+        vec![WireEvent::RecvDone {
+            op: 78,
+            written: 100_000
+        }]
+    );
+}
