@@ -62,8 +62,47 @@ pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 pub const TX_OP_FLAGS: u64 =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE | FI_TRIGGER;
 pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_TRIGGER;
-/// Per peer, messages are delivered in send order.
-pub const MSG_ORDER: u64 = FI_ORDER_SAS;
+/// Per peer, messages are delivered in send order (SAS); one-sided
+/// operations up to `max_order_size()` bytes take effect at the target in
+/// the order they were sent, whether RMA or atomic (the target's lanes,
+/// `ep/rma.rs`).
+pub const RMA_ORDER: u64 = FI_ORDER_RAR
+    | FI_ORDER_RAW
+    | FI_ORDER_WAR
+    | FI_ORDER_WAW
+    | FI_ORDER_RMA_RAR
+    | FI_ORDER_RMA_RAW
+    | FI_ORDER_RMA_WAR
+    | FI_ORDER_RMA_WAW
+    | FI_ORDER_ATOMIC_RAR
+    | FI_ORDER_ATOMIC_RAW
+    | FI_ORDER_ATOMIC_WAR
+    | FI_ORDER_ATOMIC_WAW;
+pub const MSG_ORDER: u64 = FI_ORDER_SAS | RMA_ORDER;
+
+/// `max_order_raw_size`, `max_order_war_size` and `max_order_waw_size`:
+/// the largest one-sided operation that travels in one eager message of
+/// either wire with its request head, so that the target applies it on
+/// arrival and ordering it costs no wait (larger ones would be ordered
+/// too, but would hold the ones behind them until their data is in).
+pub fn max_order_size() -> usize {
+    let p = params();
+    let eager = if p.shm {
+        p.rndv_threshold.min(p.shm_eager)
+    } else {
+        p.rndv_threshold
+    };
+    eager.saturating_sub(crate::nic::onesided::HEAD_LEN)
+}
+
+/// The ordering offered: none of the one-sided kinds when no size is.
+fn msg_order() -> u64 {
+    if max_order_size() > 0 {
+        MSG_ORDER
+    } else {
+        FI_ORDER_SAS
+    }
+}
 
 pub const MAX_INJECT: usize = 4096;
 pub const MAX_IOV: usize = 16;
@@ -308,6 +347,8 @@ pub struct Offer {
     pub rx_op_flags: u64,
     pub msg_order: u64,
     pub comp_order: u64,
+    /// max_order_raw/war/waw_size (the endpoint orders up to the largest).
+    pub max_order_size: usize,
     pub inject_size: usize,
     pub tx_size: usize,
     pub rx_size: usize,
@@ -395,6 +436,13 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
         if ep.mem_tag_format != 0 {
             o.mem_tag_format = ep.mem_tag_format;
         }
+        let most = ep
+            .max_order_raw_size
+            .max(ep.max_order_war_size)
+            .max(ep.max_order_waw_size);
+        if most > o.max_order_size {
+            nomatch!("max_order size {} > {}", most, o.max_order_size);
+        }
     }
     // SAFETY: as for `h`.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
@@ -405,7 +453,7 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             nomatch!("tx op_flags {:#x}", tx.op_flags & !TX_OP_FLAGS);
         }
         o.tx_op_flags = tx.op_flags;
-        if tx.msg_order & !MSG_ORDER != 0 {
+        if tx.msg_order & !o.msg_order != 0 {
             nomatch!("tx msg_order {:#x}", tx.msg_order);
         }
         if tx.comp_order & !FI_ORDER_NONE != 0 {
@@ -436,7 +484,7 @@ unsafe fn apply_hints(o: &mut Offer, h: *const fi_info, version: u32) -> Result<
             nomatch!("rx op_flags {:#x}", rx.op_flags & !RX_OP_FLAGS);
         }
         o.rx_op_flags = rx.op_flags;
-        if rx.msg_order & !MSG_ORDER != 0 {
+        if rx.msg_order & !o.msg_order != 0 {
             nomatch!("rx msg_order {:#x}", rx.msg_order);
         }
         if rx.comp_order & !FI_ORDER_NONE != 0 {
@@ -584,8 +632,9 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
         mode: 0,
         tx_op_flags: 0,
         rx_op_flags: 0,
-        msg_order: MSG_ORDER,
+        msg_order: msg_order(),
         comp_order: FI_ORDER_NONE,
+        max_order_size: max_order_size(),
         inject_size: MAX_INJECT,
         tx_size: p.tx_size.min(MAX_QUEUE),
         rx_size: p.rx_size.min(MAX_QUEUE),
@@ -768,6 +817,9 @@ unsafe fn fill(i: *mut fi_info, o: &Offer, version: u32) {
     ep.mem_tag_format = o.mem_tag_format;
     ep.tx_ctx_cnt = 1;
     ep.rx_ctx_cnt = 1;
+    ep.max_order_raw_size = o.max_order_size;
+    ep.max_order_war_size = o.max_order_size;
+    ep.max_order_waw_size = o.max_order_size;
     let d = unsafe { &mut *info.domain_attr };
     d.name = crate::core::c_strdup(&o.iface.name);
     d.threading = o.threading;
@@ -886,6 +938,14 @@ pub unsafe fn offer_from_info(info: *const fi_info) -> Result<Offer, i32> {
     // SAFETY: as above: `info` is a valid fi_info, so a valid hint.
     (unsafe { apply_hints(&mut o, info, crate::FI_API_VERSION) }).map_err(|_| -FI_ENODATA)?;
     o.dest = unsafe { sockaddr_to_std(i.dest_addr as *const u8, i.dest_addrlen) };
+    // The ordering the application kept: an info whose max_order sizes it
+    // set to 0 asks none (then no read is copied to keep it).
+    if let Some(ep) = unsafe { i.ep_attr.as_ref() } {
+        o.max_order_size = ep
+            .max_order_raw_size
+            .max(ep.max_order_war_size)
+            .max(ep.max_order_waw_size);
+    }
     Ok(o)
 }
 
@@ -940,5 +1000,50 @@ mod tests {
             )
         };
         assert_eq!(r.err(), Some(-FI_ENODATA));
+    }
+
+    /// The RMA and atomic ordering bits are offered with their size; the
+    /// send-related ones, and sizes beyond it, are not.
+    #[test]
+    fn one_sided_ordering_is_offered_up_to_its_size() {
+        let size = max_order_size();
+        assert!(size > 0, "the eager sizes leave room for ordered operations");
+        // SAFETY: zeroed C structs, as in hints_with_caps; the pointers
+        // below outlive every call that reads them.
+        let (mut tx, mut ep): (fi_tx_attr, fi_ep_attr) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let mut h = hints_with_caps(FI_RMA | FI_ATOMIC);
+        h.tx_attr = &mut tx;
+        h.ep_attr = &mut ep;
+        let ask = |h: &fi_info| {
+            // SAFETY: as in offered_caps; `h`'s attr pointers are live.
+            unsafe { offers(crate::FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, h) }
+        };
+        for (order, ok) in [
+            (
+                FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW,
+                true,
+            ),
+            (FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_RAR, true),
+            (FI_ORDER_SAW, false),
+            (FI_ORDER_RAS, false),
+        ] {
+            tx.msg_order = order;
+            h.tx_attr = &mut tx;
+            let r = ask(&h);
+            assert_eq!(r.is_ok(), ok, "msg_order {order:#x}");
+            if let Ok(o) = r {
+                assert!(o
+                    .iter()
+                    .all(|o| o.msg_order & order == order && o.max_order_size == size));
+            }
+        }
+        tx.msg_order = 0;
+        h.tx_attr = &mut tx;
+        ep.max_order_waw_size = size;
+        h.ep_attr = &mut ep;
+        assert!(ask(&h).is_ok());
+        ep.max_order_waw_size = size + 1;
+        h.ep_attr = &mut ep;
+        assert_eq!(ask(&h).err(), Some(-FI_ENODATA));
     }
 }

@@ -77,3 +77,87 @@ fn deferred_work_queue_chains_on_counters() {
 fn two_way_write_flood_through_a_small_budget() {
     pair("rma_flood", None);
 }
+
+/// Ordering (FI_ORDER_RAR, RAW, WAR, WAW and their FI_ORDER_RMA_* and
+/// FI_ORDER_ATOMIC_* forms), one bit at a time as the hints ask it: rank 1
+/// posts windows of writes and reads (RMA, atomic, or both) on one block
+/// of rank 0's memory without waiting, and checks what each read saw and
+/// what the block ends as (tests/clients/fitest_rma.h, `rma_order`). A
+/// reference provider that does not offer the bit skips it. gnix runs
+/// with a small credit loan, so that the shm wire sends some requests by
+/// rendezvous, and once more with cross-memory attach off, where such a
+/// request's data comes pushed behind requests sent after it.
+fn order(bit: &str) {
+    let s = Scenario::new("rma_order", 2).arg(bit).timeout(120);
+    if !is_gnix() {
+        s.run();
+        return;
+    }
+    s.env("FI_GNIX_CREDIT_BYTES", "1048576").run();
+    Scenario::new("rma_order", 2)
+        .arg(bit)
+        .timeout(120)
+        .env("FI_GNIX_CREDIT_BYTES", "1048576")
+        .env("FI_GNIX_CMA", "0")
+        .run();
+}
+
+#[test]
+fn order_rar() {
+    order("rar");
+}
+
+#[test]
+fn order_raw() {
+    order("raw");
+}
+
+#[test]
+fn order_war() {
+    order("war");
+}
+
+#[test]
+fn order_waw() {
+    order("waw");
+}
+
+#[test]
+fn order_rma_rar() {
+    order("rma_rar");
+}
+
+#[test]
+fn order_rma_raw() {
+    order("rma_raw");
+}
+
+#[test]
+fn order_rma_war() {
+    order("rma_war");
+}
+
+#[test]
+fn order_rma_waw() {
+    order("rma_waw");
+}
+
+#[test]
+fn order_atomic_rar() {
+    order("atomic_rar");
+}
+
+#[test]
+fn order_atomic_raw() {
+    order("atomic_raw");
+}
+
+#[test]
+fn order_atomic_war() {
+    order("atomic_war");
+}
+
+#[test]
+fn order_atomic_waw() {
+    order("atomic_waw");
+}

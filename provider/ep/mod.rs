@@ -330,7 +330,8 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         );
         return Err(-FI_EINVAL);
     }
-    let st = new_state(dom, o.src, o.tx_size, o.rx_size)?;
+    let mut st = new_state(dom, o.src, o.tx_size, o.rx_size)?;
+    st.os.order_max = o.max_order_size;
     let fd = st.port.wait_fd();
     let ep = Arc::new_cyclic(|me| Ep {
         domain: ParentRef::new(dom),

@@ -24,9 +24,9 @@ use crate::nic::atomic;
 use crate::nic::fabreq::{Dir, NOBODY};
 use crate::nic::iov::{Iov, IovSink, IovSource};
 use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN};
-use crate::nic::wire::{Body, Credit, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
+use crate::nic::wire::{Body, Credit, Held, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
 use crate::progress::now_ns;
-use crate::proto::{MsgHdr, RecvSink};
+use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -196,15 +196,52 @@ pub(crate) struct Landing {
     data: Option<u64>,
     len: usize,
     ev: MrEvent,
+    /// An ordered write: its peer's lane waits for it.
+    ordered: bool,
+    /// A WRITE_HEAD's data, answered by a response; a direct write's end
+    /// of rendezvous answers for itself.
+    answer: bool,
 }
 
 /// How a part's request messages go out.
 struct PartMsgs {
     /// Largest write whose data rides in its request.
     inline: usize,
+    /// Writes larger than this without remote CQ data go as one direct
+    /// rendezvous message (`onesided::WRITE`): the peer's wire is one that
+    /// `refuses` and sends them by rendezvous (usize::MAX: not that wire).
+    direct: usize,
     flags: SendFlags,
     /// Remote CQ data (the last part of a write).
     data: Option<u64>,
+    /// The operation is no larger than `Onesided::order_max`.
+    ordered: bool,
+}
+
+/// Target: one initiator's one-sided messages while an ordered request of
+/// its is still being applied (its data is on its way: a request a wire
+/// brought by rendezvous, an ordered write's data). What arrives behind
+/// it waits here, in arrival order, and is handled once it is done, so
+/// ordered requests take effect in the order they were sent.
+#[derive(Default)]
+struct Lane {
+    /// Requests of this peer being applied that the rest waits for.
+    busy: usize,
+    waiting: VecDeque<Waiting>,
+}
+
+/// A one-sided message waiting in its peer's lane, with its credit.
+struct Waiting {
+    hdr: MsgHdr,
+    body: WaitingBody,
+    credit: Credit,
+}
+
+enum WaitingBody {
+    /// An eager message's bytes, copied.
+    Bytes(Box<[u8]>),
+    /// A rendezvous message its wire keeps.
+    Rndv(Held),
 }
 
 /// What is owed to peers and queued at the endpoint, under its lock.
@@ -219,6 +256,18 @@ pub(crate) struct Onesided {
     inflight: usize,
     /// Malformed or unexpected one-sided messages, and answers dropped.
     pub(super) dropped: u64,
+    /// Our operations up to this many bytes are sent ordered (the
+    /// endpoint's `max_order_raw/war/waw_size`).
+    pub(super) order_max: usize,
+    /// Target: the peers whose ordered requests are being applied (empty
+    /// nearly always: only then does an arrival look a peer up).
+    lanes: HashMap<SocketAddr, Lane>,
+    /// Some lane's wait is over: its messages are handled after the
+    /// progress pass.
+    lanes_free: bool,
+    /// Rendezvous messages of lanes whose peer failed, let go after the
+    /// progress pass.
+    discards: Vec<Held>,
 }
 
 struct Reply {
@@ -233,9 +282,11 @@ struct Reply {
 
 enum ReplyBody {
     Empty,
-    /// A read: straight from our registered memory.
+    /// An unordered read: straight from our registered memory, when the
+    /// answer leaves (or the initiator pulls it).
     Mem(Iov),
-    /// An atomic's values before the operation.
+    /// An atomic's values before the operation; an ordered read's data,
+    /// copied when the request was applied.
     Bytes(Box<[u8]>),
 }
 
@@ -246,6 +297,7 @@ struct Expect {
     data: Option<u64>,
     len: u64,
     credit: Option<Credit>,
+    ordered: bool,
 }
 
 /// A staged request's buffer, written by the wire (also a collective's
@@ -367,13 +419,26 @@ impl Handler<'_> {
             return Err(Busy);
         }
         // Writes that fit one eager message of the peer's wire with their
-        // head go in one; larger ones as a head and a data message.
-        let inline = wires.eager_max(peer).saturating_sub(HEAD_LEN);
+        // head go in one; larger ones as a head and a data message, or,
+        // where the peer's wire refuses a rendezvous with the target's
+        // error, as one direct message (without remote CQ data).
+        let eager = wires.eager_max(peer);
+        let inline = eager.saturating_sub(HEAD_LEN);
+        // (An inject may go eagerly whatever its size: never direct.)
+        let direct = if wires.refuses(peer) && a.flags & FI_INJECT == 0 {
+            eager
+        } else {
+            usize::MAX
+        };
+        let last_part = a.remote.len().saturating_sub(1);
         let msgs: usize = a
             .remote
             .iter()
-            .map(|r| {
-                if a.dir == RmaDir::Write && r.len as usize > inline {
+            .enumerate()
+            .map(|(i, r)| {
+                let n = r.len as usize;
+                let plain = i != last_part || a.data.is_none();
+                if a.dir == RmaDir::Write && n > inline && !(plain && n > direct) {
                     2
                 } else {
                     1
@@ -408,6 +473,10 @@ impl Handler<'_> {
             ..SendFlags::default()
         };
         let last = a.remote.len() - 1;
+        // Ordered when both it and what it is ordered against are no larger
+        // than max_order_*_size: the target applies such requests of ours
+        // in the order they arrive (its lanes).
+        let ordered = len <= self.os.order_max;
         let mut off = 0;
         for (i, r) in a.remote.iter().enumerate() {
             let n = r.len as usize;
@@ -428,7 +497,13 @@ impl Handler<'_> {
             };
             let op = self.reqs.insert_part(Dir::Tx, Req::Part(Box::new(part)));
             let data = if i == last { a.data } else { None };
-            let p = PartMsgs { inline, flags, data };
+            let p = PartMsgs {
+                inline,
+                direct,
+                flags,
+                data,
+                ordered,
+            };
             if let Err(e) = self.send_part(wires, peer, op, a.dir, *r, piece, operands, p, now) {
                 // Checked above, so only a wire's refusal: the operation
                 // completes with the error (no answer will come).
@@ -449,13 +524,20 @@ impl Handler<'_> {
         r: RemoteMem,
         piece: Iov,
         (operand, compare): (Vec<u8>, Vec<u8>),
-        PartMsgs { inline, flags, data }: PartMsgs,
+        PartMsgs {
+            inline,
+            direct,
+            flags,
+            data,
+            ordered,
+        }: PartMsgs,
         now: u64,
     ) -> Result<(), i32> {
         let len = r.len as usize;
         let mut head = Head {
             kind: ReqKind::Write,
             has_data: data.is_some(),
+            ordered,
             class: AtomicClass::Plain,
             op: 0,
             datatype: 0,
@@ -474,6 +556,19 @@ impl Handler<'_> {
         match dir {
             RmaDir::Write if len <= inline => {
                 msgs.push((req_hdr(len), IovSource::with_head(Box::new(head.emit()), piece)));
+            }
+            RmaDir::Write if len > direct && data.is_none() => {
+                // No response comes: the rendezvous' end answers.
+                if let Some(Req::Part(p)) = self.reqs.get_mut(op) {
+                    p.answered = true;
+                }
+                let hdr = MsgHdr {
+                    tag: r.key,
+                    data: r.addr,
+                    len: len as u64,
+                    flags: onesided::WRITE,
+                };
+                msgs.push((hdr, IovSource::new(piece)));
             }
             RmaDir::Write => {
                 head.kind = ReqKind::WriteHead;
@@ -516,6 +611,9 @@ impl Handler<'_> {
                 Sent::Done => {}
             }
         }
+        // A direct write a wire finished at once (none does: it goes by
+        // rendezvous) would end here.
+        self.part_event(op, |_| {});
         Ok(())
     }
 
@@ -592,6 +690,14 @@ impl Handler<'_> {
         if let Some(q) = self.os.expect.remove(&peer) {
             self.os.credits.extend(q.into_iter().filter_map(|e| e.credit));
         }
+        if let Some(lane) = self.os.lanes.remove(&peer) {
+            for w in lane.waiting {
+                self.os.credits.push(w.credit);
+                if let WaitingBody::Rndv(h) = w.body {
+                    self.os.discards.push(h);
+                }
+            }
+        }
         let (gone, keep): (VecDeque<Reply>, VecDeque<Reply>) = std::mem::take(&mut self.os.replies)
             .into_iter()
             .partition(|r| r.peer == peer);
@@ -604,8 +710,31 @@ impl Handler<'_> {
         if hdr.flags & onesided::RESP != 0 {
             return self.response(hdr, body);
         }
+        if !self.os.lanes.is_empty() && self.os.lanes.contains_key(&peer) {
+            // Behind an ordered request still being applied: waits its turn.
+            let body = match body {
+                Body::Bytes(b) => WaitingBody::Bytes(b.into()),
+                Body::Shared(s) => {
+                    let mut v = vec![0u8; s.len()];
+                    s.copy_to(0, &mut v);
+                    WaitingBody::Bytes(v.into())
+                }
+                Body::Rndv(h) => WaitingBody::Rndv(h),
+            };
+            let lane = self.os.lanes.get_mut(&peer).expect("checked above");
+            lane.waiting.push_back(Waiting { hdr, body, credit });
+            return Take::Kept;
+        }
+        self.target_msg(peer, hdr, body, credit)
+    }
+
+    /// Target: a request or a write's data, in its turn.
+    fn target_msg(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
         if hdr.flags & onesided::BODY != 0 {
             return self.write_body(peer, hdr, body);
+        }
+        if hdr.flags & onesided::WRITE != 0 {
+            return self.direct_write(peer, hdr, body);
         }
         match body {
             Body::Bytes(b) => self.request(peer, hdr, b, Some(credit)),
@@ -635,6 +764,10 @@ impl Handler<'_> {
                     buf: buf.clone(),
                 };
                 let op = self.reqs.insert_part(Dir::Rx, Req::Staged(Box::new(staged)));
+                // Its head is still at the sender: whatever this peer
+                // sends next waits until it is in and applied (it is
+                // small: most likely ordered).
+                self.lane_enter(peer);
                 Take::Accept {
                     op,
                     sink: Box::new(StageSink(buf)),
@@ -649,11 +782,87 @@ impl Handler<'_> {
         let Some(Req::Staged(s)) = self.reqs.remove(op) else {
             return;
         };
-        if err.is_some() {
-            return;
+        if err.is_none() {
+            let bytes = std::mem::take(&mut *s.buf.lock().unwrap());
+            self.request(s.peer, s.hdr, &bytes, None);
         }
-        let bytes = std::mem::take(&mut *s.buf.lock().unwrap());
-        self.request(s.peer, s.hdr, &bytes, None);
+        self.lane_leave(s.peer);
+    }
+
+    /// Target: an ordered request of `peer`'s is being applied; what the
+    /// peer sends next waits for it.
+    fn lane_enter(&mut self, peer: SocketAddr) {
+        self.os.lanes.entry(peer).or_default().busy += 1;
+    }
+
+    /// Target: one of `peer`'s ordered requests is applied; once none is
+    /// left, what waited behind them is handled (after the progress pass:
+    /// `send_replies`).
+    fn lane_leave(&mut self, peer: SocketAddr) {
+        let Some(lane) = self.os.lanes.get_mut(&peer) else {
+            return;
+        };
+        lane.busy = lane.busy.saturating_sub(1);
+        if lane.busy == 0 {
+            if lane.waiting.is_empty() {
+                self.os.lanes.remove(&peer);
+            } else {
+                self.os.lanes_free = true;
+            }
+        }
+    }
+
+    /// Handles the messages that waited in lanes whose wait is over, in
+    /// arrival order, until one of them makes its lane wait again.
+    #[cold]
+    fn run_lanes(&mut self, wires: &mut dyn Wires, now: u64) {
+        self.os.lanes_free = false;
+        let free: Vec<SocketAddr> = self
+            .os
+            .lanes
+            .iter()
+            .filter(|(_, l)| l.busy == 0)
+            .map(|(&p, _)| p)
+            .collect();
+        for peer in free {
+            while let Some(lane) = self.os.lanes.get_mut(&peer) {
+                if lane.busy > 0 {
+                    break;
+                }
+                let Some(w) = lane.waiting.pop_front() else {
+                    self.os.lanes.remove(&peer);
+                    break;
+                };
+                let (held, take) = match &w.body {
+                    WaitingBody::Bytes(b) => (None, self.target_msg(peer, w.hdr, Body::Bytes(b), w.credit)),
+                    WaitingBody::Rndv(h) => (Some(*h), self.target_msg(peer, w.hdr, Body::Rndv(*h), w.credit)),
+                };
+                // As a wire would after its upcall: the credit goes back
+                // unless the request keeps it until its answer leaves.
+                match take {
+                    Take::Kept => {}
+                    Take::Done => wires.give_back(w.credit),
+                    Take::Accept { op, sink, ranges } => {
+                        wires.give_back(w.credit);
+                        if let Some(h) = held {
+                            wires.accept(h, op, sink, ranges, self, now);
+                        }
+                    }
+                    Take::Discard => {
+                        wires.give_back(w.credit);
+                        if let Some(h) = held {
+                            wires.discard(h, now);
+                        }
+                    }
+                    Take::Refuse { err } => {
+                        wires.give_back(w.credit);
+                        if let Some(h) = held {
+                            wires.refuse(h, err, now);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Target: a request, whole in `b`. Kept (its credit held until the
@@ -685,6 +894,7 @@ impl Handler<'_> {
                     data,
                     len: head.len,
                     credit,
+                    ordered: head.ordered,
                 });
                 return taken;
             }
@@ -693,7 +903,15 @@ impl Handler<'_> {
                 .resolve(head.key, head.addr, head.len, FI_REMOTE_READ)
                 .map(|(mem, ev)| {
                     self.face.remote_done(FI_REMOTE_READ, None, head.len as usize, ev);
-                    ReplyBody::Mem(mem)
+                    if head.ordered {
+                        // Read now, in its turn: writes that follow it
+                        // are applied before the answer leaves.
+                        let mut v = vec![0u8; mem.total_len()];
+                        IovSource::new(mem).read_at(0, &mut v);
+                        ReplyBody::Bytes(v.into())
+                    } else {
+                        ReplyBody::Mem(mem)
+                    }
                 }),
             ReqKind::Atomic => self.atomic(&head, payload).map(|(fetched, access, ev)| {
                 self.face.remote_done(access, None, head.len as usize, ev);
@@ -786,7 +1004,7 @@ impl Handler<'_> {
                 Some(e) => self.os.credits.extend(e.credit),
             }
         };
-        let (data, cookie, credit) = (e.data, e.cookie, e.credit);
+        let (data, cookie, credit, ordered) = (e.data, e.cookie, e.credit, e.ordered);
         let mem = match e.mem {
             Ok(_) if e.len != hdr.len => Err(FI_EINVAL),
             m => m,
@@ -817,7 +1035,13 @@ impl Handler<'_> {
                     data,
                     len,
                     ev,
+                    ordered,
+                    answer: true,
                 };
+                if ordered {
+                    // Lands later: what the peer sends next waits for it.
+                    self.lane_enter(peer);
+                }
                 self.os.credits.extend(credit);
                 let op = self.reqs.insert_part(Dir::Rx, Req::Landing(Box::new(landing)));
                 return Take::Accept {
@@ -838,6 +1062,37 @@ impl Handler<'_> {
         Take::Done
     }
 
+    /// Target: a direct write (`onesided::WRITE`): checked, then pulled
+    /// straight into our memory; refused with the error otherwise (its
+    /// sender's send fails with it). It always comes by rendezvous.
+    fn direct_write(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>) -> Take {
+        if !matches!(body, Body::Rndv(_)) {
+            self.drop_msg(peer, "a direct write not sent by rendezvous", None);
+            return Take::Done;
+        }
+        let len = hdr.len as usize;
+        let (mem, ev) = match self.face.resolve(hdr.tag, hdr.data, hdr.len, FI_REMOTE_WRITE) {
+            Ok(m) => m,
+            Err(err) => return Take::Refuse { err },
+        };
+        let ranges = mem.mem_ranges();
+        let landing = Landing {
+            peer,
+            cookie: 0,
+            data: None,
+            len,
+            ev,
+            ordered: false,
+            answer: false,
+        };
+        let op = self.reqs.insert_part(Dir::Rx, Req::Landing(Box::new(landing)));
+        Take::Accept {
+            op,
+            sink: Box::new(IovSink::new(mem)),
+            ranges,
+        }
+    }
+
     /// Target: a large write's data is in (or failed to come).
     pub(super) fn landed(&mut self, op: OpId, err: Option<i32>) {
         let Some(Req::Landing(l)) = self.reqs.remove(op) else {
@@ -846,13 +1101,18 @@ impl Handler<'_> {
         if err.is_none() {
             self.face.remote_done(FI_REMOTE_WRITE, l.data, l.len, l.ev);
         }
-        self.reply(Reply {
-            peer: l.peer,
-            cookie: l.cookie,
-            status: err.unwrap_or(0),
-            body: ReplyBody::Empty,
-            credit: None,
-        });
+        if l.answer {
+            self.reply(Reply {
+                peer: l.peer,
+                cookie: l.cookie,
+                status: err.unwrap_or(0),
+                body: ReplyBody::Empty,
+                credit: None,
+            });
+        }
+        if l.ordered {
+            self.lane_leave(l.peer);
+        }
     }
 
     /// Initiator: the target's answer to part `hdr.tag`.
@@ -905,7 +1165,10 @@ impl Handler<'_> {
     /// last, and the credits held by answered requests go back.
     #[inline]
     pub(super) fn send_replies(&mut self, wires: &mut dyn Wires, now: u64) {
-        if self.os.replies.is_empty() && self.os.credits.is_empty() {
+        if self.os.lanes_free {
+            self.run_lanes(wires, now);
+        }
+        if self.os.replies.is_empty() && self.os.credits.is_empty() && self.os.discards.is_empty() {
             return;
         }
         self.send_replies_now(wires, now)
@@ -915,6 +1178,9 @@ impl Handler<'_> {
     fn send_replies_now(&mut self, wires: &mut dyn Wires, now: u64) {
         for c in self.os.credits.drain(..) {
             wires.give_back(c);
+        }
+        for h in self.os.discards.drain(..) {
+            wires.discard(h, now);
         }
         while wires.tx_free() > 0 {
             let Some(r) = self.os.replies.pop_front() else { break };

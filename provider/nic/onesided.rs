@@ -23,6 +23,11 @@
 //!   ATOMIC     head + operands [+ compare values]; the response carries
 //!              the values before the operation for fetching forms
 //!   RESP       tag: part id, data: status (0 or a positive libfabric error)
+//!   WRITE      a large write without remote CQ data, as one rendezvous
+//!              message: tag: key, data: remote address, the data itself
+//!              pulled straight into the target's memory; no response:
+//!              the wire's end of the rendezvous answers (on a wire that
+//!              `refuses`, shm, whose FIN carries the target's status)
 //! ```
 //!
 //! Every request message starts with a `Head` (32 bytes; `emit` and
@@ -43,8 +48,12 @@ pub(crate) const REQ: u32 = 1 << 2;
 pub(crate) const BODY: u32 = 1 << 3;
 /// `MsgHdr::flags` of a response.
 pub(crate) const RESP: u32 = 1 << 4;
+/// `MsgHdr::flags` of a direct write: a large write as one rendezvous
+/// message, no head (`MsgHdr::tag` is the key, `MsgHdr::data` the remote
+/// address), answered by its wire's FIN.
+pub(crate) const WRITE: u32 = 1 << 5;
 /// Any one-sided message.
-pub(crate) const ONESIDED: u32 = REQ | BODY | RESP;
+pub(crate) const ONESIDED: u32 = REQ | BODY | RESP | WRITE;
 
 /// The largest request a target stages when a wire brings it by
 /// rendezvous (the shm wire may, short of credit): a head and a write as
@@ -67,6 +76,10 @@ pub(crate) struct Head {
     pub kind: ReqKind,
     /// Remote CQ data (in `MsgHdr::data`) goes with a write.
     pub has_data: bool,
+    /// The initiator offers this request ordered (it is no larger than
+    /// its endpoint's `max_order_*_size`): the target applies it only
+    /// after every ordered request of that initiator before it.
+    pub ordered: bool,
     pub class: AtomicClass,
     /// Atomics: libfabric's `enum fi_op` and `enum fi_datatype`, and how
     /// many elements.
@@ -95,6 +108,8 @@ const LEN: usize = 24;
 
 const F_DATA: u8 = 1;
 const F_CLASS_SHIFT: u8 = 1;
+const F_CLASS_MASK: u8 = 3 << F_CLASS_SHIFT;
+const F_ORDERED: u8 = 1 << 3;
 
 impl Head {
     pub(crate) fn emit(&self) -> [u8; HEAD_LEN] {
@@ -105,7 +120,7 @@ impl Head {
             AtomicClass::Fetch => 1,
             AtomicClass::Compare => 2,
         };
-        b[FLAGS] = (u8::from(self.has_data) * F_DATA) | (class << F_CLASS_SHIFT);
+        b[FLAGS] = (u8::from(self.has_data) * F_DATA) | (class << F_CLASS_SHIFT) | (u8::from(self.ordered) * F_ORDERED);
         b[OP] = self.op;
         b[DATATYPE] = self.datatype;
         b[COUNT..COUNT + 4].copy_from_slice(&self.count.to_le_bytes());
@@ -127,7 +142,10 @@ impl Head {
             4 => ReqKind::Atomic,
             _ => return None,
         };
-        let class = match b[FLAGS] >> F_CLASS_SHIFT {
+        if b[FLAGS] & !(F_DATA | F_CLASS_MASK | F_ORDERED) != 0 {
+            return None;
+        }
+        let class = match (b[FLAGS] & F_CLASS_MASK) >> F_CLASS_SHIFT {
             0 => AtomicClass::Plain,
             1 => AtomicClass::Fetch,
             2 => AtomicClass::Compare,
@@ -136,6 +154,7 @@ impl Head {
         Some(Head {
             kind,
             has_data: b[FLAGS] & F_DATA != 0,
+            ordered: b[FLAGS] & F_ORDERED != 0,
             class,
             op: b[OP],
             datatype: b[DATATYPE],
@@ -156,6 +175,7 @@ mod tests {
         let h = Head {
             kind: ReqKind::Atomic,
             has_data: true,
+            ordered: true,
             class: AtomicClass::Compare,
             op: 17,
             datatype: 9,
@@ -175,5 +195,13 @@ mod tests {
         bad = b;
         bad[FLAGS] = 3 << F_CLASS_SHIFT;
         assert_eq!(Head::parse(&bad), None);
+        bad[FLAGS] = 1 << 4;
+        assert_eq!(Head::parse(&bad), None);
+        let plain = Head {
+            ordered: false,
+            class: AtomicClass::Plain,
+            ..h
+        };
+        assert_eq!(Head::parse(&plain.emit()), Some(plain));
     }
 }

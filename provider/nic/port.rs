@@ -225,6 +225,18 @@ impl Wires for Port {
         self.wire(held.wire).discard(held, now);
     }
 
+    fn refuses(&mut self, peer: SocketAddr) -> bool {
+        let local = self.shm.as_mut().is_some_and(|w| w.reaches(peer));
+        match (local, self.shm.as_ref()) {
+            (true, Some(w)) => w.refuses(),
+            _ => self.udp.refuses(),
+        }
+    }
+
+    fn refuse(&mut self, held: Held, err: i32, now: u64) {
+        self.wire(held.wire).refuse(held, err, now);
+    }
+
     fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool {
         self.wire(wire).cancel_recv(op)
     }

@@ -254,7 +254,8 @@ impl UdpWire {
                         self.give_back(credit);
                         self.accept_rid(rid, op, sink, now);
                     }
-                    Take::Discard => {
+                    // The udp FIN carries no status: a refusal is a discard.
+                    Take::Discard | Take::Refuse { .. } => {
                         self.give_back(credit);
                         self.engine.discard(rid, now);
                     }

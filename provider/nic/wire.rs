@@ -142,6 +142,11 @@ pub(crate) enum Take {
     /// Rendezvous: nobody will receive it (`FI_DISCARD`); the sender's
     /// send completes. The wire gives the credit back.
     Discard,
+    /// Rendezvous: refused (a one-sided write the target does not allow);
+    /// the sender's send fails with `err`, a positive libfabric error, on
+    /// a wire that `refuses`; elsewhere it is let go as `Discard`. The
+    /// wire gives the credit back.
+    Refuse { err: i32 },
 }
 
 /// The end of an operation, or a change of a peer.
@@ -229,6 +234,20 @@ pub(crate) trait Wire {
     /// completes.
     fn discard(&mut self, held: Held, now: u64);
 
+    /// Whether a refused rendezvous message (`Take::Refuse`, `refuse`)
+    /// fails its sender's send with the receiver's error, so that a sender
+    /// may learn the receiver's verdict from its send's end alone.
+    fn refuses(&self) -> bool {
+        false
+    }
+
+    /// A kept rendezvous message refused with `err`: let go, and its
+    /// sender's send fails with `err` where the wire `refuses`.
+    fn refuse(&mut self, held: Held, err: i32, now: u64) {
+        let _ = err;
+        self.discard(held, now);
+    }
+
     /// The receive budget a message held goes back to its sender.
     fn give_back(&mut self, credit: Credit);
 
@@ -295,6 +314,10 @@ pub(crate) trait Wires {
     );
     /// `Wire::discard` on the wire `held` came over.
     fn discard(&mut self, held: Held, now: u64);
+    /// `Wire::refuses` of the wire that reaches `peer`.
+    fn refuses(&mut self, peer: SocketAddr) -> bool;
+    /// `Wire::refuse` on the wire `held` came over.
+    fn refuse(&mut self, held: Held, err: i32, now: u64);
     /// `Wire::cancel_recv` of a receive whose data comes over `wire`.
     fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool;
     /// A kept message's credit goes back to its wire.

@@ -569,6 +569,7 @@ struct opts {
 	size_t tx_size, rx_size;
 	size_t rndv_threshold;  /* gnix: set through fi_open_ops before the ep opens */
 	int eq;                 /* open an EQ and bind it to the endpoint */
+	uint64_t msg_order;     /* tx and rx msg_order asked for */
 };
 
 struct ctx {
@@ -604,6 +605,8 @@ static struct fi_info *mkhints(const struct opts *o)
 		h->tx_attr->size = o->tx_size;
 	if (o->rx_size)
 		h->rx_attr->size = o->rx_size;
+	h->tx_attr->msg_order = o->msg_order;
+	h->rx_attr->msg_order = o->msg_order;
 	return h;
 }
 

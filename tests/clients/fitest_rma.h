@@ -238,6 +238,8 @@ static void scn_rma_refused(void)
 		{ "read of a write-only region", 1, woa, wok, 8, FI_EACCES },
 		{ "write beyond the region", 0, woa + 4000, wok, 200, FI_EACCES },
 		{ "large write beyond the region", 0, woa + 8, wok, 8192, FI_EACCES },
+		{ "large write, unknown key", 0, woa, 0xBAD, 8192, FI_EINVAL },
+		{ "large write to a read-only region", 0, roa, rok, 8192, FI_EACCES },
 		{ "read beyond the region", 1, roa + 4095, rok, 2, FI_EACCES },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -884,6 +886,203 @@ static void scn_rma_flood(void)
 	pass();
 }
 
+/* ========================================================== rma_order */
+
+/* One ordering bit (g_arg: rar, raw, war, waw, rma_rar, ..., atomic_waw),
+ * asked for in the hints (a provider that does not offer it skips) and
+ * checked where breaking it shows in the target's memory. Rank 1 posts
+ * windows of operations without waiting for any, all on one block (a
+ * write sets every element of a W-byte block to its round number i + 1,
+ * a read takes the block back):
+ *   WAW  W0 W1 ... Wn: rank 0, looking at the block between its progress
+ *        calls, never sees its value go down, and once a window's writes
+ *        completed, a read finds what the last of them wrote;
+ *   RAW  W0 R0 W1 R1 ...: Ri sees Wi (or a later write, if WAR is not
+ *        asked), never an earlier one;
+ *   WAR  the same: Ri does not see W(i+1) (an earlier one, if RAW is not
+ *        asked);
+ *   RAR  rank 0 bumps a counter word with its own stores all along; two
+ *        reads back to back: the second sees no less than the first.
+ * Generic bits (rar, raw, war, waw) mix fi_write/fi_read with atomic
+ * writes and FI_ATOMIC_READ fetches; rma_* use only the RMA calls,
+ * atomic_* only atomics. The operations are no larger than the info's
+ * max_order_*_size (else the bit says nothing about their data). gnix
+ * runs it with a small credit loan, so that the shm wire sends some of
+ * the requests by rendezvous (and, FI_GNIX_CMA=0, has them pushed after
+ * later ones), which is where its target used to apply them late. */
+enum { ORD_W = 512, ORD_ELEMS = ORD_W / 8, ORD_ROUNDS = 10000, ORD_WINDOW = 128 };
+
+static void scn_rma_order(void)
+{
+	static const struct { const char *name; uint64_t bit; int rma, atomic; char kind; } bits[] = {
+		{ "rar", FI_ORDER_RAR, 1, 1, 'r' },
+		{ "raw", FI_ORDER_RAW, 1, 1, 'a' },
+		{ "war", FI_ORDER_WAR, 1, 1, 'b' },
+		{ "waw", FI_ORDER_WAW, 1, 1, 'w' },
+		{ "rma_rar", FI_ORDER_RMA_RAR, 1, 0, 'r' },
+		{ "rma_raw", FI_ORDER_RMA_RAW, 1, 0, 'a' },
+		{ "rma_war", FI_ORDER_RMA_WAR, 1, 0, 'b' },
+		{ "rma_waw", FI_ORDER_RMA_WAW, 1, 0, 'w' },
+		{ "atomic_rar", FI_ORDER_ATOMIC_RAR, 0, 1, 'r' },
+		{ "atomic_raw", FI_ORDER_ATOMIC_RAW, 0, 1, 'a' },
+		{ "atomic_war", FI_ORDER_ATOMIC_WAR, 0, 1, 'b' },
+		{ "atomic_waw", FI_ORDER_ATOMIC_WAW, 0, 1, 'w' },
+	};
+	int b = -1;
+	for (int k = 0; k < (int)(sizeof bits / sizeof bits[0]); k++)
+		if (!strcmp(g_arg, bits[k].name))
+			b = k;
+	if (b < 0)
+		FAIL("rma_order: unknown bit '%s'", g_arg);
+	struct ctx c;
+	struct opts o = rma_opts(bits[b].atomic ? FI_RMA | FI_ATOMIC : FI_RMA);
+	o.msg_order = bits[b].bit;
+	char what[64];
+	snprintf(what, sizeof what, "FI_RMA%s, msg_order %s", bits[b].atomic ? " | FI_ATOMIC" : "", g_arg);
+	pair_open(&c, &o, what);
+	struct fi_ep_attr *ea = c.info->ep_attr;
+	size_t osize = bits[b].kind == 'a' ? ea->max_order_raw_size
+		     : bits[b].kind == 'b' ? ea->max_order_war_size
+		     : bits[b].kind == 'w' ? ea->max_order_waw_size : SIZE_MAX;
+	if (osize < ORD_W) {
+		/* The bit is offered for the headers only: data order says nothing. */
+		DEVIATE(0, "%s offered with max_order size %zu < %d", g_arg, osize, ORD_W);
+		char why[128];
+		snprintf(why, sizeof why, "%s offered, but max_order size %zu < %d", g_arg, osize, ORD_W);
+		skip(why);
+	}
+	size_t count = ORD_ELEMS;
+	if (bits[b].atomic) {
+		size_t n1 = 0, n2 = 0;
+		if (fi_atomicvalid(c.ep, FI_UINT64, FI_ATOMIC_WRITE, &n1) ||
+		    fi_fetch_atomicvalid(c.ep, FI_UINT64, FI_ATOMIC_READ, &n2) || n1 < ORD_ELEMS || n2 < ORD_ELEMS)
+			skip("FI_UINT64 FI_ATOMIC_WRITE / FI_ATOMIC_READ of 64 elements not offered");
+	}
+	struct region r;
+	if (g_rank == 0) {
+		/* [0, W): the block; [W, W + 8): the counter rank 0 bumps. */
+		region_open(&c, &r, ORD_W + 64, FI_REMOTE_READ | FI_REMOTE_WRITE, 0x0D3D);
+		region_publish(1, "o", &r);
+		volatile uint64_t *ctr = (volatile uint64_t *)(r.buf + ORD_W);
+		volatile uint64_t *blk0 = (volatile uint64_t *)r.buf;
+		uint64_t dl = now_ms() + g_timeout_ms, seen = 0, down = 0, down_from = 0, down_to = 0;
+		/* Until rank 1 is done: our own stores, a look at the block, and
+		 * progress. */
+		while (backlog_take(1, "done") == -100) {
+			*ctr = *ctr + 1;
+			uint64_t v = *blk0;
+			if (v < seen && !down++) {
+				down_from = seen;
+				down_to = v;
+			}
+			seen = v;
+			progress_all();
+			if (try_line(0))
+				g_backlog[g_nbacklog++] = strdup(g_line);
+			if (now_ms() > dl)
+				FAIL("rank 1 never said done");
+		}
+		if (bits[b].kind == 'w') {
+			EXPECT(!down, "%s: the block went down %" PRIu64 " times; first from %" PRIu64 " to %" PRIu64,
+			       g_arg, down, down_from, down_to);
+			const uint64_t *blk = (const uint64_t *)r.buf;
+			for (size_t e = 0; e < count; e++)
+				EXPECT(blk[e] == ORD_ROUNDS, "%s: element %zu of the block holds %" PRIu64
+				       " after writes 1..%d", g_arg, e, blk[e], ORD_ROUNDS);
+		}
+		barrier();
+		region_close(&r);
+		ctx_close(&c);
+		pass();
+	}
+	uint64_t key, base;
+	region_learn(0, "o", &key, &base);
+	fi_addr_t t = c.addr[0];
+	/* One source block per round, one result block per read. */
+	uint64_t *src = xmalloc((size_t)ORD_WINDOW * ORD_W);
+	uint64_t *res = xmalloc((size_t)2 * ORD_WINDOW * ORD_W);
+	void *sd = reg(&c, src, (size_t)ORD_WINDOW * ORD_W);
+	void *rd = reg(&c, res, (size_t)2 * ORD_WINDOW * ORD_W);
+	static struct fi_context2 x[2 * ORD_WINDOW];
+	int nx = 0;
+	int kind = bits[b].kind;
+	uint64_t bad = 0;
+	char first[200] = "";
+	for (int i0 = 0; i0 < ORD_ROUNDS; i0 += ORD_WINDOW) {
+		int n = ORD_ROUNDS - i0 < ORD_WINDOW ? ORD_ROUNDS - i0 : ORD_WINDOW;
+		nx = 0;
+		memset(res, 0xff, (size_t)2 * ORD_WINDOW * ORD_W);
+		for (int j = 0; j < n; j++) {
+			int i = i0 + j;
+			uint64_t *blk = src + (size_t)j * ORD_ELEMS;
+			for (size_t e = 0; e < count; e++)
+				blk[e] = (uint64_t)i + 1;
+			/* Which calls: RMA or atomic, by round when both apply. */
+			int wa = bits[b].atomic && (!bits[b].rma || (i & 1));
+			int ra = bits[b].atomic && (!bits[b].rma || (i & 2));
+			uint64_t *r1 = res + (size_t)(2 * j) * ORD_ELEMS, *r2 = r1 + ORD_ELEMS;
+			if (kind != 'r') {
+				/* (POST evaluates its call again on -FI_EAGAIN.) */
+				struct fi_context2 *xc = &x[nx++];
+				if (wa)
+					POST(fi_atomic(c.ep, blk, count, sd, t, base, key, FI_UINT64, FI_ATOMIC_WRITE, xc));
+				else
+					POST(fi_write(c.ep, blk, ORD_W, sd, t, base, key, xc));
+			}
+			if (kind == 'w')
+				continue;
+			/* A read of the block (RAW, WAR), or two of the counter (RAR). */
+			uint64_t at = kind == 'r' ? base + ORD_W : base;
+			size_t cnt = kind == 'r' ? 1 : count;
+			for (int k = 0; k < (kind == 'r' ? 2 : 1); k++) {
+				uint64_t *dst = k ? r2 : r1;
+				struct fi_context2 *xc = &x[nx++];
+				if (ra)
+					POST(fi_fetch_atomic(c.ep, src, cnt, sd, dst, rd, t, at, key, FI_UINT64,
+							     FI_ATOMIC_READ, xc));
+				else
+					POST(fi_read(c.ep, dst, cnt * 8, rd, t, at, key, xc));
+			}
+		}
+		for (int k = 0; k < nx; k++)
+			cqw_ok(&c.tx);
+		if (kind == 'w') {
+			/* The window is over: the block holds its last write. */
+			POST(fi_read(c.ep, res, ORD_W, rd, t, base, key, &x[0]));
+			cqw_ok(&c.tx);
+			for (size_t e = 0; e < count; e++)
+				if (res[e] != (uint64_t)(i0 + n) && !bad++)
+					snprintf(first, sizeof first, "window ending at round %d: element %zu holds %" PRIu64,
+						 i0 + n - 1, e, res[e]);
+		}
+		for (int j = 0; j < n && kind != 'w'; j++) {
+			int i = i0 + j;
+			const uint64_t *r1 = res + (size_t)(2 * j) * ORD_ELEMS, *r2 = r1 + ORD_ELEMS;
+			int ok = 1;
+			if (kind == 'r') {
+				ok = r2[0] >= r1[0];
+			} else {
+				for (size_t e = 0; e < count; e++) {
+					if (kind == 'a')
+						ok &= r1[e] >= (uint64_t)i + 1 && r1[e] <= (uint64_t)ORD_ROUNDS;
+					else
+						ok &= r1[e] <= (uint64_t)i + 1;
+					ok &= r1[e] == r1[0];
+				}
+			}
+			if (!ok && !bad++)
+				snprintf(first, sizeof first, "round %d: read %" PRIu64 " (and %" PRIu64 ")", i, r1[0],
+					 kind == 'r' ? r2[0] : r1[count - 1]);
+		}
+	}
+	EXPECT(!bad, "%s broken in %" PRIu64 " of %d rounds; first: %s", g_arg, bad, ORD_ROUNDS, first);
+	info("%s held over %d rounds (max_order size %zu)", g_arg, ORD_ROUNDS, osize);
+	oob_send(0, "done");
+	barrier();
+	ctx_close(&c);
+	pass();
+}
+
 #define RMA_SCENARIOS                                  \
 	{ "rma_ops", scn_rma_ops },                    \
 	{ "rma_refused", scn_rma_refused },            \
@@ -893,4 +1092,5 @@ static void scn_rma_flood(void)
 	{ "trigger", scn_trigger },                    \
 	{ "rma_peer_killed", scn_rma_peer_killed },    \
 	{ "deferred_work", scn_deferred_work },        \
-	{ "rma_flood", scn_rma_flood },
+	{ "rma_flood", scn_rma_flood },                \
+	{ "rma_order", scn_rma_order },

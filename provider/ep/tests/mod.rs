@@ -143,6 +143,7 @@ struct FakeWire {
     answer: Option<Result<Sent, i32>>,
     accepted: Vec<(Held, OpId, Box<dyn RecvSink>)>,
     discarded: Vec<Held>,
+    refused: Vec<(Held, i32)>,
     credits: Vec<Credit>,
     cancellable: bool,
     backlog: usize,
@@ -228,6 +229,13 @@ impl Wires for FakeWires {
     }
     fn discard(&mut self, held: Held, now: u64) {
         self.wire(held.wire).discard(held, now);
+    }
+    fn refuses(&mut self, peer: SocketAddr) -> bool {
+        self.local.contains(&peer)
+    }
+    fn refuse(&mut self, held: Held, err: i32, now: u64) {
+        self.wire(held.wire).refused.push((held, err));
+        let _ = now;
     }
     fn cancel_recv(&mut self, wire: WireKind, op: OpId) -> bool {
         self.wire(wire).cancel_recv(op)

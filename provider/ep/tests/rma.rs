@@ -341,3 +341,127 @@ fn malformed_and_stray_messages_are_dropped_and_counted() {
     b[0] = 99;
     assert!(Head::parse(&b).is_none());
 }
+
+#[test]
+fn an_ordered_read_is_answered_with_the_bytes_of_its_turn() {
+    for (order_max, want) in [(64, [1u8; 4]), (0, [2u8; 4])] {
+        let mut p = Pair::new();
+        p.a.os.order_max = order_max;
+        let mut region = vec![0u8; 8];
+        p.register(&mut region, FI_REMOTE_WRITE | FI_REMOTE_READ);
+        let (mut one, mut two, mut dst) = ([1u8; 4], [2u8; 4], [0u8; 4]);
+        assert!(p.start(RmaDir::Write, local(&mut one), remote(0, 4), None, 0));
+        assert!(p.start(RmaDir::Read, local(&mut dst), remote(0, 4), None, 0));
+        assert!(p.start(RmaDir::Write, local(&mut two), remote(0, 4), None, 0));
+        // All three arrive in one pass; the answers leave after it.
+        p.round_trip();
+        assert_eq!(region[..4], [2u8; 4]);
+        assert_eq!(
+            dst, want,
+            "order_max {order_max}: ordered, the read saw the first write only"
+        );
+    }
+}
+
+#[test]
+fn a_request_by_rendezvous_holds_back_what_its_peer_sent_after_it() {
+    let mut p = Pair::new();
+    p.a.os.order_max = 64;
+    let mut region = vec![0u8; 8];
+    p.register(&mut region, FI_REMOTE_WRITE);
+    let (mut one, mut two) = ([1u8; 8], [2u8; 8]);
+    assert!(p.start(RmaDir::Write, local(&mut one), remote(0, 8), None, 0));
+    assert!(p.start(RmaDir::Write, local(&mut two), remote(0, 8), None, 0));
+    let mut sends = std::mem::take(&mut p.a.wires.udp.sends);
+    let (second, second_data) = sends.pop().unwrap();
+    let (first, first_data) = sends.pop().unwrap();
+    let credit = Credit::Udp {
+        peer: peer(A),
+        bytes: 1,
+    };
+    // The first comes by rendezvous (a wire short of credit may send a
+    // small message so), the second eagerly behind it.
+    let Take::Accept { op, mut sink, .. } = p.b.arrive(peer(A), first.hdr, rndv(4), credit) else {
+        panic!("staged")
+    };
+    assert!(matches!(
+        p.b.arrive(peer(A), second.hdr, Body::Bytes(&second_data), credit),
+        Take::Kept
+    ));
+    p.b.with(|h, w| h.send_replies(w, 0));
+    assert_eq!(region, [0u8; 8], "the second waits for the first");
+    sink.write_at(0, &first_data);
+    drop(sink);
+    p.b.event(WireEvent::RecvDone {
+        op,
+        written: first_data.len(),
+    });
+    assert_eq!(region, [1u8; 8], "the first is applied once in");
+    p.b.with(|h, w| h.send_replies(w, 0));
+    assert_eq!(region, [2u8; 8], "then the second");
+    Pair::deliver(&mut p.b, &mut p.a, peer(B));
+    assert_eq!(p.completions().len(), 2);
+    // The staged one's went back with its accept (the wire's part); the
+    // waiting one's once its answer left.
+    assert_eq!(p.b.wires.udp.credits, vec![credit]);
+}
+
+#[test]
+fn a_large_write_over_a_wire_that_refuses_goes_as_one_message() {
+    for (access, err) in [(FI_REMOTE_WRITE, None), (FI_REMOTE_READ, Some(FI_EACCES))] {
+        let mut p = Pair::new();
+        // The target is local: its wire (shm) refuses with the target's
+        // error, so the rendezvous' end answers the write.
+        p.a.wires.local = vec![peer(B)];
+        let n = FAKE_EAGER * 4;
+        let mut region = vec![0u8; n];
+        p.register(&mut region, access);
+        let mut src = vec![0x77u8; n];
+        assert!(p.start(RmaDir::Write, local(&mut src), remote(0, n), None, 0));
+        let (s, data) = p.a.wires.shm.sends.pop().unwrap();
+        assert!(p.a.wires.shm.sends.is_empty(), "one message");
+        assert_eq!(
+            (s.hdr.flags, s.hdr.tag, s.hdr.data, s.hdr.len),
+            (onesided::WRITE, KEY, 0, n as u64)
+        );
+        let credit = Credit::Udp {
+            peer: peer(A),
+            bytes: 1,
+        };
+        match (p.b.arrive(peer(A), s.hdr, rndv(5), credit), err) {
+            (Take::Accept { op, mut sink, ranges }, None) => {
+                assert_eq!(ranges, vec![(region.as_ptr() as u64, n as u64)]);
+                sink.write_at(0, &data);
+                drop(sink);
+                p.b.event(WireEvent::RecvDone { op, written: n });
+                assert_eq!(region, src);
+                assert_eq!(*p.b.face.remote.borrow(), vec![(FI_REMOTE_WRITE, None, n)]);
+                p.b.with(|h, w| h.send_replies(w, 0));
+                assert!(p.b.wires.udp.sends.is_empty(), "no response: the FIN answers");
+                assert_eq!(p.completions(), vec![], "not before the wire's end");
+                p.a.event(WireEvent::SendDone { op: s.op });
+            }
+            (Take::Refuse { err: e }, Some(want)) => {
+                assert_eq!(e, want);
+                assert_eq!(region, vec![0u8; n], "nothing written");
+                p.a.event(WireEvent::SendFailed { op: s.op, err: e });
+            }
+            _ => panic!("access {access:#x}"),
+        }
+        assert_eq!(p.completions(), vec![(77, FI_RMA | FI_WRITE, err)]);
+        assert_eq!(p.a.reqs.len(Dir::Tx), 0);
+    }
+}
+
+#[test]
+fn an_inject_write_never_goes_direct() {
+    // A wire may send an inject eagerly whatever its size: the target
+    // could then not refuse it, so it keeps its head and response.
+    let mut p = Pair::new();
+    p.a.wires.local = vec![peer(B)];
+    let n = FAKE_EAGER + 100;
+    let mut src = vec![1u8; n];
+    assert!(p.start(RmaDir::Write, local(&mut src), remote(0, n), None, FI_INJECT));
+    let flags: Vec<u32> = p.a.wires.shm.sends.iter().map(|s| s.0.hdr.flags).collect();
+    assert_eq!(flags, [onesided::REQ, onesided::BODY]);
+}

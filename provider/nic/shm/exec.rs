@@ -486,6 +486,7 @@ impl<P: Port> Exec<P> {
         if self.m.check_due(now) {
             self.check_peers();
         }
+        self.m.expire_grant_waits(now);
         self.run();
     }
 
@@ -570,6 +571,10 @@ impl<P: Port> Exec<P> {
             Take::Discard | Take::Done => {
                 self.free_credit(credit);
                 self.m.discard(held)
+            }
+            Take::Refuse { err } => {
+                self.free_credit(credit);
+                self.m.refuse(held, err)
             }
         }
     }
@@ -659,6 +664,17 @@ impl<P: Port> Wire for Exec<P> {
 
     fn discard(&mut self, held: Held, _now: u64) {
         self.m.discard(held.id);
+        self.run();
+        self.ring_bells();
+    }
+
+    /// The FIN carries the status: the sender's send fails with it.
+    fn refuses(&self) -> bool {
+        true
+    }
+
+    fn refuse(&mut self, held: Held, err: i32, _now: u64) {
+        self.m.refuse(held.id, err);
         self.run();
         self.ring_bells();
     }

@@ -21,6 +21,8 @@
 //!           split: ≥ 32 KiB: receiver arms a grant, CTW{key, rid, at, grant, iov} ──►
 //!                  sender CMA-writes the tail under the grant ──► WDONE{rid}
 //!                  while the receiver reads the head; then ──► FIN{key}
+//!                  (with every grant word of the sender's ring armed, the
+//!                  receive waits for the next one to come back)
 //!           push:  CMA refused: CTS{key, rid} ──► sender pushes DATA{rid, off}
 //!                  frames; the receiver answers FIN{key} once all arrived
 //! ```
@@ -62,6 +64,12 @@ pub(crate) const SPLIT_MIN: usize = 32 << 10;
 /// How soon progress must come back while frames wait for ring space or
 /// a delivery: a consumer that frees slots rings no bell.
 const RETRY_NS: u64 = 50_000;
+/// How long a split receive waits for a grant word of its sender's ring
+/// before reading the message all by itself: a sender that writes its
+/// share gives one back within microseconds; one that does not (not
+/// scheduled, or not calling into the provider) must not hold the
+/// receive up.
+pub(crate) const GRANT_WAIT_NS: u64 = 200_000;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Config {
@@ -220,6 +228,12 @@ struct PeerOut {
     freed: u64,
     /// Position of the next slot we publish.
     tail: u64,
+    /// Control frames (FIN, CTS, CTW, WDONE) waiting for room: they go
+    /// before any queued message. They cost no credit and belong to
+    /// rendezvous already under way, which the peer may be waiting for
+    /// before it takes (and gives credit back for) what we queued: behind
+    /// a queue of requests in a full ring they would stall both ways.
+    ctrlq: VecDeque<Frame>,
     outq: VecDeque<Queued>,
     /// Credit bytes of the frames in `outq`.
     outq_cost: u64,
@@ -227,7 +241,8 @@ struct PeerOut {
     /// (position, op), oldest first.
     delivery: VecDeque<(u64, OpId)>,
     /// Sends pushing data to this peer (it answered CTS), by key, oldest
-    /// first; their DATA frames go when `outq` is empty.
+    /// first; their DATA frames go when `outq` is empty, or its head waits
+    /// for credit.
     pushes: VecDeque<u64>,
 }
 
@@ -334,6 +349,12 @@ pub(crate) struct Machine {
     banned: Vec<RingIx>,
     /// Peers whose memory the kernel refused to let us read.
     no_cma: HashSet<SocketAddr, KeyedState>,
+    /// Per ring of our mailbox, split receives waiting for one of its
+    /// grant words (all armed for other receives from that sender): (rid,
+    /// when the wait was first seen by `expire_grant_waits`, 0 before),
+    /// oldest first; and how many over all rings.
+    grant_waits: Vec<VecDeque<(u64, u64)>>,
+    waiting_grants: usize,
     tx: HashMap<u64, TxRndv, KeyedState>,
     next_key: u64,
     held: HashMap<u64, HeldRts, KeyedState>,
@@ -363,6 +384,8 @@ impl Machine {
             active: Vec::new(),
             banned: Vec::new(),
             no_cma: HashSet::with_hasher(KeyedState(seed)),
+            grant_waits: vec![VecDeque::new(); cfg.nrings],
+            waiting_grants: 0,
             tx: HashMap::with_hasher(KeyedState(seed ^ 1)),
             next_key: 1,
             held: HashMap::with_hasher(KeyedState(seed ^ 2)),
@@ -487,6 +510,8 @@ impl Machine {
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
         if self.queued > 0 || self.pushing > 0 || self.delivering > 0 {
             Some(now + RETRY_NS)
+        } else if self.waiting_grants > 0 {
+            Some(now + GRANT_WAIT_NS)
         } else if self.in_flight() {
             Some(self.last_check + CHECK_EVERY_NS)
         } else {

@@ -5,7 +5,7 @@
 
 use super::{
     Action, CmaErr, Copied, GiveCredit, HeldRts, Machine, OnFrame, RingIn, RingIx, RxOp, RxState, Split, Token,
-    SPLIT_MIN,
+    GRANT_WAIT_NS, SPLIT_MIN,
 };
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
@@ -174,9 +174,19 @@ impl Machine {
     /// A rendezvous message nobody will receive: its sender's send
     /// completes.
     pub fn discard(&mut self, held: u64) {
+        self.finish_held(held, 0);
+    }
+
+    /// A rendezvous message refused with `err` (a positive libfabric
+    /// error): its sender's send fails with it (the FIN says -err).
+    pub fn refuse(&mut self, held: u64, err: i32) {
+        self.finish_held(held, -err.abs());
+    }
+
+    fn finish_held(&mut self, held: u64, status: i32) {
         if let Some(h) = self.held.remove(&held) {
             if !self.orphaned(&h) {
-                self.post(h.peer, Frame::Fin { key: h.key, status: 0 });
+                self.post(h.peer, Frame::Fin { key: h.key, status });
             }
         }
     }
@@ -262,7 +272,12 @@ impl Machine {
     }
 
     /// The grant word of ring `ring` that `ArmGrant` got: `None` if all
-    /// are in use (then we read it all ourselves).
+    /// are in use. Then the receive waits for one of them to come back
+    /// (each is armed for a split receive from the same sender, which
+    /// ends with its WDONE), so that the sender keeps copying its share
+    /// however many of its messages arrive at once; with none of ours in
+    /// flight to free one, or after waiting `GRANT_WAIT_NS`
+    /// (`expire_grant_waits`), we read it all ourselves.
     pub fn grant_armed(&mut self, ring: RingIx, rid: u64, grant: Option<usize>) {
         if !self
             .rx
@@ -271,8 +286,18 @@ impl Machine {
         {
             // Armed for a receive that no longer waits for it.
             if let Some(grant) = grant {
-                self.actions.push_back(Action::RevokeGrant { ring, grant, rid });
+                self.revoke_grant(ring, grant, rid);
             }
+            return;
+        }
+        if grant.is_none()
+            && self
+                .rx
+                .values()
+                .any(|rx| matches!(&rx.state, RxState::Split { s, .. } if s.ring == ring))
+        {
+            self.grant_waits[ring].push_back((rid, 0));
+            self.waiting_grants += 1;
             return;
         }
         let mut rx = self.rx.remove(&rid).expect("checked above");
@@ -320,6 +345,68 @@ impl Machine {
         self.rx.insert(rid, rx);
     }
 
+    /// Takes grant `grant` of ring `ring` back from `rid` (waiting for a
+    /// write under it that runs), and arms it again for the oldest receive
+    /// still waiting for a grant of that ring.
+    fn revoke_grant(&mut self, ring: RingIx, grant: usize, rid: u64) {
+        self.actions.push_back(Action::RevokeGrant { ring, grant, rid });
+        while let Some((next, _)) = self.grant_waits[ring].pop_front() {
+            self.waiting_grants -= 1;
+            // Receives cancelled or failed meanwhile are skipped.
+            if self
+                .rx
+                .get(&next)
+                .is_some_and(|rx| matches!(rx.state, RxState::Arming(_)))
+            {
+                self.actions.push_back(Action::ArmGrant { ring, rid: next });
+                break;
+            }
+        }
+    }
+
+    /// Split receives that waited for a grant word longer than
+    /// `GRANT_WAIT_NS` read their message all by themselves (the executor
+    /// calls this on every pass; it stamps new waits with `now`).
+    pub fn expire_grant_waits(&mut self, now: u64) {
+        if self.waiting_grants == 0 {
+            return;
+        }
+        for ring in 0..self.grant_waits.len() {
+            if self.grant_waits[ring].is_empty() {
+                continue;
+            }
+            // New waits are at the back: stamp them, up to the first one
+            // stamped before.
+            for w in self.grant_waits[ring].iter_mut().rev() {
+                if w.1 != 0 {
+                    break;
+                }
+                w.1 = now.max(1);
+            }
+            while let Some(&(rid, since)) = self.grant_waits[ring].front() {
+                if now.saturating_sub(since) < GRANT_WAIT_NS {
+                    break;
+                }
+                self.grant_waits[ring].pop_front();
+                self.waiting_grants -= 1;
+                let Some(mut rx) = self.rx.remove(&rid) else { continue };
+                match std::mem::replace(&mut rx.state, RxState::Moving) {
+                    RxState::Arming(s) => {
+                        self.actions.push_back(Action::CmaRead {
+                            token: Token::Pull(rid),
+                            pid: rx.pid,
+                            local: s.local,
+                            remote: s.remote,
+                        });
+                        rx.state = RxState::Pull { sink: s.sink };
+                    }
+                    other => rx.state = other,
+                }
+                self.rx.insert(rid, rx);
+            }
+        }
+    }
+
     /// A cross-memory copy (`CmaRead`, `CmaWrite`) is over.
     pub fn cma_done(&mut self, token: Token, r: Copied) {
         let rid = match token {
@@ -359,11 +446,7 @@ impl Machine {
                 // The sender's write is revoked (or waited for) before the
                 // buffers change hands; its WDONE then finds no split.
                 if wdone.is_none() {
-                    self.actions.push_back(Action::RevokeGrant {
-                        ring: s.ring,
-                        grant,
-                        rid,
-                    });
+                    self.revoke_grant(s.ring, grant, rid);
                 }
                 self.read_failed(rid, rx, s.sink, e);
             }
@@ -430,11 +513,7 @@ impl Machine {
         };
         // Normally DONE already (or never taken): this only waits on a
         // sender that says WDONE while still writing.
-        self.actions.push_back(Action::RevokeGrant {
-            ring: s.ring,
-            grant,
-            rid,
-        });
+        self.revoke_grant(s.ring, grant, rid);
         if head_read {
             self.split_over(rid, rx, s, status);
         } else {
@@ -515,11 +594,8 @@ impl Machine {
                 head_read: true,
                 wdone: None,
             } => {
-                self.actions.push_back(Action::RevokeGrant {
-                    ring: s.ring,
-                    grant: *grant,
-                    rid,
-                });
+                let (ring, grant) = (s.ring, *grant);
+                self.revoke_grant(ring, grant, rid);
                 self.stats.revoked += 1;
             }
             RxState::Push { .. } => {}
@@ -534,6 +610,12 @@ impl Machine {
     /// are gone (the application may free them as soon as the endpoint is
     /// closed): every grant is revoked.
     pub fn close(&mut self) {
+        // Nothing is armed any more: receives waiting for a grant stay
+        // where they are.
+        for q in &mut self.grant_waits {
+            q.clear();
+        }
+        self.waiting_grants = 0;
         let mut splits: Vec<(u64, RingIx, usize)> = self
             .rx
             .iter()
@@ -592,11 +674,8 @@ impl Machine {
         for rid in dead {
             let rx = self.rx.remove(&rid).expect("found above");
             if let (true, RxState::Split { s, grant, .. }) = (revoke, &rx.state) {
-                self.actions.push_back(Action::RevokeGrant {
-                    ring: s.ring,
-                    grant: *grant,
-                    rid,
-                });
+                let (ring, grant) = (s.ring, *grant);
+                self.revoke_grant(ring, grant, rid);
             }
             self.event(WireEvent::RecvFailed { op: rx.op, err });
         }

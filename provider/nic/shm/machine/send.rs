@@ -65,6 +65,8 @@ impl OutBytes<'_> {
 /// Which frame `posted` confirms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Next {
+    /// The head of the peer's control frames.
+    Ctrl,
     /// The head of the peer's queue.
     Queued,
     /// `n` bytes of send `key`'s pushed data.
@@ -85,6 +87,7 @@ impl Machine {
             charged: 0,
             freed: 0,
             tail: 0,
+            ctrlq: VecDeque::new(),
             outq: VecDeque::new(),
             outq_cost: 0,
             delivery: VecDeque::new(),
@@ -267,15 +270,10 @@ impl Machine {
     /// A control frame the executor routed to peer `ix` (see
     /// `Action::Post`).
     pub fn enqueue(&mut self, ix: PeerIx, frame: Frame) {
-        self.queue(
-            ix,
-            Queued {
-                frame,
-                bytes: Vec::new(),
-                cost: 0,
-                done: None,
-            },
-        );
+        self.stats.sent += 1;
+        self.queued += 1;
+        self.stats.backlog_peak = self.stats.backlog_peak.max(self.queued as u64);
+        self.peer(ix).ctrlq.push_back(frame);
     }
 
     fn queue(&mut self, ix: PeerIx, q: Queued) {
@@ -288,27 +286,39 @@ impl Machine {
         p.outq.push_back(q);
     }
 
-    /// The next frame for peer `ix`'s ring, if its credit (the owner gave
-    /// back `freed` bytes so far) covers it: the head of its queue, else
-    /// the next piece of data a send pushes there. Publish it, then say
-    /// `posted(ix, next)`.
+    /// The next frame for peer `ix`'s ring: a control frame, else the
+    /// head of its queue if its credit (the owner gave back `freed` bytes
+    /// so far) covers it, else the next piece of data a send pushes there.
+    /// Publish it, then say `posted(ix, next)`.
+    ///
+    /// What costs no credit never waits for it: control frames go first
+    /// (`PeerOut::ctrlq`), and pushed data goes past a head that waits for
+    /// credit, which the peer may give back only once that data is in (a
+    /// target holding later one-sided requests until an earlier one's
+    /// data is in, `ep/rma.rs`).
     pub fn poll_post(&mut self, ix: PeerIx, freed: u64) -> Option<Outgoing<'_>> {
         let payload_max = self.cfg.payload_max as u64;
         let p = self.peers.get_mut(ix)?.as_mut()?;
         p.freed = freed;
-        if let Some(q) = p.outq.front() {
-            if p.credit() < q.cost {
-                return None;
-            }
-            let bytes = match q.frame {
-                Frame::Eager { .. } => OutBytes::Copy(&q.bytes),
-                _ => OutBytes::Frame(&q.frame),
-            };
+        if let Some(f) = p.ctrlq.front() {
             return Some(Outgoing {
-                head: q.frame.head(),
-                bytes,
-                next: Next::Queued,
+                head: f.head(),
+                bytes: OutBytes::Frame(f),
+                next: Next::Ctrl,
             });
+        }
+        if let Some(q) = p.outq.front() {
+            if p.credit() >= q.cost {
+                let bytes = match q.frame {
+                    Frame::Eager { .. } => OutBytes::Copy(&q.bytes),
+                    _ => OutBytes::Frame(&q.frame),
+                };
+                return Some(Outgoing {
+                    head: q.frame.head(),
+                    bytes,
+                    next: Next::Queued,
+                });
+            }
         }
         let &key = p.pushes.front()?;
         let t = self.tx.get(&key).expect("a pushing send is in flight");
@@ -329,6 +339,12 @@ impl Machine {
     /// The frame `poll_post` offered is published.
     pub fn posted(&mut self, ix: PeerIx, next: Next) {
         match next {
+            Next::Ctrl => {
+                let p = self.peer(ix);
+                p.ctrlq.pop_front().expect("posted what poll_post offered");
+                p.tail += 1;
+                self.queued -= 1;
+            }
             Next::Queued => {
                 let p = self.peer(ix);
                 let q = p.outq.pop_front().expect("posted what poll_post offered");
@@ -384,7 +400,7 @@ impl Machine {
             return;
         };
         let err = FI_EHOSTUNREACH;
-        self.queued -= p.outq.len();
+        self.queued -= p.outq.len() + p.ctrlq.len();
         for q in &p.outq {
             if let Some(d) = q.done {
                 self.queued_sends -= 1;

@@ -781,3 +781,186 @@ fn an_unreachable_sender_fails_its_receives_and_takes_its_grants_back() {
         }]
     );
 }
+
+#[test]
+fn what_costs_no_credit_goes_past_a_message_waiting_for_credit() {
+    let b = test_addr(2);
+    let cost = credit_cost(200);
+    let mut m = machine(0, true);
+    m.connect(0, b, 4 * cost);
+    // A pushed rendezvous, under way.
+    let data = vec![5u8; 300];
+    let src: Box<dyn SendSource> = Box::new(data.clone());
+    m.send_rts(0, 1, &hdr(300, 1), src, vec![(0x1000, 300)]).unwrap();
+    drain(&mut m, 0, 0, 1);
+    m.ring_claimed(0, b, 42);
+    m.on_frame(0, Ok(Frame::Cts { key: 1, rid: 33 }), None);
+    // Injects beyond the loan wait in the queue.
+    let queued: Vec<u64> = (10..16)
+        .filter(|&op| eager_now(&mut m, 0, op, 200, 0, true) == EagerStep::Queued)
+        .collect();
+    assert!(!queued.is_empty());
+    // Meanwhile a control frame for the peer: it and the pushed data (the
+    // peer may wait for them before it gives any credit back) go past.
+    m.enqueue(0, Frame::Fin { key: 9, status: 0 });
+    let out = drain(&mut m, 0, 0, 10);
+    let kinds: Vec<Frame> = out.iter().map(parse).collect();
+    assert!(matches!(kinds[0], Frame::Fin { key: 9, .. }), "{kinds:?}");
+    assert!(matches!(kinds[1], Frame::Data { rid: 33, off: 0, .. }), "{kinds:?}");
+    assert!(matches!(kinds[2], Frame::Data { rid: 33, off: 256, .. }), "{kinds:?}");
+    assert_eq!(out.len(), 3, "the messages still wait for credit");
+    // Credit back: the queue goes on in order.
+    let out = drain(&mut m, 0, 10 * cost, 10);
+    let ops: Vec<u64> = out
+        .iter()
+        .map(|f| match parse(f) {
+            Frame::Eager { hdr } => hdr.tag,
+            f => panic!("{f:?}"),
+        })
+        .collect();
+    assert_eq!(ops, queued);
+}
+
+#[test]
+fn with_every_grant_word_armed_a_split_waits_for_one_to_come_back() {
+    let (mut m, first) = split(100_000);
+    // A second large message from the same sender; its grant word is not
+    // to be had while the first holds the last one.
+    let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
+        panic!()
+    };
+    assert!(m.free_credit(credit).is_some());
+    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
+    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
+        panic!()
+    };
+    m.grant_armed(0, second, None);
+    assert!(actions(&mut m).is_empty(), "it waits: the sender will copy its share");
+    // The first one's sender wrote its part: its grant word goes back and
+    // is armed for the second at once.
+    m.cma_done(Token::Head(first), Ok(49_152));
+    m.on_frame(0, Ok(Frame::Wdone { rid: first, status: 0 }), None);
+    let a = actions(&mut m);
+    assert!(
+        matches!(
+            &a[..],
+            [Action::RevokeGrant { ring: 0, grant: 3, rid: f }, Action::ArmGrant { ring: 0, rid: s }, ..]
+            if *f == first && *s == second
+        ),
+        "{a:?}"
+    );
+    m.grant_armed(0, second, Some(3));
+    assert!(matches!(
+        &actions(&mut m)[..],
+        [Action::Post { frame: Frame::Ctw { key: 6, grant: 3, .. }, .. }, Action::CmaRead { token: Token::Head(r), .. }]
+        if *r == second
+    ));
+}
+
+#[test]
+fn control_frames_go_before_messages_waiting_for_room() {
+    let mut m = machine(0, true);
+    m.connect(0, test_addr(2), 0);
+    // Messages that found the ring full wait in the queue, in order.
+    for op in 1..4 {
+        let src = vec![op as u8; 100];
+        m.eager_queue(0, op, &hdr(100, op), &src, false);
+    }
+    // An answer to the peer's rendezvous, which it may be waiting for
+    // before it takes anything of ours out of its ring.
+    m.enqueue(0, Frame::Fin { key: 9, status: 0 });
+    let out = drain(&mut m, 0, 0, 10);
+    let tags: Vec<u64> = out
+        .iter()
+        .map(|f| match parse(f) {
+            Frame::Fin { key, .. } => 1000 + key,
+            Frame::Eager { hdr } => hdr.tag,
+            f => panic!("{f:?}"),
+        })
+        .collect();
+    assert_eq!(tags, vec![1009, 1, 2, 3]);
+    assert_eq!(m.backlogged(), 0);
+}
+
+#[test]
+fn a_refused_rendezvous_fails_its_sender_with_the_receivers_error() {
+    let mut m = machine(0, true);
+    m.ring_claimed(0, test_addr(1), 42);
+    let OnFrame::Rndv { held, .. } = m.on_frame(0, Ok(rts_frame(5, 9000)), None) else {
+        panic!()
+    };
+    m.refuse(held, crate::ffi::FI_EACCES);
+    assert_eq!(
+        posts(&actions(&mut m)),
+        vec![(
+            test_addr(1),
+            Frame::Fin {
+                key: 5,
+                status: -crate::ffi::FI_EACCES
+            }
+        )]
+    );
+    // The sender's side of such a FIN.
+    let mut s = machine(0, true);
+    s.connect(0, test_addr(1), 0);
+    let src: Box<dyn SendSource> = Box::new(vec![1u8; 9000]);
+    s.send_rts(0, 3, &hdr(9000, 3), src, vec![(0x1000, 9000)]).unwrap();
+    let out = drain(&mut s, 0, 0, 1);
+    let Frame::Rts { key, .. } = parse(&out[0]) else {
+        panic!()
+    };
+    s.ring_claimed(0, test_addr(1), 43);
+    s.on_frame(
+        0,
+        Ok(Frame::Fin {
+            key,
+            status: -crate::ffi::FI_EACCES,
+        }),
+        None,
+    );
+    assert_eq!(
+        events(&mut s),
+        vec![WireEvent::SendFailed {
+            op: 3,
+            err: crate::ffi::FI_EACCES
+        }]
+    );
+}
+
+#[test]
+fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
+    let (mut m, _first) = split(100_000);
+    let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
+        panic!()
+    };
+    assert!(m.free_credit(credit).is_some());
+    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
+    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
+        panic!()
+    };
+    m.grant_armed(0, second, None);
+    assert!(actions(&mut m).is_empty());
+    assert_eq!(
+        m.next_deadline(1_000),
+        Some(1_000 + GRANT_WAIT_NS),
+        "progress comes back for it"
+    );
+    // The sender does not write its share of the first: after a while
+    // the second is read whole, without it.
+    m.expire_grant_waits(1_000);
+    m.expire_grant_waits(1_000 + GRANT_WAIT_NS / 2);
+    assert!(actions(&mut m).is_empty(), "not yet");
+    m.expire_grant_waits(1_000 + GRANT_WAIT_NS);
+    assert!(matches!(
+        &actions(&mut m)[..],
+        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == second && local == &vec![(0x3000_0000, 100_000)]
+    ));
+    m.cma_done(Token::Pull(second), Ok(100_000));
+    assert_eq!(
+        events(&mut m),
+        vec![WireEvent::RecvDone {
+            op: 78,
+            written: 100_000
+        }]
+    );
+}
