@@ -23,7 +23,10 @@ use sched::Kind;
 
 /// `MsgHdr::flags` of a collective's internal message (apart from the
 /// two-sided bits and the one-sided ones in `nic::onesided`).
-pub(crate) const COLL: u32 = 1 << 5;
+pub(crate) const COLL: u32 = 1 << 6;
+const _: () = assert!(
+    COLL & (crate::nic::onesided::ONESIDED | crate::proto::MsgHdr::TAGGED | crate::proto::MsgHdr::HAS_DATA) == 0
+);
 
 /// Largest group a collective runs over: the sender's rank travels in 24
 /// bits of a message's name.
