@@ -21,7 +21,7 @@ use crate::getinfo::{sockaddr_to_std, std_to_sockaddr};
 use std::ffi::{c_char, c_void, CStr};
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 pub struct Av {
     pub domain: ParentRef<Domain>,
@@ -31,6 +31,14 @@ pub struct Av {
     inner: RwLock<AvInner>,
     /// Bumped by every insert and remove, so endpoints can cache lookups.
     generation: AtomicU64,
+    /// The enabled endpoints bound to this AV, told of new addresses.
+    listeners: Mutex<Vec<Weak<dyn AvListener>>>,
+}
+
+/// An endpoint told of the addresses its AV learns (it connects to local
+/// peers ahead of their first message).
+pub trait AvListener: Send + Sync {
+    fn learned(&self, addrs: &[SocketAddr]);
 }
 impl AsRef<Refs> for Av {
     fn as_ref(&self) -> &Refs {
@@ -281,6 +289,26 @@ impl Av {
         self.generation.fetch_add(1, Ordering::Release);
         i.add(s) as u64
     }
+    /// `l` is told of every address inserted from now on.
+    pub fn listen(&self, l: Weak<dyn AvListener>) {
+        let mut ls = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        ls.retain(|w| w.strong_count() > 0);
+        ls.push(l);
+    }
+    /// Tells the listeners (without the AV's locks held: they take their
+    /// endpoint's).
+    fn tell(&self, addrs: &[SocketAddr]) {
+        if addrs.is_empty() {
+            return;
+        }
+        let ls: Vec<_> = {
+            let ls = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+            ls.iter().filter_map(Weak::upgrade).collect()
+        };
+        for l in ls {
+            l.learned(addrs);
+        }
+    }
     fn remove(&self, a: u64) -> bool {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);
@@ -355,6 +383,7 @@ pub unsafe fn open(dom: &Arc<Domain>, attr: *mut fi_av_attr, ctx: *mut c_void) -
             a.count,
         )),
         generation: AtomicU64::new(0),
+        listeners: Mutex::new(Vec::new()),
     });
     let c = fid_av {
         fid: fid_header(FI_CLASS_AV, ctx, AV_FI_OPS.ptr()),
@@ -379,10 +408,12 @@ const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
 /// FI_SYNC_ERR `ctx` NULL or writable for `addrs.len()` ints.
 unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, flags: u64, ctx: *mut c_void) -> i32 {
     let mut n = 0;
+    let mut learned = Vec::new();
     for (k, a) in addrs.iter().enumerate() {
         let res = match a {
             Some(s) => {
                 n += 1;
+                learned.push(*s);
                 Ok(av.insert_addr(*s))
             }
             None => Err(FI_EINVAL),
@@ -401,6 +432,7 @@ unsafe fn insert_all(av: &Av, addrs: &[Option<SocketAddr>], fi_addr: *mut u64, f
             unsafe { *(ctx as *mut i32).add(k) = code };
         }
     }
+    av.tell(&learned);
     n
 }
 

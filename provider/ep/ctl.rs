@@ -196,8 +196,16 @@ fn enable(ep: &Arc<Ep>) -> i32 {
             c.add_source(prog.clone());
         }
     }
+    let av = b.av.clone();
     let _ = ep.binds.set(b);
     ep.enabled.store(true, Ordering::Release);
+    if let Some(av) = av {
+        let l: Weak<dyn crate::av::AvListener> = me.clone();
+        av.listen(l);
+        // Peers inserted before the endpoint was enabled.
+        let known: Vec<_> = av.addrs().into_iter().filter_map(|a| av.lookup(a)).collect();
+        crate::av::AvListener::learned(&**ep, &known);
+    }
     let auto: Weak<dyn AutoProgress> = me;
     ep.domain.nic.add(auto);
     0

@@ -566,6 +566,14 @@ impl Progress for Ep {
     }
 }
 
+impl crate::av::AvListener for Ep {
+    fn learned(&self, addrs: &[SocketAddr]) {
+        if self.enabled.load(Ordering::Acquire) {
+            self.lock().port.connect_ahead(addrs);
+        }
+    }
+}
+
 impl AutoProgress for Ep {
     fn last_app_activity(&self, now: u64) -> u64 {
         if self.app_called.swap(false, Ordering::Relaxed) {

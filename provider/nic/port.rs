@@ -89,6 +89,14 @@ impl Port {
     /// datagrams first; then the shm wire; then the UDP sockets, unless
     /// the shm wire just produced something (hand that to the application
     /// first) or only local peers are active and the sockets are not due.
+    /// The AV learned these addresses: local ones are connected now
+    /// (`Exec::connect_ahead`).
+    pub(crate) fn connect_ahead(&mut self, addrs: &[SocketAddr]) {
+        if let Some(shm) = &mut self.shm {
+            shm.connect_ahead(addrs);
+        }
+    }
+
     pub(crate) fn progress(&mut self, now: u64, up: &mut dyn Upcall) {
         let Port {
             udp,

@@ -88,6 +88,8 @@ pub(crate) struct Exec<P: Port> {
     /// sends ask twice (`send_now`, then `Port::send`) for one hash.
     /// Cleared with its ring's entry in `routes`.
     last_route: Option<(SocketAddr, Option<PeerIx>)>,
+    /// Peers `connect_ahead` connected.
+    ahead: usize,
 }
 
 impl Exec<MailboxPort> {
@@ -124,6 +126,7 @@ impl<P: Port> Exec<P> {
             doorbells: 0,
             routed: None,
             last_route: None,
+            ahead: 0,
         }
     }
 
@@ -158,6 +161,32 @@ impl<P: Port> Exec<P> {
         let r = self.route(addr);
         self.routed = r.map(|ix| (addr, ix));
         r.is_some()
+    }
+
+    /// Connects to local peers ahead of their first message (the AV
+    /// learned their addresses): the mapping, the ring claim and the
+    /// ring's pages are then paid for before the application times
+    /// anything, as libfabric's shm maps its peers at `fi_av_insert`. At
+    /// most a quarter of a mailbox's rings' worth of peers per endpoint,
+    /// so that a large job's idle pairs do not take every ring (the rest
+    /// connect on first use). A peer without a mailbox yet is decided on
+    /// first use, as before: nothing is remembered for it here.
+    pub fn connect_ahead(&mut self, addrs: &[SocketAddr]) {
+        for &addr in addrs {
+            if self.ahead >= self.m.nrings().div_ceil(4) {
+                break;
+            }
+            if addr == self.me || self.routes.contains_key(&addr) {
+                continue;
+            }
+            if let Some(ix) = self.connect(addr) {
+                self.ahead += 1;
+                self.routes.insert(addr, Some(ix));
+            }
+        }
+        // The rings of peers that connected to us first are taken (their
+        // pages mapped) now too.
+        self.take_claims();
     }
 
     /// Our ring for `addr`, deciding on first use: a local address and a
@@ -400,15 +429,21 @@ impl<P: Port> Exec<P> {
         }
     }
 
-    /// The next message from a local peer, if any. Control frames met on
-    /// the way are handled (their ends come as events).
-    pub(crate) fn poll_one(&mut self) -> Option<Msg<P::Slot>> {
+    /// Rings local peers claimed in our mailbox since we last looked.
+    #[inline]
+    fn take_claims(&mut self) {
         self.port.claims(&mut self.claims);
         if !self.claims.is_empty() {
             for c in self.claims.drain(..) {
                 self.m.ring_claimed(c.ring, c.peer, c.pid);
             }
         }
+    }
+
+    /// The next message from a local peer, if any. Control frames met on
+    /// the way are handled (their ends come as events).
+    pub(crate) fn poll_one(&mut self) -> Option<Msg<P::Slot>> {
+        self.take_claims();
         // The polling loop of every receiver: no division, no allocation.
         let len = self.m.active().len();
         let mut k = self.next_ring;

@@ -466,6 +466,11 @@ impl Machine {
         self.peers.get(ix)?.as_ref().map(|p| p.addr)
     }
 
+    /// Rings in our mailbox.
+    pub fn nrings(&self) -> usize {
+        self.rings.len()
+    }
+
     /// Any local peer we talk to, or that talks to us.
     pub fn in_use(&self) -> bool {
         !self.active.is_empty() || self.peers.iter().any(Option::is_some)

@@ -521,3 +521,36 @@ fn bad_rts_addresses_fail_the_message_at_both_ends() {
     assert_eq!(b.recv_result(r), Some(Err(FI_EIO)));
     assert_eq!(a.up.sends.get(&500), Some(&Err(FI_EIO)));
 }
+
+#[test]
+fn connect_ahead_claims_rings_before_the_first_message() {
+    const C: u16 = 12;
+    let w = World::default();
+    let mut a = sim_node(&w, A, 4, 256, 0);
+    // No mailbox at that address yet: nothing is decided for it.
+    let c_addr = crate::nic::shm::test_addr(C);
+    a.w.connect_ahead(&[c_addr]);
+    assert!(!a.w.m.in_use());
+    let mut b = sim_node(&w, B, 4, 256, 0);
+    let mut c = sim_node(&w, C, 4, 256, 0);
+    // Itself is skipped; B is connected (a quarter of 4 rings: one peer
+    // ahead), C is left for its first message.
+    a.w.connect_ahead(&[a.addr, b.addr, c.addr]);
+    assert!(a.w.m.in_use());
+    b.progress();
+    c.progress();
+    assert!(b.w.m.in_use(), "B took A's ring before any message");
+    assert!(!c.w.m.in_use(), "past the cap: no ring yet");
+    // Both are reached over shm, C on first use (it was not remembered
+    // as a UDP peer while it had no mailbox).
+    for n in [&mut b, &mut c] {
+        let op = a.send(n.addr, 7, &pattern(7, 100), PLAIN);
+        let r = n.post(100);
+        for _ in 0..100 {
+            a.progress();
+            n.progress();
+        }
+        assert_eq!(n.recv_result(r), Some(Ok(100)));
+        assert_eq!(a.send_result(op), Some(Ok(())));
+    }
+}
