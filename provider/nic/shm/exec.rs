@@ -429,8 +429,9 @@ impl<P: Port> Exec<P> {
         }
     }
 
-    /// Rings local peers claimed in our mailbox since we last looked.
-    #[inline]
+    /// Rings local peers claimed in our mailbox since we last looked
+    /// (every receive pass asks: inlined).
+    #[inline(always)]
     fn take_claims(&mut self) {
         self.port.claims(&mut self.claims);
         if !self.claims.is_empty() {
