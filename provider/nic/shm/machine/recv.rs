@@ -367,10 +367,15 @@ impl Machine {
     /// Split receives that waited for a grant word longer than
     /// `GRANT_WAIT_NS` read their message all by themselves (the executor
     /// calls this on every pass; it stamps new waits with `now`).
+    #[inline]
     pub fn expire_grant_waits(&mut self, now: u64) {
-        if self.waiting_grants == 0 {
-            return;
+        if self.waiting_grants != 0 {
+            self.expire_grant_waits_now(now);
         }
+    }
+
+    #[inline(never)]
+    fn expire_grant_waits_now(&mut self, now: u64) {
         for ring in 0..self.grant_waits.len() {
             if self.grant_waits[ring].is_empty() {
                 continue;
