@@ -15,4 +15,7 @@ echo "== fi_info -p gnix"
 fi_info -p gnix
 echo
 echo "== two processes over gnix (shm and udp wires), next to shm and tcp;ofi_rxm"
-exec python3 bench/run --quick --no-mpi --providers gnix,shm,gnix-udp,tcp --sizes 8,1k,64k,1m "$@"
+python3 bench/run --quick --no-mpi --providers gnix,shm,gnix-udp,tcp --sizes 8,1k,64k,1m "$@"
+echo
+echo "== real clients (upstream fabtests if built, fi_pingpong, Open MPI) next to shm and ob1+vader"
+exec python3 bench/clients --quick --rounds 1

@@ -332,15 +332,7 @@ impl Machine {
                     wdone: None,
                 };
             }
-            None => {
-                self.actions.push_back(Action::CmaRead {
-                    token: Token::Pull(rid),
-                    pid: rx.pid,
-                    local: s.local,
-                    remote: s.remote,
-                });
-                rx.state = RxState::Pull { sink: s.sink };
-            }
+            None => self.pull_whole(rid, &mut rx, s),
         }
         self.rx.insert(rid, rx);
     }
@@ -367,6 +359,18 @@ impl Machine {
     /// Split receives that waited for a grant word longer than
     /// `GRANT_WAIT_NS` read their message all by themselves (the executor
     /// calls this on every pass; it stamps new waits with `now`).
+    /// A split receive without its grant word reads the whole message
+    /// itself.
+    fn pull_whole(&mut self, rid: u64, rx: &mut RxOp, s: Split) {
+        self.actions.push_back(Action::CmaRead {
+            token: Token::Pull(rid),
+            pid: rx.pid,
+            local: s.local,
+            remote: s.remote,
+        });
+        rx.state = RxState::Pull { sink: s.sink };
+    }
+
     #[inline]
     pub fn expire_grant_waits(&mut self, now: u64) {
         if self.waiting_grants != 0 {
@@ -396,15 +400,7 @@ impl Machine {
                 self.waiting_grants -= 1;
                 let Some(mut rx) = self.rx.remove(&rid) else { continue };
                 match std::mem::replace(&mut rx.state, RxState::Moving) {
-                    RxState::Arming(s) => {
-                        self.actions.push_back(Action::CmaRead {
-                            token: Token::Pull(rid),
-                            pid: rx.pid,
-                            local: s.local,
-                            remote: s.remote,
-                        });
-                        rx.state = RxState::Pull { sink: s.sink };
-                    }
+                    RxState::Arming(s) => self.pull_whole(rid, &mut rx, s),
                     other => rx.state = other,
                 }
                 self.rx.insert(rid, rx);
