@@ -13,6 +13,8 @@
  *   pollbench N [LEN] [manual]
  *       manual: FI_PROGRESS_MANUAL and FI_THREAD_DOMAIN; otherwise the
  *       provider's defaults (gnix: FI_PROGRESS_AUTO, FI_THREAD_SAFE).
+ *       A LEN past the provider's inject size goes by fi_tsend, and A's
+ *       CQ is read until that send completes too (the rendezvous path).
  *   EMPTY=1 pollbench N   N fi_cq_read calls on an empty CQ instead.
  *   PROV=name             another provider (default gnix).
  *
@@ -89,7 +91,8 @@ int main(int argc, char **argv)
 		}
 	}
 	char *sbuf = calloc(1, len + 1), *rbuf = calloc(1, len + 1);
-	struct fi_context ctx;
+	struct fi_context ctx, sctx;
+	int rndv = len > info->tx_attr->inject_size;
 	struct fi_cq_tagged_entry e;
 	struct timespec t0;
 	int r;
@@ -110,15 +113,22 @@ int main(int argc, char **argv)
 		if (i == 0)
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 		CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
-		while ((r = fi_tinject(ep[0], sbuf, len, fa[1], 7)) == -FI_EAGAIN)
-			fi_cq_read(cq[0], &e, 1);
-		CHK(r);
+		if (rndv) {
+			/* past the inject size: a send, completed by its peer */
+			CHK(fi_tsend(ep[0], sbuf, len, NULL, fa[1], 7, &sctx));
+		} else {
+			while ((r = fi_tinject(ep[0], sbuf, len, fa[1], 7)) == -FI_EAGAIN)
+				fi_cq_read(cq[0], &e, 1);
+			CHK(r);
+		}
 		while ((r = fi_cq_read(cq[1], &e, 1)) == -FI_EAGAIN)
 			;
 		if (r != 1) {
 			fprintf(stderr, "fi_cq_read: %d\n", r);
 			return 2;
 		}
+		while (rndv && (r = fi_cq_read(cq[0], &e, 1)) == -FI_EAGAIN)
+			;
 	}
 	printf("%.1f ns per message\n", ns_since(&t0) / n);
 	fi_close(&ep[0]->fid);

@@ -1050,22 +1050,29 @@ pub fn ranges_len(v: &[Range]) -> u64 {
 }
 
 /// The pieces covering bytes `off..off + n` of the concatenation of `v`.
-pub fn sub_ranges(v: &[Range], mut off: u64, mut n: u64) -> Vec<Range> {
-    let mut out = Vec::new();
-    for &(a, l) in v {
-        if n == 0 {
-            break;
-        }
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let take = (l - off).min(n);
-        out.push((a + off, take));
-        n -= take;
-        off = 0;
-    }
-    out
+pub fn sub_ranges(v: &[Range], off: u64, n: u64) -> Vec<Range> {
+    sub_ranges_iter(v, off, n).collect()
+}
+
+/// `sub_ranges` without collecting them (the CMA path builds its iovecs
+/// from it with no allocation).
+fn sub_ranges_iter(v: &[Range], mut off: u64, mut n: u64) -> impl Iterator<Item = Range> + '_ {
+    v.iter()
+        .map_while(move |&(a, l)| {
+            if n == 0 {
+                return None;
+            }
+            if off >= l {
+                off -= l;
+                return Some(None);
+            }
+            let take = (l - off).min(n);
+            let r = (a + off, take);
+            n -= take;
+            off = 0;
+            Some(Some(r))
+        })
+        .flatten()
 }
 
 /// Reads `remote` ranges of process `pid` into `local` ranges of ours
@@ -1092,9 +1099,11 @@ pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usiz
 /// iovecs of at most this many pieces per syscall (far below IOV_MAX).
 const IOV_BATCH: usize = 64;
 
-fn iovecs(v: &[Range], skip: u64, max: u64) -> Vec<libc::iovec> {
-    sub_ranges(v, skip, max)
-        .into_iter()
+/// Most transfers have a few pieces: those iovecs stay on the stack.
+type Iovecs = smallvec::SmallVec<[libc::iovec; 4]>;
+
+fn iovecs(v: &[Range], skip: u64, max: u64) -> Iovecs {
+    sub_ranges_iter(v, skip, max)
         .take(IOV_BATCH)
         .map(|(a, l)| libc::iovec {
             iov_base: a as usize as *mut libc::c_void,
