@@ -182,16 +182,8 @@ impl<P: Port> Exec<P> {
             if let Some(ix) = self.connect(addr) {
                 self.ahead += 1;
                 self.routes.insert(addr, Some(ix));
-                // A doorbell: a peer whose application is away (in its
-                // address exchange) has its progress thread take the ring,
-                // and map its pages, before the first message. Measured
-                // with fi_pingpong -S all: the first round trip's median
-                // 2.6 -> 1.15 us, though a thread woken as the peer starts
-                // its loop can cost one round more (17 us once in 10).
-                self.bells.push(addr);
             }
         }
-        self.ring_bells();
         // The rings of peers that connected to us first are taken (their
         // pages mapped) now too.
         self.take_claims();

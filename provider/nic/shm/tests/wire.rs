@@ -537,7 +537,6 @@ fn connect_ahead_claims_rings_before_the_first_message() {
     // ahead), C is left for its first message.
     a.w.connect_ahead(&[a.addr, b.addr, c.addr]);
     assert!(a.w.m.in_use());
-    assert_eq!(a.w.stats().doorbells, 1, "B is rung to take its ring now");
     b.progress();
     c.progress();
     assert!(b.w.m.in_use(), "B took A's ring before any message");
