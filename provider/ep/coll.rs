@@ -35,7 +35,8 @@
 //!   its parent's broadcast) fails too instead of waiting forever.
 #![forbid(unsafe_code)]
 
-use super::rma::{let_go, StageSink};
+use super::rma::let_go;
+use super::rma_target::StageSink;
 use super::rx::{Handler, Req};
 use super::Ep;
 use crate::coll::av_set::AvSet;

@@ -33,6 +33,7 @@ mod coll;
 mod ctl;
 mod deferred;
 mod rma;
+mod rma_target;
 mod rx;
 mod shims;
 mod shims_atomic;

@@ -5,7 +5,8 @@
 //! (`Handler`): arrivals, and the ends of operations, sends included.
 #![forbid(unsafe_code)]
 
-use super::rma::{Landing, Onesided, RmaPart, RmaReq, Staged};
+use super::rma::{Onesided, RmaPart, RmaReq};
+use super::rma_target::{Landing, Staged};
 use super::{Ep, Face};
 use crate::cq::CqEntry;
 use crate::ffi::*;
