@@ -697,36 +697,48 @@ impl Handler<'_> {
         let peer = o.members[to];
         let key = Key::new(o.group, o.seq, phase, o.me);
         let bytes: Box<[u8]> = o.read(src).into();
+        match self.send_internal(wires, peer, key, bytes, id, now) {
+            Ok(Sent::Pending) => {}
+            Ok(Sent::Done) => self.step_done(id, None),
+            Err(e) if e == -FI_EAGAIN => {
+                if let Some(o) = self.coll.ops.get_mut(&id) {
+                    o.unsent.push(st);
+                }
+            }
+            Err(e) => self.step_done(id, Some(-e)),
+        }
+    }
+
+    /// Sends `bytes` to `peer` as the internal message `key`, a part of
+    /// operation `owner` until the wire ends it (the part is gone again
+    /// unless the send is pending).
+    fn send_internal(
+        &mut self,
+        wires: &mut dyn Wires,
+        peer: SocketAddr,
+        key: Key,
+        bytes: Box<[u8]>,
+        owner: u64,
+        now: u64,
+    ) -> Result<Sent, i32> {
         let hdr = MsgHdr {
             tag: key.group,
             data: key.word,
             len: bytes.len() as u64,
             flags: COLL,
         };
-        let op = self.reqs.insert_part(Dir::Tx, Req::CollSend(id));
+        let op = self.reqs.insert_part(Dir::Tx, Req::CollSend(owner));
         let s = SendOp {
             peer,
             op,
             hdr,
             flags: SendFlags::default(),
         };
-        match wires.send(s, IovSource::with_head(bytes, Iov::empty()), self, now) {
-            Ok(Sent::Pending) => {}
-            Ok(Sent::Done) => {
-                self.reqs.remove(op);
-                self.step_done(id, None);
-            }
-            Err(e) => {
-                self.reqs.remove(op);
-                if e == -FI_EAGAIN {
-                    if let Some(o) = self.coll.ops.get_mut(&id) {
-                        o.unsent.push(st);
-                    }
-                } else {
-                    self.step_done(id, Some(-e));
-                }
-            }
+        let r = wires.send(s, IovSource::with_head(bytes, Iov::empty()), self, now);
+        if !matches!(r, Ok(Sent::Pending)) {
+            self.reqs.remove(op);
         }
+        r
     }
 
     /// Posts a `Step::Recv` of operation `id`: taken from what is parked,
@@ -877,24 +889,8 @@ impl Handler<'_> {
             .map(|(_, p)| *p)
             .collect();
         for peer in to {
-            let hdr = MsgHdr {
-                tag: key.group,
-                data: key.word,
-                len: 4,
-                flags: COLL,
-            };
-            let op = self.reqs.insert_part(Dir::Tx, Req::CollSend(NO_OP));
-            let s = SendOp {
-                peer,
-                op,
-                hdr,
-                flags: SendFlags::default(),
-            };
-            let src = IovSource::with_head(Box::new(err.to_le_bytes()), Iov::empty());
             // Best effort: a member we cannot reach cannot wait for us.
-            if !matches!(wires.send(s, src, self, now), Ok(Sent::Pending)) {
-                self.reqs.remove(op);
-            }
+            let _ = self.send_internal(wires, peer, key, Box::new(err.to_le_bytes()), NO_OP, now);
         }
     }
 
