@@ -382,8 +382,18 @@ impl Cq {
     /// Moves up to `count` successes into `out`, stopping before an error.
     /// Takes nothing unless `min` successes are ready or an error follows
     /// the ready ones (a threshold cannot be reached past an error).
-    fn take(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>, min: usize) -> isize {
+    /// Entry `i` of a read: its bytes in `out`, its source in `src`
+    /// (fi_cq_readfrom).
+    #[inline(always)]
+    fn put(&self, i: usize, e: &CqEntry, out: &mut [u8], src: Option<&mut [u64]>) {
         let sz = self.entry_size;
+        encode(e, &mut out[i * sz..(i + 1) * sz]);
+        if let Some(s) = src {
+            s[i] = e.src;
+        }
+    }
+
+    fn take(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>, min: usize) -> isize {
         let mut q = lock(&self.q);
         if min > 1 {
             let ready = q.q.iter().take(min).take_while(|s| matches!(s, Slot::Ok(_))).count();
@@ -395,10 +405,7 @@ impl Cq {
         while n < count {
             match q.q.front() {
                 Some(Slot::Ok(e)) => {
-                    encode(e, &mut out[n * sz..(n + 1) * sz]);
-                    if let Some(s) = src.as_deref_mut() {
-                        s[n] = e.src;
-                    }
+                    self.put(n, e, out, src.as_deref_mut());
                     q.q.pop_front();
                     n += 1;
                 }
@@ -446,12 +453,8 @@ impl Cq {
         if n > 0 {
             // What the pass queued for this CQ (an error, the overflow)
             // came after these: the next read finds it.
-            let sz = self.entry_size;
             for (i, e) in got[..n].iter().enumerate() {
-                encode(e, &mut out[i * sz..(i + 1) * sz]);
-                if let Some(s) = src.as_deref_mut() {
-                    s[i] = e.src;
-                }
+                self.put(i, e, out, src.as_deref_mut());
             }
             return n as isize;
         }
