@@ -284,6 +284,11 @@ impl Av {
         let i = self.inner.read().unwrap();
         (0..i.len()).filter(|&a| i.get(a).is_some()).map(|a| a as u64).collect()
     }
+    /// Every peer present, in order (one pass under the lock).
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        let i = self.inner.read().unwrap();
+        (0..i.len()).filter_map(|a| i.get(a)).collect()
+    }
     pub fn insert_addr(&self, s: SocketAddr) -> u64 {
         let mut i = self.inner.write().unwrap();
         self.generation.fetch_add(1, Ordering::Release);

@@ -203,8 +203,7 @@ fn enable(ep: &Arc<Ep>) -> i32 {
         let l: Weak<dyn crate::av::AvListener> = me.clone();
         av.listen(l);
         // Peers inserted before the endpoint was enabled.
-        let known: Vec<_> = av.addrs().into_iter().filter_map(|a| av.lookup(a)).collect();
-        crate::av::AvListener::learned(&**ep, &known);
+        crate::av::AvListener::learned(&**ep, &av.peers());
     }
     let auto: Weak<dyn AutoProgress> = me;
     ep.domain.nic.add(auto);
