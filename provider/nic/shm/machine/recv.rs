@@ -356,9 +356,6 @@ impl Machine {
         }
     }
 
-    /// Split receives that waited for a grant word longer than
-    /// `GRANT_WAIT_NS` read their message all by themselves (the executor
-    /// calls this on every pass; it stamps new waits with `now`).
     /// A split receive without its grant word reads the whole message
     /// itself.
     fn pull_whole(&mut self, rid: u64, rx: &mut RxOp, s: Split) {
@@ -371,6 +368,9 @@ impl Machine {
         rx.state = RxState::Pull { sink: s.sink };
     }
 
+    /// Split receives that waited for a grant word longer than
+    /// `GRANT_WAIT_NS` read their message all by themselves (the executor
+    /// calls this on every pass; it stamps new waits with `now`).
     #[inline]
     pub fn expire_grant_waits(&mut self, now: u64) {
         if self.waiting_grants != 0 {
