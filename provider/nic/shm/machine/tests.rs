@@ -821,21 +821,27 @@ fn what_costs_no_credit_goes_past_a_message_waiting_for_credit() {
     assert_eq!(ops, queued);
 }
 
-#[test]
-fn with_every_grant_word_armed_a_split_waits_for_one_to_come_back() {
-    let (mut m, first) = split(100_000);
-    // A second large message from the same sender; its grant word is not
-    // to be had while the first holds the last one.
+/// A second large message from the same sender as `split`'s: its grant
+/// word is not to be had while the first holds the last one, so it waits
+/// (the sender will copy its share). Its receive's id.
+fn second_split_waiting(m: &mut Machine) -> u64 {
     let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
         panic!()
     };
     assert!(m.free_credit(credit).is_some());
     m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
-    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
+    let [Action::ArmGrant { ring: 0, rid: second }] = actions(m)[..] else {
         panic!()
     };
     m.grant_armed(0, second, None);
-    assert!(actions(&mut m).is_empty(), "it waits: the sender will copy its share");
+    assert!(actions(m).is_empty(), "it waits: the sender will copy its share");
+    second
+}
+
+#[test]
+fn with_every_grant_word_armed_a_split_waits_for_one_to_come_back() {
+    let (mut m, first) = split(100_000);
+    let second = second_split_waiting(&mut m);
     // The first one's sender wrote its part: its grant word goes back and
     // is armed for the second at once.
     m.cma_done(Token::Head(first), Ok(49_152));
@@ -930,16 +936,7 @@ fn a_refused_rendezvous_fails_its_sender_with_the_receivers_error() {
 #[test]
 fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
     let (mut m, _first) = split(100_000);
-    let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(6, 100_000)), None) else {
-        panic!()
-    };
-    assert!(m.free_credit(credit).is_some());
-    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
-    let [Action::ArmGrant { ring: 0, rid: second }] = actions(&mut m)[..] else {
-        panic!()
-    };
-    m.grant_armed(0, second, None);
-    assert!(actions(&mut m).is_empty());
+    let second = second_split_waiting(&mut m);
     assert_eq!(
         m.next_deadline(1_000),
         Some(1_000 + GRANT_WAIT_NS),
