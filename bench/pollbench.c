@@ -16,6 +16,12 @@
  *       A LEN past the provider's inject size goes by fi_tsend, and A's
  *       CQ is read until that send completes too (the rendezvous path).
  *   EMPTY=1 pollbench N   N fi_cq_read calls on an empty CQ instead.
+ *   WINDOW=W pollbench N  the message-rate path (Open MPI's MPI_Isend /
+ *                         MPI_Irecv windows through mtl ofi): N times, W
+ *                         fi_trecv on B, W fi_tsend from A (each wants a
+ *                         completion), then both CQs read 100 entries at
+ *                         a time until all 2W completions are in; the
+ *                         cost per message is then per N*W.
  *   PROV=name             another provider (default gnix).
  *
  * Build: cc -O2 -g -o pollbench pollbench.c -lfabric
@@ -106,6 +112,38 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			fi_cq_read(cq[1], &e, 1);
 		printf("%.1f ns per empty poll\n", ns_since(&t0) / n);
+		return 0;
+	}
+	if (getenv("WINDOW")) {
+		long w = atol(getenv("WINDOW"));
+		if (w < 1 || w > 512) {
+			fprintf(stderr, "WINDOW: 1..512\n");
+			return 2;
+		}
+		struct fi_context *rc = calloc(w, sizeof *rc), *sc = calloc(w, sizeof *sc);
+		char *rb = calloc(w, len + 1);
+		struct fi_cq_tagged_entry es[100];
+		for (long i = -10; i < n; i++) {
+			if (i == 0)
+				clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (long k = 0; k < w; k++)
+				CHK(fi_trecv(ep[1], rb + k * len, len, NULL, fa[0], 7, 0, &rc[k]));
+			for (long k = 0; k < w; k++)
+				while ((r = fi_tsend(ep[0], sbuf, len, NULL, fa[1], 7, &sc[k])) == -FI_EAGAIN)
+					fi_cq_read(cq[0], es, 0);
+			long got[2] = {0, 0};
+			while (got[0] < w || got[1] < w)
+				for (int c = 0; c < 2; c++) {
+					r = (int)fi_cq_read(cq[c], es, 100);
+					if (r > 0)
+						got[c] += r;
+					else if (r != -FI_EAGAIN) {
+						fprintf(stderr, "fi_cq_read: %d\n", r);
+						return 2;
+					}
+				}
+		}
+		printf("%.1f ns per message\n", ns_since(&t0) / (n * w));
 		return 0;
 	}
 	/* 100 untimed messages first (connection set-up) */

@@ -6,6 +6,13 @@
  *                         44-byte header, as the udp wire sends them), each
  *                         received straight into its place in the buffer
  *   sockfloor tcp ITERS   one TCP stream, TCP_NODELAY
+ *   sockfloor udp|tcp ITERS stream
+ *                         streaming instead of ping-pong: ITERS messages of
+ *                         1 MiB from CPU 1 to CPU 0, at most WINDOW of them
+ *                         unacknowledged (the receiver answers each with a
+ *                         1-byte message): the most any protocol over these
+ *                         sockets could move one way, the bound a provider's
+ *                         one-sided write bandwidth (fi_rma_bench) meets
  *
  * Both sides busy-poll non-blocking sockets, as the providers do under
  * manual progress. On this VM the UDP path runs in modes (about 110, 200
@@ -14,7 +21,8 @@
  * verdict comes with the kernel's UDP/TCP ratio of that moment.
  *
  * Prints "FLOOR proto=udp|tcp size=1048576 med=<usec> min=<usec>" (one-way,
- * half the round trip) and exits 0; exits 2 when it cannot pin to two CPUs
+ * half the round trip), or with stream "STREAM proto=udp|tcp size=1048576
+ * mbps=<MB/s>" (1e6 B/s), and exits 0; exits 2 when it cannot pin to two CPUs
  * or get a socket buffer that holds a whole message, 3 on a timeout (a
  * lost datagram: nothing here retransmits).
  */
@@ -38,6 +46,7 @@
 #define DGRAM 65507 /* largest UDP payload over IPv4 */
 #define PAYLOAD (DGRAM - HDR)
 #define WARMUP 10
+#define WINDOW 4 /* messages in flight when streaming */
 
 static int udp;
 static pid_t echo_pid; /* the parent's: killed with it on a timeout */
@@ -123,7 +132,7 @@ static int sockets(int a[2])
     if (udp) {
         struct sockaddr_in at[2];
         for (int i = 0; i < 2; i++) {
-            int big = 4 * MSG, got = 0;
+            int big = (WINDOW + 2) * MSG, got = 0;
             socklen_t gl = sizeof got;
             a[i] = socket(AF_INET, SOCK_DGRAM, 0);
             at[i] = sa;
@@ -135,8 +144,8 @@ static int sockets(int a[2])
             if (setsockopt(a[i], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) < 0)
                 setsockopt(a[i], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
             getsockopt(a[i], SOL_SOCKET, SO_RCVBUF, &got, &gl);
-            if (got < 2 * MSG) {
-                fprintf(stderr, "sockfloor: receive buffer %d B, need %d\n", got, 2 * MSG);
+            if (got < (WINDOW + 1) * MSG) {
+                fprintf(stderr, "sockfloor: receive buffer %d B, need %d\n", got, (WINDOW + 1) * MSG);
                 return -2;
             }
         }
@@ -161,10 +170,26 @@ static int sockets(int a[2])
     return 0;
 }
 
+/* One byte each way: the streaming receiver's acknowledgement. */
+static void send_ack(int s)
+{
+    char b = 1;
+    while (send(s, &b, 1, MSG_DONTWAIT) != 1) {
+    }
+}
+
+static void recv_ack(int s)
+{
+    char b;
+    while (recv(s, &b, 1, MSG_DONTWAIT) != 1) {
+    }
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "udp") && strcmp(argv[1], "tcp")) || atoi(argv[2]) < 1) {
-        fprintf(stderr, "usage: sockfloor udp|tcp ITERS\n");
+    int stream = argc == 4 && !strcmp(argv[3], "stream");
+    if ((argc != 3 && !stream) || (strcmp(argv[1], "udp") && strcmp(argv[1], "tcp")) || atoi(argv[2]) < 1) {
+        fprintf(stderr, "usage: sockfloor udp|tcp ITERS [stream]\n");
         return 1;
     }
     udp = !strcmp(argv[1], "udp");
@@ -193,7 +218,10 @@ int main(int argc, char **argv)
             _exit(2);
         for (int i = 0; i < iters + WARMUP; i++) {
             recv_msg(s[1], rx);
-            send_msg(s[1], tx);
+            if (stream)
+                send_ack(s[1]);
+            else
+                send_msg(s[1], tx);
         }
         _exit(0);
     }
@@ -203,6 +231,38 @@ int main(int argc, char **argv)
         waitpid(echo, NULL, 0);
         fprintf(stderr, "sockfloor: cannot pin to CPU 1\n");
         return 2;
+    }
+    if (stream) {
+        /* Messages and acknowledgements share one ordered channel each
+         * way; the window keeps the receiver's buffer from overflowing
+         * (nothing retransmits). */
+        double t0 = 0;
+        int acked = 0;
+        for (int i = 0; i < iters + WARMUP; i++) {
+            if (i == WARMUP) {
+                while (acked < WARMUP) {
+                    recv_ack(s[0]);
+                    acked++;
+                }
+                t0 = now_us();
+            }
+            while (i - acked >= WINDOW) {
+                recv_ack(s[0]);
+                acked++;
+            }
+            send_msg(s[0], tx);
+        }
+        while (acked < iters + WARMUP) {
+            recv_ack(s[0]);
+            acked++;
+        }
+        double t = now_us() - t0;
+        int st = 0;
+        waitpid(echo, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 2;
+        printf("STREAM proto=%s size=%d mbps=%.0f\n", argv[1], MSG, (double)iters * MSG / t);
+        return 0;
     }
     for (int i = 0; i < iters + WARMUP; i++) {
         double t0 = now_us();

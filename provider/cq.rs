@@ -53,14 +53,17 @@ struct HandoffPass<'a>(&'a Cq);
 
 impl Drop for HandoffPass<'_> {
     fn drop(&mut self) {
-        let (got, n) = HANDOFF_TO.with(|h| {
+        // Normally the read took everything (n = 0): nothing is copied.
+        let left = HANDOFF_TO.with(|h| {
             let mut h = h.borrow_mut();
-            let n = std::mem::take(&mut h.n);
             h.cq = 0;
-            (h.got, n)
+            let n = std::mem::take(&mut h.n);
+            (n > 0).then(|| (h.got, n))
         });
-        for e in &got[..n] {
-            self.0.enqueue(Slot::Ok(*e));
+        if let Some((got, n)) = left {
+            for e in &got[..n] {
+                self.0.enqueue(Slot::Ok(*e));
+            }
         }
     }
 }
@@ -330,7 +333,7 @@ impl Cq {
     /// entries (the queue was empty): the successes it made for this CQ on
     /// this thread, before anything of this CQ had to be queued.
     /// Returns how many it wrote to `got`.
-    fn progress_handoff(&self, room: usize, got: &mut [CqEntry; HANDOFF]) -> usize {
+    fn progress_handoff(&self, room: usize, mut put: impl FnMut(usize, &CqEntry)) -> usize {
         let id = self as *const Cq as usize;
         let mine = HANDOFF_TO.with(|h| {
             let mut h = h.borrow_mut();
@@ -351,11 +354,13 @@ impl Cq {
         }
         let pass = HandoffPass(self);
         self.sources.progress();
+        // Straight into the reader's buffer: an empty poll copies nothing.
         let n = HANDOFF_TO.with(|h| {
             let mut h = h.borrow_mut();
-            let n = h.n;
-            got[..n].copy_from_slice(&h.got[..n]);
-            h.n = 0;
+            let n = std::mem::take(&mut h.n);
+            for (i, e) in h.got[..n].iter().enumerate() {
+                put(i, e);
+            }
             n
         });
         drop(pass);
@@ -448,14 +453,10 @@ impl Cq {
                 return r;
             }
         }
-        let mut got = [CqEntry::EMPTY; HANDOFF];
-        let n = self.progress_handoff(count, &mut got);
+        let n = self.progress_handoff(count, |i, e| self.put(i, e, out, src.as_deref_mut()));
         if n > 0 {
             // What the pass queued for this CQ (an error, the overflow)
             // came after these: the next read finds it.
-            for (i, e) in got[..n].iter().enumerate() {
-                self.put(i, e, out, src.as_deref_mut());
-            }
             return n as isize;
         }
         if self.queued.load(Ordering::Acquire) == 0 {
