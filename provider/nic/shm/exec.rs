@@ -184,9 +184,10 @@ impl<P: Port> Exec<P> {
                 self.routes.insert(addr, Some(ix));
             }
         }
-        // The rings of peers that connected to us first are taken (their
-        // pages mapped) now too.
+        // The rings of peers that connected to us first are taken, and
+        // their pages mapped, now too: this is no data call.
         self.take_claims();
+        self.port.warm();
     }
 
     /// Our ring for `addr`, deciding on first use: a local address and a

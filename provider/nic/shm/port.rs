@@ -61,6 +61,9 @@ pub(crate) trait Port {
 
     /// Rings claimed since the last call, appended to `out`.
     fn claims(&mut self, out: &mut Vec<Claim>);
+    /// Our mapping of claimed rings faults in all their pages (at claim
+    /// time only a ring's first pages are). Not on a data path.
+    fn warm(&mut self) {}
     /// The next published slot of ring `ring` and its header.
     fn peek(&mut self, ring: RingIx) -> Option<(Self::Slot, SlotHead)>;
     /// A slot's payload; `None` if its length does not fit a slot.
@@ -271,6 +274,10 @@ impl Port for MailboxPort {
         if self.mb.claims_changed() {
             self.scan_claims(out);
         }
+    }
+
+    fn warm(&mut self) {
+        self.mb.warm();
     }
 
     #[inline]
