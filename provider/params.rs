@@ -275,8 +275,8 @@ tunables! {
         "Use the shared-memory wire for peers on this host (1) or send everything over UDP (0).";
     cma: bool = Int(1, Range::Span(0, 1)),
         "Shared-memory rendezvous pulls data with process_vm_readv (1) or always copies it through the mailbox (0).";
-    shm_eager: usize = Size(4096, Range::Span(64, 65536)),
-        "Payload bytes of one shared-memory mailbox slot; longer messages use rendezvous.";
+    shm_eager: usize = Size(8192, Range::Span(64, 65536)),
+        "Payload bytes of one shared-memory mailbox slot; longer messages use rendezvous (a pull with process_vm_readv, which costs more than two copies up to about 32 KiB on the machines measured, but a slot takes this much memory in each peer's ring).";
     shm_depth: usize = Int(64, Range::Span(2, 4096)),
         "Slots in each peer's shared-memory mailbox ring.";
     shm_peers: usize = Int(64, Range::Span(1, 480)),

@@ -495,7 +495,8 @@ static void coll_all(struct ctx *c, struct cgroup *g)
 {
 	static const enum fi_datatype dts[] = { FI_INT8, FI_INT32, FI_UINT64, FI_FLOAT, FI_DOUBLE };
 	static const enum fi_op ops[] = { FI_SUM, FI_MIN, FI_MAX };
-	/* 1 element, a few, past the shm slot (4 KiB), past the udp
+	/* 1 element, a few, past the shm slot (8 KiB, for elements of 4 bytes
+	 * or more), past the udp
 	 * rendezvous threshold (64 KiB) */
 	static const size_t counts[] = { 1, 9, 2500, 20000 };
 	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
