@@ -97,6 +97,9 @@ impl Exec<MailboxPort> {
     /// (the endpoint then uses UDP for everyone).
     pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<Self> {
         let port = MailboxPort::new(me, cfg.geo, cfg.loan)?;
+        if cfg.cma {
+            super::mailbox::cma_warm();
+        }
         let geo = port.geometry();
         let m = Machine::new(
             machine::Config {
