@@ -856,11 +856,7 @@ impl Handler<'_> {
         }
         let body = match body {
             Body::Bytes(b) => ParkedBody::Eager(b.to_vec()),
-            Body::Shared(s) => {
-                let mut v = vec![0u8; s.len()];
-                s.copy_to(0, &mut v);
-                ParkedBody::Eager(v)
-            }
+            Body::Shared(s) => ParkedBody::Eager(s.to_vec()),
             Body::Rndv(h) => ParkedBody::Rndv(h),
         };
         self.coll.parked.insert(

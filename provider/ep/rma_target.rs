@@ -162,11 +162,7 @@ impl Handler<'_> {
             // Behind an ordered request still being applied: waits its turn.
             let body = match body {
                 Body::Bytes(b) => WaitingBody::Bytes(b.into()),
-                Body::Shared(s) => {
-                    let mut v = vec![0u8; s.len()];
-                    s.copy_to(0, &mut v);
-                    WaitingBody::Bytes(v.into())
-                }
+                Body::Shared(s) => WaitingBody::Bytes(s.to_vec().into()),
                 Body::Rndv(h) => WaitingBody::Rndv(h),
             };
             let lane = self.os.lanes.get_mut(&peer).expect("checked above");
@@ -186,11 +182,7 @@ impl Handler<'_> {
         }
         match body {
             Body::Bytes(b) => self.request(peer, hdr, b, Some(credit)),
-            Body::Shared(s) => {
-                let mut v = vec![0u8; s.len()];
-                s.copy_to(0, &mut v);
-                self.request(peer, hdr, &v, Some(credit))
-            }
+            Body::Shared(s) => self.request(peer, hdr, &s.to_vec(), Some(credit)),
             Body::Rndv(_) => {
                 let len = hdr.len as usize;
                 if len > onesided::MAX_REQUEST {

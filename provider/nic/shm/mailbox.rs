@@ -382,7 +382,7 @@ impl<'a> SharedBytes<'a> {
         // through raw pointers only: no reference to shared bytes exists.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
     }
-    #[cfg(any(test, feature = "fuzz"))]
+    /// The bytes, copied out (a message kept for later).
     pub fn to_vec(self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
         self.copy_to(0, &mut v);
