@@ -233,6 +233,19 @@ pub(crate) struct Colls {
 }
 
 impl Colls {
+    /// Drops the parked messages `gone` picks (nobody will take them);
+    /// the wires' credit they held goes back at the next `coll_advance`.
+    fn unpark(&mut self, gone: impl Fn(&Key, &Parked) -> bool) {
+        let credits = &mut self.credits;
+        self.parked.retain(|k, p| {
+            let drop = gone(k, p);
+            if drop {
+                credits.push(p.credit);
+            }
+            !drop
+        });
+    }
+
     /// (operations, receives posted, messages parked), for the tests.
     #[cfg(test)]
     pub(super) fn in_flight(&self) -> (usize, usize, usize) {
@@ -653,21 +666,9 @@ impl Handler<'_> {
     fn coll_finish(&mut self, id: u64) {
         let Some(o) = self.coll.ops.remove(&id) else { return };
         if o.err.is_some() {
-            // What other members sent this failed operation goes, with
-            // the wires' credit it held.
+            // What other members sent this failed operation goes.
             let (group, seq) = (o.group, o.seq);
-            let gone: Vec<Key> = self
-                .coll
-                .parked
-                .keys()
-                .filter(|k| k.group == group && k.seq() == seq)
-                .copied()
-                .collect();
-            for k in gone {
-                if let Some(p) = self.coll.parked.remove(&k) {
-                    self.coll.credits.push(p.credit);
-                }
-            }
+            self.coll.unpark(|k, _| k.group == group && k.seq() == seq);
         }
         match o.join {
             Some(addr) => {
@@ -964,18 +965,7 @@ impl Handler<'_> {
                 o.err = o.err.or(Some(FI_EHOSTUNREACH));
             }
         }
-        let gone: Vec<Key> = self
-            .coll
-            .parked
-            .iter()
-            .filter(|(_, p)| p.peer == peer)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in gone {
-            if let Some(p) = self.coll.parked.remove(&k) {
-                self.coll.credits.push(p.credit);
-            }
-        }
+        self.coll.unpark(|_, p| p.peer == peer);
     }
 
     /// Withdraws operation `id`'s receives whose messages have not come
