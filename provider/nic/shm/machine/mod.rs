@@ -259,6 +259,20 @@ impl PeerOut {
     fn credit_ahead(&self) -> u64 {
         self.credit().saturating_sub(self.outq_cost)
     }
+
+    /// Whether an eager message costing `cost` may go eagerly at all: an
+    /// inject (its buffer is the application's again on return) always
+    /// may; any other send rather goes by rendezvous than spend the last
+    /// quarter of the loan, which stays for RTS frames.
+    fn eager_allowed(&self, cost: u64, inject: bool) -> bool {
+        inject || self.credit_ahead() >= cost.saturating_add(self.loan / 4)
+    }
+
+    /// Whether a message costing `cost` can be published before anything
+    /// else: nothing queued ahead, and the credit known covers it.
+    fn goes_first(&self, cost: u64) -> bool {
+        self.outq.is_empty() && self.credit() >= cost
+    }
 }
 
 /// A rendezvous send waiting for its FIN (pushing data after a CTS).

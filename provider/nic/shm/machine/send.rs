@@ -151,21 +151,18 @@ impl Machine {
         }))
     }
 
-    /// What becomes of an eager send of `len` bytes to peer `ix`: an inject
-    /// (its buffer is the application's again on return) always goes
-    /// eagerly, waiting for credit if need be; any other send rather goes
-    /// by rendezvous than spend the last quarter of the loan, which stays
-    /// for RTS frames.
+    /// What becomes of an eager send of `len` bytes to peer `ix`
+    /// (`PeerOut::eager_allowed`, waiting for credit if need be).
     fn eager_step(&mut self, ix: PeerIx, len: usize, inject: bool, view: RingView) -> Step {
         let cost = credit_cost(len);
         let p = self.peer(ix);
         if let Some(f) = view.freed {
             p.freed = f;
         }
-        if !inject && p.credit_ahead() < cost.saturating_add(p.loan / 4) {
+        if !p.eager_allowed(cost, inject) {
             return Step::NoCredit;
         }
-        if p.outq.is_empty() && p.credit() >= cost && view.room {
+        if p.goes_first(cost) && view.room {
             return Step::Now;
         }
         Step::Queue
@@ -180,7 +177,7 @@ impl Machine {
             return false;
         };
         let cost = credit_cost(len);
-        p.outq.is_empty() && p.credit() >= cost && (inject || p.credit_ahead() >= cost.saturating_add(p.loan / 4))
+        p.goes_first(cost) && p.eager_allowed(cost, inject)
     }
 
     /// The eager send `EagerStep::Now` offered is published: whether it is
