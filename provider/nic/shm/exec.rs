@@ -14,6 +14,7 @@
 use super::frame::{self, Frame};
 use super::machine;
 use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
+use super::mailbox::SlotHead;
 use super::port::{Claim, MailboxPort, Port};
 use super::ShmConfig;
 use super::{ShmCredit, ShmStats};
@@ -262,6 +263,31 @@ impl<P: Port> Exec<P> {
         }
     }
 
+    /// What an eager send of `len` bytes sees of peer `ix`'s ring: `room`,
+    /// and the credit word, read only when the credit last read does not
+    /// cover the send.
+    #[inline]
+    fn ring_view(&self, ix: PeerIx, room: bool, len: usize, inject: bool) -> RingView {
+        RingView {
+            room,
+            freed: (!self.m.credit_known_enough(ix, len, inject)).then(|| self.port.freed(ix)),
+        }
+    }
+
+    /// Publishes an eager message's slot (`head`, payload from `src`) in
+    /// peer `ix`'s ring, and rings its bell if its owner sleeps. False:
+    /// the slot was taken after all, and nothing was written.
+    #[inline]
+    fn publish(&mut self, ix: PeerIx, head: &SlotHead, src: &dyn SendSource) -> bool {
+        let Some(sleeping) = self.port.post(ix, head, |dst| src.read_at(0, dst)) else {
+            return false;
+        };
+        if sleeping {
+            self.bell(ix);
+        }
+        true
+    }
+
     /// An eager send as operation `op` (`Machine::eager_fits`): straight
     /// from `src` into the peer's ring when it has room and nothing waits
     /// ahead, else queued with a copy.
@@ -274,29 +300,21 @@ impl<P: Port> Exec<P> {
         inject: bool,
         delivery: bool,
     ) -> EagerOutcome {
-        let view = RingView {
-            room: self.port.room(ix),
-            freed: (!self.m.credit_known_enough(ix, src.len(), inject)).then(|| self.port.freed(ix)),
-        };
+        let view = self.ring_view(ix, self.port.room(ix), src.len(), inject);
         match self.m.send_eager(ix, op, hdr, src, inject, delivery, view) {
-            EagerStep::Now(head) => match self.port.post(ix, &head, |dst| src.read_at(0, dst)) {
-                Some(sleeping) => {
-                    if sleeping {
-                        self.bell(ix);
-                    }
-                    if self.m.eager_posted(ix, op, src.len(), delivery) {
-                        EagerOutcome::Done
-                    } else {
-                        EagerOutcome::Pending
-                    }
-                }
-                // The consumer took the free slot back (it cannot, unless
-                // it breaks the rules): wait like any other.
-                None => {
+            EagerStep::Now(head) => {
+                if !self.publish(ix, &head, src) {
+                    // The consumer took the free slot back (it cannot,
+                    // unless it breaks the rules): wait like any other.
                     self.m.eager_queue(ix, op, hdr, src, delivery);
+                    return EagerOutcome::Pending;
+                }
+                if self.m.eager_posted(ix, op, src.len(), delivery) {
+                    EagerOutcome::Done
+                } else {
                     EagerOutcome::Pending
                 }
-            },
+            }
             EagerStep::Queued => EagerOutcome::Pending,
             EagerStep::NoCredit => EagerOutcome::NoCredit,
         }
@@ -314,18 +332,12 @@ impl<P: Port> Exec<P> {
         }
         let Some(ix) = self.route(peer) else { return false };
         // Room is the port's to tell: `post` finds the next slot taken.
-        let view = RingView {
-            room: true,
-            freed: (!self.m.credit_known_enough(ix, len, flags.inject)).then(|| self.port.freed(ix)),
-        };
+        let view = self.ring_view(ix, true, len, flags.inject);
         let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, view) else {
             return false;
         };
-        let Some(sleeping) = self.port.post(ix, &head, |dst| src.read_at(0, dst)) else {
+        if !self.publish(ix, &head, src) {
             return false;
-        };
-        if sleeping {
-            self.bell(ix);
         }
         let done = self.m.eager_posted(ix, NOBODY, len, false);
         debug_assert!(done, "no delivery asked");
