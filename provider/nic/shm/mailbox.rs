@@ -743,13 +743,14 @@ pub struct Mailbox {
     /// Claims counter value of the last scan for newly claimed rings.
     seen_claims: u64,
     pub rings: Vec<Option<RingInfo>>,
-    /// Claimed rings whose pages our mapping has not faulted in yet, as
-    /// (ring, from, to) offsets. A claim seen by a progress pass faults in
-    /// only the ring's first pages (`WARM_FIRST_PAGES`): populating all 64
-    /// would cost the message that came with it about 10 µs. The rest fault
-    /// in one page per slot as the first lap uses them, and a ring nobody
-    /// sends much on never costs more. `warm` does them all where that is
-    /// free: when the AV learns an address.
+    /// Rings we took (`rings[r]` is set) whose pages our mapping has not
+    /// faulted in yet, as (ring, from, to) offsets; `free_ring` drops
+    /// them. A claim seen by a progress pass faults in only the ring's
+    /// first pages (`WARM_FIRST_PAGES`): populating all 64 would cost the
+    /// message that came with it about 10 µs. The rest fault in one page
+    /// per slot as the first lap uses them, and a ring nobody sends much
+    /// on never costs more. `warm` does them all where that is free: when
+    /// the AV learns an address.
     cold: Vec<(usize, usize, usize)>,
 }
 
@@ -898,10 +899,6 @@ impl Mailbox {
             let end = roff + RING_HDR + self.geo.depth * self.geo.slot_size;
             let first = (roff + WARM_FIRST_PAGES * PAGE).min(end);
             self.map.populate(roff, first - roff, false);
-            if first < end {
-                self.cold.retain(|c| c.0 != r);
-                self.cold.push((r, first, end));
-            }
             // A ring claimed and closed again before we looked counts too
             // (its producer sent something and went): what it left there
             // is read, then the ring is freed like any closed one.
@@ -917,6 +914,9 @@ impl Mailbox {
                     self.rings[r] = Some(RingInfo { peer, pid });
                     self.heads[r] = 0;
                     self.next_off[r] = roff + RING_HDR;
+                    if first < end {
+                        self.cold.push((r, first, end));
+                    }
                     out.push(r);
                 }
                 None => {
