@@ -25,7 +25,12 @@ pub trait Progress: Send + Sync {
 
 /// Monotonic nanoseconds; the one clock all protocol timers use.
 pub fn now_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    clock_ns(rustix::time::ClockId::Monotonic)
+}
+
+#[inline]
+fn clock_ns(id: rustix::time::ClockId) -> u64 {
+    let ts = rustix::time::clock_gettime(id);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -33,8 +38,7 @@ pub fn now_ns() -> u64 {
 /// every few ms); a few ns to read, against 20-70 ns for `now_ns` on the
 /// VMs this runs on.
 fn tick_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(rustix::time::ClockId::MonotonicCoarse)
 }
 
 /// Passes that may share one reading of `now_ns` (`PassClock`).

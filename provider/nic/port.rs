@@ -85,10 +85,6 @@ impl Port {
         }
     }
 
-    /// One pass over both wires. The udp wire's timers and queued
-    /// datagrams first; then the shm wire; then the UDP sockets, unless
-    /// the shm wire just produced something (hand that to the application
-    /// first) or only local peers are active and the sockets are not due.
     /// The AV learned these addresses: local ones are connected now
     /// (`Exec::connect_ahead`).
     pub(crate) fn connect_ahead(&mut self, addrs: &[SocketAddr]) {
@@ -97,6 +93,10 @@ impl Port {
         }
     }
 
+    /// One pass over both wires. The udp wire's timers and queued
+    /// datagrams first; then the shm wire; then the UDP sockets, unless
+    /// the shm wire just produced something (hand that to the application
+    /// first) or only local peers are active and the sockets are not due.
     pub(crate) fn progress(&mut self, now: u64, up: &mut dyn Upcall) {
         let Port {
             udp,
