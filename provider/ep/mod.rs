@@ -274,14 +274,14 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
     let threshold = cfg.rndv_threshold;
     let udp = UdpWire::new(sockets, cfg, seed());
     let shm = if p.shm {
-        let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager);
+        let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager).with_span(p.shm_span);
         let cfg = ShmConfig {
             // The receive budget (FI_GNIX_CREDIT_BYTES) split among the
             // rings: bounds what local peers' unexpected messages hold
             // here, whatever their number; enough for a few slots each.
             loan: match p.credit_bytes {
                 0 => 0,
-                b => ((b / geo.nrings) as u64).max(8 * geo.slot_size as u64),
+                b => ((b / geo.nrings) as u64).max(8 * (geo.span * geo.slot_size) as u64),
             },
             geo,
             cma: p.cma,

@@ -52,15 +52,17 @@ static inline long check_pattern(const void *buf, size_t len, unsigned seed)
 }
 /*
  * Message sizes either side of every protocol switch a libfabric provider
- * under test may have (gnix: inject_size 4096; the shm slot payload
- * FI_GNIX_SHM_EAGER 8192; the shm wire's split pull from 32 KiB; the rendezvous
- * threshold 65536; the udp wire's pushed rendezvous head 131072), then a
- * few MiB.
+ * under test may have (gnix: inject_size 4096; FI_GNIX_SHM_EAGER 8192 and
+ * the one shm slot's payload, 8208; messages spanning two slots up to 16464
+ * and four up to 32976, the most the mailbox carries; the shm wire's split
+ * pull from 32 KiB; the rendezvous threshold 65536; the udp wire's pushed
+ * rendezvous head 131072), then a few MiB.
  */
 static const size_t proto_sizes[] __attribute__((unused)) = {
-	0,      1,      8,      4095,   4096,   4097,   8191,  8192,
-	8193,   32767,  32768,  32769,  65535,  65536,  65537, 131071,
-	131072, 131073, 1 << 20, (4 << 20) + 3,
+	0,      1,      8,      4095,   4096,   4097,   8191,   8192,
+	8193,   8208,   8209,   16464,  16465,  32767,  32768,  32769,
+	32976,  32977,  65535,  65536,  65537,  131071, 131072, 131073,
+	1 << 20, (4 << 20) + 3,
 };
 #define N_PROTO_SIZES ((int)(sizeof(proto_sizes) / sizeof(proto_sizes[0])))
 #define MAX_PROTO_SIZE ((size_t)(4 << 20) + 3)

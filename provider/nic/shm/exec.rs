@@ -105,6 +105,7 @@ impl Exec<MailboxPort> {
         let m = Machine::new(
             machine::Config {
                 payload_max: geo.payload(),
+                span: geo.span,
                 nrings: geo.nrings,
                 loan: cfg.loan,
                 cma: cfg.cma,
@@ -225,8 +226,9 @@ impl<P: Port> Exec<P> {
         if !self.local_ips.contains(&addr.ip()) && !addr.ip().is_loopback() {
             return None;
         }
-        let (ix, loan) = self.port.connect(addr)?;
-        self.m.connect(ix, addr, loan);
+        let c = self.port.connect(addr)?;
+        self.m.connect_ring(c, addr);
+        let ix = c.ix;
         crate::info!(FI_LOG_EP_CTRL, "{} -> {}: shm wire", self.me, addr);
         Some(ix)
     }
@@ -300,7 +302,7 @@ impl<P: Port> Exec<P> {
         inject: bool,
         delivery: bool,
     ) -> EagerOutcome {
-        let view = self.ring_view(ix, self.port.room(ix), src.len(), inject);
+        let view = self.ring_view(ix, self.port.room(ix, src.len()), src.len(), inject);
         match self.m.send_eager(ix, op, hdr, src, inject, delivery, view) {
             EagerStep::Now(head) => {
                 if !self.publish(ix, &head, src) {

@@ -12,13 +12,14 @@
 //! header  0 magic u64  8 version u32  12 nrings u32  16 depth u32
 //!         20 slot_size u32  24 owner_pid u32  28 state u32 (OPEN/CLOSED)
 //!         32 claims u64 (bumped by every claim)  40 loan u64 (credit
-//!         bytes per ring)  64 sleeping u32
+//!         bytes per ring)  48 span u32  64 sleeping u32
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
 //!         32 freed u64 (credit bytes the consumer gave back, cumulative)
 //!         64 grants[8] u64 (write permissions, see below)
-//!         128 slots[depth], slot_size bytes each
+//!         128 slots[depth], slot_size bytes each, then span - 1 slots
+//!         of overflow
 //! slot    0 seq u64  8 kind u8  12 len u32  16 32 bytes of kind fields
 //!         48 payload (len bytes)
 //! ```
@@ -30,6 +31,19 @@
 //! consumer its own, so the only shared words are the slots themselves.
 //! On the first lap of a claimed ring every slot is free by construction
 //! (zeros never read as published), so claiming touches no slot pages.
+//!
+//! Spanning messages: a message longer than a slot's payload takes the
+//! next `k = span_of(len)` positions at once (at most `span`): the
+//! producer checks all `k` slots free, writes the header into the first
+//! and the payload on through the ones after it (their sequence words
+//! included), and publishes the first. The consumer reads `k` from the
+//! length, takes the payload as one contiguous piece and hands all `k`
+//! slots back. A message that starts in one of the last `k - 1` slots
+//! runs on into the overflow slots behind the ring instead of wrapping,
+//! so the payload is contiguous wherever it starts; the slots at the
+//! ring's start that its positions wrap onto carry nothing and are only
+//! taken and handed back. So copies of up to `span` slots go through
+//! the ring without making every slot that large.
 //!
 //! Credits: the messages a consumer may have to keep (unexpected ones) are
 //! bounded per ring by the owner's `loan`. The producer charges each
@@ -56,7 +70,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const PAGE: usize = 4096;
 /// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
 /// follows at once, so the header and the first 16 payload bytes (a small
@@ -66,6 +80,7 @@ const RING_HDR: usize = 128;
 const OWNERS_OFF: usize = 128;
 const LOAN_OFF: usize = 40;
 const RING_FREED: usize = 32;
+const SPAN_OFF: usize = 48;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
 /// written into at once.
@@ -76,6 +91,17 @@ const GRANT_DONE: u64 = 3;
 /// Credit bytes a slot costs beyond its payload: what the consumer keeps
 /// for an unexpected message besides the bytes themselves.
 pub const SLOT_CREDIT: u64 = 128;
+
+/// Slots of `slot_size` bytes a message of `len` payload bytes takes.
+#[inline]
+pub fn span_of(len: usize, slot_size: usize) -> usize {
+    // Most messages fit one slot: no division on their way.
+    if len + SLOT_HDR <= slot_size {
+        1
+    } else {
+        (len + SLOT_HDR).div_ceil(slot_size)
+    }
+}
 
 /// Credit bytes of an EAGER or RTS slot with `len` payload bytes.
 pub fn credit_cost(len: usize) -> u64 {
@@ -96,6 +122,8 @@ pub struct Geometry {
     pub nrings: usize,
     pub depth: usize,
     pub slot_size: usize,
+    /// Slots one message may span (1: every message fits one slot).
+    pub span: usize,
 }
 
 impl Geometry {
@@ -104,13 +132,36 @@ impl Geometry {
             nrings: nrings.clamp(1, MAX_RINGS),
             depth: depth.max(2),
             slot_size: (payload + SLOT_HDR).next_multiple_of(64),
+            span: 1,
         }
     }
+    /// The same, with messages spanning up to `span` slots (at most the
+    /// ring's depth).
+    pub fn with_span(self, span: usize) -> Geometry {
+        Geometry {
+            span: span.clamp(1, self.depth),
+            ..self
+        }
+    }
+    /// Payload bytes of one slot.
     pub fn payload(&self) -> usize {
         self.slot_size - SLOT_HDR
     }
+    /// Payload bytes of the longest message (one spanning `span` slots).
+    pub fn msg_max(&self) -> usize {
+        self.span * self.slot_size - SLOT_HDR
+    }
+    /// Slots a message of `len` payload bytes takes (at most `span` for
+    /// a length up to `msg_max`).
+    pub fn span_of(&self, len: usize) -> usize {
+        span_of(len, self.slot_size)
+    }
+    /// Bytes of a ring's slots, overflow included.
+    fn slots_bytes(&self) -> usize {
+        (self.depth + self.span - 1) * self.slot_size
+    }
     fn ring_bytes(&self) -> usize {
-        (RING_HDR + self.depth * self.slot_size).next_multiple_of(PAGE)
+        (RING_HDR + self.slots_bytes()).next_multiple_of(PAGE)
     }
     fn ring_off(&self, r: usize) -> usize {
         PAGE + r * self.ring_bytes()
@@ -435,15 +486,17 @@ pub struct SlotHead {
     pub f: [u8; 32],
 }
 
-/// A slot being filled by its producer: write the fields, then `publish`.
+/// A slot being filled by its producer (with the `span - 1` after it
+/// for a spanning message): write the fields, then `publish`.
 pub struct SlotWriter<'a> {
     out: &'a mut Outbox,
     off: usize,
+    span: usize,
 }
 
 impl SlotWriter<'_> {
     pub fn head(&mut self, head: &SlotHead) {
-        debug_assert!(head.len <= self.out.geo.payload());
+        debug_assert!(head.len + SLOT_HDR <= self.span * self.out.geo.slot_size);
         let mut h = [0u8; 40];
         h[0] = head.kind;
         h[4..8].copy_from_slice(&(head.len as u32).to_le_bytes());
@@ -457,19 +510,17 @@ impl SlotWriter<'_> {
     }
     pub fn payload(&mut self, len: usize) -> &mut [u8] {
         let off = self.off + SLOT_HDR;
-        self.out.map.slice_mut(off, len.min(self.out.geo.payload()))
+        self.out
+            .map
+            .slice_mut(off, len.min(self.span * self.out.geo.slot_size - SLOT_HDR))
     }
     /// Makes the slot visible to the consumer. Returns whether the
     /// consumer asked to be woken (it is asleep and wants a doorbell).
+    #[inline]
     pub fn publish(self) -> bool {
         let pos = self.out.tail;
-        self.out.tail += 1;
-        let next = self.off + self.out.geo.slot_size;
-        self.out.tail_off = if next == self.out.end_off {
-            self.out.first_off
-        } else {
-            next
-        };
+        self.out.tail += self.span as u64;
+        self.out.tail_off = self.out.after(self.off, self.span);
         self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
         // The next send reads the next slot's sequence word first: fetch
         // its line now (while the fence below waits), when the consumer,
@@ -549,11 +600,13 @@ impl Outbox {
             nrings: word(12),
             depth: word(16),
             slot_size: word(20),
+            span: head.u32_at(SPAN_OFF).load(Ordering::Relaxed) as usize,
         };
         let sane = (1..=MAX_RINGS).contains(&geo.nrings)
             && (2..=1 << 16).contains(&geo.depth)
             && geo.slot_size.is_multiple_of(64)
             && (SLOT_HDR + 64..=(1 << 20)).contains(&geo.slot_size)
+            && (1..=geo.depth.min(64)).contains(&geo.span)
             && geo.file_len() == flen;
         let owner_pid = word(24) as u32;
         let owner = Liveness::watch(owner_pid);
@@ -594,7 +647,7 @@ impl Outbox {
                     .store(i as u64, Ordering::Relaxed);
             }
         }
-        map.populate(roff, RING_HDR + geo.depth * geo.slot_size, true);
+        map.populate(roff, RING_HDR + geo.slots_bytes(), true);
         map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
         map.write(roff + 8, &encode_addr(me));
         map.u64_at(roff + RING_FREED).store(0, Ordering::Relaxed);
@@ -617,25 +670,70 @@ impl Outbox {
         }))
     }
 
-    /// Offset of the next slot, if the consumer has handed it back.
-    fn next_free(&self) -> Option<usize> {
-        let off = self.tail_off;
-        // First lap: every slot is free (fresh or reset ring, see connect).
-        if self.tail >= self.geo.depth as u64 && self.map.u64_at(off).load(Ordering::Acquire) != self.tail {
-            return None;
+    /// Offset of the slot `n` positions after the one at `off`, wrapped
+    /// into the ring (`n` at most its depth).
+    #[inline]
+    fn after(&self, off: usize, n: usize) -> usize {
+        let next = off + n * self.geo.slot_size;
+        if next >= self.end_off {
+            next - (self.end_off - self.first_off)
+        } else {
+            next
         }
-        Some(off)
+    }
+
+    /// Whether the slot of position `pos` (at `off`) is free: the
+    /// consumer handed it back.
+    #[inline]
+    fn free_at(&self, pos: u64, off: usize) -> bool {
+        // First lap: every slot is free (fresh or reset ring, see connect).
+        pos < self.geo.depth as u64 || self.map.u64_at(off).load(Ordering::Acquire) == pos
+    }
+
+    /// The slots a message of `len` payload bytes takes, if the ring
+    /// carries such a message and they are all free.
+    #[inline]
+    fn free_for(&self, len: usize) -> Option<usize> {
+        if len + SLOT_HDR > self.geo.slot_size {
+            return self.free_spanning(len);
+        }
+        self.free_at(self.tail, self.tail_off).then_some(1)
+    }
+
+    #[cold]
+    fn free_spanning(&self, len: usize) -> Option<usize> {
+        let k = self.geo.span_of(len);
+        let free = (0..k).all(|i| self.free_at(self.tail + i as u64, self.after(self.tail_off, i)));
+        (k <= self.geo.span && free).then_some(k)
     }
 
     /// The next slot if the consumer has handed it back.
+    #[cfg(test)]
     pub fn slot(&mut self) -> Option<SlotWriter<'_>> {
-        let off = self.next_free()?;
-        Some(SlotWriter { out: self, off })
+        self.slot_for(0)
     }
 
-    /// Whether the next slot is free (it stays so: only we take slots).
-    pub fn has_room(&self) -> bool {
-        self.next_free().is_some()
+    /// The next slots for a message of `len` payload bytes (at most
+    /// `Geometry::msg_max`), if the consumer has handed them back.
+    #[inline]
+    pub fn slot_for(&mut self, len: usize) -> Option<SlotWriter<'_>> {
+        let span = self.free_for(len)?;
+        Some(SlotWriter {
+            off: self.tail_off,
+            out: self,
+            span,
+        })
+    }
+
+    /// Whether the slots a message of `len` bytes needs are free (they
+    /// stay so: only we take slots). False for one the ring cannot carry.
+    pub fn has_room(&self, len: usize) -> bool {
+        self.free_for(len).is_some()
+    }
+
+    /// The owner's geometry (its slots, and how many a message spans).
+    pub fn geometry(&self) -> Geometry {
+        self.geo
     }
 
     pub fn owner_pid(&self) -> u32 {
@@ -723,6 +821,9 @@ pub struct InSlot {
     pub ring: usize,
     off: usize,
     len: usize,
+    /// Slots it takes (from its length); 0 if that is too long for a
+    /// message, which `payload` refuses (and `release` counts as 1).
+    span: usize,
 }
 
 /// A ring of our mailbox that a peer claimed.
@@ -854,6 +955,7 @@ impl Mailbox {
         h[20..24].copy_from_slice(&(geo.slot_size as u32).to_le_bytes());
         h[24..28].copy_from_slice(&std::process::id().to_le_bytes());
         map.write(0, &h);
+        map.u32_at(SPAN_OFF).store(geo.span as u32, Ordering::Relaxed);
         map.u64_at(LOAN_OFF).store(loan, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
@@ -896,7 +998,7 @@ impl Mailbox {
             // Its producer faulted its pages in (`Outbox::connect`); our
             // mapping of the first ones, too (before the state word below
             // faults alone); see `cold` for the rest.
-            let end = roff + RING_HDR + self.geo.depth * self.geo.slot_size;
+            let end = roff + RING_HDR + self.geo.slots_bytes();
             let first = (roff + WARM_FIRST_PAGES * PAGE).min(end);
             self.map.populate(roff, first - roff, false);
             // A ring claimed and closed again before we looked counts too
@@ -952,12 +1054,37 @@ impl Mailbox {
         let mut f = [0u8; 32];
         f.copy_from_slice(&b[8..40]);
         let len = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
-        Some((InSlot { ring: r, off, len }, SlotHead { kind: b[0], len, f }))
+        let span = if len + SLOT_HDR <= self.geo.slot_size {
+            1
+        } else {
+            self.span_cold(len)
+        };
+        Some((
+            InSlot {
+                ring: r,
+                off,
+                len,
+                span,
+            },
+            SlotHead { kind: b[0], len, f },
+        ))
     }
 
-    /// The payload of a slot; `None` if its length does not fit the slot.
+    /// `InSlot::span` of a length longer than a slot's payload.
+    #[cold]
+    fn span_cold(&self, len: usize) -> usize {
+        if len <= self.geo.msg_max() {
+            self.geo.span_of(len)
+        } else {
+            0
+        }
+    }
+
+    /// The payload of a slot; `None` if its length is longer than a
+    /// message may be. (One that spans slots is contiguous: see the
+    /// module comment.)
     pub fn payload(&self, s: &InSlot) -> Option<SharedBytes<'_>> {
-        (s.len <= self.geo.payload()).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
+        (s.span > 0).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
     }
 
     /// Gives ring `r`'s producer credit back: `freed` is the cumulative
@@ -1001,20 +1128,49 @@ impl Mailbox {
         self.map.u64_at(self.geo.ring_off(r) + RING_GRANTS + 8 * g)
     }
 
-    /// Hands a consumed slot back to its producer.
+    /// Hands a consumed slot (and those its message spans) back to its
+    /// producer.
+    #[inline]
     pub fn release(&mut self, s: InSlot) {
+        if s.span > 1 {
+            return self.release_spanning(s);
+        }
         let pos = self.heads[s.ring];
         self.heads[s.ring] = pos + 1;
-        let first = self.geo.ring_off(s.ring) + RING_HDR;
-        let next = s.off + self.geo.slot_size;
-        self.next_off[s.ring] = if next == first + self.geo.depth * self.geo.slot_size {
-            first
-        } else {
-            next
-        };
+        self.next_off[s.ring] = self.after(s.ring, s.off, 1);
         self.map
             .u64_at(s.off)
             .store(pos + self.geo.depth as u64, Ordering::Release);
+    }
+
+    #[cold]
+    fn release_spanning(&mut self, s: InSlot) {
+        let pos = self.heads[s.ring];
+        let depth = self.geo.depth as u64;
+        self.heads[s.ring] = pos + s.span as u64;
+        // The first slot last: once the producer sees it back (a send
+        // waiting for delivery, `Outbox::consumed`), all of them are.
+        for i in 1..s.span {
+            self.map
+                .u64_at(self.after(s.ring, s.off, i))
+                .store(pos + i as u64 + depth, Ordering::Release);
+        }
+        self.next_off[s.ring] = self.after(s.ring, s.off, s.span);
+        self.map.u64_at(s.off).store(pos + depth, Ordering::Release);
+    }
+
+    /// Offset of the slot `n` positions after the one at `off` in ring
+    /// `r`, wrapped into the ring (`n` at most its depth).
+    #[inline]
+    fn after(&self, r: usize, off: usize, n: usize) -> usize {
+        let first = self.geo.ring_off(r) + RING_HDR;
+        let end = first + self.geo.depth * self.geo.slot_size;
+        let next = off + n * self.geo.slot_size;
+        if next >= end {
+            next - (end - first)
+        } else {
+            next
+        }
     }
 
     /// Whether the producer of ring `r` closed it (and the ring is drained:
@@ -1293,6 +1449,51 @@ mod tests {
         let path = mb.path().to_string();
         drop(mb);
         assert!(std::fs::metadata(&path).is_err(), "mailbox removed on close");
+    }
+
+    /// Messages spanning slots: a payload runs on over the slots after
+    /// the first (into the overflow room where the ring wraps) and comes
+    /// out whole; a sender waits until all the slots it needs are back,
+    /// and lap after lap every length lands where the consumer looks.
+    #[test]
+    fn spanning_messages_round_trip_across_the_ring_end() {
+        let uid = 4_200_000_000 + std::process::id() % 1000;
+        let me = addr(7);
+        let geo = Geometry::new(1, 8, 128).with_span(3);
+        assert_eq!((geo.slot_size, geo.msg_max()), (192, 3 * 192 - SLOT_HDR));
+        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+        let mut ob = Outbox::connect(uid, &me, &addr(8)).unwrap().unwrap();
+        assert_eq!(ob.geometry().span, 3, "the producer reads the span from the header");
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        assert!(ob.slot_for(geo.msg_max() + 1).is_none(), "longer than a message may be");
+        // 1, 3, 2, 1, 3, ... slots: starts fall on every slot, and three
+        // slot messages start in the last two, running into the overflow.
+        let lens = [100, geo.msg_max(), 200, 0, 400];
+        let body = |n: usize, len: usize| (0..len).map(|i| (i * 7 + n) as u8).collect::<Vec<u8>>();
+        let mut sent = 0;
+        let mut got = 0;
+        while got < 200 {
+            // Fill what the ring takes, then take it all out.
+            loop {
+                let len = lens[sent % lens.len()];
+                let Some(mut s) = ob.slot_for(len) else { break };
+                s.head(&head(1, len, [sent as u8, 0]));
+                s.payload(len).copy_from_slice(&body(sent, len));
+                s.publish();
+                sent += 1;
+            }
+            assert!(!ob.has_room(lens[sent % lens.len()]));
+            assert!(sent > got, "an empty ring has room for any message");
+            while let Some((s, h)) = mb.peek(0) {
+                let len = lens[got % lens.len()];
+                assert_eq!(h, head(1, len, [got as u8, 0]));
+                assert_eq!(mb.payload(&s).unwrap().to_vec(), body(got, len), "message {got}");
+                mb.release(s);
+                got += 1;
+            }
+            assert_eq!(got, sent);
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //! write to us) and the rings it claimed in peers' mailboxes (where we
 //! write to them). Messages (EAGER, RTS) surface to the endpoint, which
 //! matches them against posted receives and copies eager payloads
-//! straight from the slot into the application's buffer; the rendezvous
-//! frames are the machine's.
+//! straight from the slot into the application's buffer (an eager
+//! message longer than a slot spans several, in one contiguous piece:
+//! `mailbox.rs`); the rendezvous frames are the machine's.
 //!
 //! Rendezvous: the sender's RTS carries its buffer addresses; the receiver
 //! reads them with `process_vm_readv` (one copy) and answers FIN; from 32

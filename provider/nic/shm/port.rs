@@ -13,7 +13,7 @@
 // carries (see there); nothing else here may use unsafe.
 #![deny(unsafe_code)]
 
-use super::machine::{CmaErr, Copied, PeerIx, RingIx};
+use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
 use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, Range, SharedBytes, SlotHead};
 use super::DOORBELL;
 use std::io;
@@ -34,22 +34,22 @@ pub(crate) trait Port {
     // Our rings in peers' mailboxes (we produce).
 
     /// Opens the mailbox of the endpoint at `peer` and claims a ring in
-    /// it: its number, and the credit bytes its owner lends (0: no
-    /// limit). `None`: no usable mailbox there.
-    fn connect(&mut self, peer: SocketAddr) -> Option<(PeerIx, u64)>;
+    /// it. `None`: no usable mailbox there.
+    fn connect(&mut self, peer: SocketAddr) -> Option<Connected>;
     /// Gives the ring up (its owner frees it once drained).
     fn disconnect(&mut self, ix: PeerIx);
     /// The owner closed its mailbox (cheap: for every send).
     fn owner_closed(&self, ix: PeerIx) -> bool;
     /// The owner closed its mailbox or died.
     fn owner_gone(&self, ix: PeerIx) -> bool;
-    /// The next slot is free.
-    fn room(&self, ix: PeerIx) -> bool;
+    /// The slots a message of `len` payload bytes takes are free.
+    fn room(&self, ix: PeerIx, len: usize) -> bool;
     /// The credit word: bytes the owner gave back, cumulative.
     fn freed(&self, ix: PeerIx) -> u64;
     /// Publishes the next slot with `head`, its payload filled by `fill`
-    /// (`head.len` bytes). `None`: no room. `Some(true)`: the owner sleeps
-    /// and wants a doorbell.
+    /// (`head.len` bytes, on through the slots after it if they are more
+    /// than a slot holds). `None`: no room. `Some(true)`: the owner
+    /// sleeps and wants a doorbell.
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool>;
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
@@ -200,7 +200,7 @@ impl MailboxPort {
 impl Port for MailboxPort {
     type Slot = InSlot;
 
-    fn connect(&mut self, peer: SocketAddr) -> Option<(PeerIx, u64)> {
+    fn connect(&mut self, peer: SocketAddr) -> Option<Connected> {
         let out = match Outbox::connect(self.uid, &peer, &self.me) {
             Ok(Some(o)) => o,
             Ok(None) => return None,
@@ -210,6 +210,7 @@ impl Port for MailboxPort {
             }
         };
         let loan = out.loan();
+        let geo = out.geometry();
         let ix = match self.outs.iter().position(Option::is_none) {
             Some(i) => {
                 self.outs[i] = Some(out);
@@ -220,7 +221,12 @@ impl Port for MailboxPort {
                 self.outs.len() - 1
             }
         };
-        Some((ix, loan))
+        Some(Connected {
+            ix,
+            loan,
+            slot_size: geo.slot_size,
+            span: geo.span,
+        })
     }
 
     fn disconnect(&mut self, ix: PeerIx) {
@@ -237,8 +243,8 @@ impl Port for MailboxPort {
         self.out(ix).is_none_or(Outbox::owner_gone)
     }
 
-    fn room(&self, ix: PeerIx) -> bool {
-        self.out(ix).is_some_and(Outbox::has_room)
+    fn room(&self, ix: PeerIx, len: usize) -> bool {
+        self.out(ix).is_some_and(|o| o.has_room(len))
     }
 
     fn freed(&self, ix: PeerIx) -> u64 {
@@ -246,7 +252,7 @@ impl Port for MailboxPort {
     }
 
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool> {
-        let mut s = self.outs.get_mut(ix)?.as_mut()?.slot()?;
+        let mut s = self.outs.get_mut(ix)?.as_mut()?.slot_for(head.len)?;
         s.head(head);
         fill(s.payload(head.len));
         Some(s.publish())

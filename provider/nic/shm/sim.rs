@@ -5,8 +5,8 @@
 //! decides who runs when, whose memory may be read (CMA refused), who dies,
 //! and what a hostile producer writes into a ring.
 
-use super::machine::{CmaErr, Copied, PeerIx, RingIx};
-use super::mailbox::{ranges_len, Range, SharedBytes, SlotHead, GRANTS};
+use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
+use super::mailbox::{ranges_len, Range, SharedBytes, SlotHead, GRANTS, SLOT_HDR};
 use super::port::{Claim, Port};
 use crate::proto::{RecvSink, SendSource};
 use std::cell::RefCell;
@@ -138,7 +138,8 @@ struct Ring {
     sender: Option<(SocketAddr, u32)>,
     /// Whether the owner has seen the claim.
     seen: bool,
-    /// Published and not yet released, oldest first, with positions.
+    /// Published and not yet released, oldest first, with positions (a
+    /// message spanning slots takes as many positions).
     slots: VecDeque<(u64, SlotHead, Vec<u8>)>,
     head: u64,
     tail: u64,
@@ -152,6 +153,8 @@ struct Mailbox {
     loan: u64,
     depth: u64,
     payload_max: usize,
+    /// Slots one message may span.
+    span: usize,
     sleeping: bool,
     rings: Vec<Ring>,
 }
@@ -177,10 +180,27 @@ struct Host {
 #[derive(Clone, Default)]
 pub(crate) struct World(Rc<RefCell<Host>>);
 
+impl Mailbox {
+    /// Bytes of a slot, header included (as the real mailbox counts them).
+    fn slot_size(&self) -> usize {
+        self.payload_max + SLOT_HDR
+    }
+    /// The longest message: one spanning `span` slots.
+    fn msg_max(&self) -> usize {
+        self.span * self.slot_size() - SLOT_HDR
+    }
+    /// Positions a message of `len` bytes takes.
+    fn span_of(&self, len: usize) -> u64 {
+        super::mailbox::span_of(len, self.slot_size()) as u64
+    }
+}
+
 impl World {
     /// A process at `addr` (pid `pid`) with a mailbox of `nrings` rings of
-    /// `depth` slots of `payload_max` bytes, each lending `loan` credit
-    /// bytes: its port and its memory.
+    /// `depth` slots of `payload_max` bytes, a message spanning up to
+    /// `span` of them, each ring lending `loan` credit bytes: its port and
+    /// its memory.
+    #[allow(clippy::too_many_arguments)]
     pub fn process(
         &self,
         addr: SocketAddr,
@@ -188,6 +208,7 @@ impl World {
         nrings: usize,
         depth: usize,
         payload_max: usize,
+        span: usize,
         loan: u64,
     ) -> (SimPort, Mem) {
         let mem: Mem = Arc::default();
@@ -217,6 +238,7 @@ impl World {
             loan,
             depth: depth as u64,
             payload_max,
+            span,
             sleeping: false,
             rings: (0..nrings).map(|_| ring()).collect(),
         });
@@ -281,10 +303,16 @@ impl SimPort {
     pub fn publish_raw(&mut self, ix: PeerIx, head: SlotHead, payload: Vec<u8>) {
         let (owner, r) = self.outs[ix].expect("connected");
         let mut h = self.world.0.borrow_mut();
-        let max = h.boxes[owner].payload_max;
+        let max = h.boxes[owner].msg_max();
+        // Positions as the consumer will count them (`release`).
+        let span = if head.len <= max {
+            h.boxes[owner].span_of(head.len)
+        } else {
+            1
+        };
         let ring = &mut h.boxes[owner].rings[r];
         let pos = ring.tail;
-        ring.tail += 1;
+        ring.tail += span;
         let mut payload = payload;
         payload.resize(head.len.min(max), 0);
         ring.slots.push_back((pos, head, payload));
@@ -356,7 +384,7 @@ impl Drop for SimPort {
 impl Port for SimPort {
     type Slot = (RingIx, u64);
 
-    fn connect(&mut self, peer: SocketAddr) -> Option<(PeerIx, u64)> {
+    fn connect(&mut self, peer: SocketAddr) -> Option<Connected> {
         let mut h = self.world.0.borrow_mut();
         let id = *h.names.get(&peer)?;
         let owner_alive = {
@@ -377,7 +405,7 @@ impl Port for SimPort {
         ring.tail = 0;
         ring.freed = 0;
         ring.grants = [Grant::Free; GRANTS];
-        let loan = b.loan;
+        let (loan, slot_size, span) = (b.loan, b.slot_size(), b.span);
         drop(h);
         let ix = match self.outs.iter().position(Option::is_none) {
             Some(i) => i,
@@ -387,7 +415,12 @@ impl Port for SimPort {
             }
         };
         self.outs[ix] = Some((id, r));
-        Some((ix, loan))
+        Some(Connected {
+            ix,
+            loan,
+            slot_size,
+            span,
+        })
     }
 
     fn disconnect(&mut self, ix: PeerIx) {
@@ -406,8 +439,9 @@ impl Port for SimPort {
         }
     }
 
-    fn room(&self, ix: PeerIx) -> bool {
-        self.with_out(ix, |b, r| r.tail - r.head < b.depth).unwrap_or(false)
+    fn room(&self, ix: PeerIx, len: usize) -> bool {
+        self.with_out(ix, |b, r| r.tail + b.span_of(len) - r.head <= b.depth)
+            .unwrap_or(false)
     }
 
     fn freed(&self, ix: PeerIx) -> u64 {
@@ -418,15 +452,16 @@ impl Port for SimPort {
         let (owner, r) = (*self.outs.get(ix)?)?;
         let mut h = self.world.0.borrow_mut();
         let b = &mut h.boxes[owner];
-        assert!(head.len <= b.payload_max, "our own frames fit a slot");
+        assert!(head.len <= b.msg_max(), "our own frames fit the slots they span");
+        let span = b.span_of(head.len);
         let ring = &mut b.rings[r];
-        if ring.tail - ring.head >= b.depth {
+        if ring.tail + span - ring.head > b.depth {
             return None;
         }
         let mut payload = vec![0u8; head.len];
         fill(&mut payload);
         let pos = ring.tail;
-        ring.tail += 1;
+        ring.tail += span;
         ring.slots.push_back((pos, *head, payload));
         Some(std::mem::take(&mut b.sleeping))
     }
@@ -478,17 +513,22 @@ impl Port for SimPort {
         let (r, pos, len, bytes) = self.peeked.as_ref().expect("peeked first");
         assert_eq!((*r, *pos), *slot, "the payload of the slot peeked last");
         // The header's length is the producer's word, checked like the
-        // real mailbox checks it: against the slot.
-        let max = self.world.0.borrow().boxes[self.mb].payload_max;
+        // real mailbox checks it: against the longest message.
+        let max = self.world.0.borrow().boxes[self.mb].msg_max();
         (*len <= max).then(|| SharedBytes::of_slice(&bytes[..*len]))
     }
 
     fn release(&mut self, (ring, pos): (RingIx, u64)) {
-        self.with_ring(ring, |r| {
-            let (p, ..) = r.slots.pop_front().expect("released a published slot");
-            assert_eq!(p, pos, "slots are released in order");
-            r.head = pos + 1;
-        });
+        let mut h = self.world.0.borrow_mut();
+        let b = &mut h.boxes[self.mb];
+        let (max, slot_size) = (b.msg_max(), b.slot_size());
+        let r = &mut b.rings[ring];
+        let (p, head, _) = r.slots.pop_front().expect("released a published slot");
+        assert_eq!(p, pos, "slots are released in order");
+        // As the real consumer: the span is read from the length (one
+        // slot for a length no message may have).
+        let len = if head.len <= max { head.len } else { 0 };
+        r.head = pos + super::mailbox::span_of(len, slot_size) as u64;
     }
 
     fn give_credit(&mut self, ring: RingIx, freed: u64) {

@@ -14,8 +14,8 @@
 //! The protocol, per operation:
 //!
 //! ```text
-//! eager   sender: EAGER into the ring (or its backlog)            complete when published,
-//!                                                                 or taken (delivery complete)
+//! eager   sender: EAGER into the ring (or its backlog),           complete when published,
+//!                 spanning slots beyond one slot's payload        or taken (delivery complete)
 //! rndv    sender: RTS{key, iov} ──► receiver matches it
 //!           pull:  receiver CMA-reads everything ──► FIN{key}     send complete at FIN
 //!           split: ≥ 32 KiB: receiver arms a grant, CTW{key, rid, at, grant, iov} ──►
@@ -41,7 +41,7 @@ mod send;
 mod tests;
 
 use super::frame::Frame;
-use super::mailbox::Range;
+use super::mailbox::{self, Range, SLOT_HDR};
 use super::{ShmCredit, ShmStats};
 use crate::hash::KeyedState;
 use crate::nic::wire::{OpId, WireEvent};
@@ -55,6 +55,18 @@ pub(crate) use send::EagerStep;
 pub(crate) type PeerIx = usize;
 /// A ring of our own mailbox.
 pub(crate) type RingIx = usize;
+
+/// Our ring in a peer's mailbox, as `Port::connect` claimed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Connected {
+    pub ix: PeerIx,
+    /// Credit bytes its owner lends (0: no limit).
+    pub loan: u64,
+    /// Bytes of one of its slots, header included.
+    pub slot_size: usize,
+    /// Slots one message may span there.
+    pub span: usize,
+}
 
 /// How often the liveness of peers with operations in flight is checked.
 pub(crate) const CHECK_EVERY_NS: u64 = 20_000_000;
@@ -73,9 +85,12 @@ pub(crate) const GRANT_WAIT_NS: u64 = 200_000;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Config {
-    /// Payload bytes of a slot (of our mailbox, and of peers' made with
-    /// the same tunables).
+    /// Payload bytes of a slot of our mailbox: the most a control frame,
+    /// an RTS or a pushed DATA frame carries (peers' slots are taken to
+    /// hold as much: made with the same tunables).
     pub payload_max: usize,
+    /// Slots one eager message may span in our mailbox.
+    pub span: usize,
     /// Rings of our mailbox.
     pub nrings: usize,
     /// Credit bytes each ring of our mailbox lends its producer (0: no
@@ -220,6 +235,10 @@ struct Done {
 /// Our ring in a peer's mailbox.
 struct PeerOut {
     addr: SocketAddr,
+    /// Bytes of one of its slots, header included.
+    slot_size: usize,
+    /// The longest eager message it holds (spanning slots).
+    msg_max: usize,
     /// Credit bytes the owner lends us (0: no limit).
     loan: u64,
     /// Credit bytes charged by what we published (cumulative).
@@ -247,6 +266,11 @@ struct PeerOut {
 }
 
 impl PeerOut {
+    /// Ring positions a frame of `len` payload bytes takes.
+    fn span_of(&self, len: usize) -> u64 {
+        mailbox::span_of(len, self.slot_size) as u64
+    }
+
     /// Credit bytes we may still charge.
     fn credit(&self) -> u64 {
         if self.loan == 0 {
@@ -354,6 +378,9 @@ struct Split {
 
 pub(crate) struct Machine {
     cfg: Config,
+    /// The longest message a ring shaped like ours holds (spanning
+    /// `cfg.span` slots).
+    msg_max: usize,
     peers: Vec<Option<PeerOut>>,
     rings: Vec<RingIn>,
     /// Rings of our mailbox that peers claimed and we read.
@@ -393,6 +420,7 @@ impl Machine {
     pub fn new(cfg: Config, seed: u64) -> Machine {
         Machine {
             cfg,
+            msg_max: cfg.span * (cfg.payload_max + SLOT_HDR) - SLOT_HDR,
             peers: Vec::new(),
             rings: vec![RingIn::default(); cfg.nrings],
             active: Vec::new(),
@@ -427,13 +455,13 @@ impl Machine {
     /// Whether a message of `len` bytes goes eagerly: up to a slot (and
     /// the rendezvous threshold); an inject always when a slot holds it,
     /// so its copy never has to stay with us.
-    /// Longest message sent eagerly (into one slot).
+    /// Longest message sent eagerly (spanning slots).
     pub fn eager_max(&self) -> usize {
-        self.cfg.payload_max.min(self.cfg.rndv_threshold)
+        self.msg_max.min(self.cfg.rndv_threshold)
     }
 
     pub fn eager_fits(&self, len: usize, inject: bool) -> bool {
-        len <= self.cfg.payload_max.min(self.cfg.rndv_threshold) || inject && len <= self.cfg.payload_max
+        len <= self.eager_max() || inject && len <= self.msg_max
     }
 
     /// Whether the executor has anything to do (`poll_action`).

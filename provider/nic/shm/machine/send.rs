@@ -3,10 +3,10 @@
 //! (CTS: push, CTW: write, FIN: done), delivery completion, and a peer
 //! that went away.
 
-use super::{Action, CmaErr, Copied, Done, Machine, PeerIx, PeerOut, Queued, RingView, Token, TxRndv};
+use super::{Action, CmaErr, Connected, Copied, Done, Machine, PeerIx, PeerOut, Queued, RingView, Token, TxRndv};
 use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EINVAL, FI_EIO};
 use crate::nic::shm::frame::{iov_bytes, Frame};
-use crate::nic::shm::mailbox::{credit_cost, ranges_len, sub_ranges, Range, SlotHead};
+use crate::nic::shm::mailbox::{credit_cost, ranges_len, sub_ranges, Range, SlotHead, SLOT_HDR};
 use crate::nic::wire::{OpId, WireEvent};
 use crate::proto::{MsgHdr, SendSource};
 use std::collections::VecDeque;
@@ -75,14 +75,36 @@ pub(crate) enum Next {
 
 impl Machine {
     /// A new ring in the mailbox of the peer at `addr`, numbered `ix` by
-    /// the executor; its owner lends it `loan` credit bytes (0: no limit).
+    /// the executor and shaped like ours; its owner lends it `loan` credit
+    /// bytes (0: no limit).
+    #[cfg(test)]
     pub fn connect(&mut self, ix: PeerIx, addr: SocketAddr, loan: u64) {
+        let c = Connected {
+            ix,
+            loan,
+            slot_size: self.cfg.payload_max + SLOT_HDR,
+            span: self.cfg.span,
+        };
+        self.connect_ring(c, addr);
+    }
+
+    /// A new ring in the mailbox of the peer at `addr`, as the executor
+    /// claimed it.
+    pub fn connect_ring(&mut self, c: Connected, addr: SocketAddr) {
+        let Connected {
+            ix,
+            loan,
+            slot_size,
+            span,
+        } = c;
         if self.peers.len() <= ix {
             self.peers.resize_with(ix + 1, || None);
         }
         debug_assert!(self.peers[ix].is_none());
         self.peers[ix] = Some(PeerOut {
             addr,
+            slot_size,
+            msg_max: span * slot_size - SLOT_HDR,
             loan,
             charged: 0,
             freed: 0,
@@ -159,7 +181,9 @@ impl Machine {
         if let Some(f) = view.freed {
             p.freed = f;
         }
-        if !p.eager_allowed(cost, inject) {
+        // A peer whose mailbox was made with smaller slots (or spans)
+        // than ours cannot hold it: by rendezvous, as if short of credit.
+        if len > p.msg_max || !p.eager_allowed(cost, inject) {
             return Step::NoCredit;
         }
         if p.goes_first(cost) && view.room {
@@ -186,7 +210,7 @@ impl Machine {
         self.stats.sent += 1;
         let p = self.peer(ix);
         let pos = p.tail;
-        p.tail += 1;
+        p.tail += p.span_of(len);
         p.charged += credit_cost(len);
         if delivery {
             p.delivery.push_back((pos, op));
@@ -348,7 +372,8 @@ impl Machine {
                 p.charged += q.cost;
                 p.outq_cost -= q.cost;
                 let pos = p.tail;
-                p.tail += 1;
+                // An RTS's iov list fits a slot; an eager copy may span.
+                p.tail += p.span_of(q.bytes.len());
                 if let Some(d) = q.done {
                     if d.delivery {
                         p.delivery.push_back((pos, d.op));

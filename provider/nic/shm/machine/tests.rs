@@ -14,6 +14,7 @@ fn machine(loan: u64, cma: bool) -> Machine {
     Machine::new(
         Config {
             payload_max: PAYLOAD,
+            span: 1,
             nrings: 4,
             loan,
             cma,

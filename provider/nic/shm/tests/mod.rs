@@ -408,11 +408,24 @@ impl<P: Port, M: Memory> Node<P, M> {
 /// `port` too, with a mailbox of `nrings` rings of `depth` slots of
 /// `payload` bytes lending `loan` each.
 pub(super) fn sim_node(world: &World, port: u16, depth: usize, payload: usize, loan: u64) -> Node<SimPort, SimMem> {
+    sim_node_spanning(world, port, depth, payload, 1, loan)
+}
+
+/// The same, a message spanning up to `span` slots.
+pub(super) fn sim_node_spanning(
+    world: &World,
+    port: u16,
+    depth: usize,
+    payload: usize,
+    span: usize,
+    loan: u64,
+) -> Node<SimPort, SimMem> {
     let addr = super::test_addr(port);
-    let (p, mem) = world.process(addr, port as u32, 4, depth, payload, loan);
+    let (p, mem) = world.process(addr, port as u32, 4, depth, payload, span, loan);
     let m = super::machine::Machine::new(
         super::machine::Config {
             payload_max: payload,
+            span,
             nrings: 4,
             loan,
             cma: true,

@@ -2,7 +2,7 @@
 //! (or three) processes whose executors and machines talk through rings
 //! in plain memory, driven through `nic::Wire` by a stand-in endpoint.
 
-use super::{flags, pattern, sim_node, Node, SimMem, Unposted, PLAIN};
+use super::{flags, pattern, sim_node, sim_node_spanning, Node, SimMem, Unposted, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
@@ -66,6 +66,70 @@ fn eager_sends_complete_in_order_and_only_once_in_the_ring() {
         assert_eq!(b.up.hdrs[r].tag, i as u64);
         assert_eq!(b.data(*r)[..100 + i], pattern(i as u64, 100 + i)[..]);
     }
+}
+
+/// Messages longer than a slot span several: they go eagerly (nothing
+/// is pulled), wait for room like any eager message when the ring has too
+/// few slots free, and arrive whole and in order among shorter ones; a
+/// send that asks for delivery completes once all its slots are taken.
+#[test]
+fn spanning_eager_messages_arrive_whole_and_in_order() {
+    let w = World::default();
+    let mut a = sim_node_spanning(&w, A, 8, 256, 4, 0);
+    let mut b = sim_node_spanning(&w, B, 8, 256, 4, 0);
+    let max = 4 * (256 + 48) - 48;
+    assert_eq!(a.w.eager_max(), max);
+    // Slots: 4, 1, 3 (the ring of 8 is full), then 2, 4, 2 wait.
+    let lens = [max, 10, 600, 300, max, 257];
+    let ops: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| a.send(b.addr, i as u64, &pattern(i as u64, n), PLAIN))
+        .collect();
+    let done = |a: &SimNode| ops.iter().filter(|&&op| a.send_result(op).is_some()).count();
+    assert_eq!(done(&a), 3);
+    assert_eq!(a.w.m.backlogged(), 3);
+    let recvs: Vec<_> = (0..lens.len()).map(|_| b.post(max)).collect();
+    settle(&mut a, &mut b);
+    assert_eq!(done(&a), lens.len());
+    for (i, (&r, &n)) in recvs.iter().zip(&lens).enumerate() {
+        assert_eq!(b.recv_result(r), Some(Ok(n)));
+        assert_eq!(b.up.hdrs[&r].tag, i as u64);
+        assert_eq!(b.data(r)[..n], pattern(i as u64, n)[..]);
+    }
+    // Published, not complete until the receiver took it (kept whole
+    // as unexpected).
+    let dc = a.send(b.addr, 9, &pattern(9, max), flags(|f| f.delivery = true));
+    a.progress();
+    assert_eq!(a.send_result(dc), None);
+    b.progress();
+    assert_eq!(b.unexpected(), 1);
+    a.progress();
+    assert_eq!(a.send_result(dc), Some(Ok(())));
+    let r = b.post(max);
+    settle(&mut a, &mut b);
+    assert_eq!(b.data(r)[..max], pattern(9, max)[..]);
+    assert_eq!(b.w.stats().pulled, 0, "all went eagerly");
+}
+
+/// A receiver whose mailbox has smaller spans than the sender's: what its
+/// ring cannot hold goes by rendezvous instead.
+#[test]
+fn spanning_is_bounded_by_the_receivers_mailbox() {
+    let w = World::default();
+    let mut a = sim_node_spanning(&w, A, 8, 256, 4, 0);
+    let mut b = sim_node_spanning(&w, B, 8, 256, 2, 0);
+    let two = 2 * (256 + 48) - 48;
+    let short = a.send(b.addr, 1, &pattern(1, two), PLAIN);
+    let long = a.send(b.addr, 2, &pattern(2, two + 1), PLAIN);
+    assert_eq!(a.send_result(short), Some(Ok(())), "eager: complete in the ring");
+    let r1 = b.post(4096);
+    let r2 = b.post(4096);
+    settle(&mut a, &mut b);
+    assert_eq!(a.send_result(long), Some(Ok(())));
+    assert_eq!(b.data(r1)[..two], pattern(1, two)[..]);
+    assert_eq!(b.data(r2)[..two + 1], pattern(2, two + 1)[..]);
+    assert_eq!(b.w.stats().pulled, 1, "the longer one was pulled");
 }
 
 #[test]
@@ -483,10 +547,11 @@ fn a_restarted_peer_gets_a_fresh_ring_at_once() {
     let b_addr = b.addr;
     drop(b);
     // The same address, a new process.
-    let (p, mem) = w.process(b_addr, 77, 4, 4, 256, 0);
+    let (p, mem) = w.process(b_addr, 77, 4, 4, 256, 1, 0);
     let m = crate::nic::shm::machine::Machine::new(
         crate::nic::shm::machine::Config {
             payload_max: 256,
+            span: 1,
             nrings: 4,
             loan: 0,
             cma: true,
