@@ -11,7 +11,8 @@
 //! interesting values in the header's fields, another kind, a payload cut
 //! or extended, a length field that disagrees with what was written), is
 //! read the way the mailbox reads it (a length beyond the slot yields no
-//! payload) and given to `Frame::parse`. It asserts:
+//! payload; "the slot" is the longest message, which may span up to four
+//! of a ring's slots) and given to `Frame::parse`. It asserts:
 //! * parsing never panics;
 //! * a length beyond the slot is `Malformed::TooLong`, and nothing
 //!   longer than the slot is ever accepted;
@@ -43,7 +44,8 @@ use arbitrary::Arbitrary;
 /// One slot of a ring: what its producer wrote, then edited.
 #[derive(Arbitrary, Clone, Debug)]
 pub struct ShmFrameCase<'a> {
-    /// The ring's slot size: one of `SLOT_PAYLOADS`.
+    /// The ring's slot size: one of `SLOT_PAYLOADS` (the low two bits),
+    /// and the slots a message may span, 1 to 4 (the next two).
     slot: u8,
     /// What the slot holds beyond the bytes written (an older frame's).
     stale: u8,
@@ -425,7 +427,12 @@ fn payload_of<'s>(head: &SlotHead, slot: &'s [u8]) -> Option<SharedBytes<'s>> {
 /// was refused (the `cargo test` run checks that the inputs reach every
 /// kind and every refusal).
 pub fn shm_frame_decoder(case: &ShmFrameCase<'_>) -> Result<u8, &'static str> {
-    let slot_payload = Geometry::new(1, 2, SLOT_PAYLOADS[case.slot as usize % SLOT_PAYLOADS.len()]).payload();
+    // The most a message may carry: one slot, or several it spans (the
+    // mailbox hands the payload over in one piece either way).
+    let span = 1 + (case.slot as usize / SLOT_PAYLOADS.len()) % 4;
+    let slot_payload = Geometry::new(1, 8, SLOT_PAYLOADS[case.slot as usize % SLOT_PAYLOADS.len()])
+        .with_span(span)
+        .msg_max();
     let mut s = match case.base {
         Base::Typed(ref t) => {
             let (fr, body) = t.frame();
