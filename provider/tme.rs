@@ -420,9 +420,24 @@ impl MaskSet {
     }
 }
 
+/// Posted receives beyond which matching looks in buckets: up to this
+/// many, the posted list is walked from its oldest entry, which in a
+/// stream of messages that arrive in the order their receives were posted
+/// (a ping-pong, a window of receives: fabtests' bandwidth tests keep 65
+/// posted) is the match at once, and posting and matching hash nothing.
+/// Out of order, a match steps over at most this many. A longer queue is
+/// indexed until it is down to a quarter of this, so that a queue around
+/// the limit is not indexed afresh all the time.
+const INDEX_FROM: usize = 128;
+
 struct PostedQ<R> {
     slab: Slab<PEntry<R>>,
     order: Ends,
+    /// Whether the entries are in `buckets` (and `hot`): more than
+    /// `index_from` were posted, and not a quarter of that since.
+    indexed: bool,
+    /// `INDEX_FROM`, or what a test sets.
+    index_from: usize,
     buckets: HashMap<BucketKey, Ends>,
     masks: MaskSet,
     next_seq: u64,
@@ -445,6 +460,8 @@ impl<R> PostedQ<R> {
         PostedQ {
             slab: Slab::new(),
             order: Ends::EMPTY,
+            indexed: false,
+            index_from: INDEX_FROM,
             buckets: HashMap::default(),
             masks: MaskSet::new(),
             next_seq: 0,
@@ -491,7 +508,31 @@ impl<R> PostedQ<R> {
             recv,
         });
         self.slab.push_back(&mut self.order, idx, P_ORDER);
-        let key = bucket_key(&spec);
+        self.masks.add(spec.ignore);
+        self.directed += spec.src.is_some() as usize;
+        if self.indexed {
+            self.index(idx);
+        } else if self.slab.len > self.index_from {
+            self.build_index();
+        }
+        RecvKey { idx, gen }
+    }
+
+    /// Puts every posted receive into its bucket, in post order.
+    #[cold]
+    fn build_index(&mut self) {
+        self.indexed = true;
+        // (Not `walk`: that counts the steps of matching, in the tests.)
+        let mut idx = self.order.head;
+        while idx != NIL {
+            self.index(idx);
+            idx = self.slab.next(idx, P_ORDER);
+        }
+    }
+
+    /// Appends entry `idx` to its bucket.
+    fn index(&mut self, idx: u32) {
+        let key = bucket_key(&self.slab.get(idx).spec);
         self.make_hot(key);
         let PostedQ {
             slab,
@@ -512,12 +553,16 @@ impl<R> PostedQ<R> {
             },
         };
         slab.push_back(ends, idx, P_BUCKET);
-        self.masks.add(spec.ignore);
-        self.directed += spec.src.is_some() as usize;
-        RecvKey { idx, gen }
     }
 
     fn find(&self, src: SrcAddr, tag: u64) -> Option<u32> {
+        if !self.indexed {
+            // The earliest posted that matches: few to walk.
+            return self
+                .slab
+                .walk(self.order.head, P_ORDER)
+                .find(|&i| self.slab.get(i).spec.matches(src, tag));
+        }
         // Exact tags from any source only (a ping-pong, most MPI traffic):
         // one bucket to look at, usually the hot one.
         if self.directed == 0 && self.masks.only_exact() {
@@ -541,7 +586,31 @@ impl<R> PostedQ<R> {
     fn remove(&mut self, idx: u32) -> PEntry<R> {
         let spec = self.slab.get(idx).spec;
         self.slab.unlink(&mut self.order, idx, P_ORDER);
-        let key = bucket_key(&spec);
+        self.masks.remove(spec.ignore);
+        self.directed -= spec.src.is_some() as usize;
+        if self.indexed {
+            self.unindex(idx, &spec);
+        }
+        let e = self.slab.remove(idx);
+        if self.indexed && self.slab.len <= self.index_from / 4 {
+            self.drop_index();
+        }
+        e
+    }
+
+    /// Back to walking the posted list; the entries' bucket links are
+    /// left as they are, unread until `build_index` sets them again.
+    #[cold]
+    fn drop_index(&mut self) {
+        self.indexed = false;
+        self.buckets.clear();
+        self.hot = None;
+        self.empty_buckets = 0;
+    }
+
+    /// Takes entry `idx` out of its bucket.
+    fn unindex(&mut self, idx: u32, spec: &MatchSpec) {
+        let key = bucket_key(spec);
         match &mut self.hot {
             Some((k, e)) if *k == key => self.slab.unlink(e, idx, P_BUCKET),
             _ => {
@@ -556,9 +625,6 @@ impl<R> PostedQ<R> {
                 }
             }
         }
-        self.masks.remove(spec.ignore);
-        self.directed -= spec.src.is_some() as usize;
-        self.slab.remove(idx)
     }
 
     #[cfg(test)]
@@ -568,6 +634,7 @@ impl<R> PostedQ<R> {
         // advance and keys from before the drain stay dead.
         let out = order.into_iter().map(|i| self.slab.remove(i).recv).collect();
         self.order = Ends::EMPTY;
+        self.indexed = false;
         self.buckets = HashMap::default();
         self.hot = None;
         self.masks.clear();
@@ -838,6 +905,15 @@ impl<R, U> Tme<R, U> {
             posted: PostedQ::new(),
             unexp: UnexpQ::new(),
         }
+    }
+
+    /// One whose posted receives are indexed once more than `n` are
+    /// posted (`INDEX_FROM` otherwise): the tests' way to run both paths.
+    #[cfg(test)]
+    pub fn indexing_from(n: usize) -> Self {
+        let mut t = Self::new();
+        t.posted.index_from = n;
+        t
     }
 
     // --- receives -----------------------------------------------------------
@@ -1337,7 +1413,9 @@ mod tests {
 
     /// Exact-tag matching goes straight to a bucket head, whatever the
     /// number of posted receives or unexpected messages: not one list
-    /// entry is stepped over (counted by `Slab::walk`).
+    /// entry is stepped over (counted by `Slab::walk`) while the posted
+    /// receives are indexed, and no more than the few left once they are
+    /// not.
     #[test]
     fn scalability_exact_tags() {
         const N: u64 = 10_000;
@@ -1349,9 +1427,19 @@ mod tests {
         }
         // An ANY_TAG-style receive for another communicator must not slow this.
         posted_key(t.post(MatchSpec::new(1 << 40, 0xffff_ffff, None), u32::MAX));
+        // Matched newest first, the worst order for a walk from the oldest.
         for i in (0..N).rev() {
+            let left = t.posted_len();
+            WALKED.with(|w| w.set(0));
             assert_eq!(arrive(&mut t, i % 64, i), Some(i as u32));
+            let walked = WALKED.with(|w| w.get());
+            if left > INDEX_FROM / 4 {
+                assert_eq!(walked, 0, "indexed: {left} posted");
+            } else {
+                assert!(walked <= left as u64, "{walked} stepped over for {left} posted");
+            }
         }
+        WALKED.with(|w| w.set(0));
         // Same tag from many sources, directed receives posted in reverse.
         for s in 0..N {
             t.push_unexpected(s, 7, s as u32);
@@ -1508,8 +1596,8 @@ mod tests {
     /// after every step that they agree; counts in `seen` the outcomes a
     /// good run should reach (post matched, multi-recv kept, claim taken,
     /// cancel hit).
-    fn run_model(ops: &[Op], seen: &mut [usize; 4]) {
-        let mut t: Tme<MR, u32> = Tme::new();
+    fn run_model(ops: &[Op], seen: &mut [usize; 4], index_from: usize) {
+        let mut t: Tme<MR, u32> = Tme::indexing_from(index_from);
         let mut m = Model::default();
         let mut keys: Vec<(RecvKey, u32)> = Vec::new(); // live and dead
         for (step, op) in ops.iter().enumerate() {
@@ -1627,8 +1715,9 @@ mod tests {
         }
     }
 
-    /// Random sequences of operations against the model; a failure shrinks
-    /// to the shortest sequence of the simplest operations that fails.
+    /// Random sequences of operations against the model, with the posted
+    /// receives walked and indexed; a failure shrinks to the shortest
+    /// sequence of the simplest operations that fails.
     /// 48 sequences of up to 2,500 operations (PROPTEST_CASES and
     /// PROPTEST_RNG_SEED override), from a fixed seed.
     #[test]
@@ -1643,7 +1732,12 @@ mod tests {
         let mut runner = TestRunner::new(config);
         let ops = prop::collection::vec(op(), 1..2500);
         if let Err(e) = runner.run(&ops, |ops| {
-            run_model(&ops, &mut seen.borrow_mut());
+            // Posted receives always indexed, indexed beyond four (in and
+            // out of the index all the time, leaving it with one still
+            // posted), and as in the provider.
+            for index_from in [0, 4, INDEX_FROM] {
+                run_model(&ops, &mut seen.borrow_mut(), index_from);
+            }
             Ok(())
         }) {
             panic!("{e}");
