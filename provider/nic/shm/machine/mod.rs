@@ -452,14 +452,14 @@ impl Machine {
         self.cfg.rndv_threshold = t;
     }
 
-    /// Whether a message of `len` bytes goes eagerly: up to a slot (and
-    /// the rendezvous threshold); an inject always when a slot holds it,
-    /// so its copy never has to stay with us.
     /// Longest message sent eagerly (spanning slots).
     pub fn eager_max(&self) -> usize {
         self.msg_max.min(self.cfg.rndv_threshold)
     }
 
+    /// Whether a message of `len` bytes goes eagerly: up to what `span`
+    /// slots hold (and the rendezvous threshold); an inject always when
+    /// they hold it, so its copy never has to stay with us.
     pub fn eager_fits(&self, len: usize, inject: bool) -> bool {
         len <= self.eager_max() || inject && len <= self.msg_max
     }

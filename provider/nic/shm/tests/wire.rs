@@ -23,6 +23,15 @@ fn pair(depth: usize, payload: usize, loan: u64) -> (World, SimNode, SimNode) {
     (w, a, b)
 }
 
+/// Two processes whose mailboxes have rings of 8 slots of 256 bytes, a
+/// message spanning up to `a_span` and `b_span` of them.
+fn spanning_pair(a_span: usize, b_span: usize) -> (World, SimNode, SimNode) {
+    let w = World::default();
+    let a = sim_node_spanning(&w, A, 8, 256, a_span, 0);
+    let b = sim_node_spanning(&w, B, 8, 256, b_span, 0);
+    (w, a, b)
+}
+
 /// Progresses both until neither does anything for a few rounds, with a
 /// bound.
 fn settle(a: &mut SimNode, b: &mut SimNode) {
@@ -74,9 +83,7 @@ fn eager_sends_complete_in_order_and_only_once_in_the_ring() {
 /// send that asks for delivery completes once all its slots are taken.
 #[test]
 fn spanning_eager_messages_arrive_whole_and_in_order() {
-    let w = World::default();
-    let mut a = sim_node_spanning(&w, A, 8, 256, 4, 0);
-    let mut b = sim_node_spanning(&w, B, 8, 256, 4, 0);
+    let (_w, mut a, mut b) = spanning_pair(4, 4);
     let max = 4 * (256 + 48) - 48;
     assert_eq!(a.w.eager_max(), max);
     // Slots: 4, 1, 3 (the ring of 8 is full), then 2, 4, 2 wait.
@@ -116,9 +123,7 @@ fn spanning_eager_messages_arrive_whole_and_in_order() {
 /// ring cannot hold goes by rendezvous instead.
 #[test]
 fn spanning_is_bounded_by_the_receivers_mailbox() {
-    let w = World::default();
-    let mut a = sim_node_spanning(&w, A, 8, 256, 4, 0);
-    let mut b = sim_node_spanning(&w, B, 8, 256, 2, 0);
+    let (_w, mut a, mut b) = spanning_pair(4, 2);
     let two = 2 * (256 + 48) - 48;
     let short = a.send(b.addr, 1, &pattern(1, two), PLAIN);
     let long = a.send(b.addr, 2, &pattern(2, two + 1), PLAIN);
