@@ -1513,6 +1513,44 @@ mod tests {
         assert!(mb.payload(&s).is_none());
     }
 
+    /// With spans, a length up to the longest message is given its
+    /// payload in one piece and one byte more is refused; either way the
+    /// consumer moves on by the slots it counted from the length, so a
+    /// producer that lies about it only garbles its own ring.
+    #[test]
+    fn spanning_length_beyond_the_longest_message_is_rejected() {
+        let uid = 4_150_000_000 + std::process::id() % 1000;
+        let me = addr(9);
+        let geo = Geometry::new(1, 8, 128).with_span(2);
+        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+        let mut ob = Outbox::connect(uid, &me, &addr(10)).unwrap().unwrap();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        // A one-slot frame whose header claims `len` bytes.
+        let mut lie = |len: usize, tag: u8| {
+            let mut s = ob.slot_for(0).unwrap();
+            s.head(&head(1, 0, [tag, 0]));
+            s.out.map.write(s.off + 12, &(len as u32).to_le_bytes());
+            s.publish();
+        };
+        lie(geo.msg_max() + 1, 0);
+        let (s, _) = mb.peek(0).unwrap();
+        assert!(mb.payload(&s).is_none(), "longer than any message");
+        mb.release(s);
+        lie(geo.msg_max(), 1);
+        let (s, h) = mb.peek(0).unwrap();
+        assert_eq!((h.len, h.f[0]), (geo.msg_max(), 1));
+        assert_eq!(mb.payload(&s).map(|p| p.len()), Some(geo.msg_max()));
+        mb.release(s);
+        // The consumer is at position 3 now, the producer at 2: what it
+        // publishes at 2 is not read, the next one is.
+        lie(0, 2);
+        assert!(mb.peek(0).is_none());
+        lie(0, 3);
+        let (_, h) = mb.peek(0).unwrap();
+        assert_eq!(h.f[0], 3);
+    }
+
     #[test]
     fn stale_mailbox_of_dead_process_is_reclaimed() {
         let uid = 4_200_000_000 + std::process::id() % 1000;
