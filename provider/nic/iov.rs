@@ -7,7 +7,7 @@
 //! source and the sink made from it can read and write there soundly. The
 //! rest of the crate only moves Iovs around and splits them, in safe code.
 
-use crate::nic::shm::mailbox::SharedBytes;
+use crate::nic::shm::mapping::SharedBytes;
 use crate::proto::{RecvSink, SendSource};
 use smallvec::SmallVec;
 

@@ -23,7 +23,7 @@
 #![forbid(unsafe_code)]
 
 use crate::nic::iov::IovSource;
-use crate::nic::shm::mailbox::SharedBytes;
+use crate::nic::shm::mapping::SharedBytes;
 use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 

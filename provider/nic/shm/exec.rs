@@ -99,7 +99,7 @@ impl Exec<MailboxPort> {
     pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<Self> {
         let port = MailboxPort::new(me, cfg.geo, cfg.loan)?;
         if cfg.cma {
-            super::mailbox::cma_warm();
+            super::cma::cma_warm();
         }
         let geo = port.geometry();
         let m = Machine::new(

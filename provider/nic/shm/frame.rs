@@ -25,7 +25,9 @@
 
 #![forbid(unsafe_code)]
 
-use super::mailbox::{Range, SharedBytes, SlotHead, GRANTS};
+use super::cma::Range;
+use super::mailbox::{SlotHead, GRANTS};
+use super::mapping::SharedBytes;
 use crate::proto::MsgHdr;
 
 /// Slot kinds.

@@ -1,6 +1,7 @@
 //! The shm wire's memory: mailboxes in shared mappings, and typed views of
-//! their rings and slots. Everything that touches shared memory or another
-//! process's memory is in this file.
+//! their rings and slots. The mapping itself, and every access to its
+//! bytes, is `mapping.rs`'s; reading and writing another process's memory
+//! is `cma.rs`'s.
 //!
 //! An endpoint owns one mailbox, a file in `/dev/shm` named after its user
 //! and its address, mode 0600 (other users cannot open it). It holds a
@@ -65,13 +66,13 @@
 //! may write are never seen through a Rust reference: they are copied out
 //! through raw pointers (`SharedBytes`).
 
+use super::mapping::{Mapping, SharedBytes, PAGE};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
 const VERSION: u32 = 3;
-const PAGE: usize = 4096;
 /// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
 /// follows at once, so the header and the first 16 payload bytes (a small
 /// message whole) share the slot's first cache line.
@@ -265,186 +266,6 @@ impl Liveness {
             }
             None => pid_alive(self.pid),
         }
-    }
-}
-
-/// A shared mapping of a whole mailbox file.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; every access to it goes
-// through atomics or bounds-checked copies below.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn map(fd: i32, len: usize) -> io::Result<Mapping> {
-        // SAFETY: maps `len` bytes of an open file; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            base: p as *mut u8,
-            len,
-        })
-    }
-
-    /// Faults in the pages of `off..off + len` now (for writing, or for
-    /// reading), so that the messages of a ring's first lap do not each
-    /// pay a page fault at both ends: on this 2-core VM a fault costs
-    /// about as much as three small messages. Best effort: a kernel
-    /// before 5.14 refuses the advice, and the pages then fault in as
-    /// they are first used.
-    fn populate(&self, off: usize, len: usize, write: bool) {
-        let page = |x: usize| x / PAGE * PAGE;
-        let (start, end) = (
-            page(off),
-            (off + len).min(self.len).next_multiple_of(PAGE).min(self.len),
-        );
-        if start >= end {
-            return;
-        }
-        let advice = if write {
-            libc::MADV_POPULATE_WRITE
-        } else {
-            libc::MADV_POPULATE_READ
-        };
-        // SAFETY: a page-aligned range inside our own mapping; populating
-        // changes no byte of it, only which pages are resident.
-        let r = unsafe { libc::madvise(self.base.add(start) as *mut libc::c_void, end - start, advice) };
-        if r != 0 {
-            crate::debug!(
-                crate::ffi::FI_LOG_EP_CTRL,
-                "madvise(populate) of a ring: {}",
-                io::Error::last_os_error()
-            );
-        }
-    }
-
-    /// An aligned word inside the mapping.
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.len && off.is_multiple_of(4));
-        // SAFETY: in bounds and aligned (checked above); the mapping lives
-        // as long as `self`; AtomicU32 has the layout of u32.
-        unsafe { &*(self.base.add(off) as *const AtomicU32) }
-    }
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.len && off.is_multiple_of(8));
-        // SAFETY: as u32_at.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
-    }
-
-    /// Asks the CPU to bring the cache line at `off` in, without waiting
-    /// for it (a hint: nothing is read, nothing can fault).
-    #[inline]
-    fn prefetch(&self, off: usize) {
-        if off >= self.len {
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: PREFETCHT0 reads no memory into the program and cannot
-        // fault, whatever the address; this one is inside the mapping
-        // anyway (checked above). SSE, which it needs, is part of x86_64.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.base.add(off) as *const i8);
-        }
-    }
-
-    /// Copies bytes out of the mapping. The peer may be writing them at the
-    /// same time; what we copy is then garbage, but bounded garbage.
-    fn read(&self, off: usize, dst: &mut [u8]) {
-        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
-        // SAFETY: the source range is inside the mapping (checked above) and
-        // cannot overlap `dst`, which is process-private memory.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
-        // SAFETY: the destination range is inside the mapping; no Rust
-        // reference to it exists (we only hand out atomics and copies).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
-    }
-    /// Mapping bytes a peer may write at any time, to be copied out.
-    fn shared(&self, off: usize, len: usize) -> SharedBytes<'_> {
-        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
-        SharedBytes {
-            // SAFETY: in bounds (checked above).
-            ptr: unsafe { self.base.add(off) },
-            len,
-            _map: std::marker::PhantomData,
-        }
-    }
-    fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
-        // SAFETY: in bounds; the slot is the producer's until it publishes
-        // it, and `&mut self` keeps this the only view in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
-    }
-}
-
-/// Bytes in a shared mapping that another process may be writing: never
-/// seen through a Rust reference (that would be a data race), only copied
-/// out with `copy_to`. A misbehaving peer writing them meanwhile only
-/// garbles what we copy.
-#[derive(Clone, Copy)]
-pub struct SharedBytes<'a> {
-    ptr: *const u8,
-    len: usize,
-    _map: std::marker::PhantomData<&'a [u8]>,
-}
-
-impl<'a> SharedBytes<'a> {
-    /// Bytes of this process seen the same way (the protocol machine's
-    /// tests, whose rings are plain memory, and the fuzz targets).
-    #[cfg(any(test, feature = "fuzz"))]
-    pub fn of_slice(s: &'a [u8]) -> SharedBytes<'a> {
-        SharedBytes {
-            ptr: s.as_ptr(),
-            len: s.len(),
-            _map: std::marker::PhantomData,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// Copies `dst.len()` bytes from `off` on into `dst`.
-    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
-        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
-        // SAFETY: the source range is inside the mapping (or slice), which
-        // outlives 'a (checked above and by `Mapping::shared`); `dst` is
-        // process-private memory another `&mut` borrow holds, so the
-        // ranges cannot overlap. The copy reads
-        // through raw pointers only: no reference to shared bytes exists.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
-    }
-    /// The bytes, copied out (a message kept for later).
-    pub fn to_vec(self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
-        self.copy_to(0, &mut v);
-        v
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what map() mapped.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
@@ -1226,130 +1047,6 @@ impl Drop for Mailbox {
     }
 }
 
-/// A piece of memory, (address, length), in this process or another.
-pub type Range = (u64, u64);
-
-/// Bytes in all of `v` (saturating: the lengths may come from a peer).
-pub fn ranges_len(v: &[Range]) -> u64 {
-    v.iter().fold(0u64, |a, r| a.saturating_add(r.1))
-}
-
-/// The pieces covering bytes `off..off + n` of the concatenation of `v`.
-pub fn sub_ranges(v: &[Range], off: u64, n: u64) -> Vec<Range> {
-    sub_ranges_iter(v, off, n).collect()
-}
-
-/// `sub_ranges` without collecting them (the CMA path builds its iovecs
-/// from it with no allocation).
-fn sub_ranges_iter(v: &[Range], mut off: u64, mut n: u64) -> impl Iterator<Item = Range> + '_ {
-    v.iter()
-        .map_while(move |&(a, l)| {
-            if n == 0 {
-                return None;
-            }
-            if off >= l {
-                off -= l;
-                return Some(None);
-            }
-            let take = (l - off).min(n);
-            let r = (a + off, take);
-            n -= take;
-            off = 0;
-            Some(Some(r))
-        })
-        .flatten()
-}
-
-/// Reads `remote` ranges of process `pid` into `local` ranges of ours
-/// (cross-memory attach), as far as both go. Returns the bytes read.
-///
-/// # Safety
-/// The kernel writes into `local` like any store of ours: every range must
-/// be memory of this process that is writable and that nothing else reads
-/// or writes meanwhile (a posted receive's buffers, which the application
-/// lent us until the receive completes or is cancelled; fi_msg(3)), and
-/// that no Rust reference points into.
-pub unsafe fn cma_read(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
-    cma(pid, local, remote, false)
-}
-
-/// Writes `local` ranges of ours into `remote` ranges of process `pid`.
-/// Safe: it only reads our memory (an unreadable range is the kernel's
-/// EFAULT, not a fault), and what it writes is the other process's, under
-/// the grant protocol that process controls.
-pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
-    cma(pid, local, remote, true)
-}
-
-/// A process's first `process_vm_readv` costs the kernel some 15-30 µs
-/// more than the later ones (measured on the 2-core VM of the benchmarks,
-/// Linux 6.x); without this, the first rendezvous a benchmark times pays
-/// it (libfabric's shm pays it in its CMA check at start-up). An 8-byte
-/// read of our own memory pays it here, once per process. Best effort:
-/// a refusal is learnt again, and handled, at the first real pull.
-pub fn cma_warm() {
-    static WARM: std::sync::Once = std::sync::Once::new();
-    WARM.call_once(|| {
-        let src = [0u8; 8];
-        let mut dst = [0u8; 8];
-        let local = [(dst.as_mut_ptr() as u64, 8)];
-        let remote = [(src.as_ptr() as u64, 8)];
-        // Reading our own stack into our own stack: nothing else is touched.
-        let _ = cma(std::process::id(), &local, &remote, false);
-    });
-}
-
-/// iovecs of at most this many pieces per syscall (far below IOV_MAX).
-const IOV_BATCH: usize = 64;
-
-/// Most transfers have a few pieces: those iovecs stay on the stack.
-type Iovecs = smallvec::SmallVec<[libc::iovec; 4]>;
-
-fn iovecs(v: &[Range], skip: u64, max: u64) -> Iovecs {
-    sub_ranges_iter(v, skip, max)
-        .take(IOV_BATCH)
-        .map(|(a, l)| libc::iovec {
-            iov_base: a as usize as *mut libc::c_void,
-            iov_len: l as usize,
-        })
-        .collect()
-}
-
-fn cma(pid: u32, local: &[Range], remote: &[Range], write: bool) -> io::Result<usize> {
-    let want = ranges_len(local).min(ranges_len(remote));
-    let mut done = 0u64;
-    while done < want {
-        let (liov, riov) = (iovecs(local, done, want - done), iovecs(remote, done, want - done));
-        // SAFETY: `liov` describes buffers of this process that the caller
-        // owns (posted receive buffers to read into, or a send's source to
-        // write from); `riov` is memory of the other process, which the
-        // kernel checks (EFAULT for bad ranges).
-        let n = unsafe {
-            let f = if write {
-                libc::process_vm_writev
-            } else {
-                libc::process_vm_readv
-            };
-            f(
-                pid as libc::pid_t,
-                liov.as_ptr(),
-                liov.len() as libc::c_ulong,
-                riov.as_ptr(),
-                riov.len() as libc::c_ulong,
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EFAULT));
-        }
-        done += n as u64;
-    }
-    Ok(done as usize)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1564,25 +1261,5 @@ mod tests {
         assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_some());
         drop(mb);
         assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_none());
-    }
-
-    #[test]
-    fn cma_reads_own_memory() {
-        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let mut a = vec![0u8; 3000];
-        let mut b = vec![0u8; 7000];
-        let local = [
-            (a.as_mut_ptr() as u64, a.len() as u64),
-            (b.as_mut_ptr() as u64, b.len() as u64),
-        ];
-        let remote = [(src.as_ptr() as u64, 4000u64), (src.as_ptr() as u64 + 4000, 6000)];
-        // SAFETY: `local` is `a` and `b`, alive and not borrowed until the
-        // assertions below.
-        assert_eq!(
-            unsafe { cma_read(std::process::id(), &local, &remote) }.unwrap(),
-            10_000
-        );
-        assert_eq!(&a[..], &src[..3000]);
-        assert_eq!(&b[..], &src[3000..]);
     }
 }

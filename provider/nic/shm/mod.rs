@@ -4,7 +4,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mailbox.rs` | the shared memory: mailbox files, rings, slots, credit and grant words, `process_vm_readv/writev`; the only `unsafe` of the wire |
+//! | `mailbox.rs` | the shared memory's layout: mailbox files, rings, slots (one message may span several), credit and grant words, liveness of their owners |
+//! | `mapping.rs` | a shared mapping and `SharedBytes`: every access to memory another process may write |
+//! | `cma.rs` | cross-memory attach (`process_vm_readv/writev`) over lists of address ranges |
 //! | `frame.rs` | typed frames (EAGER, RTS, CTS, DATA, FIN, CTW, WDONE): the one encoder and decoder of a slot's fields, which checks everything a peer wrote |
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
 //! | `port.rs` | what the executor needs of the world, as a trait; `MailboxPort` does it over `mailbox.rs` |
@@ -48,7 +50,9 @@
 //! already polls. An endpoint that keeps polling never arms, and its peers
 //! never pay for a syscall.
 
+pub mod cma;
 pub mod mailbox;
+pub mod mapping;
 
 mod exec;
 mod frame;

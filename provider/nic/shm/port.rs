@@ -3,9 +3,9 @@
 //! writes), the rings of our own mailbox (claims, slots, credit, grants,
 //! liveness of their producers), cross-memory reads, and doorbells.
 //!
-//! `MailboxPort` does it for real, over `mailbox.rs` (the one place that
-//! touches shared memory and other processes' memory) and a UDP socket of
-//! its own for doorbells. The tests' `SimPort` (`sim.rs`) does it with
+//! `MailboxPort` does it for real, over `mailbox.rs`, `mapping.rs` and
+//! `cma.rs` (the places that touch shared memory and other processes'
+//! memory) and a UDP socket of its own for doorbells. The tests' `SimPort` (`sim.rs`) does it with
 //! plain memory, so the executor and the machine run unchanged in virtual
 //! time.
 
@@ -13,8 +13,10 @@
 // carries (see there); nothing else here may use unsafe.
 #![deny(unsafe_code)]
 
+use super::cma::{self, Range};
 use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
-use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, Range, SharedBytes, SlotHead};
+use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, SlotHead};
+use super::mapping::SharedBytes;
 use super::DOORBELL;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -269,7 +271,7 @@ impl Port for MailboxPort {
         if !o.begin_write(grant, rid) {
             return Err(CmaErr::Revoked);
         }
-        let r = mailbox::cma_write(o.owner_pid(), local, remote);
+        let r = cma::cma_write(o.owner_pid(), local, remote);
         o.end_write(grant, rid);
         r.map_err(cma_err)
     }
@@ -347,7 +349,7 @@ impl Port for MailboxPort {
         // `Iov`, whose buffers the application lent until completion or
         // cancel), and the machine drops a receive (cancel, close, failure)
         // before its buffers are the application's again.
-        unsafe { mailbox::cma_read(pid, local, remote) }.map_err(cma_err)
+        unsafe { cma::cma_read(pid, local, remote) }.map_err(cma_err)
     }
 
     fn ring_bell(&mut self, to: SocketAddr) -> io::Result<()> {

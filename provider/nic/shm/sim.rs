@@ -5,8 +5,10 @@
 //! decides who runs when, whose memory may be read (CMA refused), who dies,
 //! and what a hostile producer writes into a ring.
 
+use super::cma::{ranges_len, sub_ranges, Range};
 use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
-use super::mailbox::{ranges_len, Range, SharedBytes, SlotHead, GRANTS, SLOT_HDR};
+use super::mailbox::{SlotHead, GRANTS, SLOT_HDR};
+use super::mapping::SharedBytes;
 use super::port::{Claim, Port};
 use crate::proto::{RecvSink, SendSource};
 use std::cell::RefCell;
@@ -361,9 +363,9 @@ impl SimPort {
             return Err(CmaErr::Gone);
         };
         let n = ranges_len(from_v).min(ranges_len(to_v));
-        let take = super::mailbox::sub_ranges(from_v, 0, n);
+        let take = sub_ranges(from_v, 0, n);
         let bytes = src.lock().unwrap().gather(&take).ok_or(CmaErr::Fault(libc::EFAULT))?;
-        let put = super::mailbox::sub_ranges(to_v, 0, n);
+        let put = sub_ranges(to_v, 0, n);
         if !dst.lock().unwrap().scatter(&put, &bytes) {
             return Err(CmaErr::Fault(libc::EFAULT));
         }

@@ -37,7 +37,8 @@
 mod tests;
 
 use super::frame::{kind, Frame, Malformed};
-use super::mailbox::{Geometry, SharedBytes, SlotHead, GRANTS};
+use super::mailbox::{Geometry, SlotHead, GRANTS};
+use super::mapping::SharedBytes;
 use crate::proto::MsgHdr;
 use arbitrary::Arbitrary;
 

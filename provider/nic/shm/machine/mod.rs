@@ -40,8 +40,9 @@ mod send;
 #[cfg(test)]
 mod tests;
 
+use super::cma::Range;
 use super::frame::Frame;
-use super::mailbox::{self, Range, SLOT_HDR};
+use super::mailbox::{self, SLOT_HDR};
 use super::{ShmCredit, ShmStats};
 use crate::hash::KeyedState;
 use crate::nic::wire::{OpId, WireEvent};

@@ -8,8 +8,10 @@ use super::{
     GRANT_WAIT_NS, SPLIT_MIN,
 };
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::nic::shm::cma::{ranges_len, sub_ranges, Range};
 use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
-use crate::nic::shm::mailbox::{credit_cost, ranges_len, sub_ranges, Range, SharedBytes};
+use crate::nic::shm::mailbox::credit_cost;
+use crate::nic::shm::mapping::SharedBytes;
 use crate::nic::shm::ShmCredit;
 use crate::nic::wire::{OpId, WireEvent};
 use crate::proto::{MsgHdr, RecvSink};

@@ -5,8 +5,9 @@
 
 use super::{Action, CmaErr, Connected, Copied, Done, Machine, PeerIx, PeerOut, Queued, RingView, Token, TxRndv};
 use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EINVAL, FI_EIO};
+use crate::nic::shm::cma::{ranges_len, sub_ranges, Range};
 use crate::nic::shm::frame::{iov_bytes, Frame};
-use crate::nic::shm::mailbox::{credit_cost, ranges_len, sub_ranges, Range, SlotHead, SLOT_HDR};
+use crate::nic::shm::mailbox::{credit_cost, SlotHead, SLOT_HDR};
 use crate::nic::wire::{OpId, WireEvent};
 use crate::proto::{MsgHdr, SendSource};
 use std::collections::VecDeque;

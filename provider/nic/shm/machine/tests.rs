@@ -5,7 +5,8 @@
 use super::*;
 use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EINVAL, FI_EIO};
 use crate::nic::shm::frame::Malformed;
-use crate::nic::shm::mailbox::{credit_cost, SharedBytes};
+use crate::nic::shm::mailbox::credit_cost;
+use crate::nic::shm::mapping::SharedBytes;
 use crate::nic::shm::test_addr;
 
 const PAYLOAD: usize = 256;

@@ -8,8 +8,8 @@ mod model;
 mod real;
 mod wire;
 
+use super::cma::Range;
 use super::exec::Exec;
-use super::mailbox::Range;
 use super::port::Port;
 use super::sim::{Mem, MemSink, MemSource, SimPort, World};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent};

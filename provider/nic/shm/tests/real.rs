@@ -5,9 +5,10 @@
 
 use super::{flags, pattern, Node, RealMem, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::nic::shm::cma::Range;
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::SPLIT_MIN;
-use crate::nic::shm::mailbox::{credit_cost, Geometry, Range, SlotHead};
+use crate::nic::shm::mailbox::{credit_cost, Geometry, SlotHead};
 use crate::nic::shm::port::MailboxPort;
 use crate::nic::shm::{test_addr, ShmConfig, ShmWire};
 use crate::nic::wire::Wire;

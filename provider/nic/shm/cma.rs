@@ -1,0 +1,154 @@
+//! Cross-memory attach: `process_vm_readv` and `process_vm_writev` between
+//! this process and a local peer, over lists of address ranges (the
+//! rendezvous's buffers, as RTS and CTW frames carry them).
+
+use std::io;
+
+/// A piece of memory, (address, length), in this process or another.
+pub type Range = (u64, u64);
+
+/// Bytes in all of `v` (saturating: the lengths may come from a peer).
+pub fn ranges_len(v: &[Range]) -> u64 {
+    v.iter().fold(0u64, |a, r| a.saturating_add(r.1))
+}
+
+/// The pieces covering bytes `off..off + n` of the concatenation of `v`.
+pub fn sub_ranges(v: &[Range], off: u64, n: u64) -> Vec<Range> {
+    sub_ranges_iter(v, off, n).collect()
+}
+
+/// `sub_ranges` without collecting them (the CMA path builds its iovecs
+/// from it with no allocation).
+fn sub_ranges_iter(v: &[Range], mut off: u64, mut n: u64) -> impl Iterator<Item = Range> + '_ {
+    v.iter()
+        .map_while(move |&(a, l)| {
+            if n == 0 {
+                return None;
+            }
+            if off >= l {
+                off -= l;
+                return Some(None);
+            }
+            let take = (l - off).min(n);
+            let r = (a + off, take);
+            n -= take;
+            off = 0;
+            Some(Some(r))
+        })
+        .flatten()
+}
+
+/// Reads `remote` ranges of process `pid` into `local` ranges of ours
+/// (cross-memory attach), as far as both go. Returns the bytes read.
+///
+/// # Safety
+/// The kernel writes into `local` like any store of ours: every range must
+/// be memory of this process that is writable and that nothing else reads
+/// or writes meanwhile (a posted receive's buffers, which the application
+/// lent us until the receive completes or is cancelled; fi_msg(3)), and
+/// that no Rust reference points into.
+pub unsafe fn cma_read(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
+    cma(pid, local, remote, false)
+}
+
+/// Writes `local` ranges of ours into `remote` ranges of process `pid`.
+/// Safe: it only reads our memory (an unreadable range is the kernel's
+/// EFAULT, not a fault), and what it writes is the other process's, under
+/// the grant protocol that process controls.
+pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usize> {
+    cma(pid, local, remote, true)
+}
+
+/// A process's first `process_vm_readv` costs the kernel some 15-30 µs
+/// more than the later ones (measured on the 2-core VM of the benchmarks,
+/// Linux 6.x); without this, the first rendezvous a benchmark times pays
+/// it (libfabric's shm pays it in its CMA check at start-up). An 8-byte
+/// read of our own memory pays it here, once per process. Best effort:
+/// a refusal is learnt again, and handled, at the first real pull.
+pub fn cma_warm() {
+    static WARM: std::sync::Once = std::sync::Once::new();
+    WARM.call_once(|| {
+        let src = [0u8; 8];
+        let mut dst = [0u8; 8];
+        let local = [(dst.as_mut_ptr() as u64, 8)];
+        let remote = [(src.as_ptr() as u64, 8)];
+        // Reading our own stack into our own stack: nothing else is touched.
+        let _ = cma(std::process::id(), &local, &remote, false);
+    });
+}
+
+/// iovecs of at most this many pieces per syscall (far below IOV_MAX).
+const IOV_BATCH: usize = 64;
+
+/// Most transfers have a few pieces: those iovecs stay on the stack.
+type Iovecs = smallvec::SmallVec<[libc::iovec; 4]>;
+
+fn iovecs(v: &[Range], skip: u64, max: u64) -> Iovecs {
+    sub_ranges_iter(v, skip, max)
+        .take(IOV_BATCH)
+        .map(|(a, l)| libc::iovec {
+            iov_base: a as usize as *mut libc::c_void,
+            iov_len: l as usize,
+        })
+        .collect()
+}
+
+fn cma(pid: u32, local: &[Range], remote: &[Range], write: bool) -> io::Result<usize> {
+    let want = ranges_len(local).min(ranges_len(remote));
+    let mut done = 0u64;
+    while done < want {
+        let (liov, riov) = (iovecs(local, done, want - done), iovecs(remote, done, want - done));
+        // SAFETY: `liov` describes buffers of this process that the caller
+        // owns (posted receive buffers to read into, or a send's source to
+        // write from); `riov` is memory of the other process, which the
+        // kernel checks (EFAULT for bad ranges).
+        let n = unsafe {
+            let f = if write {
+                libc::process_vm_writev
+            } else {
+                libc::process_vm_readv
+            };
+            f(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                liov.len() as libc::c_ulong,
+                riov.as_ptr(),
+                riov.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n as u64;
+    }
+    Ok(done as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cma_reads_own_memory() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut a = vec![0u8; 3000];
+        let mut b = vec![0u8; 7000];
+        let local = [
+            (a.as_mut_ptr() as u64, a.len() as u64),
+            (b.as_mut_ptr() as u64, b.len() as u64),
+        ];
+        let remote = [(src.as_ptr() as u64, 4000u64), (src.as_ptr() as u64 + 4000, 6000)];
+        // SAFETY: `local` is `a` and `b`, alive and not borrowed until the
+        // assertions below.
+        assert_eq!(
+            unsafe { cma_read(std::process::id(), &local, &remote) }.unwrap(),
+            10_000
+        );
+        assert_eq!(&a[..], &src[..3000]);
+        assert_eq!(&b[..], &src[3000..]);
+    }
+}

@@ -1,0 +1,191 @@
+//! A shared mapping of a file in `/dev/shm` (a mailbox), and `SharedBytes`,
+//! the view of bytes in it that another process may be writing. Every
+//! access to such memory goes through here: atomics for the words the
+//! protocol synchronises on, bounds-checked copies for the rest, never a
+//! Rust reference to bytes a peer may write. `mailbox.rs` lays its file
+//! out on top of this.
+
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+pub(super) const PAGE: usize = 4096;
+
+/// A shared mapping of a whole mailbox file.
+pub(super) struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access to it goes
+// through atomics or bounds-checked copies below.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    pub(super) fn map(fd: i32, len: usize) -> io::Result<Mapping> {
+        // SAFETY: maps `len` bytes of an open file; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            base: p as *mut u8,
+            len,
+        })
+    }
+
+    /// Faults in the pages of `off..off + len` now (for writing, or for
+    /// reading), so that the messages of a ring's first lap do not each
+    /// pay a page fault at both ends: on this 2-core VM a fault costs
+    /// about as much as three small messages. Best effort: a kernel
+    /// before 5.14 refuses the advice, and the pages then fault in as
+    /// they are first used.
+    pub(super) fn populate(&self, off: usize, len: usize, write: bool) {
+        let page = |x: usize| x / PAGE * PAGE;
+        let (start, end) = (
+            page(off),
+            (off + len).min(self.len).next_multiple_of(PAGE).min(self.len),
+        );
+        if start >= end {
+            return;
+        }
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: a page-aligned range inside our own mapping; populating
+        // changes no byte of it, only which pages are resident.
+        let r = unsafe { libc::madvise(self.base.add(start) as *mut libc::c_void, end - start, advice) };
+        if r != 0 {
+            crate::debug!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "madvise(populate) of a ring: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// An aligned word inside the mapping.
+    pub(super) fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.len && off.is_multiple_of(4));
+        // SAFETY: in bounds and aligned (checked above); the mapping lives
+        // as long as `self`; AtomicU32 has the layout of u32.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+    pub(super) fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
+        // SAFETY: as u32_at.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// Asks the CPU to bring the cache line at `off` in, without waiting
+    /// for it (a hint: nothing is read, nothing can fault).
+    #[inline]
+    pub(super) fn prefetch(&self, off: usize) {
+        if off >= self.len {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHT0 reads no memory into the program and cannot
+        // fault, whatever the address; this one is inside the mapping
+        // anyway (checked above). SSE, which it needs, is part of x86_64.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.base.add(off) as *const i8);
+        }
+    }
+
+    /// Copies bytes out of the mapping. The peer may be writing them at the
+    /// same time; what we copy is then garbage, but bounded garbage.
+    pub(super) fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the mapping (checked above) and
+        // cannot overlap `dst`, which is process-private memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
+    }
+    pub(super) fn write(&self, off: usize, src: &[u8]) {
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the destination range is inside the mapping; no Rust
+        // reference to it exists (we only hand out atomics and copies).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
+    }
+    /// Mapping bytes a peer may write at any time, to be copied out.
+    pub(super) fn shared(&self, off: usize, len: usize) -> SharedBytes<'_> {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        SharedBytes {
+            // SAFETY: in bounds (checked above).
+            ptr: unsafe { self.base.add(off) },
+            len,
+            _map: std::marker::PhantomData,
+        }
+    }
+    pub(super) fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds; the slot is the producer's until it publishes
+        // it, and `&mut self` keeps this the only view in this process.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+}
+
+/// Bytes in a shared mapping that another process may be writing: never
+/// seen through a Rust reference (that would be a data race), only copied
+/// out with `copy_to`. A misbehaving peer writing them meanwhile only
+/// garbles what we copy.
+#[derive(Clone, Copy)]
+pub struct SharedBytes<'a> {
+    ptr: *const u8,
+    len: usize,
+    _map: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> SharedBytes<'a> {
+    /// Bytes of this process seen the same way (the protocol machine's
+    /// tests, whose rings are plain memory, and the fuzz targets).
+    #[cfg(any(test, feature = "fuzz"))]
+    pub fn of_slice(s: &'a [u8]) -> SharedBytes<'a> {
+        SharedBytes {
+            ptr: s.as_ptr(),
+            len: s.len(),
+            _map: std::marker::PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Copies `dst.len()` bytes from `off` on into `dst`.
+    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the mapping (or slice), which
+        // outlives 'a (checked above and by `Mapping::shared`); `dst` is
+        // process-private memory another `&mut` borrow holds, so the
+        // ranges cannot overlap. The copy reads
+        // through raw pointers only: no reference to shared bytes exists.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) };
+    }
+    /// The bytes, copied out (a message kept for later).
+    pub fn to_vec(self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        self.copy_to(0, &mut v);
+        v
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what map() mapped.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
