@@ -104,6 +104,26 @@ pub fn span_of(len: usize, slot_size: usize) -> usize {
     }
 }
 
+/// Payload bytes of the longest message: one spanning `span` slots of
+/// `slot_size` bytes.
+pub fn msg_max(span: usize, slot_size: usize) -> usize {
+    span * slot_size - SLOT_HDR
+}
+
+/// The slots a consumer counts for a slot whose header says `len`: 0 when
+/// that is longer than a message may be (the payload is refused, and the
+/// slot handed back as one).
+#[inline]
+pub fn counted_span(len: usize, span: usize, slot_size: usize) -> usize {
+    if len + SLOT_HDR <= slot_size {
+        1
+    } else if len <= msg_max(span, slot_size) {
+        span_of(len, slot_size)
+    } else {
+        0
+    }
+}
+
 /// Credit bytes of an EAGER or RTS slot with `len` payload bytes.
 pub fn credit_cost(len: usize) -> u64 {
     len as u64 + SLOT_CREDIT
@@ -150,7 +170,7 @@ impl Geometry {
     }
     /// Payload bytes of the longest message (one spanning `span` slots).
     pub fn msg_max(&self) -> usize {
-        self.span * self.slot_size - SLOT_HDR
+        msg_max(self.span, self.slot_size)
     }
     /// Slots a message of `len` payload bytes takes (at most `span` for
     /// a length up to `msg_max`).
@@ -160,6 +180,19 @@ impl Geometry {
     /// Bytes of a ring's slots, overflow included.
     fn slots_bytes(&self) -> usize {
         (self.depth + self.span - 1) * self.slot_size
+    }
+    /// Offset of the slot `n` positions after the one at `off`, in the
+    /// ring whose first slot is at `first`: wrapped into its `depth`
+    /// slots (`n` at most the depth).
+    #[inline]
+    fn slot_after(&self, first: usize, off: usize, n: usize) -> usize {
+        let end = first + self.depth * self.slot_size;
+        let next = off + n * self.slot_size;
+        if next >= end {
+            next - (end - first)
+        } else {
+            next
+        }
     }
     fn ring_bytes(&self) -> usize {
         (RING_HDR + self.slots_bytes()).next_multiple_of(PAGE)
@@ -317,7 +350,7 @@ pub struct SlotWriter<'a> {
 
 impl SlotWriter<'_> {
     pub fn head(&mut self, head: &SlotHead) {
-        debug_assert!(head.len + SLOT_HDR <= self.span * self.out.geo.slot_size);
+        debug_assert!(head.len <= msg_max(self.span, self.out.geo.slot_size));
         let mut h = [0u8; 40];
         h[0] = head.kind;
         h[4..8].copy_from_slice(&(head.len as u32).to_le_bytes());
@@ -333,7 +366,7 @@ impl SlotWriter<'_> {
         let off = self.off + SLOT_HDR;
         self.out
             .map
-            .slice_mut(off, len.min(self.span * self.out.geo.slot_size - SLOT_HDR))
+            .slice_mut(off, len.min(msg_max(self.span, self.out.geo.slot_size)))
     }
     /// Makes the slot visible to the consumer. Returns whether the
     /// consumer asked to be woken (it is asleep and wants a doorbell).
@@ -341,7 +374,7 @@ impl SlotWriter<'_> {
     pub fn publish(self) -> bool {
         let pos = self.out.tail;
         self.out.tail += self.span as u64;
-        self.out.tail_off = self.out.after(self.off, self.span);
+        self.out.tail_off = self.out.geo.slot_after(self.out.first_off, self.off, self.span);
         self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
         // The next send reads the next slot's sequence word first: fetch
         // its line now (while the fence below waits), when the consumer,
@@ -368,7 +401,6 @@ pub struct Outbox {
     /// and its end.
     tail_off: usize,
     first_off: usize,
-    end_off: usize,
     owner: Liveness,
     /// Credit bytes the owner lends this ring (0: no limit).
     loan: u64,
@@ -485,22 +517,9 @@ impl Outbox {
             tail: 0,
             tail_off: geo.ring_off(ring) + RING_HDR,
             first_off: geo.ring_off(ring) + RING_HDR,
-            end_off: geo.ring_off(ring) + RING_HDR + geo.depth * geo.slot_size,
             owner,
             loan,
         }))
-    }
-
-    /// Offset of the slot `n` positions after the one at `off`, wrapped
-    /// into the ring (`n` at most its depth).
-    #[inline]
-    fn after(&self, off: usize, n: usize) -> usize {
-        let next = off + n * self.geo.slot_size;
-        if next >= self.end_off {
-            next - (self.end_off - self.first_off)
-        } else {
-            next
-        }
     }
 
     /// Whether the slot of position `pos` (at `off`) is free: the
@@ -524,7 +543,10 @@ impl Outbox {
     #[cold]
     fn free_spanning(&self, len: usize) -> Option<usize> {
         let k = self.geo.span_of(len);
-        let free = (0..k).all(|i| self.free_at(self.tail + i as u64, self.after(self.tail_off, i)));
+        let free = (0..k).all(|i| {
+            let off = self.geo.slot_after(self.first_off, self.tail_off, i);
+            self.free_at(self.tail + i as u64, off)
+        });
         (k <= self.geo.span && free).then_some(k)
     }
 
@@ -875,11 +897,7 @@ impl Mailbox {
         let mut f = [0u8; 32];
         f.copy_from_slice(&b[8..40]);
         let len = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
-        let span = if len + SLOT_HDR <= self.geo.slot_size {
-            1
-        } else {
-            self.span_cold(len)
-        };
+        let span = counted_span(len, self.geo.span, self.geo.slot_size);
         Some((
             InSlot {
                 ring: r,
@@ -889,16 +907,6 @@ impl Mailbox {
             },
             SlotHead { kind: b[0], len, f },
         ))
-    }
-
-    /// `InSlot::span` of a length longer than a slot's payload.
-    #[cold]
-    fn span_cold(&self, len: usize) -> usize {
-        if len <= self.geo.msg_max() {
-            self.geo.span_of(len)
-        } else {
-            0
-        }
     }
 
     /// The payload of a slot; `None` if its length is longer than a
@@ -981,17 +989,10 @@ impl Mailbox {
     }
 
     /// Offset of the slot `n` positions after the one at `off` in ring
-    /// `r`, wrapped into the ring (`n` at most its depth).
+    /// `r` (`Geometry::slot_after`).
     #[inline]
     fn after(&self, r: usize, off: usize, n: usize) -> usize {
-        let first = self.geo.ring_off(r) + RING_HDR;
-        let end = first + self.geo.depth * self.geo.slot_size;
-        let next = off + n * self.geo.slot_size;
-        if next >= end {
-            next - (end - first)
-        } else {
-            next
-        }
+        self.geo.slot_after(self.geo.ring_off(r) + RING_HDR, off, n)
     }
 
     /// Whether the producer of ring `r` closed it (and the ring is drained:

@@ -7,7 +7,7 @@
 
 use super::cma::{ranges_len, sub_ranges, Range};
 use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
-use super::mailbox::{SlotHead, GRANTS, SLOT_HDR};
+use super::mailbox::{self, SlotHead, GRANTS, SLOT_HDR};
 use super::mapping::SharedBytes;
 use super::port::{Claim, Port};
 use crate::proto::{RecvSink, SendSource};
@@ -189,11 +189,12 @@ impl Mailbox {
     }
     /// The longest message: one spanning `span` slots.
     fn msg_max(&self) -> usize {
-        self.span * self.slot_size() - SLOT_HDR
+        mailbox::msg_max(self.span, self.slot_size())
     }
-    /// Positions a message of `len` bytes takes.
-    fn span_of(&self, len: usize) -> u64 {
-        super::mailbox::span_of(len, self.slot_size()) as u64
+    /// Positions the consumer counts for a slot whose header says `len`
+    /// (`mailbox::counted_span`; 0 there, a refused length, is one).
+    fn counted_span(&self, len: usize) -> u64 {
+        mailbox::counted_span(len, self.span, self.slot_size()).max(1) as u64
     }
 }
 
@@ -307,11 +308,7 @@ impl SimPort {
         let mut h = self.world.0.borrow_mut();
         let max = h.boxes[owner].msg_max();
         // Positions as the consumer will count them (`release`).
-        let span = if head.len <= max {
-            h.boxes[owner].span_of(head.len)
-        } else {
-            1
-        };
+        let span = h.boxes[owner].counted_span(head.len);
         let ring = &mut h.boxes[owner].rings[r];
         let pos = ring.tail;
         ring.tail += span;
@@ -441,9 +438,12 @@ impl Port for SimPort {
         }
     }
 
+    /// As the real port: false for a message the ring cannot carry.
     fn room(&self, ix: PeerIx, len: usize) -> bool {
-        self.with_out(ix, |b, r| r.tail + b.span_of(len) - r.head <= b.depth)
-            .unwrap_or(false)
+        self.with_out(ix, |b, r| {
+            len <= b.msg_max() && r.tail + b.counted_span(len) - r.head <= b.depth
+        })
+        .unwrap_or(false)
     }
 
     fn freed(&self, ix: PeerIx) -> u64 {
@@ -455,7 +455,7 @@ impl Port for SimPort {
         let mut h = self.world.0.borrow_mut();
         let b = &mut h.boxes[owner];
         assert!(head.len <= b.msg_max(), "our own frames fit the slots they span");
-        let span = b.span_of(head.len);
+        let span = b.counted_span(head.len);
         let ring = &mut b.rings[r];
         if ring.tail + span - ring.head > b.depth {
             return None;
@@ -523,14 +523,10 @@ impl Port for SimPort {
     fn release(&mut self, (ring, pos): (RingIx, u64)) {
         let mut h = self.world.0.borrow_mut();
         let b = &mut h.boxes[self.mb];
-        let (max, slot_size) = (b.msg_max(), b.slot_size());
-        let r = &mut b.rings[ring];
-        let (p, head, _) = r.slots.pop_front().expect("released a published slot");
+        let (p, head, _) = b.rings[ring].slots.pop_front().expect("released a published slot");
         assert_eq!(p, pos, "slots are released in order");
-        // As the real consumer: the span is read from the length (one
-        // slot for a length no message may have).
-        let len = if head.len <= max { head.len } else { 0 };
-        r.head = pos + super::mailbox::span_of(len, slot_size) as u64;
+        // As the real consumer: the span is read from the length.
+        b.rings[ring].head = pos + b.counted_span(head.len);
     }
 
     fn give_credit(&mut self, ring: RingIx, freed: u64) {

@@ -421,7 +421,7 @@ impl Machine {
     pub fn new(cfg: Config, seed: u64) -> Machine {
         Machine {
             cfg,
-            msg_max: cfg.span * (cfg.payload_max + SLOT_HDR) - SLOT_HDR,
+            msg_max: mailbox::msg_max(cfg.span, cfg.payload_max + SLOT_HDR),
             peers: Vec::new(),
             rings: vec![RingIn::default(); cfg.nrings],
             active: Vec::new(),

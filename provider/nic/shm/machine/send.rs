@@ -7,7 +7,7 @@ use super::{Action, CmaErr, Connected, Copied, Done, Machine, PeerIx, PeerOut, Q
 use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EINVAL, FI_EIO};
 use crate::nic::shm::cma::{ranges_len, sub_ranges, Range};
 use crate::nic::shm::frame::{iov_bytes, Frame};
-use crate::nic::shm::mailbox::{credit_cost, SlotHead, SLOT_HDR};
+use crate::nic::shm::mailbox::{credit_cost, msg_max, SlotHead};
 use crate::nic::wire::{OpId, WireEvent};
 use crate::proto::{MsgHdr, SendSource};
 use std::collections::VecDeque;
@@ -83,7 +83,7 @@ impl Machine {
         let c = Connected {
             ix,
             loan,
-            slot_size: self.cfg.payload_max + SLOT_HDR,
+            slot_size: self.cfg.payload_max + crate::nic::shm::mailbox::SLOT_HDR,
             span: self.cfg.span,
         };
         self.connect_ring(c, addr);
@@ -105,7 +105,7 @@ impl Machine {
         self.peers[ix] = Some(PeerOut {
             addr,
             slot_size,
-            msg_max: span * slot_size - SLOT_HDR,
+            msg_max: msg_max(span, slot_size),
             loan,
             charged: 0,
             freed: 0,
