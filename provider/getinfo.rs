@@ -88,8 +88,7 @@ pub const MSG_ORDER: u64 = FI_ORDER_SAS | RMA_ORDER;
 pub fn max_order_size() -> usize {
     let p = params();
     let eager = if p.shm {
-        let geo = crate::nic::shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager).with_span(p.shm_span);
-        p.rndv_threshold.min(geo.msg_max())
+        p.rndv_threshold.min(p.shm_geometry().msg_max())
     } else {
         p.rndv_threshold
     };

@@ -394,6 +394,12 @@ impl Params {
         }
     }
 
+    /// FI_GNIX_SHM_PEERS, _DEPTH, _EAGER and _SPAN: the shape of an
+    /// endpoint's mailbox (and of its peers', made with the same).
+    pub fn shm_geometry(&self) -> crate::nic::shm::Geometry {
+        crate::nic::shm::Geometry::new(self.shm_peers, self.shm_depth, self.shm_eager).with_span(self.shm_span)
+    }
+
     /// FI_GNIX_CREDIT_*: bytes in, credits of 1 KiB out; None when off.
     pub fn credit_config(&self) -> Option<CreditConfig> {
         if self.credit_bytes == 0 {

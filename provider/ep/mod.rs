@@ -52,8 +52,8 @@ use crate::fid::{fid_header, FidObj, ParentRef};
 use crate::mr::MrEvent;
 use crate::nic::fabreq::FabReqs;
 use crate::nic::port::Port;
+use crate::nic::shm::ShmConfig;
 use crate::nic::shm::ShmWire;
-use crate::nic::shm::{self, ShmConfig};
 use crate::nic::udp::UdpSockets;
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::AutoProgress;
@@ -274,7 +274,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
     let threshold = cfg.rndv_threshold;
     let udp = UdpWire::new(sockets, cfg, seed());
     let shm = if p.shm {
-        let geo = shm::Geometry::new(p.shm_peers, p.shm_depth, p.shm_eager).with_span(p.shm_span);
+        let geo = p.shm_geometry();
         let cfg = ShmConfig {
             // The receive budget (FI_GNIX_CREDIT_BYTES) split among the
             // rings: bounds what local peers' unexpected messages hold
