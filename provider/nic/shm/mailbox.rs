@@ -18,6 +18,7 @@
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
 //!         32 freed u64 (credit bytes the consumer gave back, cumulative)
+//!         40 head u64 (positions the consumer handed back)
 //!         64 grants[8] u64 (write permissions, see below)
 //!         128 slots[depth], slot_size bytes each, then span - 1 slots
 //!         of overflow
@@ -25,21 +26,30 @@
 //!         48 payload (len bytes)
 //! ```
 //!
-//! Slots follow the sequence protocol of a bounded SPSC queue: the slot for
-//! position `p` (slot `p % depth`) is free for the producer when its `seq`
-//! is `p`, published when it is `p + 1`; the consumer hands it back by
-//! storing `p + depth`. The producer keeps its position privately and the
-//! consumer its own, so the only shared words are the slots themselves.
-//! On the first lap of a claimed ring every slot is free by construction
-//! (zeros never read as published), so claiming touches no slot pages.
+//! Slots are a bounded SPSC queue: the slot for position `p` (slot
+//! `p % depth`) is published when its `seq` is `p + 1`. The consumer hands
+//! slots back by raising the ring's `head` to the position after them, so
+//! the slot of `p` is free for the producer once `head + depth > p`. The
+//! producer keeps the last `head` it read and reads the word again only
+//! when that does not show the next slot free: once a lap, not once a
+//! message. Neither side reads a line the other just wrote except the
+//! slot being passed: a producer that read the slot's own word (as a
+//! `seq == p` "free" mark would have it) would wait for that line from
+//! the consumer's core before writing it, and a consumer that wrote the
+//! mark would take the line back; each is a transfer between cores on
+//! every message. On the first lap of a claimed ring every slot is free
+//! by construction (zeros never read as published), so claiming touches
+//! no slot pages.
 //!
 //! Spanning messages: a message longer than a slot's payload takes the
 //! next `k = span_of(len)` positions at once (at most `span`): the
 //! producer checks all `k` slots free, writes the header into the first
 //! and the payload on through the ones after it (their sequence words
 //! included), and publishes the first. The consumer reads `k` from the
-//! length, takes the payload as one contiguous piece and hands all `k`
-//! slots back. A message that starts in one of the last `k - 1` slots
+//! length, takes the payload as one contiguous piece, overwrites the
+//! payload bytes that sit where the other `k - 1` slots' `seq` words are
+//! (a later lap must not read them as published) and hands all `k` slots
+//! back. A message that starts in one of the last `k - 1` slots
 //! runs on into the overflow slots behind the ring instead of wrapping,
 //! so the payload is contiguous wherever it starts; the slots at the
 //! ring's start that its positions wrap onto carry nothing and are only
@@ -67,12 +77,13 @@
 //! through raw pointers (`SharedBytes`).
 
 use super::mapping::{Mapping, SharedBytes, PAGE};
+use std::cell::Cell;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
 /// follows at once, so the header and the first 16 payload bytes (a small
 /// message whole) share the slot's first cache line.
@@ -81,6 +92,7 @@ const RING_HDR: usize = 128;
 const OWNERS_OFF: usize = 128;
 const LOAN_OFF: usize = 40;
 const RING_FREED: usize = 32;
+const RING_HEAD: usize = 40;
 const SPAN_OFF: usize = 48;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
@@ -376,12 +388,6 @@ impl SlotWriter<'_> {
         self.out.tail += self.span as u64;
         self.out.tail_off = self.out.geo.slot_after(self.out.first_off, self.off, self.span);
         self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
-        // The next send reads the next slot's sequence word first: fetch
-        // its line now (while the fence below waits), when the consumer,
-        // which released it a lap ago and polls it from now on, only
-        // reads it. A ping-pong's reply then finds it in the cache
-        // instead of waiting for it from the other core.
-        self.out.map.prefetch(self.out.tail_off);
         // Pairs with the fence in Mailbox::arm: either the sleeper sees
         // this slot when it re-checks, or we see its flag here.
         fence(Ordering::SeqCst);
@@ -401,6 +407,8 @@ pub struct Outbox {
     /// and its end.
     tail_off: usize,
     first_off: usize,
+    /// The consumer's `head` as last read (see the module comment).
+    head: Cell<u64>,
     owner: Liveness,
     /// Credit bytes the owner lends this ring (0: no limit).
     loan: u64,
@@ -490,10 +498,11 @@ impl Outbox {
             return Ok(None);
         };
         let roff = geo.ring_off(ring);
-        // A ring never used is all zeros: no slot reads as published, and
-        // the first lap needs no "free" marks (see `slot`), so its pages
-        // are not touched (faulted in) before they carry messages. A ring
-        // an earlier producer used is reset.
+        // A ring never used is all zeros: no slot reads as published, so
+        // its pages are not touched (faulted in) before they carry
+        // messages. A ring an earlier producer used still holds its
+        // published words: each slot gets its own index, which no position
+        // that maps to it is published with.
         if map.u32_at(roff + 28).swap(1, Ordering::Relaxed) != 0 {
             for i in 0..geo.depth {
                 map.u64_at(roff + RING_HDR + i * geo.slot_size)
@@ -504,6 +513,7 @@ impl Outbox {
         map.u32_at(roff + 4).store(pid as u32, Ordering::Relaxed);
         map.write(roff + 8, &encode_addr(me));
         map.u64_at(roff + RING_FREED).store(0, Ordering::Relaxed);
+        map.u64_at(roff + RING_HEAD).store(0, Ordering::Relaxed);
         for g in 0..GRANTS {
             map.u64_at(roff + RING_GRANTS + 8 * g).store(0, Ordering::Relaxed);
         }
@@ -517,17 +527,30 @@ impl Outbox {
             tail: 0,
             tail_off: geo.ring_off(ring) + RING_HDR,
             first_off: geo.ring_off(ring) + RING_HDR,
+            head: Cell::new(0),
             owner,
             loan,
         }))
     }
 
-    /// Whether the slot of position `pos` (at `off`) is free: the
-    /// consumer handed it back.
+    /// Whether the slot of position `pos` is free: the consumer handed it
+    /// back (on the first lap, every slot is).
     #[inline]
-    fn free_at(&self, pos: u64, off: usize) -> bool {
-        // First lap: every slot is free (fresh or reset ring, see connect).
-        pos < self.geo.depth as u64 || self.map.u64_at(off).load(Ordering::Acquire) == pos
+    fn free_at(&self, pos: u64) -> bool {
+        let depth = self.geo.depth as u64;
+        pos < self.head.get().saturating_add(depth) || pos < self.read_head().saturating_add(depth)
+    }
+
+    /// Reads the consumer's `head` afresh. Its word is not trusted: a
+    /// bogus value only lets us overwrite what the liar has not read.
+    #[cold]
+    fn read_head(&self) -> u64 {
+        let h = self
+            .map
+            .u64_at(self.geo.ring_off(self.ring) + RING_HEAD)
+            .load(Ordering::Acquire);
+        self.head.set(h);
+        h
     }
 
     /// The slots a message of `len` payload bytes takes, if the ring
@@ -537,17 +560,15 @@ impl Outbox {
         if len + SLOT_HDR > self.geo.slot_size {
             return self.free_spanning(len);
         }
-        self.free_at(self.tail, self.tail_off).then_some(1)
+        self.free_at(self.tail).then_some(1)
     }
 
     #[cold]
     fn free_spanning(&self, len: usize) -> Option<usize> {
         let k = self.geo.span_of(len);
-        let free = (0..k).all(|i| {
-            let off = self.geo.slot_after(self.first_off, self.tail_off, i);
-            self.free_at(self.tail + i as u64, off)
-        });
-        (k <= self.geo.span && free).then_some(k)
+        // The last position free means all before it are: `head` hands
+        // positions back in order.
+        (k <= self.geo.span && self.free_at(self.tail + k as u64 - 1)).then_some(k)
     }
 
     /// The next slot if the consumer has handed it back.
@@ -605,10 +626,7 @@ impl Outbox {
     /// has taken the message in (matched or kept it), so a send that
     /// asked for delivery completion is complete.
     pub fn consumed(&self, pos: u64) -> bool {
-        let depth = self.geo.depth as u64;
-        let off = self.geo.ring_off(self.ring) + RING_HDR + (pos % depth) as usize * self.geo.slot_size;
-        // Released slots hold pos + depth, later laps more.
-        self.map.u64_at(off).load(Ordering::Acquire) >= pos + depth
+        self.head.get() > pos || self.read_head() > pos
     }
 
     /// Before writing into the owner's memory for receive `rid`: takes
@@ -964,28 +982,37 @@ impl Mailbox {
         if s.span > 1 {
             return self.release_spanning(s);
         }
-        let pos = self.heads[s.ring];
-        self.heads[s.ring] = pos + 1;
+        let head = self.heads[s.ring] + 1;
+        self.heads[s.ring] = head;
         self.next_off[s.ring] = self.after(s.ring, s.off, 1);
+        self.hand_back(s.ring, head);
+    }
+
+    /// Raises ring `r`'s `head` to `head`: the positions before it are
+    /// the producer's again.
+    #[inline]
+    fn hand_back(&self, r: usize, head: u64) {
         self.map
-            .u64_at(s.off)
-            .store(pos + self.geo.depth as u64, Ordering::Release);
+            .u64_at(self.geo.ring_off(r) + RING_HEAD)
+            .store(head, Ordering::Release);
     }
 
     #[cold]
     fn release_spanning(&mut self, s: InSlot) {
         let pos = self.heads[s.ring];
-        let depth = self.geo.depth as u64;
-        self.heads[s.ring] = pos + s.span as u64;
-        // The first slot last: once the producer sees it back (a send
-        // waiting for delivery, `Outbox::consumed`), all of them are.
+        // The payload ran over the sequence words of the slots after the
+        // first; a value that slot `i` would never be published with (its
+        // position modulo depth differs from a published value's) takes
+        // their place before the producer may write them again.
         for i in 1..s.span {
             self.map
                 .u64_at(self.after(s.ring, s.off, i))
-                .store(pos + i as u64 + depth, Ordering::Release);
+                .store(pos + i as u64, Ordering::Relaxed);
         }
+        let head = pos + s.span as u64;
+        self.heads[s.ring] = head;
         self.next_off[s.ring] = self.after(s.ring, s.off, s.span);
-        self.map.u64_at(s.off).store(pos + depth, Ordering::Release);
+        self.hand_back(s.ring, head);
     }
 
     /// Offset of the slot `n` positions after the one at `off` in ring
@@ -1192,6 +1219,47 @@ mod tests {
             }
             assert_eq!(got, sent);
         }
+    }
+
+    /// A spanning payload that carries, where the second slot's sequence
+    /// word sits, the value that slot is published with a lap later: the
+    /// consumer overwrites it when it hands the slots back, so the next
+    /// lap does not read it as a message. The producer learns what was
+    /// handed back from the ring's head (delivery completion).
+    #[test]
+    fn spanning_payload_is_not_read_as_a_later_lap() {
+        let uid = 4_250_000_000 + std::process::id() % 1000;
+        let me = addr(14);
+        let geo = Geometry::new(1, 4, 128).with_span(2);
+        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+        let mut ob = Outbox::connect(uid, &me, &addr(15)).unwrap().unwrap();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        // Position 5 is slot 1 on the second lap, published as 6.
+        let len = geo.slot_size;
+        let mut body = vec![0u8; len];
+        let at = geo.slot_size - SLOT_HDR;
+        body[at..at + 8].copy_from_slice(&6u64.to_le_bytes());
+        let mut s = ob.slot_for(len).unwrap();
+        s.head(&head(1, len, [0, 0]));
+        s.payload(len).copy_from_slice(&body);
+        s.publish();
+        let (s, _) = mb.peek(0).unwrap();
+        assert_eq!(mb.payload(&s).unwrap().to_vec(), body);
+        assert!(!ob.consumed(0));
+        mb.release(s);
+        assert!(ob.consumed(0) && ob.consumed(1) && !ob.consumed(2));
+        // Positions 2, 3 and 4 (slots 2, 3, 0), then nothing at 5.
+        for i in 2..5u8 {
+            let mut s = ob.slot().unwrap();
+            s.head(&head(1, 0, [i, 0]));
+            s.publish();
+            let (s, h) = mb.peek(0).unwrap();
+            assert_eq!(h.f[0], i);
+            mb.release(s);
+        }
+        assert!(mb.peek(0).is_none(), "a payload byte read as a message");
+        assert!(ob.consumed(4) && !ob.consumed(5));
     }
 
     #[test]

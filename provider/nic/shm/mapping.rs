@@ -87,23 +87,6 @@ impl Mapping {
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 
-    /// Asks the CPU to bring the cache line at `off` in, without waiting
-    /// for it (a hint: nothing is read, nothing can fault).
-    #[inline]
-    pub(super) fn prefetch(&self, off: usize) {
-        if off >= self.len {
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: PREFETCHT0 reads no memory into the program and cannot
-        // fault, whatever the address; this one is inside the mapping
-        // anyway (checked above). SSE, which it needs, is part of x86_64.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.base.add(off) as *const i8);
-        }
-    }
-
     /// Copies bytes out of the mapping. The peer may be writing them at the
     /// same time; what we copy is then garbage, but bounded garbage.
     pub(super) fn read(&self, off: usize, dst: &mut [u8]) {
