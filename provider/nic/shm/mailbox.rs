@@ -1083,6 +1083,18 @@ mod tests {
         SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 77)), port)
     }
 
+    /// A mailbox of `geo` at port `me` (user id `uid_base` plus a bit of
+    /// the pid), and a producer at port `from` whose claim it has seen.
+    fn claimed_pair(uid_base: u32, me: u16, from: u16, geo: Geometry) -> (Mailbox, Outbox) {
+        let uid = uid_base + std::process::id() % 1000;
+        let mut mb = Mailbox::create(uid, &addr(me), geo, 0).unwrap();
+        let ob = Outbox::connect(uid, &addr(me), &addr(from)).unwrap().unwrap();
+        let mut new = Vec::new();
+        mb.scan_claims(&mut new);
+        assert_eq!(new.len(), 1);
+        (mb, ob)
+    }
+
     /// A slot header with its first two field bytes set.
     fn head(kind: u8, len: usize, f01: [u8; 2]) -> SlotHead {
         let mut f = [0u8; 32];
@@ -1182,15 +1194,10 @@ mod tests {
     /// and lap after lap every length lands where the consumer looks.
     #[test]
     fn spanning_messages_round_trip_across_the_ring_end() {
-        let uid = 4_200_000_000 + std::process::id() % 1000;
-        let me = addr(7);
         let geo = Geometry::new(1, 8, 128).with_span(3);
         assert_eq!((geo.slot_size, geo.msg_max()), (192, 3 * 192 - SLOT_HDR));
-        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
-        let mut ob = Outbox::connect(uid, &me, &addr(8)).unwrap().unwrap();
+        let (mut mb, mut ob) = claimed_pair(4_200_000_000, 7, 8, geo);
         assert_eq!(ob.geometry().span, 3, "the producer reads the span from the header");
-        let mut new = Vec::new();
-        mb.scan_claims(&mut new);
         assert!(ob.slot_for(geo.msg_max() + 1).is_none(), "longer than a message may be");
         // 1, 3, 2, 1, 3, ... slots: starts fall on every slot, and three
         // slot messages start in the last two, running into the overflow.
@@ -1228,13 +1235,8 @@ mod tests {
     /// handed back from the ring's head (delivery completion).
     #[test]
     fn spanning_payload_is_not_read_as_a_later_lap() {
-        let uid = 4_250_000_000 + std::process::id() % 1000;
-        let me = addr(14);
         let geo = Geometry::new(1, 4, 128).with_span(2);
-        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
-        let mut ob = Outbox::connect(uid, &me, &addr(15)).unwrap().unwrap();
-        let mut new = Vec::new();
-        mb.scan_claims(&mut new);
+        let (mut mb, mut ob) = claimed_pair(4_250_000_000, 14, 15, geo);
         // Position 5 is slot 1 on the second lap, published as 6.
         let len = geo.slot_size;
         let mut body = vec![0u8; len];
@@ -1285,13 +1287,8 @@ mod tests {
     /// producer that lies about it only garbles its own ring.
     #[test]
     fn spanning_length_beyond_the_longest_message_is_rejected() {
-        let uid = 4_150_000_000 + std::process::id() % 1000;
-        let me = addr(9);
         let geo = Geometry::new(1, 8, 128).with_span(2);
-        let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
-        let mut ob = Outbox::connect(uid, &me, &addr(10)).unwrap().unwrap();
-        let mut new = Vec::new();
-        mb.scan_claims(&mut new);
+        let (mut mb, mut ob) = claimed_pair(4_150_000_000, 9, 10, geo);
         // A one-slot frame whose header claims `len` bytes.
         let mut lie = |len: usize, tag: u8| {
             let mut s = ob.slot_for(0).unwrap();
