@@ -982,19 +982,8 @@ impl Mailbox {
         if s.span > 1 {
             return self.release_spanning(s);
         }
-        let head = self.heads[s.ring] + 1;
-        self.heads[s.ring] = head;
-        self.next_off[s.ring] = self.after(s.ring, s.off, 1);
-        self.hand_back(s.ring, head);
-    }
-
-    /// Raises ring `r`'s `head` to `head`: the positions before it are
-    /// the producer's again.
-    #[inline]
-    fn hand_back(&self, r: usize, head: u64) {
-        self.map
-            .u64_at(self.geo.ring_off(r) + RING_HEAD)
-            .store(head, Ordering::Release);
+        // A refused length (span 0) was counted as one slot.
+        self.advance(s.ring, s.off, 1);
     }
 
     #[cold]
@@ -1009,10 +998,18 @@ impl Mailbox {
                 .u64_at(self.after(s.ring, s.off, i))
                 .store(pos + i as u64, Ordering::Relaxed);
         }
-        let head = pos + s.span as u64;
-        self.heads[s.ring] = head;
-        self.next_off[s.ring] = self.after(s.ring, s.off, s.span);
-        self.hand_back(s.ring, head);
+        self.advance(s.ring, s.off, s.span);
+    }
+
+    /// Ring `r`'s next message is `n` slots after the one at `off`: the
+    /// positions before it are the producer's again (the ring's `head`).
+    #[inline]
+    fn advance(&mut self, r: usize, off: usize, n: usize) {
+        let roff = self.geo.ring_off(r);
+        let head = self.heads[r] + n as u64;
+        self.heads[r] = head;
+        self.next_off[r] = self.geo.slot_after(roff + RING_HDR, off, n);
+        self.map.u64_at(roff + RING_HEAD).store(head, Ordering::Release);
     }
 
     /// Offset of the slot `n` positions after the one at `off` in ring
