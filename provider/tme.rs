@@ -587,9 +587,9 @@ impl<R> PostedQ<R> {
     }
 
     fn remove(&mut self, idx: u32) -> PEntry<R> {
-        let spec = self.slab.get(idx).spec;
         self.slab.unlink(&mut self.order, idx, P_ORDER);
         if self.indexed {
+            let spec = self.slab.get(idx).spec;
             self.unindex(idx, &spec);
         }
         let e = self.slab.remove(idx);
