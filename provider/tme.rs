@@ -586,17 +586,19 @@ impl<R> PostedQ<R> {
         best.map(|(_, idx)| idx)
     }
 
-    fn remove(&mut self, idx: u32) -> PEntry<R> {
+    /// Takes entry `idx` out; its receive is the caller's (the rest of the
+    /// entry is not moved out: this runs once per matched message).
+    fn remove(&mut self, idx: u32) -> R {
         self.slab.unlink(&mut self.order, idx, P_ORDER);
         if self.indexed {
             let spec = self.slab.get(idx).spec;
             self.unindex(idx, &spec);
         }
-        let e = self.slab.remove(idx);
+        let PEntry { recv, .. } = self.slab.remove(idx);
         if self.indexed && self.slab.len <= self.index_from / 4 {
             self.drop_index();
         }
-        e
+        recv
     }
 
     /// Back to walking the posted list; the entries' bucket links are
@@ -683,7 +685,7 @@ impl<'a, R> PostedMatch<'a, R> {
 
     /// Removes the receive from the posted queue.
     pub fn consume(self) -> R {
-        self.q.remove(self.idx).recv
+        self.q.remove(self.idx)
     }
 }
 
@@ -969,18 +971,20 @@ impl<R, U> Tme<R, U> {
         if !self.posted.slab.live(key.idx, key.gen) {
             return None;
         }
-        Some(self.posted.remove(key.idx).recv)
+        Some(self.posted.remove(key.idx))
     }
 
     /// Cancels the earliest posted receive for which `pred` holds (e.g. the
-    /// one carrying a given op context). O(posted).
-    pub fn cancel_where(&mut self, mut pred: impl FnMut(&R) -> bool) -> Option<R> {
+    /// one carrying a given op context), and says what it was posted to
+    /// match. O(posted).
+    pub fn cancel_where(&mut self, mut pred: impl FnMut(&R) -> bool) -> Option<(MatchSpec, R)> {
         let q = &self.posted;
         let idx = q
             .slab
             .walk(q.order.head, P_ORDER)
             .find(|&i| pred(&q.slab.get(i).recv))?;
-        Some(self.posted.remove(idx).recv)
+        let spec = q.slab.get(idx).spec;
+        Some((spec, self.posted.remove(idx)))
     }
 
     /// Posted receives in post order.
@@ -1362,7 +1366,7 @@ mod tests {
             assert_eq!(arrive(&mut t, 3, 1), Some(3));
             assert_eq!(arrive(&mut t, 3, 2), None);
             assert_eq!(t.cancel(c), None);
-            assert_eq!(t.cancel_where(|&r| r == 4), Some(4));
+            assert_eq!(t.cancel_where(|&r| r == 4).map(|(_, r)| r), Some(4));
             assert_eq!(arrive(&mut t, 3, 1), None);
             assert!(t.is_empty());
             assert!(t.posted.masks.iter().next().is_none());
@@ -1695,7 +1699,7 @@ mod tests {
                         .iter()
                         .position(|(_, x)| x.0 % 7 == r)
                         .map(|i| m.posted.remove(i).1);
-                    assert_eq!(t.cancel_where(|x| x.0 % 7 == r), want, "step {step}");
+                    assert_eq!(t.cancel_where(|x| x.0 % 7 == r).map(|(_, x)| x), want, "step {step}");
                 }
                 Op::Drain => {
                     let want: Vec<MR> = m.posted.drain(..).map(|p| p.1).collect();

@@ -22,9 +22,9 @@ use std::net::SocketAddr;
 /// An operation of the endpoint (its `FabReq`).
 pub(crate) enum Req {
     Send(SendReq),
-    Recv(RecvReq),
+    Recv(Box<Incoming>),
     /// An FI_MULTI_RECV buffer: messages are packed into it (each a
-    /// `Recv` of its own) until less than the endpoint's minimum is left.
+    /// receive of its own) until less than the endpoint's minimum is left.
     Multi(MultiBuf),
     /// A one-sided operation of ours, and its parts (`rma.rs`).
     Rma(RmaReq),
@@ -48,49 +48,21 @@ pub(crate) struct SendReq {
     pub(crate) silent: bool,
 }
 
-/// A posted receive, or one whose data is on its way (`done` set, and
-/// the wire it is coming over).
+/// A receive the application posted, or a slice of an FI_MULTI_RECV
+/// buffer: what it reports, and its buffers. Small: the posted queue
+/// moves it in and out at every receive.
 pub(crate) struct RecvReq {
     ctx: usize,
     flags: u64,
-    /// The posted tag, which a cancelled receive reports back.
-    tag: u64,
-    /// The buffers, until they are handed to a sink (then empty: the sink
-    /// is the one user of that memory).
     iov: Iov,
-    /// The FI_MULTI_RECV buffer this receive is a slice of.
-    multi: Option<OpId>,
-    /// Boxed: only a receive whose data a wire is still moving
-    /// (rendezvous) has one, and every FabReq slot is as large as its
-    /// largest kind, which sends and eager receives move around.
-    done: Option<Box<(RecvDone, WireKind)>>,
 }
 
-impl RecvReq {
-    fn new(ctx: usize, tag: u64, iov: Iov, flags: u64, multi: Option<OpId>) -> RecvReq {
-        RecvReq {
-            ctx,
-            flags,
-            tag,
-            iov,
-            multi,
-            done: None,
-        }
-    }
-
-    /// The buffers as a sink: from now on its one user.
-    fn sink(&mut self) -> IovSink {
-        IovSink::new(std::mem::take(&mut self.iov))
-    }
-
-    /// Hands the buffers to the wire that moves the data (rendezvous):
-    /// the sink and where it is, while the receive keeps what it will
-    /// report when the wire says it is done.
-    fn hand_to_wire(&mut self, done: RecvDone, wire: WireKind) -> (Box<dyn RecvSink>, Vec<Range>) {
-        self.done = Some(Box::new((done, wire)));
-        let ranges = self.iov.mem_ranges();
-        (Box::new(self.sink()), ranges)
-    }
+/// A matched receive whose data a wire is still moving (rendezvous): what
+/// it will report, and the wire (which a cancel asks). Boxed in its
+/// FabReq, as every FabReq slot is as large as its largest kind.
+pub(crate) struct Incoming {
+    done: RecvDone,
+    wire: WireKind,
 }
 
 /// What a completing receive reports.
@@ -122,15 +94,29 @@ impl MultiBuf {
     /// The slice of this buffer the next message (`len` bytes, truncated to
     /// what is left) lands in, as a receive of its own; and whether the
     /// buffer is now consumed (less than `min` left).
-    fn carve(&mut self, id: OpId, len: usize, min: usize) -> (RecvReq, bool) {
+    fn carve(&mut self, len: usize, min: usize) -> (RecvReq, bool) {
         let iov = self.rest.take_front(len);
         self.pending += 1;
         if self.rest.total_len() < min {
             self.consumed = true;
         }
-        let slice = RecvReq::new(self.ctx, 0, iov, self.flags, Some(id));
+        let slice = RecvReq {
+            ctx: self.ctx,
+            flags: self.flags,
+            iov,
+        };
         (slice, self.consumed)
     }
+}
+
+/// A posted receive, held by the matching engine until a message takes it
+/// (as the GNI provider's posted queue holds its `fab_req`s): it gets a
+/// record in the FabReq table only if its data then comes by rendezvous.
+/// An FI_MULTI_RECV buffer has its record from the start (its slices come
+/// and go while it stays posted); the engine holds its id.
+pub(crate) enum Posted {
+    Recv(RecvReq),
+    Multi(OpId),
 }
 
 /// A message that arrived before its receive.
@@ -152,8 +138,8 @@ enum Kept {
 
 /// The receive state: matching, and how senders are named.
 pub(crate) struct Rx {
-    tme_msg: Tme<OpId, Unexpected>,
-    tme_tag: Tme<OpId, Unexpected>,
+    tme_msg: Tme<Posted, Unexpected>,
+    tme_tag: Tme<Posted, Unexpected>,
     /// The last sender's fi_addr (peer, AV generation, fi_addr): a stream
     /// from one peer then costs no AV lookup per message.
     src_cache: Option<(SocketAddr, u64, u64)>,
@@ -236,47 +222,51 @@ impl Upcall for Handler<'_> {
             );
             return Take::Kept;
         };
-        let posted = *m.get();
-        let op = match self.reqs.get_mut(posted) {
-            Some(Req::Multi(mb)) => {
-                let (slice, consumed) = mb.carve(posted, hdr.len as usize, min);
+        let (r, multi) = match m.get() {
+            &Posted::Multi(buf) => {
+                let Some(Req::Multi(mb)) = self.reqs.get_mut(buf) else {
+                    unreachable!("a posted multi-recv buffer has its record")
+                };
+                let (slice, consumed) = mb.carve(hdr.len as usize, min);
                 // Otherwise the buffer stays posted where it is (dropping
                 // the match keeps it).
                 if consumed {
                     m.consume();
                 }
-                self.reqs.insert_part(Dir::Rx, Req::Recv(slice))
+                self.reqs.admit_part(Dir::Rx);
+                (slice, Some(buf))
             }
-            _ => m.consume(),
+            Posted::Recv(_) => match m.consume() {
+                Posted::Recv(r) => (r, None),
+                Posted::Multi(_) => unreachable!("matched a receive"),
+            },
         };
-        // Eager: the receive ends here, so its record goes now (one
-        // lookup: the hot path of every small message).
-        let h = match body {
-            Body::Rndv(h) => h,
+        match body {
             Body::Bytes(b) => {
-                let (mut sink, done) = self.end_recv(op, src, peer, hdr);
-                sink.write_at(0, &b[..done.len.min(b.len())]);
-                self.finish_recv(done, None);
-                return Take::Done;
+                self.land_eager(r, multi, src, peer, hdr, |sink, n| {
+                    sink.write_at(0, &b[..n.min(b.len())])
+                });
+                Take::Done
             }
             Body::Shared(s) => {
-                let (mut sink, done) = self.end_recv(op, src, peer, hdr);
-                sink.write_shared(&s, done.len.min(s.len()));
-                self.finish_recv(done, None);
-                return Take::Done;
+                self.land_eager(r, multi, src, peer, hdr, |sink, n| {
+                    sink.write_shared(&s, n.min(s.len()))
+                });
+                Take::Done
             }
-        };
-        let done = self.recv_done(op, src, peer, hdr);
-        let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
-            unreachable!("a posted receive is a Recv")
-        };
-        // Rendezvous: the wire moves the data into the receive's buffers.
-        if r.iov.total_len() == 0 {
-            self.complete_recv(op, done, None);
-            return Take::Discard;
+            // Rendezvous: the wire moves the data into the receive's
+            // buffers, and the receive gets its record until then.
+            Body::Rndv(h) => {
+                let done = self.done_with(&r, r.iov.total_len(), multi, src, peer, hdr);
+                if r.iov.total_len() == 0 {
+                    self.reqs.dismiss(Dir::Rx);
+                    self.finish_recv(done, None);
+                    return Take::Discard;
+                }
+                let (op, sink, ranges) = self.hand_to_wire(r, done, h.wire);
+                Take::Accept { op, sink, ranges }
+            }
         }
-        let (sink, ranges) = r.hand_to_wire(done, h.wire);
-        Take::Accept { op, sink, ranges }
     }
 
     fn event(&mut self, e: WireEvent) {
@@ -390,36 +380,34 @@ impl Handler<'_> {
         if a.flags & (FI_PEEK | FI_CLAIM) != 0 {
             return Ok(self.peek_claim(wires, spec, a, flags));
         }
-        let multi = a.flags & FI_MULTI_RECV != 0;
-        let req = if multi {
-            Req::Multi(MultiBuf {
-                ctx: a.ctx,
-                rest: a.iov,
-                pending: 0,
-                consumed: false,
-                flags,
-            })
-        } else {
-            Req::Recv(RecvReq::new(a.ctx, a.tag, a.iov, flags, None))
-        };
         // The receive budget (rx_size) is the one limit: a receive that
         // does not fit waits for the application to try again.
-        let id = self.reqs.insert(Dir::Rx, req).map_err(|_| Full)?;
-        if multi {
+        self.reqs.admit(Dir::Rx).map_err(|_| Full)?;
+        if a.flags & FI_MULTI_RECV != 0 {
+            let id = self.reqs.insert_admitted(
+                Dir::Rx,
+                Req::Multi(MultiBuf {
+                    ctx: a.ctx,
+                    rest: a.iov,
+                    pending: 0,
+                    consumed: false,
+                    flags,
+                }),
+            );
             // Unexpected messages first, in arrival order, then post the rest.
             let min = self.rx.min_multi_recv;
             while let Some(m) = self.rx.tme_msg.take_unexpected(&spec) {
                 let Some(Req::Multi(mb)) = self.reqs.get_mut(id) else {
                     unreachable!("the multi-recv buffer just inserted")
                 };
-                let (slice, consumed) = mb.carve(id, m.msg.hdr.len as usize, min);
-                let slice = self.reqs.insert_part(Dir::Rx, Req::Recv(slice));
-                self.take_kept(wires, slice, m);
+                let (slice, consumed) = mb.carve(m.msg.hdr.len as usize, min);
+                self.reqs.admit_part(Dir::Rx);
+                self.take_kept(wires, slice, Some(id), m);
                 if consumed {
                     return Ok(0);
                 }
             }
-            self.rx.tme_msg.append_posted(spec, id);
+            self.rx.tme_msg.append_posted(spec, Posted::Multi(id));
             return Ok(0);
         }
         let tme = if a.tagged {
@@ -427,42 +415,75 @@ impl Handler<'_> {
         } else {
             &mut self.rx.tme_msg
         };
-        if let PostOutcome::Matched { recv, msg } = tme.post(spec, id) {
-            self.take_kept(wires, recv, msg);
+        let r = RecvReq {
+            ctx: a.ctx,
+            flags,
+            iov: a.iov,
+        };
+        if let PostOutcome::Matched { recv, msg } = tme.post(spec, Posted::Recv(r)) {
+            let Posted::Recv(r) = recv else {
+                unreachable!("posted a receive")
+            };
+            self.take_kept(wires, r, None, msg);
         }
         Ok(0)
     }
 
-    /// What receive `op` reports once it completes, for a message of
-    /// `hdr.len` bytes from `peer` (`src` as the AV names it).
-    fn recv_done(&self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
-        let Some(Req::Recv(r)) = self.reqs.get(op) else {
-            unreachable!("recv_done of a receive")
-        };
-        self.done_of(r, src, peer, hdr)
-    }
-
-    /// Receive `op` ends (an eager message it takes whole, or the part
-    /// that fits): its buffers as a sink, and what it will report (`len`:
-    /// the bytes that land).
+    /// Admitted receive `r` (a slice of `multi`, if that is set) takes an
+    /// eager message of `hdr.len` bytes from `peer` (`src` as the AV names
+    /// it), which `copy` writes into its buffers (given how many bytes
+    /// land): the receive ends here.
     #[inline(always)]
-    fn end_recv(&mut self, op: OpId, src: u64, peer: SocketAddr, hdr: MsgHdr) -> (IovSink, RecvDone) {
-        let Some(Req::Recv(r)) = self.reqs.remove(op) else {
-            unreachable!("a posted receive is a Recv")
-        };
+    #[allow(clippy::too_many_arguments)]
+    fn land_eager(
+        &mut self,
+        r: RecvReq,
+        multi: Option<OpId>,
+        src: u64,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        copy: impl FnOnce(&mut IovSink, usize),
+    ) {
+        self.reqs.dismiss(Dir::Rx);
         let cap = r.iov.total_len();
-        let done = self.done_with(&r, cap, src, peer, hdr);
-        (IovSink::sized(r.iov, cap), done)
+        let len = hdr.len as usize;
+        // Nearly every small message: it fits a receive of its own, and
+        // nobody asked for its source. Its entry needs no `RecvDone`.
+        if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
+            let buf = r.iov.addr().unwrap_or(0);
+            copy(&mut IovSink::sized(r.iov, cap), len);
+            let entry = recv_entry(r.ctx, r.flags, buf, len, &hdr, FI_ADDR_NOTAVAIL);
+            self.face.rx_complete(r.flags, entry, None, 0, None);
+            return;
+        }
+        let done = self.done_with(&r, cap, multi, src, peer, hdr);
+        copy(&mut IovSink::sized(r.iov, cap), done.len);
+        self.finish_recv(done, None);
     }
 
-    /// `recv_done` of a receive in hand.
-    fn done_of(&self, r: &RecvReq, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
-        self.done_with(r, r.iov.total_len(), src, peer, hdr)
+    /// Admitted receive `r`, whose data a wire is to move: its record,
+    /// which keeps what it will report, and the sink and where it is.
+    fn hand_to_wire(&mut self, r: RecvReq, done: RecvDone, wire: WireKind) -> (OpId, Box<dyn RecvSink>, Vec<Range>) {
+        let ranges = r.iov.mem_ranges();
+        let op = self
+            .reqs
+            .insert_admitted(Dir::Rx, Req::Recv(Box::new(Incoming { done, wire })));
+        (op, Box::new(IovSink::new(r.iov)), ranges)
     }
 
-    /// `done_of` of a receive whose buffers hold `cap` bytes.
+    /// What receive `r` (a slice of `multi`, if that is set), whose
+    /// buffers hold `cap` bytes, reports once it completes, for a message
+    /// of `hdr.len` bytes from `peer` (`src` as the AV names it).
     #[inline(always)]
-    fn done_with(&self, r: &RecvReq, cap: usize, src: u64, peer: SocketAddr, hdr: MsgHdr) -> RecvDone {
+    fn done_with(
+        &self,
+        r: &RecvReq,
+        cap: usize,
+        multi: Option<OpId>,
+        src: u64,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+    ) -> RecvDone {
         let mlen = hdr.len as usize;
         RecvDone {
             ctx: r.ctx,
@@ -480,33 +501,32 @@ impl Handler<'_> {
                 src
             },
             peer,
-            multi: r.multi,
+            multi,
         }
     }
 
-    /// A kept message taken by receive `op`: eager bytes copied now,
-    /// rendezvous data pulled by its wire.
-    fn take_kept(&mut self, wires: &mut dyn Wires, op: OpId, msg: Arrived<Unexpected>) {
+    /// A kept message taken by admitted receive `r` (a slice of `multi`,
+    /// if that is set): eager bytes copied now, rendezvous data pulled by
+    /// its wire.
+    fn take_kept(&mut self, wires: &mut dyn Wires, r: RecvReq, multi: Option<OpId>, msg: Arrived<Unexpected>) {
         let Arrived { src, msg: u, .. } = msg;
         wires.give_back(u.credit);
-        let done = self.recv_done(op, src, u.peer, u.hdr);
-        let Some(Req::Recv(r)) = self.reqs.get_mut(op) else {
-            unreachable!("a receive taking a kept message")
-        };
-        let cap = r.iov.total_len();
         match u.body {
             Kept::Eager(data) => {
-                r.sink().write_at(0, &data[..data.len().min(cap)]);
-                self.complete_recv(op, done, None);
+                self.land_eager(r, multi, src, u.peer, u.hdr, |sink, n| {
+                    sink.write_at(0, &data[..data.len().min(n)])
+                });
             }
             Kept::Rndv(held) => {
                 let now = now_ns();
-                if cap == 0 {
+                let done = self.done_with(&r, r.iov.total_len(), multi, src, u.peer, u.hdr);
+                if r.iov.total_len() == 0 {
+                    self.reqs.dismiss(Dir::Rx);
                     wires.discard(held, now);
-                    self.complete_recv(op, done, None);
+                    self.finish_recv(done, None);
                     return;
                 }
-                let (sink, ranges) = r.hand_to_wire(done, held.wire);
+                let (op, sink, ranges) = self.hand_to_wire(r, done, held.wire);
                 wires.accept(held, op, sink, ranges, self, now);
             }
         }
@@ -564,10 +584,13 @@ impl Handler<'_> {
         }
         // A claimed message is the application's already: its receive is
         // a part of the peek that claimed it, not a new posted receive.
-        let op = self
-            .reqs
-            .insert_part(Dir::Rx, Req::Recv(RecvReq::new(a.ctx, a.tag, a.iov, flags, None)));
-        self.take_kept(wires, op, m);
+        self.reqs.admit_part(Dir::Rx);
+        let r = RecvReq {
+            ctx: a.ctx,
+            flags,
+            iov: a.iov,
+        };
+        self.take_kept(wires, r, None, m);
         0
     }
 
@@ -595,23 +618,27 @@ impl Handler<'_> {
     /// one whose data a wire is still placing (`cancel_matched`).
     pub(super) fn cancel(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
         let reqs = &*self.reqs;
-        let has_ctx = |op: &OpId| match reqs.get(*op) {
-            Some(Req::Recv(r)) => r.ctx == ctx,
-            Some(Req::Multi(m)) => m.ctx == ctx,
-            _ => false,
+        let has_ctx = |p: &Posted| match p {
+            Posted::Recv(r) => r.ctx == ctx,
+            Posted::Multi(id) => matches!(reqs.get(*id), Some(Req::Multi(m)) if m.ctx == ctx),
         };
         let found = self
             .rx
             .tme_msg
-            .cancel_where(|op| has_ctx(op))
-            .or_else(|| self.rx.tme_tag.cancel_where(|op| has_ctx(op)));
-        let Some(op) = found else {
+            .cancel_where(has_ctx)
+            .or_else(|| self.rx.tme_tag.cancel_where(has_ctx));
+        let Some((spec, p)) = found else {
             return self.cancel_matched(wires, ctx);
         };
-        let (flags, tag) = match self.reqs.remove(op) {
-            Some(Req::Recv(r)) => (r.flags, r.tag),
-            Some(Req::Multi(m)) => (m.flags, 0),
-            _ => (0, 0),
+        let (flags, tag) = match p {
+            Posted::Recv(r) => {
+                self.reqs.dismiss(Dir::Rx);
+                (r.flags, spec.tag)
+            }
+            Posted::Multi(id) => match self.reqs.remove(id) {
+                Some(Req::Multi(m)) => (m.flags, 0),
+                _ => (0, 0),
+            },
         };
         let entry = CqEntry {
             op_context: ctx as *mut c_void,
@@ -629,14 +656,12 @@ impl Handler<'_> {
     /// so nothing lands in the buffer after this); otherwise -FI_ENOENT
     /// and the receive completes as usual.
     fn cancel_matched(&mut self, wires: &mut dyn Wires, ctx: usize) -> isize {
-        let found = self
-            .reqs
-            .find(|r| matches!(r, Req::Recv(r) if r.ctx == ctx && r.done.is_some()));
+        let found = self.reqs.find(|r| matches!(r, Req::Recv(i) if i.done.ctx == ctx));
         let Some(op) = found else { return -FI_ENOENT as isize };
-        let Some(Req::Recv(RecvReq { done: Some(d), .. })) = self.reqs.get(op) else {
+        let Some(Req::Recv(i)) = self.reqs.get(op) else {
             unreachable!("found above")
         };
-        let (done, wire) = **d;
+        let (done, wire) = (i.done, i.wire);
         if !wires.cancel_recv(wire, op) {
             return -FI_ENOENT as isize;
         }
@@ -647,14 +672,14 @@ impl Handler<'_> {
     /// A receive's data is in (or failed to come): its completion.
     fn recv_finished(&mut self, op: OpId, written: Option<usize>, err: Option<i32>) {
         let b = match self.reqs.get(op) {
-            Some(Req::Recv(RecvReq { done: Some(b), .. })) => b,
+            Some(Req::Recv(i)) => i,
             Some(Req::Part(_)) => return self.part_received(op, err),
             Some(Req::Staged(_)) => return self.staged_received(op, err),
             Some(Req::Landing(_)) => return self.landed(op, err),
             Some(Req::CollRecv(_)) => return self.coll_received(op, written, err),
             _ => return,
         };
-        let mut d = b.0;
+        let mut d = b.done;
         if let Some(w) = written {
             d.len = w;
         }
@@ -670,15 +695,12 @@ impl Handler<'_> {
 
     /// `complete_recv` of a receive whose record is gone already.
     fn finish_recv(&mut self, d: RecvDone, err: Option<i32>) {
-        let mut flags = d.flags & (FI_RECV | FI_MSG | FI_TAGGED);
-        if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
-            flags |= FI_REMOTE_CQ_DATA;
-        }
+        let mut entry = recv_entry(d.ctx, d.flags, d.buf, d.len, &d.hdr, d.src);
         if let Some(m) = d.multi {
             if let Some(Req::Multi(mb)) = self.reqs.get_mut(m) {
                 mb.pending -= 1;
                 if mb.consumed && mb.pending == 0 {
-                    flags |= FI_MULTI_RECV;
+                    entry.flags |= FI_MULTI_RECV;
                     self.reqs.remove(m);
                 }
             }
@@ -687,19 +709,6 @@ impl Handler<'_> {
         let err = err
             .or(if d.olen > 0 { Some(FI_ETRUNC) } else { None })
             .or(if unknown_src { Some(FI_EADDRNOTAVAIL) } else { None });
-        let entry = CqEntry {
-            op_context: d.ctx as *mut c_void,
-            flags,
-            len: d.len,
-            buf: d.buf as *mut c_void,
-            data: if d.hdr.flags & MsgHdr::HAS_DATA != 0 {
-                d.hdr.data
-            } else {
-                0
-            },
-            tag: if d.flags & FI_TAGGED != 0 { d.hdr.tag } else { 0 },
-            src: d.src,
-        };
         self.face.rx_complete(d.flags, entry, err, d.olen, Some(&d.peer));
     }
 
@@ -743,5 +752,21 @@ impl Handler<'_> {
         for tme in [&mut self.rx.tme_tag, &mut self.rx.tme_msg] {
             tme.resolve_unknown_sources(|u| face.reverse(&u.peer));
         }
+    }
+}
+
+/// The completion entry of a receive (posted with op `flags`) of `len`
+/// bytes at `buf` of message `hdr` from `src`.
+#[inline(always)]
+fn recv_entry(ctx: usize, flags: u64, buf: usize, len: usize, hdr: &MsgHdr, src: u64) -> CqEntry {
+    let data = hdr.flags & MsgHdr::HAS_DATA != 0;
+    CqEntry {
+        op_context: ctx as *mut c_void,
+        flags: flags & (FI_RECV | FI_MSG | FI_TAGGED) | if data { FI_REMOTE_CQ_DATA } else { 0 },
+        len,
+        buf: buf as *mut c_void,
+        data: if data { hdr.data } else { 0 },
+        tag: if flags & FI_TAGGED != 0 { hdr.tag } else { 0 },
+        src,
     }
 }

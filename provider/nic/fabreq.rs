@@ -66,6 +66,32 @@ impl<R> FabReqs<R> {
         self.slab.insert((dir, r))
     }
 
+    /// Counts an operation that needs no record yet (a posted receive,
+    /// which the matching engine holds), unless `dir`'s budget is used up.
+    /// It is given a record (`insert_admitted`) or uncounted (`dismiss`).
+    pub(crate) fn admit(&mut self, dir: Dir) -> Result<(), Full> {
+        if self.used[idx(dir)] >= self.cap[idx(dir)] {
+            return Err(Full);
+        }
+        self.used[idx(dir)] += 1;
+        Ok(())
+    }
+
+    /// `admit` of a part of an operation already admitted: never refused.
+    pub(crate) fn admit_part(&mut self, dir: Dir) {
+        self.used[idx(dir)] += 1;
+    }
+
+    /// An admitted operation ended without a record.
+    pub(crate) fn dismiss(&mut self, dir: Dir) {
+        self.used[idx(dir)] -= 1;
+    }
+
+    /// The record of an admitted operation that goes on (`remove` ends it).
+    pub(crate) fn insert_admitted(&mut self, dir: Dir, r: R) -> OpId {
+        self.slab.insert((dir, r))
+    }
+
     /// An id for an operation that may end before it needs a record (a
     /// send the wire completes at once), unless `dir`'s budget is used
     /// up: counted like an operation until `fill` or `unreserve`.
@@ -147,5 +173,25 @@ mod tests {
         // A part of an admitted operation is counted, never refused.
         t.insert_part(Dir::Rx, 'p');
         assert_eq!((t.len(Dir::Rx), t.left(Dir::Rx)), (4, 0));
+    }
+
+    #[test]
+    fn an_admitted_operation_counts_with_or_without_a_record() {
+        let mut t = FabReqs::new(1, 2);
+        t.admit(Dir::Rx).unwrap();
+        t.admit(Dir::Rx).unwrap();
+        assert_eq!(t.admit(Dir::Rx), Err(Full));
+        assert_eq!(t.insert(Dir::Rx, 'x'), Err(Full));
+        // A part is counted even past the budget.
+        t.admit_part(Dir::Rx);
+        assert_eq!((t.len(Dir::Rx), t.left(Dir::Rx)), (3, 0));
+        t.dismiss(Dir::Rx);
+        // The record of an admitted one counts once, and its removal
+        // uncounts it.
+        let r = t.insert_admitted(Dir::Rx, 'r');
+        assert_eq!(t.len(Dir::Rx), 2);
+        assert_eq!(t.remove(r), Some('r'));
+        t.dismiss(Dir::Rx);
+        assert_eq!((t.len(Dir::Rx), t.left(Dir::Rx), t.left(Dir::Tx)), (0, 2, 1));
     }
 }
