@@ -199,6 +199,7 @@ impl<P: Port> Exec<P> {
     /// live mailbox with a free ring. A peer that closed (or restarted at
     /// this address) is noticed here, on the next send, not only at the
     /// next liveness check.
+    #[inline(always)]
     pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
         if let Some((a, r)) = self.last_route {
             // A closed owner falls through: `forget` clears this. (A peer
@@ -334,8 +335,8 @@ impl<P: Port> Exec<P> {
         }
         let Some(ix) = self.route(peer) else { return false };
         // Room is the port's to tell: `post` finds the next slot taken.
-        let view = self.ring_view(ix, true, len, flags.inject);
-        let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, view) else {
+        let port = &self.port;
+        let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, || port.freed(ix)) else {
             return false;
         };
         if !self.publish(ix, &head, src) {

@@ -153,20 +153,31 @@ impl Machine {
     }
 
     /// An eager send of `len` bytes to peer `ix` that goes into the ring at
-    /// once (`send_eager` would say `Now`): its slot header. Publish it,
-    /// then say `eager_posted`. `None`: it would not go at once (queued,
-    /// or by rendezvous), and nothing changed but the credit word seen:
-    /// `send_eager` decides.
+    /// once (`send_eager` would say `Now`, the ring having room): its slot
+    /// header. Publish it, then say `eager_posted`. The credit word is
+    /// read (`freed`) only when the credit last read does not cover the
+    /// send. `None`: it would not go at once (queued, or by rendezvous),
+    /// and nothing changed but the credit word seen: `send_eager` decides.
     pub fn eager_now(
         &mut self,
         ix: PeerIx,
         hdr: &MsgHdr,
         len: usize,
         inject: bool,
-        view: RingView,
+        freed: impl FnOnce() -> u64,
     ) -> Option<SlotHead> {
-        if self.eager_step(ix, len, inject, view) != Step::Now {
+        let cost = credit_cost(len);
+        let p = self.peers.get_mut(ix)?.as_mut()?;
+        // A peer whose mailbox was made with smaller slots (or spans)
+        // than ours cannot hold it.
+        if len > p.msg_max {
             return None;
+        }
+        if !(p.goes_first(cost) && p.eager_allowed(cost, inject)) {
+            p.freed = freed();
+            if !(p.goes_first(cost) && p.eager_allowed(cost, inject)) {
+                return None;
+            }
         }
         Some(Frame::eager_head(&MsgHdr {
             len: len as u64,
