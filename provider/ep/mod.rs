@@ -63,7 +63,7 @@ use std::ffi::c_void;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::cq::{CqEntry, CqError};
 use crate::getinfo::std_to_sockaddr;
@@ -227,7 +227,12 @@ pub struct Ep {
     app_called: AtomicBool,
     /// When the progress thread last saw `app_called` (its clock).
     app_seen: AtomicU64,
-    state: Mutex<EpState>,
+    /// Everything the data path changes. parking_lot's lock: taken by
+    /// every data call and progress pass, its uncontended lock and unlock
+    /// are one atomic each, inlined (std's also checks poisoning, which
+    /// this lock ignores: a panic never leaves the state half-changed in
+    /// a way a retry cannot cope with, and `abi_guard` reports it).
+    state: parking_lot::Mutex<EpState>,
 }
 
 type Obj = FidObj<fid_ep, Ep>;
@@ -358,7 +363,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         watched: AtomicBool::new(false),
         app_called: AtomicBool::new(false),
         app_seen: AtomicU64::new(0),
-        state: Mutex::new(st),
+        state: parking_lot::Mutex::new(st),
     });
     let c = fid_ep {
         fid: fid_header(FI_CLASS_EP, ctx, ctl::EP_FI_OPS.ptr()),
@@ -388,12 +393,14 @@ impl Ep {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, EpState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline(always)]
+    fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
+        self.state.lock()
     }
 
     /// The address of `dest` in the AV (`st.dest_cache` remembers the last
     /// one while the AV does not change).
+    #[inline(always)]
     fn dest_addr(&self, b: &Bindings, st: &mut EpState, dest: u64) -> Option<SocketAddr> {
         let av = b.av.as_ref()?;
         let gen = av.generation();
@@ -536,7 +543,7 @@ impl Ep {
 impl Progress for Ep {
     fn progress(&self) {
         self.touch();
-        if let Ok(mut st) = self.state.try_lock() {
+        if let Some(mut st) = self.state.try_lock() {
             let now = st.clock.now();
             self.progress_locked(&mut st, now);
         }
@@ -549,7 +556,7 @@ impl Progress for Ep {
     fn next_deadline(&self) -> Option<u64> {
         // Contended: whoever holds the lock is progressing; look again soon
         // rather than sleeping past a retransmission.
-        let Ok(st) = self.state.try_lock() else {
+        let Some(st) = self.state.try_lock() else {
             return Some(now_ns() + 50_000);
         };
         st.port.next_deadline(now_ns())
@@ -558,7 +565,7 @@ impl Progress for Ep {
         // Contended: the holder is progressing, and next_deadline said
         // to look again soon; but an epoll set not watching our sockets
         // yet would not wake us at all.
-        let Ok(mut st) = self.state.try_lock() else {
+        let Some(mut st) = self.state.try_lock() else {
             return self.watched.load(Ordering::Acquire);
         };
         let armed = st.port.arm();
@@ -583,7 +590,7 @@ impl AutoProgress for Ep {
         self.app_seen.load(Ordering::Relaxed)
     }
     fn auto_progress(&self) {
-        if let Ok(mut st) = self.state.try_lock() {
+        if let Some(mut st) = self.state.try_lock() {
             self.progress_locked(&mut st, now_ns());
         }
         self.domain.triggers.run();
