@@ -169,7 +169,12 @@ impl Ep {
 /// of them a NULL address with a length.
 #[inline]
 pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
-    if iov.count() <= limit && iov.iter().all(|(p, l)| p != 0 || l == 0) {
+    let ok = match iov.single() {
+        // One buffer, the usual case, without the iterator.
+        Some((p, l)) => limit >= 1 && (p != 0 || l == 0),
+        None => iov.count() <= limit && iov.iter().all(|(p, l)| p != 0 || l == 0),
+    };
+    if ok {
         return Ok(());
     }
     bad_iov(iov, limit, what)

@@ -58,14 +58,28 @@ impl Iov {
         self.0.iter().copied()
     }
 
+    /// The one range of an Iov of one range.
+    #[inline]
+    pub(crate) fn single(&self) -> Option<(usize, usize)> {
+        match self.0[..] {
+            [r] => Some(r),
+            _ => None,
+        }
+    }
+
     /// How many ranges (what `iov_limit` bounds).
     pub(crate) fn count(&self) -> usize {
         self.0.len()
     }
 
     /// Bytes in all ranges.
+    #[inline]
     pub(crate) fn total_len(&self) -> usize {
-        self.0.iter().map(|r| r.1).sum()
+        // One buffer, the usual case, without the iterator.
+        match self.0[..] {
+            [(_, len)] => len,
+            ref ranges => ranges.iter().map(|r| r.1).sum(),
+        }
     }
 
     /// The first range's address (what a completion reports as `buf`).
