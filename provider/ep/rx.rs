@@ -185,12 +185,12 @@ impl Upcall for Handler<'_> {
         } = a;
         if hdr.flags & (crate::nic::onesided::ONESIDED | crate::coll::COLL) != 0 {
             if hdr.flags & crate::coll::COLL != 0 {
-                return self.coll_arrived(peer, hdr, body, credit);
+                return self.coll_arrived(*peer, hdr, body, credit);
             }
-            return self.onesided_arrived(peer, hdr, body, credit);
+            return self.onesided_arrived(*peer, hdr, body, credit);
         }
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
-        let src = self.source_cached(&peer);
+        let src = self.source_cached(peer);
         let tag = if tagged { hdr.tag } else { 0 };
         let min = self.rx.min_multi_recv;
         let tme = if tagged {
@@ -214,7 +214,7 @@ impl Upcall for Handler<'_> {
                 src,
                 tag,
                 Unexpected {
-                    peer,
+                    peer: *peer,
                     hdr,
                     body,
                     credit,
@@ -257,7 +257,7 @@ impl Upcall for Handler<'_> {
             // Rendezvous: the wire moves the data into the receive's
             // buffers, and the receive gets its record until then.
             Body::Rndv(h) => {
-                let done = self.done_with(&r, r.iov.total_len(), multi, src, peer, hdr);
+                let done = self.done_with(&r, r.iov.total_len(), multi, src, *peer, hdr);
                 if r.iov.total_len() == 0 {
                     self.reqs.dismiss(Dir::Rx);
                     self.finish_recv(done, None);
@@ -440,7 +440,7 @@ impl Handler<'_> {
         r: RecvReq,
         multi: Option<OpId>,
         src: u64,
-        peer: SocketAddr,
+        peer: &SocketAddr,
         hdr: MsgHdr,
         copy: impl FnOnce(&mut IovSink, usize),
     ) {
@@ -456,7 +456,7 @@ impl Handler<'_> {
             self.face.rx_complete(r.flags, entry, None, 0, None);
             return;
         }
-        let done = self.done_with(&r, cap, multi, src, peer, hdr);
+        let done = self.done_with(&r, cap, multi, src, *peer, hdr);
         copy(&mut IovSink::sized(r.iov, cap), done.len);
         self.finish_recv(done, None);
     }
@@ -513,7 +513,7 @@ impl Handler<'_> {
         wires.give_back(u.credit);
         match u.body {
             Kept::Eager(data) => {
-                self.land_eager(r, multi, src, u.peer, u.hdr, |sink, n| {
+                self.land_eager(r, multi, src, &u.peer, u.hdr, |sink, n| {
                     sink.write_at(0, &data[..data.len().min(n)])
                 });
             }

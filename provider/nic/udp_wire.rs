@@ -220,7 +220,7 @@ impl UdpWire {
                 let credit = Credit::Udp { peer, bytes: hdr.len };
                 // Eager bytes are copied out during the upcall.
                 let take = up.arrived(Arrival {
-                    peer,
+                    peer: &peer,
                     hdr,
                     body: Body::Bytes(&data),
                     credit,
@@ -239,7 +239,7 @@ impl UdpWire {
                     id: rid,
                 };
                 let take = up.arrived(Arrival {
-                    peer,
+                    peer: &peer,
                     hdr,
                     body: Body::Rndv(held),
                     credit,

@@ -80,7 +80,9 @@ pub(crate) enum Sent {
 
 /// A message a wire lends the endpoint in `Upcall::arrived`.
 pub(crate) struct Arrival<'a> {
-    pub peer: SocketAddr,
+    /// Lent, not moved: most arrivals never read it (only a kept message,
+    /// a source asked for, or an error report does).
+    pub peer: &'a SocketAddr,
     pub hdr: MsgHdr,
     pub body: Body<'a>,
     /// The receive budget the message holds at the wire (credits) until

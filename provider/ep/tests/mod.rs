@@ -351,7 +351,7 @@ impl T {
     fn arrive(&mut self, from: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
         self.with(|h, _| {
             h.arrived(Arrival {
-                peer: from,
+                peer: &from,
                 hdr,
                 body,
                 credit,

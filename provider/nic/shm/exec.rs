@@ -40,7 +40,8 @@ pub(crate) enum Msg<S> {
     /// In `slot`, which the caller releases once it copied it out.
     Eager {
         slot: S,
-        peer: SocketAddr,
+        /// The ring it came in (`Machine::ring_peer` names its producer).
+        ring: usize,
         hdr: MsgHdr,
         credit: ShmCredit,
     },
@@ -485,10 +486,10 @@ impl<P: Port> Exec<P> {
                 p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
             };
             match step {
-                OnFrame::Eager { peer, hdr, credit } => {
+                OnFrame::Eager { hdr, credit } => {
                     return Some(Msg::Eager {
                         slot,
-                        peer,
+                        ring: r,
                         hdr,
                         credit,
                     })
@@ -757,11 +758,12 @@ impl<P: Port> Wire for Exec<P> {
             match msg {
                 Msg::Eager {
                     slot,
-                    peer,
+                    ring,
                     hdr,
                     credit,
                 } => {
                     let payload = self.port.payload(&slot).expect("checked by Frame::parse");
+                    let peer = self.m.ring_peer(ring).expect("checked by on_eager");
                     let take = up.arrived(Arrival {
                         peer,
                         hdr,
@@ -784,7 +786,7 @@ impl<P: Port> Wire for Exec<P> {
                     credit,
                 } => {
                     let take = up.arrived(Arrival {
-                        peer,
+                        peer: &peer,
                         hdr,
                         body: Body::Rndv(Held {
                             wire: WireKind::Shm,

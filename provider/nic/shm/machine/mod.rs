@@ -182,12 +182,8 @@ pub(crate) type Copied = Result<usize, CmaErr>;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum OnFrame {
     /// A message in the slot: lend it to the endpoint, then release the
-    /// slot.
-    Eager {
-        peer: SocketAddr,
-        hdr: MsgHdr,
-        credit: ShmCredit,
-    },
+    /// slot. (Its producer is `Machine::ring_peer` of the ring.)
+    Eager { hdr: MsgHdr, credit: ShmCredit },
     /// A rendezvous message, kept here as `held` until accepted or
     /// discarded.
     Rndv {
@@ -507,6 +503,12 @@ impl Machine {
 
     pub fn peer_addr(&self, ix: PeerIx) -> Option<SocketAddr> {
         self.peers.get(ix)?.as_ref().map(|p| p.addr)
+    }
+
+    /// The producer of ring `ring` of our mailbox (`None`: unclaimed).
+    #[inline]
+    pub fn ring_peer(&self, ring: RingIx) -> Option<&SocketAddr> {
+        self.rings.get(ring)?.peer.as_ref().map(|(a, _)| a)
     }
 
     /// Rings in our mailbox.

@@ -113,11 +113,11 @@ impl Machine {
     /// producer's loan.
     pub fn on_eager(&mut self, ring: RingIx, hdr: MsgHdr) -> OnFrame {
         self.stats.received += 1;
-        let Some((peer, _)) = self.rings[ring].peer else {
+        if self.rings[ring].peer.is_none() {
             return self.reject(ring, "a slot in a ring nobody claimed");
-        };
+        }
         match self.take_credit(ring, credit_cost(hdr.len as usize)) {
-            Some(credit) => OnFrame::Eager { peer, hdr, credit },
+            Some(credit) => OnFrame::Eager { hdr, credit },
             None => self.reject(ring, "message beyond the peer's credit"),
         }
     }

@@ -207,13 +207,13 @@ impl<M: Memory> Upcall for Up<M> {
                 b.copy_to(0, &mut copy);
                 self.mem.write(&buf, 0, &copy);
                 self.hdrs.insert(op, a.hdr);
-                self.from.insert(op, a.peer);
+                self.from.insert(op, *a.peer);
                 self.recv_done(op, Ok(n));
                 Take::Done
             }
             (Some((op, buf)), Body::Rndv(_)) => {
                 self.hdrs.insert(op, a.hdr);
-                self.from.insert(op, a.peer);
+                self.from.insert(op, *a.peer);
                 self.waiting.insert(op, a.hdr);
                 Take::Accept {
                     op,
@@ -223,7 +223,7 @@ impl<M: Memory> Upcall for Up<M> {
             }
             (None, Body::Shared(b)) => {
                 self.unexpected.push_back(Unexpected::Eager {
-                    peer: a.peer,
+                    peer: *a.peer,
                     hdr: a.hdr,
                     bytes: b.to_vec(),
                     credit: a.credit,
@@ -232,7 +232,7 @@ impl<M: Memory> Upcall for Up<M> {
             }
             (None, Body::Rndv(held)) if self.unposted == Unposted::Keep => {
                 self.unexpected.push_back(Unexpected::Rndv {
-                    peer: a.peer,
+                    peer: *a.peer,
                     hdr: a.hdr,
                     held,
                     credit: a.credit,
