@@ -298,6 +298,7 @@ pub(super) struct RecvArgs {
 const RECV_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MORE;
 
 impl Ep {
+    #[inline(always)]
     pub(super) fn recv(&self, a: RecvArgs) -> isize {
         self.touch();
         if let Err(e) = self.check_enabled() {
@@ -367,6 +368,7 @@ pub(super) struct Full;
 
 impl Handler<'_> {
     /// A validated receive: matched against what is kept, or posted.
+    #[inline(always)]
     pub(super) fn post(
         &mut self,
         wires: &mut dyn Wires,
