@@ -150,6 +150,8 @@ const RING_CLOSED: u32 = 2;
 
 /// Shape of a mailbox; the creator chooses it, a peer reads it from the
 /// header once when it maps the file and checks it against the file size.
+/// Made only by `shaped` (the fields are read, never written): the sizes
+/// every message's slot arithmetic needs are worked out once, there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     pub nrings: usize,
@@ -157,23 +159,40 @@ pub struct Geometry {
     pub slot_size: usize,
     /// Slots one message may span (1: every message fits one slot).
     pub span: usize,
+    /// `depth * slot_size`: a lap of the ring.
+    lap: usize,
+    /// Bytes of one ring, header and overflow slots included, in pages.
+    ring_bytes: usize,
 }
 
 impl Geometry {
     pub fn new(nrings: usize, depth: usize, payload: usize) -> Geometry {
-        Geometry {
-            nrings: nrings.clamp(1, MAX_RINGS),
-            depth: depth.max(2),
-            slot_size: (payload + SLOT_HDR).next_multiple_of(64),
-            span: 1,
-        }
+        Geometry::shaped(
+            nrings.clamp(1, MAX_RINGS),
+            depth.max(2),
+            (payload + SLOT_HDR).next_multiple_of(64),
+            1,
+        )
     }
     /// The same, with messages spanning up to `span` slots (at most the
     /// ring's depth).
     pub fn with_span(self, span: usize) -> Geometry {
+        Geometry::shaped(self.nrings, self.depth, self.slot_size, span.clamp(1, self.depth))
+    }
+    fn shaped(nrings: usize, depth: usize, slot_size: usize, span: usize) -> Geometry {
+        // Saturating: a peer's header may say anything (`open` checks the
+        // shape against the file's size after this).
+        let slots = depth.saturating_add(span).saturating_sub(1).saturating_mul(slot_size);
         Geometry {
-            span: span.clamp(1, self.depth),
-            ..self
+            nrings,
+            depth,
+            slot_size,
+            span,
+            lap: depth.saturating_mul(slot_size),
+            ring_bytes: RING_HDR
+                .saturating_add(slots)
+                .checked_next_multiple_of(PAGE)
+                .unwrap_or(usize::MAX),
         }
     }
     /// Payload bytes of one slot.
@@ -198,19 +217,15 @@ impl Geometry {
     /// slots (`n` at most the depth).
     #[inline]
     fn slot_after(&self, first: usize, off: usize, n: usize) -> usize {
-        let end = first + self.depth * self.slot_size;
         let next = off + n * self.slot_size;
-        if next >= end {
-            next - (end - first)
+        if next >= first + self.lap {
+            next - self.lap
         } else {
             next
         }
     }
-    fn ring_bytes(&self) -> usize {
-        (RING_HDR + self.slots_bytes()).next_multiple_of(PAGE)
-    }
     fn ring_off(&self, r: usize) -> usize {
-        PAGE + r * self.ring_bytes()
+        PAGE + r * self.ring_bytes
     }
     fn file_len(&self) -> usize {
         self.ring_off(self.nrings)
@@ -457,12 +472,12 @@ impl Outbox {
         if u64::from_le_bytes(h[0..8].try_into().unwrap()) != MAGIC || word(8) != VERSION as usize {
             return Ok(None);
         }
-        let geo = Geometry {
-            nrings: word(12),
-            depth: word(16),
-            slot_size: word(20),
-            span: head.u32_at(SPAN_OFF).load(Ordering::Relaxed) as usize,
-        };
+        let geo = Geometry::shaped(
+            word(12),
+            word(16),
+            word(20),
+            head.u32_at(SPAN_OFF).load(Ordering::Relaxed) as usize,
+        );
         let sane = (1..=MAX_RINGS).contains(&geo.nrings)
             && (2..=1 << 16).contains(&geo.depth)
             && geo.slot_size.is_multiple_of(64)
