@@ -462,9 +462,9 @@ impl<P: Port> Exec<P> {
     }
 
     /// The next message from a local peer, if any. Control frames met on
-    /// the way are handled (their ends come as events).
+    /// the way are handled (their ends come as events). (Rings claimed
+    /// since the last pass are `take_claims`'s, once a pass.)
     pub(crate) fn poll_one(&mut self) -> Option<Msg<P::Slot>> {
-        self.take_claims();
         // The polling loop of every receiver: no division, no allocation.
         let len = self.m.active().len();
         let mut k = self.next_ring;
@@ -751,6 +751,7 @@ impl<P: Port> Wire for Exec<P> {
 
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         self.port.disarm();
+        self.take_claims();
         let mut any = false;
         for _ in 0..BATCH {
             let Some(msg) = self.poll_one() else { break };
