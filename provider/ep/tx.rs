@@ -9,7 +9,7 @@ use super::rx::{Handler, Req, SendReq};
 use super::{Bindings, Ep};
 use crate::ffi::*;
 use crate::nic::fabreq::Dir;
-use crate::nic::iov::{Iov, IovSource};
+use crate::nic::iov::{Iov, IovSource, IovView};
 use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wires};
 use crate::progress::now_ns;
 use crate::proto::MsgHdr;
@@ -131,9 +131,6 @@ impl Ep {
             delivery: a.flags & FI_DELIVERY_COMPLETE != 0,
             more: a.flags & FI_MORE != 0,
         };
-        // The wire reads the payload where it is (an inject's only during
-        // this call).
-        let src = IovSource::new(a.iov);
         let mut st = self.lock();
         let Some(peer) = self.dest_addr(b, &mut st, a.dest) else {
             drop(st);
@@ -143,9 +140,12 @@ impl Ep {
         let (port, mut h) = st.split(self);
         // Most small sends end here, in a local peer's ring: no FabReq,
         // and no clock to read.
-        if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &src) {
+        if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &IovView::new(&a.iov, len)) {
             return 0;
         }
+        // The wire reads the payload where it is (an inject's only during
+        // this call).
+        let src = IovSource::sized(a.iov, len);
         let now = now_ns();
         match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {
             Ok(r) => r,
@@ -218,7 +218,7 @@ impl Handler<'_> {
         hdr: &MsgHdr,
         flags: SendFlags,
         req: &SendReq,
-        src: &IovSource,
+        src: &IovView<'_>,
     ) -> bool {
         if self.tx_used(wires) >= tx_size || !wires.send_now(peer, hdr, flags, src) {
             return false;

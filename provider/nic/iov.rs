@@ -87,6 +87,38 @@ impl Iov {
         self.0.first().map(|r| r.0)
     }
 
+    /// Copies `dst.len()` bytes from `offset` on out of the buffers (a
+    /// send's: its maker vouched they are readable and not written while
+    /// the send is in flight).
+    #[inline]
+    pub(crate) fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
+        if let [(base, len)] = self.0[..] {
+            // One buffer, the common case: no loop.
+            let n = len.saturating_sub(offset).min(dst.len());
+            // SAFETY: as below, for the one range of the Iov.
+            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
+            return;
+        }
+        for (base, len) in self.iter() {
+            if dst.is_empty() {
+                break;
+            }
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(dst.len());
+            // SAFETY: (base, len) is a range of the Iov, which its maker
+            // vouched is readable and not written while the send it is
+            // the source of is in flight (Iov::from_raw), and its sources
+            // (`IovSource`, `IovView`) live no longer than the send;
+            // offset+n <= len, and `dst` is our own memory.
+            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
+            dst = &mut dst[n..];
+            offset = 0;
+        }
+    }
+
     /// The ranges as the wires' memory ranges.
     pub(crate) fn mem_ranges(&self) -> Vec<(u64, u64)> {
         self.0.iter().map(|&(p, l)| (p as u64, l as u64)).collect()
@@ -143,6 +175,13 @@ impl IovSource {
         IovSource { iov, len, _head: None }
     }
 
+    /// `new` of buffers whose total length (`iov.total_len()`) the caller
+    /// has counted already.
+    pub(crate) fn sized(iov: Iov, len: usize) -> Self {
+        debug_assert_eq!(len, iov.total_len());
+        IovSource { iov, len, _head: None }
+    }
+
     /// `head`, then `iov`: a message whose first bytes are ours (a
     /// one-sided operation's header) and the rest the application's.
     pub(crate) fn with_head(head: Box<[u8]>, iov: Iov) -> Self {
@@ -163,35 +202,37 @@ impl IovSource {
     }
 }
 
+/// A send's buffers read where they are, without taking them: the source
+/// of a send that ends within the call (`Wires::send_now`), which then
+/// needs no `IovSource` of its own.
+pub(crate) struct IovView<'a> {
+    iov: &'a Iov,
+    len: usize,
+}
+
+impl<'a> IovView<'a> {
+    /// `len`: `iov.total_len()`, counted by the caller.
+    pub(crate) fn new(iov: &'a Iov, len: usize) -> Self {
+        debug_assert_eq!(len, iov.total_len());
+        IovView { iov, len }
+    }
+}
+
+impl SendSource for IovView<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        self.iov.read_at(offset, dst)
+    }
+}
+
 impl SendSource for IovSource {
     fn len(&self) -> usize {
         self.len
     }
-    fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
-        if let [(base, len)] = self.iov.0[..] {
-            // One buffer, the common case: no loop.
-            let n = len.saturating_sub(offset).min(dst.len());
-            // SAFETY: as below, for the one range of the Iov.
-            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
-            return;
-        }
-        for (base, len) in self.iov.iter() {
-            if dst.is_empty() {
-                break;
-            }
-            if offset >= len {
-                offset -= len;
-                continue;
-            }
-            let n = (len - offset).min(dst.len());
-            // SAFETY: (base, len) is a range of the Iov, which its maker
-            // vouched is readable and not written while this send is in
-            // flight (Iov::from_raw), and the source lives no longer than
-            // the send; offset+n <= len, and `dst` is our own memory.
-            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
-            dst = &mut dst[n..];
-            offset = 0;
-        }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        self.iov.read_at(offset, dst)
     }
     fn ranges(&self) -> Option<Vec<(u64, u64)>> {
         Some(self.iov.mem_ranges())

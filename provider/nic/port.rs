@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 use crate::ffi::FI_EAGAIN;
-use crate::nic::iov::IovSource;
+use crate::nic::iov::{IovSource, IovView};
 use crate::nic::shm::ShmWire;
 use crate::nic::txdesc::{TxDesc, TxPool};
 use crate::nic::udp_wire::UdpWire;
@@ -193,7 +193,7 @@ impl Wires for Port {
         }
     }
 
-    fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &IovSource) -> bool {
+    fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &IovView<'_>) -> bool {
         self.shm.as_mut().is_some_and(|w| w.send_now(peer, hdr, flags, src))
     }
 
