@@ -932,6 +932,11 @@ impl<R, U> Tme<R, U> {
     /// [`take_unexpected`](Self::take_unexpected) and then
     /// [`append_posted`](Self::append_posted) the remainder.
     pub fn post(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
+        // Nothing unclaimed (the usual case when receives are posted
+        // ahead): straight to the posted queue.
+        if self.unexp.open.head == NIL {
+            return PostOutcome::Posted(self.posted.append(spec, recv));
+        }
         match self.take_unexpected(&spec) {
             Some(msg) => PostOutcome::Matched { recv, msg },
             None => PostOutcome::Posted(self.posted.append(spec, recv)),
