@@ -426,11 +426,11 @@ impl Ep {
 
     /// The op flags of the fid a call came through: the endpoint's, or an
     /// alias's (fi_ep_alias).
+    #[inline]
     fn flags_at(&self, f: *const fid_ep, tx: bool) -> u64 {
         if self.aliased.load(Ordering::Acquire) {
-            let a = self.aliases.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(&(_, t, r)) = a.iter().find(|x| x.0 == f as usize) {
-                return if tx { t } else { r };
+            if let Some(flags) = self.alias_flags(f, tx) {
+                return flags;
             }
         }
         if tx {
@@ -438,6 +438,16 @@ impl Ep {
         } else {
             self.rx_flags()
         }
+    }
+
+    /// The op flags of alias `f`, if it is one (out of the data path's
+    /// line: few applications alias an endpoint).
+    #[cold]
+    fn alias_flags(&self, f: *const fid_ep, tx: bool) -> Option<u64> {
+        let a = self.aliases.lock().unwrap_or_else(|p| p.into_inner());
+        a.iter()
+            .find(|x| x.0 == f as usize)
+            .map(|&(_, t, r)| if tx { t } else { r })
     }
 
     /// Room for new operations: transmit (`tx`) or receive.
