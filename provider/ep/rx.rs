@@ -199,28 +199,7 @@ impl Upcall for Handler<'_> {
             &mut self.rx.tme_msg
         };
         let Some(m) = tme.match_incoming(src, tag) else {
-            // Kept for a receive posted later; an eager message's bytes are
-            // copied (a slot goes back to its sender).
-            let body = match body {
-                Body::Bytes(b) => Kept::Eager(b.into()),
-                Body::Shared(s) => {
-                    let mut copy = Payload::from_elem(0, s.len());
-                    s.copy_to(0, &mut copy);
-                    Kept::Eager(copy)
-                }
-                Body::Rndv(h) => Kept::Rndv(h),
-            };
-            tme.push_unexpected(
-                src,
-                tag,
-                Unexpected {
-                    peer: *peer,
-                    hdr,
-                    body,
-                    credit,
-                },
-            );
-            return Take::Kept;
+            return keep(tme, src, tag, *peer, hdr, body, credit);
         };
         let (r, multi) = match m.get() {
             &Posted::Multi(buf) => {
@@ -755,6 +734,41 @@ impl Handler<'_> {
             tme.resolve_unknown_sources(|u| face.reverse(&u.peer));
         }
     }
+}
+
+/// A message no receive is posted for, kept in `tme` for one posted
+/// later; an eager message's bytes are copied (a slot goes back to its
+/// sender). Out of `arrived`'s line: its matched path is the common one.
+#[inline(never)]
+fn keep(
+    tme: &mut Tme<Posted, Unexpected>,
+    src: u64,
+    tag: u64,
+    peer: SocketAddr,
+    hdr: MsgHdr,
+    body: Body<'_>,
+    credit: Credit,
+) -> Take {
+    let body = match body {
+        Body::Bytes(b) => Kept::Eager(b.into()),
+        Body::Shared(s) => {
+            let mut copy = Payload::from_elem(0, s.len());
+            s.copy_to(0, &mut copy);
+            Kept::Eager(copy)
+        }
+        Body::Rndv(h) => Kept::Rndv(h),
+    };
+    tme.push_unexpected(
+        src,
+        tag,
+        Unexpected {
+            peer,
+            hdr,
+            body,
+            credit,
+        },
+    );
+    Take::Kept
 }
 
 /// The completion entry of a receive (posted with op `flags`) of `len`

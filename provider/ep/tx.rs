@@ -80,32 +80,11 @@ impl Ep {
             Ok(b) => b,
             Err(e) => return e,
         };
-        if a.flags & !SEND_FLAGS != 0 {
-            crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
-            return -FI_EBADFLAGS as isize;
-        }
-        if let Some(cap) = self.missing_cap(a.tagged, true) {
-            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
-            return -FI_EOPNOTSUPP as isize;
-        }
-        if let Err(e) = check_iov(&a.iov, self.tx_iov_limit, "send") {
+        let len = a.iov.total_len();
+        if let Err(e) = self.check_send(&a, len) {
             return e;
         }
-        let len = a.iov.total_len();
-        if len > self.max_msg_size {
-            crate::warn!(FI_LOG_EP_DATA, "send: {} bytes > max_msg_size", len);
-            return -FI_EMSGSIZE as isize;
-        }
         let inject = a.flags & FI_INJECT != 0;
-        if inject && len > self.inject_size {
-            crate::warn!(
-                FI_LOG_EP_DATA,
-                "inject: {} bytes > inject_size {}",
-                len,
-                self.inject_size
-            );
-            return -FI_EMSGSIZE as isize;
-        }
         let req = SendReq {
             ctx: a.ctx,
             flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG } | (a.flags & FI_COMPLETION),
@@ -157,6 +136,49 @@ impl Ep {
         }
     }
 
+    /// What libfabric asks of a send's arguments (`len`: its bytes), as
+    /// one test on the data path; which rule was broken is worked out,
+    /// and warned about, out of its line.
+    #[inline(always)]
+    fn check_send(&self, a: &SendArgs, len: usize) -> Result<(), isize> {
+        let ok = a.flags & !SEND_FLAGS == 0
+            && self.missing_cap(a.tagged, true).is_none()
+            && check_iov_ok(&a.iov, self.tx_iov_limit)
+            && len <= self.max_msg_size
+            && (a.flags & FI_INJECT == 0 || len <= self.inject_size);
+        if ok {
+            Ok(())
+        } else {
+            Err(self.send_refused(a, len))
+        }
+    }
+
+    #[cold]
+    fn send_refused(&self, a: &SendArgs, len: usize) -> isize {
+        if a.flags & !SEND_FLAGS != 0 {
+            crate::warn!(FI_LOG_EP_DATA, "send: unsupported flags {:#x}", a.flags & !SEND_FLAGS);
+            return -FI_EBADFLAGS as isize;
+        }
+        if let Some(cap) = self.missing_cap(a.tagged, true) {
+            crate::warn!(FI_LOG_EP_DATA, "send: endpoint was opened without {}", cap);
+            return -FI_EOPNOTSUPP as isize;
+        }
+        if let Err(e) = check_iov(&a.iov, self.tx_iov_limit, "send") {
+            return e;
+        }
+        if len > self.max_msg_size {
+            crate::warn!(FI_LOG_EP_DATA, "send: {} bytes > max_msg_size", len);
+            return -FI_EMSGSIZE as isize;
+        }
+        crate::warn!(
+            FI_LOG_EP_DATA,
+            "inject: {} bytes > inject_size {}",
+            len,
+            self.inject_size
+        );
+        -FI_EMSGSIZE as isize
+    }
+
     /// `fi_tx_size_left`.
     pub(super) fn tx_left(&self) -> usize {
         let mut st = self.lock();
@@ -169,15 +191,20 @@ impl Ep {
 /// of them a NULL address with a length.
 #[inline]
 pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
-    let ok = match iov.single() {
-        // One buffer, the usual case, without the iterator.
-        Some((p, l)) => limit >= 1 && (p != 0 || l == 0),
-        None => iov.count() <= limit && iov.iter().all(|(p, l)| p != 0 || l == 0),
-    };
-    if ok {
+    if check_iov_ok(iov, limit) {
         return Ok(());
     }
     bad_iov(iov, limit, what)
+}
+
+/// `check_iov`'s test, without the warning.
+#[inline]
+pub(super) fn check_iov_ok(iov: &Iov, limit: usize) -> bool {
+    match iov.single() {
+        // One buffer, the usual case, without the iterator.
+        Some((p, l)) => limit >= 1 && (p != 0 || l == 0),
+        None => iov.count() <= limit && iov.iter().all(|(p, l)| p != 0 || l == 0),
+    }
 }
 
 #[cold]
