@@ -282,7 +282,7 @@ impl<P: Port> Exec<P> {
     /// peer `ix`'s ring, and rings its bell if its owner sleeps. False:
     /// the slot was taken after all, and nothing was written.
     #[inline]
-    fn publish(&mut self, ix: PeerIx, head: &SlotHead, src: &dyn SendSource) -> bool {
+    fn publish<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
         let Some(sleeping) = self.port.post(ix, head, |dst| src.read_at(0, dst)) else {
             return false;
         };
@@ -329,7 +329,13 @@ impl<P: Port> Exec<P> {
     /// the ring of a local peer with room and nothing queued ahead, on
     /// credit it has. False: not such a send, and nothing was sent
     /// (`Wire::send` takes it).
-    pub(crate) fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &dyn SendSource) -> bool {
+    pub(crate) fn send_now<S: SendSource + ?Sized>(
+        &mut self,
+        peer: SocketAddr,
+        hdr: &MsgHdr,
+        flags: SendFlags,
+        src: &S,
+    ) -> bool {
         let len = src.len();
         if flags.delivery || !self.m.eager_fits(len, flags.inject) {
             return false;
