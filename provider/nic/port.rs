@@ -33,13 +33,14 @@ pub(crate) struct Port {
 }
 
 /// A wire's upcall seen through the port: the wire names its sends by
-/// descriptor, the endpoint by operation.
-struct TxMap<'a> {
-    up: &'a mut dyn Upcall,
+/// descriptor, the endpoint by operation. Of the endpoint's own upcall
+/// type in a progress pass, so that an arrival is one call into it.
+struct TxMap<'a, U: Upcall + ?Sized> {
+    up: &'a mut U,
     txds: &'a mut TxPool,
 }
 
-impl Upcall for TxMap<'_> {
+impl<U: Upcall + ?Sized> Upcall for TxMap<'_, U> {
     fn arrived(&mut self, a: Arrival<'_>) -> Take {
         self.up.arrived(a)
     }
@@ -97,7 +98,7 @@ impl Port {
     /// datagrams first; then the shm wire; then the UDP sockets, unless
     /// the shm wire just produced something (hand that to the application
     /// first) or only local peers are active and the sockets are not due.
-    pub(crate) fn progress(&mut self, now: u64, up: &mut dyn Upcall) {
+    pub(crate) fn progress<U: Upcall>(&mut self, now: u64, up: &mut U) {
         let Port {
             udp,
             shm,
