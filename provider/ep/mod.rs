@@ -229,9 +229,9 @@ pub struct Ep {
     app_seen: AtomicU64,
     /// Everything the data path changes. parking_lot's lock: taken by
     /// every data call and progress pass, its uncontended lock and unlock
-    /// are one atomic each, inlined (std's also checks poisoning, which
-    /// this lock ignores: a panic never leaves the state half-changed in
-    /// a way a retry cannot cope with, and `abi_guard` reports it).
+    /// are one atomic each, inlined. (std's also tracks poisoning, which
+    /// every caller here ignored: after a panic, which `abi_guard` turns
+    /// into an error of that call, the state is used as it is.)
     state: parking_lot::Mutex<EpState>,
 }
 
