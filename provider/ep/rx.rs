@@ -109,6 +109,10 @@ impl MultiBuf {
     }
 }
 
+/// A receive handed to the wire that moves its data: its record's id, its
+/// buffers as a sink, and where they are (`Take::Accept`, `Wire::accept`).
+type Handed = (OpId, Box<dyn RecvSink>, Vec<Range>);
+
 /// A posted receive, held by the matching engine until a message takes it
 /// (as the GNI provider's posted queue holds its `fab_req`s): it gets a
 /// record in the FabReq table only if its data then comes by rendezvous.
@@ -235,16 +239,10 @@ impl Upcall for Handler<'_> {
             }
             // Rendezvous: the wire moves the data into the receive's
             // buffers, and the receive gets its record until then.
-            Body::Rndv(h) => {
-                let done = self.done_with(&r, r.iov.total_len(), multi, src, *peer, hdr);
-                if r.iov.total_len() == 0 {
-                    self.reqs.dismiss(Dir::Rx);
-                    self.finish_recv(done, None);
-                    return Take::Discard;
-                }
-                let (op, sink, ranges) = self.hand_to_wire(r, done, h.wire);
-                Take::Accept { op, sink, ranges }
-            }
+            Body::Rndv(h) => match self.hand_to_wire(r, multi, src, *peer, hdr, h.wire) {
+                Some((op, sink, ranges)) => Take::Accept { op, sink, ranges },
+                None => Take::Discard,
+            },
         }
     }
 
@@ -442,14 +440,34 @@ impl Handler<'_> {
         self.finish_recv(done, None);
     }
 
-    /// Admitted receive `r`, whose data a wire is to move: its record,
-    /// which keeps what it will report, and the sink and where it is.
-    fn hand_to_wire(&mut self, r: RecvReq, done: RecvDone, wire: WireKind) -> (OpId, Box<dyn RecvSink>, Vec<Range>) {
+    /// Admitted receive `r` (a slice of `multi`, if that is set) takes a
+    /// rendezvous message of `hdr.len` bytes from `peer` (`src` as the AV
+    /// names it), whose data `wire` moves: the receive's record, which
+    /// keeps what it will report, and the sink and where it is. `None`: the
+    /// receive has no buffer to move anything into and is complete (the
+    /// caller lets the sender go).
+    #[allow(clippy::too_many_arguments)]
+    fn hand_to_wire(
+        &mut self,
+        r: RecvReq,
+        multi: Option<OpId>,
+        src: u64,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        wire: WireKind,
+    ) -> Option<Handed> {
+        let cap = r.iov.total_len();
+        let done = self.done_with(&r, cap, multi, src, peer, hdr);
+        if cap == 0 {
+            self.reqs.dismiss(Dir::Rx);
+            self.finish_recv(done, None);
+            return None;
+        }
         let ranges = r.iov.mem_ranges();
         let op = self
             .reqs
             .insert_admitted(Dir::Rx, Req::Recv(Box::new(Incoming { done, wire })));
-        (op, Box::new(IovSink::new(r.iov)), ranges)
+        Some((op, Box::new(IovSink::sized(r.iov, cap)), ranges))
     }
 
     /// What receive `r` (a slice of `multi`, if that is set), whose
@@ -500,15 +518,10 @@ impl Handler<'_> {
             }
             Kept::Rndv(held) => {
                 let now = now_ns();
-                let done = self.done_with(&r, r.iov.total_len(), multi, src, u.peer, u.hdr);
-                if r.iov.total_len() == 0 {
-                    self.reqs.dismiss(Dir::Rx);
-                    wires.discard(held, now);
-                    self.finish_recv(done, None);
-                    return;
+                match self.hand_to_wire(r, multi, src, u.peer, u.hdr, held.wire) {
+                    Some((op, sink, ranges)) => wires.accept(held, op, sink, ranges, self, now),
+                    None => wires.discard(held, now),
                 }
-                let (op, sink, ranges) = self.hand_to_wire(r, done, held.wire);
-                wires.accept(held, op, sink, ranges, self, now);
             }
         }
     }
