@@ -294,6 +294,13 @@ impl PeerOut {
     fn goes_first(&self, cost: u64) -> bool {
         self.outq.is_empty() && self.credit() >= cost
     }
+
+    /// Whether an eager send costing `cost` goes out at once on the credit
+    /// known: first, and eagerly at all.
+    #[inline]
+    fn sends_now(&self, cost: u64, inject: bool) -> bool {
+        self.goes_first(cost) && self.eager_allowed(cost, inject)
+    }
 }
 
 /// A rendezvous send waiting for its FIN (pushing data after a CTS).

@@ -173,9 +173,9 @@ impl Machine {
         if len > p.msg_max {
             return None;
         }
-        if !(p.goes_first(cost) && p.eager_allowed(cost, inject)) {
+        if !p.sends_now(cost, inject) {
             p.freed = freed();
-            if !(p.goes_first(cost) && p.eager_allowed(cost, inject)) {
+            if !p.sends_now(cost, inject) {
                 return None;
             }
         }
@@ -212,8 +212,7 @@ impl Machine {
         let Some(p) = self.peers.get(ix).and_then(Option::as_ref) else {
             return false;
         };
-        let cost = credit_cost(len);
-        p.goes_first(cost) && p.eager_allowed(cost, inject)
+        p.sends_now(credit_cost(len), inject)
     }
 
     /// The eager send `EagerStep::Now` offered is published: whether it is
