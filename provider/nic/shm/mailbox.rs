@@ -182,7 +182,6 @@ impl Geometry {
     fn shaped(nrings: usize, depth: usize, slot_size: usize, span: usize) -> Geometry {
         // Saturating: a peer's header may say anything (`open` checks the
         // shape against the file's size after this).
-        let slots = depth.saturating_add(span).saturating_sub(1).saturating_mul(slot_size);
         Geometry {
             nrings,
             depth,
@@ -190,7 +189,7 @@ impl Geometry {
             span,
             lap: depth.saturating_mul(slot_size),
             ring_bytes: RING_HDR
-                .saturating_add(slots)
+                .saturating_add(slots_len(depth, span, slot_size))
                 .checked_next_multiple_of(PAGE)
                 .unwrap_or(usize::MAX),
         }
@@ -210,7 +209,7 @@ impl Geometry {
     }
     /// Bytes of a ring's slots, overflow included.
     fn slots_bytes(&self) -> usize {
-        (self.depth + self.span - 1) * self.slot_size
+        slots_len(self.depth, self.span, self.slot_size)
     }
     /// Offset of the slot `n` positions after the one at `off`, in the
     /// ring whose first slot is at `first`: wrapped into its `depth`
@@ -230,6 +229,13 @@ impl Geometry {
     fn file_len(&self) -> usize {
         self.ring_off(self.nrings)
     }
+}
+
+/// Bytes of a ring of `depth` slots of `slot_size` whose messages span up
+/// to `span` slots: the overflow after the last slot holds the rest of a
+/// message that starts there. Saturating (see `Geometry::shaped`).
+fn slots_len(depth: usize, span: usize, slot_size: usize) -> usize {
+    depth.saturating_add(span).saturating_sub(1).saturating_mul(slot_size)
 }
 
 /// `/dev/shm` file of the endpoint at `addr` of user `uid`.
