@@ -763,11 +763,17 @@ impl<U> UnexpQ<U> {
         MsgKey { idx, gen }
     }
 
+    /// Nothing unclaimed (the usual case when receives are posted
+    /// ahead).
+    #[inline]
+    fn none_open(&self) -> bool {
+        self.open.head == NIL
+    }
+
     /// Oldest unclaimed message matching `spec`.
     fn find(&self, spec: &MatchSpec) -> Option<u32> {
-        if self.open.head == NIL {
-            // Nothing unclaimed (the usual case when receives are posted
-            // ahead): no index to consult.
+        if self.none_open() {
+            // No index to consult.
             return None;
         }
         if spec.ignore == 0 {
@@ -932,9 +938,8 @@ impl<R, U> Tme<R, U> {
     /// [`take_unexpected`](Self::take_unexpected) and then
     /// [`append_posted`](Self::append_posted) the remainder.
     pub fn post(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
-        // Nothing unclaimed (the usual case when receives are posted
-        // ahead): straight to the posted queue.
-        if self.unexp.open.head == NIL {
+        // Nothing to match: straight to the posted queue.
+        if self.unexp.none_open() {
             return PostOutcome::Posted(self.posted.append(spec, recv));
         }
         match self.take_unexpected(&spec) {
