@@ -828,6 +828,8 @@ impl Handler<'_> {
     }
 
     /// A collective message arrived (`Upcall::arrived` with `COLL`).
+    /// Out of line: the tagged receive path's function stays small.
+    #[inline(never)]
     pub(super) fn coll_arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
         let key = Key::of(&hdr);
         if key.phase() == ABORT {

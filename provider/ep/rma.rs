@@ -575,6 +575,8 @@ impl Handler<'_> {
     }
 
     /// A one-sided message arrived (not for the tag matching).
+    /// Out of line: the tagged receive path's function stays small.
+    #[inline(never)]
     pub(super) fn onesided_arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
         if hdr.flags & onesided::RESP != 0 {
             return self.response(hdr, body);

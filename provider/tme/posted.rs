@@ -332,20 +332,26 @@ impl<R> PostedQ<R> {
     /// Takes the receive at `pos` out.
     #[inline(always)]
     pub(super) fn remove(&mut self, pos: usize) -> R {
-        if !self.indexed {
-            // The front nearly always: the deque moves nothing.
-            let e = if pos == 0 {
-                self.list.pop_front()
-            } else {
-                self.list.remove(pos)
-            };
+        // The oldest of a walked queue, nearly always: the deque moves
+        // nothing. The rest out of line, keeping the matching path short.
+        if pos == 0 && !self.indexed {
+            let e = self.list.pop_front();
             self.live -= 1;
-            return e.and_then(|e| e.recv).expect("tme: removing a vacant entry");
+            return e.and_then(|e| e.recv).expect("tme: a walked queue has no holes");
         }
-        self.remove_indexed(pos)
+        self.remove_other(pos)
     }
 
     #[inline(never)]
+    fn remove_other(&mut self, pos: usize) -> R {
+        if self.indexed {
+            return self.remove_indexed(pos);
+        }
+        let e = self.list.remove(pos);
+        self.live -= 1;
+        e.and_then(|e| e.recv).expect("tme: removing a vacant entry")
+    }
+
     fn remove_indexed(&mut self, pos: usize) -> R {
         let e = &mut self.list[pos];
         let recv = e.recv.take().expect("tme: removing a hole");
