@@ -834,22 +834,34 @@ unsafe fn out_bufs<'a>(
 
 unsafe extern "C" fn cq_readfrom(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
     abi_guard!("cq_readfrom", -FI_EOTHER as isize, || {
-        // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
-        let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
-            return -FI_EINVAL as isize;
-        };
-        // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
-        match unsafe { out_bufs(cq, buf, count, src) } {
-            Ok((out, src)) => cq.read(out, count, src),
-            Err(e) => e,
-        }
+        // SAFETY: the caller's arguments, under the same contract.
+        unsafe { read_from(c, buf, count, src) }
     })
+}
+
+/// fi_cq_read and fi_cq_readfrom, inside their entry point's guard (one
+/// guard a call: each costs a call into the unwinding machinery).
+///
+/// # Safety
+/// fi_cq_read(3)'s contract: `c` is a CQ fid or NULL, `buf` holds `count`
+/// entries, `src` is NULL or holds `count` addresses.
+#[inline(always)]
+unsafe fn read_from(c: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t) -> isize {
+    // SAFETY: a fid the application holds, or NULL; `get` checks class and magic.
+    let Some(cq) = (unsafe { Obj::get(c as *const c_void, FI_CLASS_CQ) }) else {
+        return -FI_EINVAL as isize;
+    };
+    // SAFETY: fi_cq_read(3) contract: `buf` holds `count` entries, `src` NULL or `count` addresses.
+    match unsafe { out_bufs(cq, buf, count, src) } {
+        Ok((out, src)) => cq.read(out, count, src),
+        Err(e) => e,
+    }
 }
 
 unsafe extern "C" fn cq_read(c: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
     abi_guard!("cq_read", -FI_EOTHER as isize, || {
         // SAFETY: the caller's arguments, under the same contract.
-        unsafe { cq_readfrom(c, buf, count, std::ptr::null_mut()) }
+        unsafe { read_from(c, buf, count, std::ptr::null_mut()) }
     })
 }
 
