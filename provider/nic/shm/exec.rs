@@ -678,6 +678,7 @@ impl<P: Port> Exec<P> {
     }
 
     /// After an input: actions, events, doorbells.
+    #[inline]
     fn settle(&mut self, up: &mut dyn Upcall) -> bool {
         self.run();
         let any = self.deliver(up);
