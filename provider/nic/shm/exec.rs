@@ -759,57 +759,70 @@ impl<P: Port> Wire for Exec<P> {
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         self.port.disarm();
         self.take_claims();
-        let mut any = false;
-        for _ in 0..BATCH {
-            let Some(msg) = self.poll_one() else { break };
-            any = true;
-            match msg {
-                Msg::Eager {
-                    slot,
-                    ring,
-                    hdr,
-                    credit,
-                } => {
-                    let payload = self.port.payload(&slot).expect("checked by Frame::parse");
-                    let peer = self.m.ring_peer(ring).expect("checked by on_eager");
-                    let take = up.arrived(Arrival {
+        let mut late = false;
+        loop {
+            let mut any = false;
+            for _ in 0..BATCH {
+                let Some(msg) = self.poll_one() else { break };
+                any = true;
+                match msg {
+                    Msg::Eager {
+                        slot,
+                        ring,
+                        hdr,
+                        credit,
+                    } => {
+                        let payload = self.port.payload(&slot).expect("checked by Frame::parse");
+                        let peer = self.m.ring_peer(ring).expect("checked by on_eager");
+                        let take = up.arrived(Arrival {
+                            peer,
+                            hdr,
+                            body: Body::Shared(payload),
+                            credit: Credit::Shm(credit),
+                        });
+                        // Taken in (matched, or copied for later): the slot goes
+                        // back, which completes a delivery-complete send. A
+                        // copy kept for later holds its credit until the
+                        // application takes it.
+                        self.port.release(slot);
+                        if !matches!(take, Take::Kept) {
+                            self.free_credit(credit);
+                        }
+                    }
+                    Msg::Rndv {
                         peer,
                         hdr,
-                        body: Body::Shared(payload),
-                        credit: Credit::Shm(credit),
-                    });
-                    // Taken in (matched, or copied for later): the slot goes
-                    // back, which completes a delivery-complete send. A
-                    // copy kept for later holds its credit until the
-                    // application takes it.
-                    self.port.release(slot);
-                    if !matches!(take, Take::Kept) {
-                        self.free_credit(credit);
+                        held,
+                        credit,
+                    } => {
+                        let take = up.arrived(Arrival {
+                            peer: &peer,
+                            hdr,
+                            body: Body::Rndv(Held {
+                                wire: WireKind::Shm,
+                                id: held,
+                            }),
+                            credit: Credit::Shm(credit),
+                        });
+                        self.take(held, credit, take);
+                        self.run();
                     }
                 }
-                Msg::Rndv {
-                    peer,
-                    hdr,
-                    held,
-                    credit,
-                } => {
-                    let take = up.arrived(Arrival {
-                        peer: &peer,
-                        hdr,
-                        body: Body::Rndv(Held {
-                            wire: WireKind::Shm,
-                            id: held,
-                        }),
-                        credit: Credit::Shm(credit),
-                    });
-                    self.take(held, credit, take);
-                    self.run();
-                }
             }
+            if !late {
+                self.pump(now);
+            }
+            any |= self.settle(up);
+            // Found nothing: look once more at the end of the pass. An
+            // application polling an empty CQ finds a message here that
+            // came during the pass rather than one whole poll later (the
+            // rings are otherwise looked at once a poll, a third of the
+            // way into it).
+            if any || late || !self.m.active().iter().any(|&r| self.port.ready(r)) {
+                return any;
+            }
+            late = true;
         }
-        self.pump(now);
-        any |= self.settle(up);
-        any
     }
 
     fn next_deadline(&self, now: u64) -> Option<u64> {

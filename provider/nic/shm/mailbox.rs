@@ -923,6 +923,12 @@ impl Mailbox {
         }
     }
 
+    /// Whether ring `r` has a published slot (`peek` would find it).
+    #[inline]
+    pub fn ready(&self, r: usize) -> bool {
+        self.map.u64_at(self.next_off[r]).load(Ordering::Acquire) == self.heads[r] + 1
+    }
+
     /// The next published slot of ring `r`, if any, and its header.
     #[inline]
     pub fn peek(&self, r: usize) -> Option<(InSlot, SlotHead)> {

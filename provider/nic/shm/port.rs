@@ -68,6 +68,8 @@ pub(crate) trait Port {
     fn warm(&mut self) {}
     /// The next published slot of ring `ring` and its header.
     fn peek(&mut self, ring: RingIx) -> Option<(Self::Slot, SlotHead)>;
+    /// Whether `peek` would find a slot in ring `ring`; reads nothing else.
+    fn ready(&self, ring: RingIx) -> bool;
     /// A slot's payload; `None` if its length does not fit a slot.
     fn payload(&self, slot: &Self::Slot) -> Option<SharedBytes<'_>>;
     /// Hands a slot back to its producer.
@@ -291,6 +293,10 @@ impl Port for MailboxPort {
     #[inline]
     fn peek(&mut self, ring: RingIx) -> Option<(InSlot, SlotHead)> {
         self.mb.peek(ring)
+    }
+
+    fn ready(&self, ring: RingIx) -> bool {
+        self.mb.ready(ring)
     }
 
     fn payload(&self, slot: &InSlot) -> Option<SharedBytes<'_>> {

@@ -511,6 +511,10 @@ impl Port for SimPort {
         Some(((ring, pos), head))
     }
 
+    fn ready(&self, ring: RingIx) -> bool {
+        self.with_ring(ring, |r| !r.slots.is_empty())
+    }
+
     fn payload(&self, slot: &(RingIx, u64)) -> Option<SharedBytes<'_>> {
         let (r, pos, len, bytes) = self.peeked.as_ref().expect("peeked first");
         assert_eq!((*r, *pos), *slot, "the payload of the slot peeked last");
