@@ -1185,12 +1185,14 @@ mod tests {
             }
             assert!(ob.slot().is_none(), "ring of 4 is full");
             for i in 0..4u8 {
+                assert!(mb.ready(0), "ready agrees with peek");
                 let (s, h) = mb.peek(0).unwrap();
                 assert_eq!(h, head(1, 3, [round, i]));
                 assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i, round, 9]);
                 mb.release(s);
             }
             assert!(mb.peek(0).is_none());
+            assert!(!mb.ready(0));
         }
         // Sleeping consumer: the next publish asks for one doorbell.
         assert!(mb.arm(&[0]));
