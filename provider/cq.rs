@@ -163,6 +163,19 @@ struct Queue {
     grew: bool,
 }
 
+impl Queue {
+    /// The queue went past the CQ's size: said once.
+    #[cold]
+    fn grown(&mut self) {
+        self.grew = true;
+        crate::info!(
+            FI_LOG_CQ,
+            "CQ holds more than its size ({}) entries; growing rather than dropping",
+            self.size
+        );
+    }
+}
+
 /// Validated fi_cq_attr.
 #[derive(Clone, Copy, Debug)]
 pub struct CqConfig {
@@ -275,7 +288,20 @@ impl Cq {
         self.context as *mut c_void
     }
 
+    #[inline(never)]
     fn enqueue(&self, s: Slot) {
+        self.enqueue_in(s)
+    }
+
+    /// `enqueue` of a success, which is built in the queue, not moved
+    /// through the call.
+    #[inline(never)]
+    fn enqueue_ok(&self, e: &CqEntry) {
+        self.enqueue_in(Slot::Ok(*e))
+    }
+
+    #[inline(always)]
+    fn enqueue_in(&self, s: Slot) {
         {
             let mut q = self.q.lock();
             if let Slot::Err(_) = s {
@@ -284,12 +310,7 @@ impl Cq {
             q.q.push_back(s);
             self.queued.store(q.q.len(), Ordering::Release);
             if !q.grew && q.q.len() > q.size {
-                q.grew = true;
-                crate::info!(
-                    FI_LOG_CQ,
-                    "CQ holds more than its size ({}) entries; growing rather than dropping",
-                    q.size
-                );
+                q.grown();
             }
         }
         // After the unlock: the queue lock orders this against a sleeper's
@@ -315,7 +336,7 @@ impl Cq {
             true
         });
         if !kept {
-            self.enqueue(Slot::Ok(e));
+            self.enqueue_ok(&e);
         }
     }
 
