@@ -430,18 +430,18 @@ impl Cq {
                 return -FI_EAGAIN as isize;
             }
         }
+        // The successes up to the first error: written out, then dropped
+        // from the queue together.
         let mut n = 0;
-        while n < count {
-            match q.q.front() {
-                Some(Slot::Ok(e)) => {
-                    self.put(n, e, out, src.as_deref_mut());
-                    q.q.pop_front();
-                    n += 1;
-                }
-                Some(Slot::Err(_)) if n == 0 => return -FI_EAVAIL as isize,
-                _ => break,
-            }
+        for s in q.q.iter().take(count) {
+            let Slot::Ok(e) = s else { break };
+            self.put(n, e, out, src.as_deref_mut());
+            n += 1;
         }
+        if n == 0 && count > 0 && matches!(q.q.front(), Some(Slot::Err(_))) {
+            return -FI_EAVAIL as isize;
+        }
+        q.q.drain(..n);
         self.queued.store(q.q.len(), Ordering::Release);
         if n == 0 {
             -FI_EAGAIN as isize
