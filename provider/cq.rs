@@ -22,6 +22,7 @@ use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
 use crate::progress::Progress;
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, Sources, Wait, WaitSet, Waitable};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
@@ -36,15 +37,17 @@ const HANDOFF: usize = 8;
 /// order they came. Once one must queue (an error, or more than the read
 /// takes), the rest queue behind it, so the order of a CQ's entries is
 /// kept. Other threads' completions, and other CQs', queue as usual.
+/// Cells, not a RefCell: the thread's own, never borrowed across a call,
+/// and every message checks it (a borrow flag cost more than the fields).
 struct Handoff {
     /// The CQ being read (its address, only compared), or 0.
-    cq: usize,
+    cq: Cell<usize>,
     /// Entries the read takes.
-    room: usize,
+    room: Cell<usize>,
     /// Something of this CQ was queued during the pass: no more handoff.
-    queued: bool,
-    got: [CqEntry; HANDOFF],
-    n: usize,
+    queued: Cell<bool>,
+    got: [Cell<CqEntry>; HANDOFF],
+    n: Cell<usize>,
 }
 
 /// Ends a `Cq::progress_handoff` pass, even one a panic cuts short: what
@@ -55,28 +58,27 @@ impl Drop for HandoffPass<'_> {
     fn drop(&mut self) {
         // Normally the read took everything (n = 0): nothing is copied.
         let left = HANDOFF_TO.with(|h| {
-            let mut h = h.borrow_mut();
-            h.cq = 0;
-            let n = std::mem::take(&mut h.n);
-            (n > 0).then(|| (h.got, n))
+            h.cq.set(0);
+            let n = h.n.replace(0);
+            (n > 0).then(|| (std::array::from_fn::<CqEntry, HANDOFF, _>(|i| h.got[i].get()), n))
         });
         if let Some((got, n)) = left {
             for e in &got[..n] {
-                self.0.enqueue(Slot::Ok(*e));
+                self.0.enqueue_ok(e);
             }
         }
     }
 }
 
 thread_local! {
-    static HANDOFF_TO: std::cell::RefCell<Handoff> = const {
-        std::cell::RefCell::new(Handoff {
-            cq: 0,
-            room: 0,
-            queued: false,
-            got: [CqEntry::EMPTY; HANDOFF],
-            n: 0,
-        })
+    static HANDOFF_TO: Handoff = const {
+        Handoff {
+            cq: Cell::new(0),
+            room: Cell::new(0),
+            queued: Cell::new(false),
+            got: [const { Cell::new(CqEntry::EMPTY) }; HANDOFF],
+            n: Cell::new(0),
+        }
     };
 }
 
@@ -322,17 +324,16 @@ impl Cq {
     pub fn push(&self, e: CqEntry) {
         let id = self as *const Cq as usize;
         let kept = HANDOFF_TO.with(|h| {
-            let Ok(mut h) = h.try_borrow_mut() else { return false };
-            if h.cq != id {
+            if h.cq.get() != id {
                 return false;
             }
-            if h.queued || h.n >= h.room {
-                h.queued = true;
+            let n = h.n.get();
+            if h.queued.get() || n >= h.room.get() {
+                h.queued.set(true);
                 return false;
             }
-            let n = h.n;
-            h.got[n] = e;
-            h.n = n + 1;
+            h.got[n].set(e);
+            h.n.set(n + 1);
             true
         });
         if !kept {
@@ -344,10 +345,8 @@ impl Cq {
     pub fn push_err(&self, e: CqError) {
         let id = self as *const Cq as usize;
         HANDOFF_TO.with(|h| {
-            if let Ok(mut h) = h.try_borrow_mut() {
-                if h.cq == id {
-                    h.queued = true;
-                }
+            if h.cq.get() == id {
+                h.queued.set(true);
             }
         });
         self.enqueue(Slot::Err(Box::new(e)));
@@ -360,16 +359,15 @@ impl Cq {
     fn progress_handoff(&self, room: usize, mut put: impl FnMut(usize, &CqEntry)) -> usize {
         let id = self as *const Cq as usize;
         let mine = HANDOFF_TO.with(|h| {
-            let mut h = h.borrow_mut();
             // A read within another read's pass (none does today) leaves
             // the handoff to the outer one.
-            if h.cq != 0 {
+            if h.cq.get() != 0 {
                 return false;
             }
-            h.cq = id;
-            h.room = room.min(HANDOFF);
-            h.queued = false;
-            h.n = 0;
+            h.cq.set(id);
+            h.room.set(room.min(HANDOFF));
+            h.queued.set(false);
+            h.n.set(0);
             true
         });
         if !mine {
@@ -380,10 +378,9 @@ impl Cq {
         self.sources.progress();
         // Straight into the reader's buffer: an empty poll copies nothing.
         let n = HANDOFF_TO.with(|h| {
-            let mut h = h.borrow_mut();
-            let n = std::mem::take(&mut h.n);
+            let n = h.n.replace(0);
             for (i, e) in h.got[..n].iter().enumerate() {
-                put(i, e);
+                put(i, &e.get());
             }
             n
         });
