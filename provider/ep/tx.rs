@@ -122,15 +122,35 @@ impl Ep {
         if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &IovView::new(&a.iov, len)) {
             return 0;
         }
+        drop(h);
+        self.send_queued(&mut st, peer, hdr, flags, req, a.iov, len)
+    }
+
+    /// A send that does not go at once: a FabReq, the wire's queue or a
+    /// rendezvous. Out of line, so that the path of most small sends
+    /// stays short.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn send_queued(
+        &self,
+        st: &mut super::EpState,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        flags: SendFlags,
+        req: SendReq,
+        iov: Iov,
+        len: usize,
+    ) -> isize {
+        let (port, mut h) = st.split(self);
         // The wire reads the payload where it is (an inject's only during
         // this call).
-        let src = IovSource::sized(a.iov, len);
+        let src = IovSource::sized(iov, len);
         let now = now_ns();
         match h.send(port, self.tx_size, peer, hdr, flags, req, src, now) {
             Ok(r) => r,
             Err(Busy) => {
                 // Progress once; the application tries again.
-                self.progress_locked(&mut st, now);
+                self.progress_locked(st, now);
                 -FI_EAGAIN as isize
             }
         }
