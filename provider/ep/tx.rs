@@ -122,7 +122,6 @@ impl Ep {
         if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &IovView::new(&a.iov, len)) {
             return 0;
         }
-        drop(h);
         self.send_queued(&mut st, peer, hdr, flags, req, a.iov, len)
     }
 
