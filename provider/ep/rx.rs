@@ -737,6 +737,12 @@ impl Handler<'_> {
     /// receive must find them. Done when the AV changed since the last
     /// time, before a directed receive or peek looks.
     fn resolve_sources(&mut self) {
+        // Nothing unclaimed, nothing to file: the AV is not asked (every
+        // directed receive comes here). `resolved_gen` stays behind; the
+        // next look with messages waiting resolves once more, harmlessly.
+        if !self.rx.tme_tag.any_unexpected_open() && !self.rx.tme_msg.any_unexpected_open() {
+            return;
+        }
         let gen = self.face.av_generation();
         if gen == self.rx.resolved_gen {
             return;

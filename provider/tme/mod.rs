@@ -649,6 +649,13 @@ impl<R, U> Tme<R, U> {
 
     // --- unexpected messages ------------------------------------------------
 
+    /// Whether an unclaimed message waits (one of unknown source is one
+    /// of these: resolving sources has nothing to do without any).
+    #[inline]
+    pub fn any_unexpected_open(&self) -> bool {
+        !self.unexp.none_open()
+    }
+
     /// Stores a message no posted receive matched, after those already
     /// stored. The key lets the caller update it while it waits (e.g. an
     /// eager message whose later fragments are still arriving).
