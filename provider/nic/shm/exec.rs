@@ -677,6 +677,61 @@ impl<P: Port> Exec<P> {
         r
     }
 
+    /// Takes up to `BATCH` messages from the rings to the endpoint.
+    /// Whether there were any. (One caller, the pass's loop.)
+    #[inline(always)]
+    fn receive(&mut self, up: &mut dyn Upcall) -> bool {
+        let mut any = false;
+        for _ in 0..BATCH {
+            let Some(msg) = self.poll_one() else { break };
+            any = true;
+            match msg {
+                Msg::Eager {
+                    slot,
+                    ring,
+                    hdr,
+                    credit,
+                } => {
+                    let payload = self.port.payload(&slot).expect("checked by Frame::parse");
+                    let peer = self.m.ring_peer(ring).expect("checked by on_eager");
+                    let take = up.arrived(Arrival {
+                        peer,
+                        hdr,
+                        body: Body::Shared(payload),
+                        credit: Credit::Shm(credit),
+                    });
+                    // Taken in (matched, or copied for later): the slot goes
+                    // back, which completes a delivery-complete send. A
+                    // copy kept for later holds its credit until the
+                    // application takes it.
+                    self.port.release(slot);
+                    if !matches!(take, Take::Kept) {
+                        self.free_credit(credit);
+                    }
+                }
+                Msg::Rndv {
+                    peer,
+                    hdr,
+                    held,
+                    credit,
+                } => {
+                    let take = up.arrived(Arrival {
+                        peer: &peer,
+                        hdr,
+                        body: Body::Rndv(Held {
+                            wire: WireKind::Shm,
+                            id: held,
+                        }),
+                        credit: Credit::Shm(credit),
+                    });
+                    self.take(held, credit, take);
+                    self.run();
+                }
+            }
+        }
+        any
+    }
+
     /// After an input: actions, events, doorbells.
     #[inline]
     fn settle(&mut self, up: &mut dyn Upcall) -> bool {
@@ -761,54 +816,7 @@ impl<P: Port> Wire for Exec<P> {
         self.take_claims();
         let mut late = false;
         loop {
-            let mut any = false;
-            for _ in 0..BATCH {
-                let Some(msg) = self.poll_one() else { break };
-                any = true;
-                match msg {
-                    Msg::Eager {
-                        slot,
-                        ring,
-                        hdr,
-                        credit,
-                    } => {
-                        let payload = self.port.payload(&slot).expect("checked by Frame::parse");
-                        let peer = self.m.ring_peer(ring).expect("checked by on_eager");
-                        let take = up.arrived(Arrival {
-                            peer,
-                            hdr,
-                            body: Body::Shared(payload),
-                            credit: Credit::Shm(credit),
-                        });
-                        // Taken in (matched, or copied for later): the slot goes
-                        // back, which completes a delivery-complete send. A
-                        // copy kept for later holds its credit until the
-                        // application takes it.
-                        self.port.release(slot);
-                        if !matches!(take, Take::Kept) {
-                            self.free_credit(credit);
-                        }
-                    }
-                    Msg::Rndv {
-                        peer,
-                        hdr,
-                        held,
-                        credit,
-                    } => {
-                        let take = up.arrived(Arrival {
-                            peer: &peer,
-                            hdr,
-                            body: Body::Rndv(Held {
-                                wire: WireKind::Shm,
-                                id: held,
-                            }),
-                            credit: Credit::Shm(credit),
-                        });
-                        self.take(held, credit, take);
-                        self.run();
-                    }
-                }
-            }
+            let mut any = self.receive(up);
             if !late {
                 self.pump(now);
             }
