@@ -91,7 +91,7 @@ impl Iov {
     /// send's: its maker vouched they are readable and not written while
     /// the send is in flight).
     #[inline]
-    pub(crate) fn read_at(&self, mut offset: usize, mut dst: &mut [u8]) {
+    pub(crate) fn read_at(&self, offset: usize, mut dst: &mut [u8]) {
         if let [(base, len)] = self.0[..] {
             // One buffer, the common case: no loop.
             let n = len.saturating_sub(offset).min(dst.len());
@@ -99,24 +99,37 @@ impl Iov {
             unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
             return;
         }
-        for (base, len) in self.iter() {
-            if dst.is_empty() {
-                break;
-            }
-            if offset >= len {
-                offset -= len;
-                continue;
-            }
-            let n = (len - offset).min(dst.len());
-            // SAFETY: (base, len) is a range of the Iov, which its maker
-            // vouched is readable and not written while the send it is
-            // the source of is in flight (Iov::from_raw), and its sources
-            // (`IovSource`, `IovView`) live no longer than the send;
-            // offset+n <= len, and `dst` is our own memory.
-            unsafe { std::ptr::copy_nonoverlapping((base + offset) as *const u8, dst.as_mut_ptr(), n) };
+        for (at, n) in self.pieces(offset, dst.len()) {
+            // SAFETY: [at, at+n) lies in a range of the Iov (`pieces`),
+            // which its maker vouched is readable and not written while
+            // the send it is the source of is in flight (Iov::from_raw),
+            // and its sources (`IovSource`, `IovView`) live no longer than
+            // the send; n <= dst.len(), and `dst` is our own memory.
+            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, dst.as_mut_ptr(), n) };
             dst = &mut dst[n..];
-            offset = 0;
         }
+    }
+
+    /// Where bytes `offset..offset + n` of the buffers are, in order, as
+    /// (address, length) pieces of the ranges (fewer bytes if the buffers
+    /// end first): what a copy into or out of them walks.
+    pub(crate) fn pieces(&self, mut offset: usize, mut n: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut ranges = self.iter();
+        std::iter::from_fn(move || {
+            while n > 0 {
+                let (base, len) = ranges.next()?;
+                if offset >= len {
+                    offset -= len;
+                    continue;
+                }
+                let k = (len - offset).min(n);
+                let piece = (base + offset, k);
+                offset = 0;
+                n -= k;
+                return Some(piece);
+            }
+            None
+        })
     }
 
     /// The ranges as the wires' memory ranges.
@@ -293,25 +306,17 @@ impl RecvSink for IovSink {
     fn capacity(&self) -> usize {
         self.cap
     }
-    fn write_at(&mut self, mut offset: usize, mut src: &[u8]) {
-        for (base, len) in self.iov.iter() {
-            if src.is_empty() {
-                break;
-            }
-            if offset >= len {
-                offset -= len;
-                continue;
-            }
-            let n = (len - offset).min(src.len());
-            // SAFETY: (base, len) is a range of the sink's Iov, which its
-            // maker vouched is writable and used by nothing else while
-            // this receive is in flight (Iov::from_raw); the sink owns the
-            // Iov (no other sink has these bytes) and lives no longer than
-            // the receive; offset+n <= len, and `src` is not in the range
-            // (Rust holds a reference to it).
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (base + offset) as *mut u8, n) };
+    fn write_at(&mut self, offset: usize, mut src: &[u8]) {
+        for (at, n) in self.iov.pieces(offset, src.len()) {
+            // SAFETY: [at, at+n) lies in a range of the sink's Iov
+            // (`pieces`), which its maker vouched is writable and used by
+            // nothing else while this receive is in flight
+            // (Iov::from_raw); the sink owns the Iov (no other sink has
+            // these bytes) and lives no longer than the receive;
+            // n <= src.len(), and `src` is not in the range (Rust holds a
+            // reference to it).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), at as *mut u8, n) };
             src = &src[n..];
-            offset = 0;
         }
     }
     fn region(&mut self, mut offset: usize, len: usize) -> Option<&mut [u8]> {
@@ -365,6 +370,20 @@ mod tests {
         assert_eq!(ranges(&iov.take_front(9)), [(3000, 4)], "no more than there is");
         assert_eq!(ranges(&iov.take_front(9)), [(3004, 0)]);
         assert_eq!(ranges(&Iov::empty().take_front(3)), []);
+    }
+
+    #[test]
+    fn pieces_name_the_bytes_asked_for_and_stop_where_the_buffers_end() {
+        // Addresses only: nothing here reads or writes through them.
+        // SAFETY: the Iov is never turned into a source or a sink.
+        let iov = unsafe { Iov::from_raw([(100, 3), (200, 0), (300, 4)]) };
+        let p = |off, n| iov.pieces(off, n).collect::<Vec<_>>();
+        assert_eq!(p(0, 7), [(100, 3), (300, 4)]);
+        assert_eq!(p(1, 4), [(101, 2), (300, 2)]);
+        assert_eq!(p(3, 2), [(300, 2)]);
+        assert_eq!(p(5, 10), [(302, 2)], "no further than the buffers");
+        assert_eq!(p(2, 0), []);
+        assert_eq!(p(7, 1), []);
     }
 
     #[test]
