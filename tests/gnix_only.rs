@@ -97,6 +97,20 @@ fn udp_wire_core_scenarios() {
     Scenario::new("directed", 3).env("FI_GNIX_SHM", "0").run();
 }
 
+/// A peer on the udp wire gets through to an endpoint that a local peer
+/// floods over shm (`UdpTurn` in nic/port.rs): rank 2 runs with
+/// FI_GNIX_SHM=0, so rank 0 hears it on its socket only.
+#[test]
+fn udp_peer_gets_through_a_shm_flood() {
+    if skip_unless_gnix("wire_mix (shm and udp peers at once)") {
+        return;
+    }
+    Scenario::new("wire_mix", 3)
+        .rank_env(2, "FI_GNIX_SHM", "0")
+        .timeout(60)
+        .run();
+}
+
 /// fi_open_ops(FI_GNIX_DOMAIN_OPS_1): get/set of every value, refusals,
 /// and messages either side of a threshold set that way, on each wire.
 #[test]

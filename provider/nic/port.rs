@@ -21,6 +21,13 @@ const UDP_HOT_NS: u64 = 1_000_000;
 /// While only local peers talk to us over shm, the UDP socket is read at
 /// most this often (a recvfrom costs more than a whole shm message).
 const UDP_IDLE_POLL_NS: u64 = 50_000;
+/// Passes in a row that found shm work after which the UDP socket is read
+/// anyway: a local peer that keeps our rings full must not starve the
+/// remote ones (their messages, and the ACKs and credit our own UDP sends
+/// wait for). Counted in passes, not time, so that the shm path's cost
+/// does not depend on how fast the clock runs: a recvmmsg that finds
+/// nothing every 64 passes is about a hundredth of theirs.
+const SHM_BUSY_RUN: u32 = 64;
 
 pub(crate) struct Port {
     pub(crate) udp: UdpWire,
@@ -28,8 +35,47 @@ pub(crate) struct Port {
     pub(crate) shm: Option<ShmWire>,
     /// Descriptors of the sends the wires have in flight.
     txds: TxPool,
-    /// Next time the UDP socket is due while only shm peers are active.
-    udp_next: u64,
+    /// When the UDP socket is read.
+    udp_turn: UdpTurn,
+}
+
+/// When a progress pass reads the UDP socket: after the shm wire unless
+/// that produced something (hand it to the application first), but at
+/// least once every `SHM_BUSY_RUN` busy passes; and while only shm peers
+/// are active, at most once every `UDP_IDLE_POLL_NS`.
+#[derive(Default)]
+struct UdpTurn {
+    /// Passes in a row whose shm wire found work.
+    busy_run: u32,
+    /// Next time the socket is due while only shm peers are active.
+    next: u64,
+}
+
+impl UdpTurn {
+    /// Whether this pass reads the socket. `shm_busy`: the shm wire found
+    /// work this pass; `shm_only`: local peers are active and UDP has been
+    /// quiet for a while.
+    #[inline]
+    fn due(&mut self, shm_busy: bool, shm_only: bool, now: u64) -> bool {
+        if shm_busy {
+            self.busy_run += 1;
+            if self.busy_run < SHM_BUSY_RUN {
+                return false;
+            }
+        }
+        if shm_only && now < self.next {
+            return false;
+        }
+        self.busy_run = 0;
+        self.next = now + UDP_IDLE_POLL_NS;
+        true
+    }
+
+    /// Read the socket on the next pass.
+    fn now(&mut self) {
+        self.next = 0;
+        self.busy_run = SHM_BUSY_RUN;
+    }
 }
 
 /// A wire's upcall seen through the port: the wire names its sends by
@@ -68,7 +114,7 @@ impl Port {
             udp,
             shm,
             txds: TxPool::new(txds),
-            udp_next: 0,
+            udp_turn: UdpTurn::default(),
         }
     }
 
@@ -95,28 +141,23 @@ impl Port {
     }
 
     /// One pass over both wires. The udp wire's timers and queued
-    /// datagrams first; then the shm wire; then the UDP sockets, unless
-    /// the shm wire just produced something (hand that to the application
-    /// first) or only local peers are active and the sockets are not due.
+    /// datagrams first; then the shm wire; then the UDP sockets when their
+    /// turn says (`UdpTurn`).
     pub(crate) fn progress<U: Upcall>(&mut self, now: u64, up: &mut U) {
         let Port {
             udp,
             shm,
             txds,
-            udp_next,
+            udp_turn,
         } = self;
         let up = &mut TxMap { up, txds };
         udp.progress_timers(now, up);
         let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
-        if shm.as_mut().is_some_and(|s| s.progress(now, up)) {
-            return;
-        }
+        let shm_busy = shm.as_mut().is_some_and(|s| s.progress(now, up));
         let shm_only = shm_active && now.saturating_sub(udp.last_active) > UDP_HOT_NS;
-        if shm_only && now < *udp_next {
-            return;
+        if udp_turn.due(shm_busy, shm_only, now) {
+            udp.progress_rx(now, up);
         }
-        udp.progress_rx(now, up);
-        *udp_next = now + UDP_IDLE_POLL_NS;
     }
 
     /// Closing: the ACKs still owed go out now.
@@ -144,7 +185,7 @@ impl Port {
             return false;
         }
         // Whatever wakes us may be a doorbell: read the socket next pass.
-        self.udp_next = 0;
+        self.udp_turn.now();
         self.shm.as_mut().is_none_or(|s| s.arm())
     }
 
@@ -263,5 +304,60 @@ impl Wires for Port {
 
     fn backlog(&self) -> usize {
         self.udp.backlog() + self.shm.as_ref().map_or(0, |s| s.backlog())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The passes of `n` in which the socket is read, the clock
+    /// advancing `step` ns a pass.
+    fn reads(turn: &mut UdpTurn, n: u64, step: u64, shm_busy: bool, shm_only: bool) -> Vec<u64> {
+        (0..n)
+            .filter(|&i| turn.due(shm_busy, shm_only, 1_000_000 + i * step))
+            .collect()
+    }
+
+    #[test]
+    fn an_idle_shm_wire_leaves_the_socket_to_every_pass() {
+        let mut t = UdpTurn::default();
+        assert_eq!(reads(&mut t, 5, 10, false, false), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_busy_shm_wire_yields_to_the_socket_every_run_of_passes() {
+        // A local peer that keeps the rings full, a remote one active: the
+        // socket is still read, once every SHM_BUSY_RUN passes.
+        let mut t = UdpTurn::default();
+        let n = 4 * SHM_BUSY_RUN as u64;
+        let got = reads(&mut t, n, 10, true, false);
+        let want: Vec<u64> = (1..=4).map(|k| k * SHM_BUSY_RUN as u64 - 1).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn with_only_shm_peers_the_socket_waits_for_its_time_even_when_shm_is_busy() {
+        let mut t = UdpTurn::default();
+        // Idle: once per UDP_IDLE_POLL_NS (here every 10th pass).
+        let step = UDP_IDLE_POLL_NS / 10;
+        assert_eq!(reads(&mut t, 25, step, false, true), vec![0, 10, 20]);
+        // Busy: the run of passes must be over and the time due as well.
+        let mut t = UdpTurn::default();
+        let got = reads(&mut t, 3 * SHM_BUSY_RUN as u64, 1, true, true);
+        assert_eq!(got, vec![SHM_BUSY_RUN as u64 - 1]);
+        let mut t = UdpTurn::default();
+        let got = reads(&mut t, 2 * SHM_BUSY_RUN as u64, UDP_IDLE_POLL_NS, true, true);
+        assert_eq!(got, vec![SHM_BUSY_RUN as u64 - 1, 2 * SHM_BUSY_RUN as u64 - 1]);
+    }
+
+    #[test]
+    fn after_a_sleep_the_next_pass_reads_the_socket_even_when_shm_is_busy() {
+        let mut t = UdpTurn::default();
+        assert!(t.due(false, true, 1_000_000));
+        assert!(!t.due(true, true, 1_000_001));
+        t.now();
+        assert!(t.due(true, true, 1_000_002));
+        assert!(!t.due(true, true, 1_000_003));
     }
 }

@@ -1961,6 +1961,84 @@ static void scn_incast(void)
 	finish(&c);
 }
 
+/* ================================================================ wire_mix (3 procs) */
+
+/* A local peer floods rank 0 over shm while a peer on the udp wire (rank
+ * 2, FI_GNIX_SHM=0 in its environment) sends one message: that message,
+ * and the ACKs its sender waits for, must get through while the flood
+ * goes on, not only in a pause of it. Rank 0 keeps a window of receives
+ * posted for the flood, reposting each as it completes, and checks that
+ * the flood arrives whole and in order. Once 1000 flood messages are in
+ * it tells rank 2 to send; when that message is in, it tells the flooder
+ * to stop. The flooder gives up after CAP messages, and a udp message
+ * that came only then was starved. */
+static void scn_wire_mix(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.caps = FI_TAGGED | FI_DIRECTED_RECV;
+	pair_open(&c, &o, "FI_DIRECTED_RECV");
+	EXPECT(g_nprocs == 3, "needs 3 processes");
+	enum { W = 64, START = 1000, CAP = 4000000, LEN = 8 };
+	const uint64_t last = ~0ull;
+	static char fb[W][LEN], ub[64];
+	struct fi_context2 fx[W], ux;
+	void *d = reg(&c, fb, sizeof fb);
+	void *ud = reg(&c, ub, sizeof ub);
+	if (g_rank == 0) {
+		POST(fi_trecv(c.ep, ub, sizeof ub, ud, c.addr[2], 2, 0, &ux));
+		for (int i = 0; i < W; i++)
+			POST(fi_trecv(c.ep, fb[i], LEN, d, c.addr[1], 1, 0, &fx[i]));
+		oob_send(1, "go");
+		long got = 0, udp_at = -1;
+		int ended = 0;
+		while (!ended || udp_at < 0) {
+			struct comp e = cqw_ok(&c.rx);
+			if (e.ctx == &ux) {
+				EXPECT(e.len == 40 && e.tag == 2, "udp message: len %zu tag %#lx", e.len,
+				       (unsigned long)e.tag);
+				check("udp message", ub, 40, 2);
+				udp_at = got;
+				EXPECT(!ended, "the udp peer's message came only after the flood ended (%ld "
+				       "messages): starved", got);
+				oob_send(1, "stop");
+				continue;
+			}
+			int i = (int)((struct fi_context2 *)e.ctx - fx);
+			EXPECT(i >= 0 && i < W && e.len == LEN, "flood completion: index %d len %zu", i, e.len);
+			uint64_t seq;
+			memcpy(&seq, fb[i], sizeof seq);
+			if (seq == last) {
+				ended = 1;
+				continue;
+			}
+			EXPECT(seq == (uint64_t)got, "flood message %ld carries %lu: lost or reordered", got,
+			       (unsigned long)seq);
+			if (++got == START)
+				oob_send(2, "go");
+			POST(fi_trecv(c.ep, fb[i], LEN, d, c.addr[1], 1, 0, &fx[i]));
+		}
+		info("the udp message came after %ld flood messages (asked for after %d), the flood ended "
+		     "after %ld", udp_at, START, got);
+	} else if (g_rank == 1) {
+		oob_wait_progress(0, "go");
+		for (uint64_t k = 0; k < CAP; k++) {
+			if (k % 256 == 0 && oob_seen(0, "stop"))
+				break;
+			memcpy(fb[0], &k, sizeof k);
+			POST(fi_tinject(c.ep, fb[0], LEN, c.addr[0], 1));
+		}
+		memcpy(fb[0], &last, sizeof last);
+		POST(fi_tinject(c.ep, fb[0], LEN, c.addr[0], 1));
+	} else {
+		fill(ub, 40, 2);
+		oob_wait_progress(0, "go");
+		POST(fi_tsend(c.ep, ub, 40, ud, c.addr[0], 2, &ux));
+		(void)cqw_ok(&c.tx);
+	}
+	finish(&c);
+}
+
 #define PAIR_SCENARIOS \
 	{ "msg_ops", scn_msg_ops }, \
 	{ "tagged_ops", scn_tagged_ops }, \
@@ -1968,6 +2046,7 @@ static void scn_incast(void)
 	{ "source", scn_source }, \
 	{ "source_err", scn_source_err }, \
 	{ "directed", scn_directed }, \
+	{ "wire_mix", scn_wire_mix }, \
 	{ "selective", scn_selective }, \
 	{ "op_flags", scn_op_flags }, \
 	{ "idle_ep", scn_idle_ep }, \
