@@ -25,8 +25,8 @@ const UDP_IDLE_POLL_NS: u64 = 50_000;
 /// anyway: a local peer that keeps our rings full must not starve the
 /// remote ones (their messages, and the ACKs and credit our own UDP sends
 /// wait for). Counted in passes, not time, so that the shm path's cost
-/// does not depend on how fast the clock runs: a recvmmsg that finds
-/// nothing every 64 passes is about a hundredth of theirs.
+/// does not depend on how fast the clock runs; under a flood it is one
+/// recvfrom that finds nothing per 64 passes.
 const SHM_BUSY_RUN: u32 = 64;
 
 pub(crate) struct Port {
