@@ -274,30 +274,30 @@ static int oob_wait(int src, const char *word)
 
 static void progress_all(void);
 
-/* Same, but keep driving libfabric progress (all CQs) meanwhile. */
+/* Whether <word> from <src> has come, reading what stdin already holds
+ * (no waiting, no libfabric calls): its source, or -100. */
+static int oob_poll(int src, const char *word)
+{
+	for (;;) {
+		int s = backlog_take(src, word);
+		if (s != -100 || !try_line(0))
+			return s;
+		g_backlog[g_nbacklog++] = strdup(g_line);
+	}
+}
+
+/* oob_wait, but keep driving libfabric progress (all CQs) meanwhile. */
 static int oob_wait_progress(int src, const char *word)
 {
 	uint64_t dl = now_ms() + g_timeout_ms;
 	for (;;) {
-		int s = backlog_take(src, word);
+		int s = oob_poll(src, word);
 		if (s != -100)
 			return s;
-		if (try_line(0)) {
-			g_backlog[g_nbacklog++] = strdup(g_line);
-			continue;
-		}
 		progress_all();
 		if (now_ms() > dl)
 			FAIL("timed out waiting for OOB '%s' from %d", word, src);
 	}
-}
-
-/* Whether <word> from <src> has come (no waiting, no libfabric calls). */
-static int oob_seen(int src, const char *word)
-{
-	while (try_line(0))
-		g_backlog[g_nbacklog++] = strdup(g_line);
-	return backlog_take(src, word) != -100;
 }
 
 static void barrier(void)

@@ -2023,7 +2023,7 @@ static void scn_wire_mix(void)
 	} else if (g_rank == 1) {
 		oob_wait_progress(0, "go");
 		for (uint64_t k = 0; k < CAP; k++) {
-			if (k % 256 == 0 && oob_seen(0, "stop"))
+			if (k % 256 == 0 && oob_poll(0, "stop") != -100)
 				break;
 			memcpy(fb[0], &k, sizeof k);
 			POST(fi_tinject(c.ep, fb[0], LEN, c.addr[0], 1));
