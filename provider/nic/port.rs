@@ -158,10 +158,10 @@ impl Port {
         } = self;
         let up = &mut TxMap { up, txds };
         udp.progress_timers(now, up);
-        let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
         if shm.as_mut().is_some_and(|s| s.progress(now, up)) && udp_turn.busy() {
             return;
         }
+        let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
         let shm_only = shm_active && now.saturating_sub(udp.last_active) > UDP_HOT_NS;
         if udp_turn.due(shm_only, now) {
             udp.progress_rx(now, up);
