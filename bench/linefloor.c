@@ -11,8 +11,7 @@
  * Like every two-CPU number on a VM, it moves with where the host puts the
  * two virtual CPUs (see bench/xcore.c).
  */
-#define _GNU_SOURCE
-#include <sched.h>
+#include "pin.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +19,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static void pin(int cpu)
-{
-	cpu_set_t s;
-	CPU_ZERO(&s);
-	CPU_SET(cpu, &s);
-	if (sched_setaffinity(0, sizeof s, &s))
-		perror("sched_setaffinity");
-}
 
 int main(int argc, char **argv)
 {

@@ -19,8 +19,7 @@
  *
  * Build: cc -O2 -o ringfloor ringfloor.c
  */
-#define _GNU_SOURCE
-#include <sched.h>
+#include "pin.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,15 +28,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static void pin(int cpu)
-{
-	cpu_set_t s;
-	CPU_ZERO(&s);
-	CPU_SET(cpu, &s);
-	if (sched_setaffinity(0, sizeof s, &s))
-		perror("sched_setaffinity");
-}
 
 int main(int argc, char **argv)
 {
