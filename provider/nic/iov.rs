@@ -295,11 +295,15 @@ impl IovSink {
         // One buffer, nearly every receive: one copy, no walk of the ranges.
         if let Some((base, l)) = self.iov.single() {
             let k = n.min(l);
-            // SAFETY: [base, base+k) lies in the sink's one range, which its
-            // maker vouched is writable and used by nothing else while this
-            // receive is in flight (Iov::from_raw); the sink owns the Iov
-            // and this borrow ends with the copy.
-            data.copy_to(0, unsafe { std::slice::from_raw_parts_mut(base as *mut u8, k) });
+            // A zero-length buffer may be NULL: no slice of it, nothing to copy.
+            if k > 0 {
+                // SAFETY: [base, base+k) lies in the sink's one range, of
+                // at least k > 0 bytes, which its maker vouched is writable
+                // (so not NULL) and used by nothing else while this receive
+                // is in flight (Iov::from_raw); the sink owns the Iov and
+                // this borrow ends with the copy.
+                data.copy_to(0, unsafe { std::slice::from_raw_parts_mut(base as *mut u8, k) });
+            }
             return;
         }
         let mut off = 0;
@@ -430,6 +434,9 @@ mod tests {
         sink.write_shared(&bytes, 6);
         drop(sink);
         assert_eq!(one, [1, 2, 3, 4], "truncated at the buffer's end");
+        // SAFETY: a zero-length range: nothing is read or written there.
+        let mut sink = IovSink::new(unsafe { Iov::from_raw_parts(0, 0) });
+        sink.write_shared(&bytes, 6);
         let (mut a, mut b) = ([0u8; 2], [0u8; 3]);
         // SAFETY: as above.
         let iov = unsafe { Iov::from_raw([(a.as_mut_ptr() as usize, a.len()), (b.as_mut_ptr() as usize, b.len())]) };
