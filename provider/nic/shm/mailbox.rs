@@ -638,6 +638,18 @@ impl Outbox {
             .load(Ordering::Acquire)
     }
 
+    /// Starts fetching, for writing, the first line of the slot after the
+    /// next one: a producer in the middle of a burst then finds it owned
+    /// when it gets there, rather than stalling on it with its stores piled
+    /// up behind. Not for a lone message: its consumer, caught up, would
+    /// have to fetch the line back before the message comes (see
+    /// `Exec::send_now`).
+    #[inline]
+    pub fn prefetch_ahead(&self) {
+        self.map
+            .prefetch_write(self.geo.slot_after(self.first_off, self.tail_off, 1));
+    }
+
     /// Credit bytes the owner lends this ring (0: no limit).
     pub fn loan(&self) -> u64 {
         self.loan

@@ -101,6 +101,25 @@ impl Mapping {
         // reference to it exists (we only hand out atomics and copies).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
     }
+    /// Asks the CPU to fetch the cache line at `off` for writing, without
+    /// waiting for it: a hint, which reads and writes nothing. A no-op on
+    /// CPUs without PREFETCHW.
+    #[inline]
+    pub(super) fn prefetch_write(&self, off: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if off < self.len && has_prefetchw() {
+            // SAFETY: PREFETCHW reads and writes no memory, cannot fault
+            // and changes no flags; the address is inside the mapping
+            // anyway; the CPU has the instruction (has_prefetchw).
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{0}]",
+                    in(reg) self.base.add(off),
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+    }
     /// Mapping bytes a peer may write at any time, to be copied out.
     pub(super) fn shared(&self, off: usize, len: usize) -> SharedBytes<'_> {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
@@ -117,6 +136,14 @@ impl Mapping {
         // it, and `&mut self` keeps this the only view in this process.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
     }
+}
+
+/// Whether the CPU has PREFETCHW (CPUID 8000_0001h, ECX bit 8; std's
+/// feature detection does not know it), asked once.
+#[cfg(target_arch = "x86_64")]
+fn has_prefetchw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0)
 }
 
 /// Bytes in a shared mapping that another process may be writing: never

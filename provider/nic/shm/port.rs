@@ -53,6 +53,9 @@ pub(crate) trait Port {
     /// than a slot holds). `None`: no room. `Some(true)`: the owner
     /// sleeps and wants a doorbell.
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool>;
+    /// A hint: more posts to peer `ix` follow soon; the slots after the
+    /// next may be made ready for writing. Changes nothing a peer sees.
+    fn post_ahead(&self, _ix: PeerIx) {}
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
     /// Takes grant `grant` for `rid` (refused: `Revoked`), writes `local`
@@ -253,6 +256,13 @@ impl Port for MailboxPort {
 
     fn freed(&self, ix: PeerIx) -> u64 {
         self.out(ix).map_or(0, Outbox::freed)
+    }
+
+    #[inline]
+    fn post_ahead(&self, ix: PeerIx) {
+        if let Some(o) = self.out(ix) {
+            o.prefetch_ahead();
+        }
     }
 
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool> {

@@ -176,6 +176,8 @@ struct Host {
     procs: HashMap<u32, Proc>,
     refuse_cma: bool,
     bells: Vec<SocketAddr>,
+    /// `Port::post_ahead` hints so far.
+    hints: u64,
 }
 
 /// The simulated host: processes and their mailboxes.
@@ -278,6 +280,11 @@ impl World {
     pub fn in_rings(&self, owner: SocketAddr) -> usize {
         let h = self.0.borrow();
         h.boxes[h.names[&owner]].rings.iter().map(|r| r.slots.len()).sum()
+    }
+
+    /// How often a producer said more posts follow (`Port::post_ahead`).
+    pub fn post_ahead_hints(&self) -> u64 {
+        self.0.borrow().hints
     }
 
     /// Whether `owner`'s mailbox is flagged asleep.
@@ -448,6 +455,10 @@ impl Port for SimPort {
 
     fn freed(&self, ix: PeerIx) -> u64 {
         self.with_out(ix, |_, r| r.freed).unwrap_or(0)
+    }
+
+    fn post_ahead(&self, _ix: PeerIx) {
+        self.world.0.borrow_mut().hints += 1;
     }
 
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool> {

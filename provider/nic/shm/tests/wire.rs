@@ -77,6 +77,40 @@ fn eager_sends_complete_in_order_and_only_once_in_the_ring() {
     }
 }
 
+/// Sends made one after another with no progress pass between them (a
+/// window of MPI_Isend) tell the port that more follow, from the second
+/// on; the first send after a pass (a ping-pong's) does not. The hint
+/// changes nothing the receiver sees.
+#[test]
+fn a_burst_of_sends_hints_the_port_and_a_lone_send_does_not() {
+    let (w, mut a, mut b) = pair(8, 256, 0);
+    let send = |a: &mut SimNode, i: u64| {
+        let hdr = MsgHdr {
+            tag: i,
+            data: 0,
+            len: 8,
+            flags: MsgHdr::TAGGED,
+        };
+        assert!(a.w.send_now(b.addr, &hdr, flags(|f| f.inject = true), &pattern(i, 8)));
+    };
+    send(&mut a, 0);
+    assert_eq!(w.post_ahead_hints(), 0, "a lone send");
+    send(&mut a, 1);
+    send(&mut a, 2);
+    assert_eq!(w.post_ahead_hints(), 2, "the second and third of a burst");
+    a.progress();
+    send(&mut a, 3);
+    assert_eq!(w.post_ahead_hints(), 2, "the first after a pass");
+    send(&mut a, 4);
+    assert_eq!(w.post_ahead_hints(), 3);
+    let r: Vec<_> = (0..5).map(|_| b.post(8)).collect();
+    settle(&mut a, &mut b);
+    for (i, op) in r.iter().enumerate() {
+        assert_eq!(b.recv_result(*op), Some(Ok(8)));
+        assert_eq!((b.up.hdrs[op].tag, b.data(*op)), (i as u64, pattern(i as u64, 8)));
+    }
+}
+
 /// Messages longer than a slot span several: they go eagerly (nothing
 /// is pulled), wait for room like any eager message when the ring has too
 /// few slots free, and arrive whole and in order among shorter ones; a
