@@ -92,10 +92,10 @@ pub(crate) struct Exec<P: Port> {
     last_route: Option<(SocketAddr, Option<PeerIx>)>,
     /// Peers `connect_ahead` connected.
     ahead: usize,
-    /// Sends that went straight into a ring since the last progress pass:
-    /// from the second on, the application is sending a burst (a window
-    /// of MPI_Isend), not waiting for an answer (a ping-pong).
-    sent_since_pass: u32,
+    /// A send went straight into a ring since the last progress pass: the
+    /// next one is the second of a burst (a window of MPI_Isend), not an
+    /// answer the application waited for (a ping-pong).
+    sent_since_pass: bool,
 }
 
 impl Exec<MailboxPort> {
@@ -137,7 +137,7 @@ impl<P: Port> Exec<P> {
             routed: None,
             last_route: None,
             ahead: 0,
-            sent_since_pass: 0,
+            sent_since_pass: false,
         }
     }
 
@@ -360,10 +360,10 @@ impl<P: Port> Exec<P> {
         // (a ping-pong's): its consumer, caught up, would only fetch the
         // line back before the message came (bench/README.md, "Open MPI's
         // message rate against its floors").
-        if self.sent_since_pass > 0 {
+        if self.sent_since_pass {
             self.port.post_ahead(ix);
         }
-        self.sent_since_pass = self.sent_since_pass.saturating_add(1);
+        self.sent_since_pass = true;
         let done = self.m.eager_posted(ix, NOBODY, len, false);
         debug_assert!(done, "no delivery asked");
         // As `submit` does after any send: what the machine asks (its
@@ -827,7 +827,7 @@ impl<P: Port> Wire for Exec<P> {
     }
 
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
-        self.sent_since_pass = 0;
+        self.sent_since_pass = false;
         self.port.disarm();
         self.take_claims();
         let mut late = false;
