@@ -40,8 +40,11 @@ const HANDOFF: usize = 32;
 /// The completions a `Cq::read` pass made for that CQ on this thread,
 /// while the queue was empty: handed back to the read directly, in the
 /// order they came. Once one must queue (an error, or more than the read
-/// takes), the rest queue behind it, so the order of a CQ's entries is
-/// kept. Other threads' completions, and other CQs', queue as usual.
+/// takes), those held go to the queue first and the rest behind them, so
+/// the order of a CQ's entries is kept. Other threads' completions, and
+/// other CQs', queue as usual; if another thread queued for this CQ while
+/// the pass ran (the progress thread's pass may end just before ours
+/// begins, with older completions), what the pass holds goes behind them.
 /// Cells, not a RefCell: the thread's own, never borrowed across a call,
 /// and every message checks it (a borrow flag cost more than the fields).
 struct Handoff {
@@ -51,6 +54,9 @@ struct Handoff {
     room: Cell<usize>,
     /// Something of this CQ was queued during the pass: no more handoff.
     queued: Cell<bool>,
+    /// Entries this pass queued for this CQ (`Cq::pushed` counts them
+    /// with everyone else's).
+    own: Cell<u64>,
     got: [Cell<CqEntry>; HANDOFF],
     n: Cell<usize>,
 }
@@ -78,6 +84,7 @@ thread_local! {
             cq: Cell::new(0),
             room: Cell::new(0),
             queued: Cell::new(false),
+            own: Cell::new(0),
             got: [const { Cell::new(CqEntry::EMPTY) }; HANDOFF],
             n: Cell::new(0),
         }
@@ -223,6 +230,9 @@ pub struct Cq {
     /// Entries queued, as of the last change under the queue lock: lets a
     /// polling fi_cq_read find out the queue is empty without the lock.
     queued: AtomicUsize,
+    /// Entries ever queued, stored after `queued` under the queue lock: a
+    /// read's pass tells by it whether another thread queued meanwhile.
+    pushed: AtomicU64,
     _domain: Option<ParentRef<Domain>>,
 }
 
@@ -279,6 +289,7 @@ impl Cq {
             signals: AtomicU64::new(0),
             signal_pending: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
+            pushed: AtomicU64::new(0),
             _domain: domain,
         });
         if let Some(ws) = cq.wait.set() {
@@ -313,6 +324,9 @@ impl Cq {
             }
             q.q.push_back(s);
             self.queued.store(q.q.len(), Ordering::Release);
+            // After `queued`: whoever sees this count sees the entry too.
+            self.pushed
+                .store(self.pushed.load(Ordering::Relaxed) + 1, Ordering::Release);
             if !q.grew && q.q.len() > q.size {
                 q.grown();
             }
@@ -331,7 +345,8 @@ impl Cq {
             }
             let n = h.n.get();
             if h.queued.get() || n >= h.room.get() {
-                h.queued.set(true);
+                self.handoff_to_queue(h);
+                h.own.set(h.own.get() + 1);
                 return false;
             }
             h.got[n].set(e);
@@ -348,10 +363,23 @@ impl Cq {
         let id = self as *const Cq as usize;
         HANDOFF_TO.with(|h| {
             if h.cq.get() == id {
-                h.queued.set(true);
+                self.handoff_to_queue(h);
+                h.own.set(h.own.get() + 1);
             }
         });
         self.enqueue(Slot::Err(Box::new(e)));
+    }
+
+    /// This CQ's pass must queue something: what the handoff holds came
+    /// before it and goes first; the rest of the pass queues.
+    fn handoff_to_queue(&self, h: &Handoff) {
+        if !h.queued.replace(true) {
+            let n = h.n.replace(0);
+            for e in &h.got[..n] {
+                self.enqueue_ok(&e.get());
+            }
+            h.own.set(h.own.get() + n as u64);
+        }
     }
 
     /// One progress pass of this CQ's sources for a read of up to `room`
@@ -360,18 +388,25 @@ impl Cq {
     /// Returns how many it wrote to `got`.
     fn progress_handoff(&self, room: usize, mut put: impl FnMut(usize, &CqEntry)) -> usize {
         let id = self as *const Cq as usize;
-        let mine = HANDOFF_TO.with(|h| {
-            // A read within another read's pass (none does today) leaves
-            // the handoff to the outer one.
-            if h.cq.get() != 0 {
-                return false;
-            }
-            h.cq.set(id);
-            h.room.set(room.min(HANDOFF));
-            h.queued.set(false);
-            h.n.set(0);
-            true
-        });
+        // Entries queued so far; and none waiting, or the pass's would go
+        // before them (a push after the first load counts as another
+        // thread's, below).
+        let start = self.pushed.load(Ordering::Acquire);
+        let empty = self.queued.load(Ordering::Acquire) == 0;
+        let mine = empty
+            && HANDOFF_TO.with(|h| {
+                // A read within another read's pass (none does today) leaves
+                // the handoff to the outer one.
+                if h.cq.get() != 0 {
+                    return false;
+                }
+                h.cq.set(id);
+                h.room.set(room.min(HANDOFF));
+                h.queued.set(false);
+                h.own.set(0);
+                h.n.set(0);
+                true
+            });
         if !mine {
             self.sources.progress();
             return 0;
@@ -380,6 +415,11 @@ impl Cq {
         self.sources.progress();
         // Straight into the reader's buffer: an empty poll copies nothing.
         let n = HANDOFF_TO.with(|h| {
+            if self.pushed.load(Ordering::Acquire) - start != h.own.get() {
+                // Another thread queued for this CQ during the pass: its
+                // entries may be older than ours; ours go behind them.
+                self.handoff_to_queue(h);
+            }
             let n = h.n.replace(0);
             // One entry, a ping-pong's every read: no loop (as the longer
             // array made it, it cost such a read 20 instructions).
@@ -1090,8 +1130,9 @@ mod tests {
 
     /// A pass that makes more completions than the handoff holds (a
     /// shm receive batch is up to 32 messages; Open MPI reads 100 at a
-    /// time): the handoff's worth comes back at once, the rest queue
-    /// behind it in order. A pass of one hands back that one.
+    /// time): the handoff's worth goes to the queue first, the rest
+    /// behind it, and the read takes them all in order. A pass of one
+    /// hands back that one.
     #[test]
     fn a_pass_longer_than_the_handoff_queues_the_rest_in_order() {
         let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
@@ -1106,10 +1147,34 @@ mod tests {
         }));
         cq.add_source(Arc::downgrade(&src));
         let all: Vec<usize> = (1..=HANDOFF + 5).collect();
-        assert_eq!(read_ctx(&cq, 100), Ok(all[..HANDOFF].to_vec()), "the handoff's worth");
-        assert_eq!(read_ctx(&cq, 100), Ok(all[HANDOFF..].to_vec()), "then the queued rest");
+        assert_eq!(read_ctx(&cq, 100), Ok(all), "all of them, in order");
         assert_eq!(read_ctx(&cq, 100), Ok(vec![100]), "a pass of one");
         assert_eq!(read_ctx(&cq, 100), Err(EAGAIN));
+        cq.remove_source(&Arc::downgrade(&src));
+    }
+
+    /// Another thread queues for the CQ while a read's pass runs (the
+    /// progress thread's pass ended just before ours began, with older
+    /// completions): the pass's own go behind them, not ahead. Found by
+    /// tests/incast.rs on CI (a receiver read 34 messages out of order).
+    #[test]
+    fn another_threads_completions_during_a_pass_keep_their_place() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
+        let wcq = Arc::downgrade(&cq);
+        let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(move |s| {
+            let cq = wcq.upgrade().unwrap();
+            if s.calls.load(SeqCst) == 1 {
+                let other = cq.clone();
+                std::thread::spawn(move || (1..=3).for_each(|i| other.push(ok(i))))
+                    .join()
+                    .unwrap();
+                cq.push(ok(4));
+                cq.push(ok(5));
+            }
+        }));
+        cq.add_source(Arc::downgrade(&src));
+        assert_eq!(read_ctx(&cq, 10), Ok(vec![1, 2, 3, 4, 5]));
+        assert_eq!(read_ctx(&cq, 10), Err(EAGAIN));
         cq.remove_source(&Arc::downgrade(&src));
     }
 
