@@ -47,6 +47,7 @@ use msg::TxMsg;
 use rndv::RxRndv;
 use sched::mark_ready;
 use source::{PayloadMode, TxScratch};
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use vc::{SegIn, Tick, Vc};
@@ -115,6 +116,13 @@ pub struct Engine {
     /// VCs that timed out in `handle_timeout`: failed, or (true) unproven
     /// ones expired.
     failing: Vec<(SocketAddr, bool)>,
+    /// `poll_timeout`'s answer, kept until the engine next changes (None:
+    /// not known). A polling application asks for it on every pass, and
+    /// working it out walks every VC: with many peers that walk was most
+    /// of an empty poll. Every `&mut self` entry point but `poll_event`
+    /// and `wants_match_now` (which change no VC) forgets it (`changed`);
+    /// the unit tests check every cached answer against a fresh one.
+    deadline: Cell<Option<Option<u64>>>,
 }
 
 impl Engine {
@@ -148,6 +156,7 @@ impl Engine {
             ready: VecDeque::new(),
             first_contact: VecDeque::new(),
             failing: Vec::new(),
+            deadline: Cell::new(None),
         }
     }
 
@@ -301,6 +310,7 @@ impl Engine {
         now: u64,
         buf: Option<&mut [u8]>,
     ) -> Result<(MsgId, Option<usize>), EngineError> {
+        self.changed();
         if peer.ip().is_unspecified() || peer.port() == 0 {
             return Err(EngineError::InvalidAddress);
         }
@@ -341,6 +351,7 @@ impl Engine {
     }
 
     pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
+        self.changed();
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += bytes.len() as u64;
         let pkt = match Packet::parse(bytes) {
@@ -457,9 +468,27 @@ impl Engine {
         self.sh.events.pop_front()
     }
 
-    /// O(number of VCs).
+    /// The earliest deadline of any VC: O(number of VCs) once after each
+    /// change, then kept (`deadline`).
     pub fn poll_timeout(&self) -> Option<u64> {
+        if let Some(t) = self.deadline.get() {
+            #[cfg(test)]
+            assert_eq!(t, self.earliest_deadline(), "a change left poll_timeout's cache stale");
+            return t;
+        }
+        let t = self.earliest_deadline();
+        self.deadline.set(Some(t));
+        t
+    }
+
+    fn earliest_deadline(&self) -> Option<u64> {
         self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
+    }
+
+    /// Something may have moved a deadline: `poll_timeout` works it out
+    /// afresh.
+    fn changed(&mut self) {
+        *self.deadline.get_mut() = None;
     }
 
     /// Credits of messages the application has not taken yet, and the
@@ -475,6 +504,7 @@ impl Engine {
     /// (an eager message's length, a rendezvous one's `rts_charge`): its
     /// credits go back to the peer.
     pub fn release(&mut self, peer: SocketAddr, len: u64) {
+        self.changed();
         let Some(bank) = &mut self.sh.bank else { return };
         let Some(vc) = self.vcs.get_mut(&peer) else { return };
         bank.on_freed(&mut vc.lender, bank.cfg.cost(len.min(usize::MAX as u64) as usize));
@@ -485,6 +515,7 @@ impl Engine {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        self.changed();
         let mut failing = std::mem::take(&mut self.failing);
         if let Some(bank) = &mut self.sh.bank {
             tick_bank(bank, &mut self.vcs, &mut self.ready, now);
@@ -522,6 +553,7 @@ impl Engine {
     /// Before closing: acknowledge everything received at once, so no peer
     /// waits for a delayed ACK that would never leave.
     pub fn flush_acks(&mut self) {
+        self.changed();
         let Engine { vcs, ready, .. } = self;
         for vc in vcs.values_mut() {
             if vc.rcv.ack_pending {
@@ -543,10 +575,12 @@ impl Engine {
     /// `PeerFailed`: the caller asked for it).
     #[cfg(test)]
     pub fn forget_peer(&mut self, peer: SocketAddr) {
+        self.changed();
         self.fail_vc(peer, EngineError::PeerForgotten, false);
     }
 
     fn fail_vc(&mut self, peer: SocketAddr, err: EngineError, announce: bool) {
+        self.changed();
         let Some(mut vc) = self.vcs.remove(&peer) else {
             return;
         };

@@ -323,6 +323,7 @@ impl Engine {
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
+        self.changed();
         let sh = &mut self.sh;
         let Some(rx) = sh.rx.get_mut(&rid).filter(|rx| rx.accepted.is_none()) else {
             sh.events.push_back(Event::RecvFailed {
@@ -383,6 +384,7 @@ impl Engine {
     /// `RecvDone` with the bytes written so far; data still in flight for
     /// it is dropped on arrival.
     pub fn discard(&mut self, rid: RndvId, _now: u64) {
+        self.changed();
         let sh = &mut self.sh;
         let Some(rx) = sh.rx.remove(&rid) else { return };
         let Some(vc) = self.vcs.get_mut(&rx.peer) else {
@@ -428,6 +430,7 @@ impl Engine {
     /// scribbles on bytes nobody has received yet (at or above the
     /// receive's high mark), which the right data overwrites later.
     pub fn rdata_placement(&mut self) -> Option<(Placement, &mut [u8])> {
+        self.changed();
         let sh = &mut self.sh;
         while let Some(&rid) = sh.pull_order.front() {
             if sh.rx.get(&rid).is_some_and(|r| r.accepted.is_some()) {
@@ -464,6 +467,7 @@ impl Engine {
     /// The datagram received after `rdata_placement` was not the guessed
     /// segment (counted; the caller hands it to `handle_datagram`).
     pub fn placement_missed(&mut self) {
+        self.changed();
         self.sh.stats.placement_misses += 1;
     }
 
@@ -484,6 +488,7 @@ impl Engine {
         let Some(h) = p.matches(head, len) else {
             return false;
         };
+        self.changed();
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += (head.len() + len) as u64;
         self.sh.stats.rdata_placed += 1;
