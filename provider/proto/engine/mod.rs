@@ -575,7 +575,6 @@ impl Engine {
     /// `PeerFailed`: the caller asked for it).
     #[cfg(test)]
     pub fn forget_peer(&mut self, peer: SocketAddr) {
-        self.changed();
         self.fail_vc(peer, EngineError::PeerForgotten, false);
     }
 
