@@ -192,12 +192,7 @@ fn recvmsg_slot0(
     // the borrow keeps `fd` open.
     let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(None)
-        } else {
-            Err(e)
-        };
+        return nothing_queued_or_err().map(|()| None);
     }
     // SAFETY: the kernel wrote a sockaddr of msg_namelen bytes into names[0].
     let from = unsafe {
@@ -207,6 +202,20 @@ fn recvmsg_slot0(
         )
     };
     Ok(Some((r as usize, from, gro_size(&msg))))
+}
+
+/// A nonblocking receive failed (the call returned -1): Ok when it found
+/// nothing queued (EAGAIN), else the error. errno is read directly: an
+/// `io::Error`'s `kind()` and drop were about 30 instructions of every
+/// empty poll.
+fn nothing_queued_or_err() -> io::Result<()> {
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    let errno = unsafe { *libc::__errno_location() };
+    if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(errno))
+    }
 }
 
 /// recvfrom into `buf`: Ok(None) when nothing is queued.
@@ -236,15 +245,7 @@ fn recv_from(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Result<Option<(u
         )
     };
     if r < 0 {
-        // errno itself: an io::Error's kind() and drop were another 30
-        // instructions of every empty poll.
-        // SAFETY: __errno_location returns this thread's errno, always valid.
-        let errno = unsafe { *libc::__errno_location() };
-        return if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK {
-            Ok(None)
-        } else {
-            Err(io::Error::from_raw_os_error(errno))
-        };
+        return nothing_queued_or_err().map(|()| None);
     }
     // SAFETY: the kernel wrote a sockaddr of `len` bytes into `name`.
     let from =
@@ -582,12 +583,7 @@ impl UdpSockets {
             )
         };
         if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(0)
-            } else {
-                Err(e)
-            };
+            return nothing_queued_or_err().map(|()| 0);
         }
         batch.filled = r as usize;
         batch.one = None;
