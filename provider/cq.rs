@@ -345,8 +345,7 @@ impl Cq {
             }
             let n = h.n.get();
             if h.queued.get() || n >= h.room.get() {
-                self.handoff_to_queue(h);
-                h.own.set(h.own.get() + 1);
+                self.pass_queues_one(h);
                 return false;
             }
             h.got[n].set(e);
@@ -363,11 +362,17 @@ impl Cq {
         let id = self as *const Cq as usize;
         HANDOFF_TO.with(|h| {
             if h.cq.get() == id {
-                self.handoff_to_queue(h);
-                h.own.set(h.own.get() + 1);
+                self.pass_queues_one(h);
             }
         });
         self.enqueue(Slot::Err(Box::new(e)));
+    }
+
+    /// This CQ's pass is about to queue one entry of its own (the caller
+    /// queues it): the handoff goes first, and `own` counts it.
+    fn pass_queues_one(&self, h: &Handoff) {
+        self.handoff_to_queue(h);
+        h.own.set(h.own.get() + 1);
     }
 
     /// This CQ's pass must queue something: what the handoff holds came
