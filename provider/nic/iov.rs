@@ -9,11 +9,8 @@
 
 use crate::nic::shm::mapping::SharedBytes;
 use crate::proto::{RecvSink, SendSource};
-use smallvec::SmallVec;
 
-/// The buffers of one operation, as (address, length) ranges in order:
-/// inline up to two ranges, so the usual single-buffer send or receive
-/// allocates nothing.
+/// The buffers of one operation, as (address, length) ranges in order.
 ///
 /// The only constructors that take addresses are `unsafe`
 /// ([`Iov::from_raw`], [`Iov::from_raw_parts`]); their contract is what
@@ -21,12 +18,46 @@ use smallvec::SmallVec;
 /// sound. Not `Clone`: one Iov, one user of its memory; splitting it
 /// ([`Iov::take_front`]) hands out disjoint parts.
 #[derive(Default)]
-pub(crate) struct Iov(SmallVec<[(usize, usize); 2]>);
+pub(crate) struct Iov(Ranges);
+
+/// One range inline, the usual single-buffer send or receive, which
+/// allocates nothing; any other number boxed. Three words: an Iov rides
+/// in every posted receive and every send's arguments, and is moved
+/// several times on the way (a `SmallVec` of two inline ranges was six).
+enum Ranges {
+    One((usize, usize)),
+    /// Never exactly one range (`Ranges::of` keeps that inline); none is
+    /// an empty boxed slice, which allocates nothing either.
+    Many(Box<[(usize, usize)]>),
+}
+
+impl Default for Ranges {
+    fn default() -> Self {
+        Ranges::Many(Box::default())
+    }
+}
+
+impl Ranges {
+    fn of(v: Vec<(usize, usize)>) -> Ranges {
+        match v[..] {
+            [r] => Ranges::One(r),
+            _ => Ranges::Many(v.into_boxed_slice()),
+        }
+    }
+
+    #[inline(always)]
+    fn as_slice(&self) -> &[(usize, usize)] {
+        match self {
+            Ranges::One(r) => std::slice::from_ref(r),
+            Ranges::Many(v) => v,
+        }
+    }
+}
 
 impl Iov {
     /// No buffers (a zero-length operation, or a peek).
     pub(crate) fn empty() -> Iov {
-        Iov(SmallVec::new())
+        Iov::default()
     }
 
     /// An Iov of `ranges` (address, length), in order.
@@ -42,7 +73,7 @@ impl Iov {
     /// of the application for the buffers it passes to fi_send/fi_recv and
     /// kin (fi_msg(3), fi_tagged(3)).
     pub(crate) unsafe fn from_raw(ranges: impl IntoIterator<Item = (usize, usize)>) -> Iov {
-        Iov(ranges.into_iter().collect())
+        Iov(Ranges::of(ranges.into_iter().collect()))
     }
 
     /// One range of `len` bytes at `addr`.
@@ -50,41 +81,40 @@ impl Iov {
     /// # Safety
     /// As for [`Iov::from_raw`].
     pub(crate) unsafe fn from_raw_parts(addr: usize, len: usize) -> Iov {
-        Iov(smallvec::smallvec![(addr, len)])
+        Iov(Ranges::One((addr, len)))
     }
 
     /// The ranges `(address, length)`, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.0.iter().copied()
+        self.0.as_slice().iter().copied()
     }
 
     /// The one range of an Iov of one range.
     #[inline]
     pub(crate) fn single(&self) -> Option<(usize, usize)> {
-        match self.0[..] {
-            [r] => Some(r),
-            _ => None,
+        match self.0 {
+            Ranges::One(r) => Some(r),
+            Ranges::Many(_) => None,
         }
     }
 
     /// How many ranges (what `iov_limit` bounds).
     pub(crate) fn count(&self) -> usize {
-        self.0.len()
+        self.0.as_slice().len()
     }
 
     /// Bytes in all ranges.
     #[inline]
     pub(crate) fn total_len(&self) -> usize {
-        // One buffer, the usual case, without the iterator.
-        match self.0[..] {
-            [(_, len)] => len,
-            ref ranges => ranges.iter().map(|r| r.1).sum(),
+        match self.0 {
+            Ranges::One((_, len)) => len,
+            Ranges::Many(ref ranges) => ranges.iter().map(|r| r.1).sum(),
         }
     }
 
     /// The first range's address (what a completion reports as `buf`).
     pub(crate) fn addr(&self) -> Option<usize> {
-        self.0.first().map(|r| r.0)
+        self.0.as_slice().first().map(|r| r.0)
     }
 
     /// Copies `dst.len()` bytes from `offset` on out of the buffers (a
@@ -92,7 +122,7 @@ impl Iov {
     /// the send is in flight).
     #[inline]
     pub(crate) fn read_at(&self, offset: usize, mut dst: &mut [u8]) {
-        if let [(base, len)] = self.0[..] {
+        if let Ranges::One((base, len)) = self.0 {
             // One buffer, the common case: no loop.
             let n = len.saturating_sub(offset).min(dst.len());
             // SAFETY: as below, for the one range of the Iov.
@@ -134,7 +164,7 @@ impl Iov {
 
     /// The ranges as the wires' memory ranges.
     pub(crate) fn mem_ranges(&self) -> Vec<(u64, u64)> {
-        self.0.iter().map(|&(p, l)| (p as u64, l as u64)).collect()
+        self.iter().map(|(p, l)| (p as u64, l as u64)).collect()
     }
 
     /// Splits off the first `n` bytes (all of them, if there are fewer):
@@ -147,11 +177,17 @@ impl Iov {
     /// rest where the part ends, including when `n` is 0 (an FI_MULTI_RECV
     /// slice names its place in the buffer even when it is empty).
     pub(crate) fn take_front(&mut self, n: usize) -> Iov {
-        let mut part = SmallVec::new();
+        if let Ranges::One((base, len)) = self.0 {
+            let k = n.min(len);
+            self.0 = Ranges::One((base + k, len - k));
+            return Iov(Ranges::One((base, k)));
+        }
+        let mut part = Vec::new();
+        let mut rest = self.0.as_slice().to_vec();
         let mut left = n;
         let mut whole = 0;
-        let last = self.0.len().saturating_sub(1);
-        for (i, r) in self.0.iter_mut().enumerate() {
+        let last = rest.len().saturating_sub(1);
+        for (i, r) in rest.iter_mut().enumerate() {
             let (base, len) = *r;
             if len < left && i < last {
                 part.push((base, len));
@@ -164,8 +200,9 @@ impl Iov {
             *r = (base + k, len - k);
             break;
         }
-        self.0.drain(..whole);
-        Iov(part)
+        rest.drain(..whole);
+        self.0 = Ranges::of(rest);
+        Iov(Ranges::of(part))
     }
 }
 
@@ -174,44 +211,41 @@ impl Iov {
 /// Rendezvous sends keep it until the send completes, which is exactly as
 /// long as libfabric lets us rely on the buffers.
 pub(crate) struct IovSource {
-    iov: Iov,
-    len: usize,
     /// Bytes of our own the source reads before `iov` (a one-sided
     /// request's header, a reply's values), kept here so they live as
-    /// long as the send: `iov`'s first range names them.
-    _head: Option<Box<[u8]>>,
+    /// long as the send.
+    head: Option<Box<[u8]>>,
+    iov: Iov,
+    len: usize,
 }
 
 impl IovSource {
     pub(crate) fn new(iov: Iov) -> Self {
         let len = iov.total_len();
-        IovSource { iov, len, _head: None }
+        IovSource { head: None, iov, len }
     }
 
     /// `new` of buffers whose total length (`iov.total_len()`) the caller
     /// has counted already.
     pub(crate) fn sized(iov: Iov, len: usize) -> Self {
         debug_assert_eq!(len, iov.total_len());
-        IovSource { iov, len, _head: None }
+        IovSource { head: None, iov, len }
     }
 
     /// `head`, then `iov`: a message whose first bytes are ours (a
     /// one-sided operation's header) and the rest the application's.
     pub(crate) fn with_head(head: Box<[u8]>, iov: Iov) -> Self {
-        let mut ranges: SmallVec<[(usize, usize); 2]> = SmallVec::new();
-        ranges.push((head.as_ptr() as usize, head.len()));
-        ranges.extend(iov.iter());
         let len = head.len() + iov.total_len();
-        // `head` is a heap allocation owned by this source, never written
-        // after this point and freed only with the source, which lives as
-        // long as the send (the range stays readable and unwritten: the
-        // `Iov::from_raw` contract); the other ranges keep the contract
-        // `iov`'s maker vouched for.
         IovSource {
-            iov: Iov(ranges),
+            head: Some(head),
+            iov,
             len,
-            _head: Some(head),
         }
+    }
+
+    /// The head's bytes (none without one).
+    fn head(&self) -> &[u8] {
+        self.head.as_deref().unwrap_or_default()
     }
 }
 
@@ -244,13 +278,31 @@ impl SendSource for IovSource {
     fn len(&self) -> usize {
         self.len
     }
-    fn read_at(&self, offset: usize, dst: &mut [u8]) {
-        self.iov.read_at(offset, dst)
+    fn read_at(&self, offset: usize, mut dst: &mut [u8]) {
+        let head = self.head();
+        if offset >= head.len() {
+            return self.iov.read_at(offset - head.len(), dst);
+        }
+        let k = (head.len() - offset).min(dst.len());
+        dst[..k].copy_from_slice(&head[offset..offset + k]);
+        dst = &mut dst[k..];
+        if !dst.is_empty() {
+            self.iov.read_at(0, dst)
+        }
     }
     fn ranges(&self) -> Option<Vec<(u64, u64)>> {
-        Some(self.iov.mem_ranges())
+        // The head is a heap allocation of this source, never written
+        // after it was made and freed only with the source, which lives as
+        // long as the send: a peer may read it where it is as well.
+        let head = self.head.as_ref().map(|h| (h.as_ptr() as u64, h.len() as u64));
+        Some(head.into_iter().chain(self.iov.iter().map(|(p, l)| (p as u64, l as u64))).collect())
     }
     fn contiguous(&self, mut offset: usize, len: usize) -> Option<&[u8]> {
+        let head = self.head();
+        if offset < head.len() {
+            return head.get(offset..offset.checked_add(len)?);
+        }
+        offset -= head.len();
         for (base, l) in self.iov.iter() {
             if offset < l {
                 if l - offset < len {
