@@ -277,8 +277,8 @@ tunables! {
         "Shared-memory rendezvous pulls data with process_vm_readv (1) or always copies it through the mailbox (0).";
     shm_eager: usize = Size(8192, Range::Span(64, 65536)),
         "Payload bytes of one shared-memory mailbox slot (a slot takes this much memory in each peer's ring); a longer message spans up to FI_GNIX_SHM_SPAN slots.";
-    shm_span: usize = Int(4, Range::Span(1, 64)),
-        "Slots one shared-memory message may span: messages up to this many slots (less a 48-byte header) are copied through the mailbox, longer ones use rendezvous (a pull with process_vm_readv, which costs more than two copies up to about 32 KiB on the machines measured). Each ring gets this many slots less one of overflow room.";
+    shm_span: usize = Int(8, Range::Span(1, 64)),
+        "Slots one shared-memory message may span: messages up to this many slots (less a 48-byte header) are copied through the mailbox, longer ones use rendezvous (a pull with process_vm_readv). Two copies through the ring cost less than a pull up to about 64 KiB between processes under one last-level cache, but only up to about 16 KiB across caches: to a peer not known to share this process's cache (both bound within one) a message spans at most 4 slots. Each ring gets this many slots less one of overflow room.";
     shm_depth: usize = Int(64, Range::Span(2, 4096)),
         "Slots in each peer's shared-memory mailbox ring.";
     shm_peers: usize = Int(64, Range::Span(1, 480)),

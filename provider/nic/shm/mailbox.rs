@@ -13,7 +13,8 @@
 //! header  0 magic u64  8 version u32  12 nrings u32  16 depth u32
 //!         20 slot_size u32  24 owner_pid u32  28 state u32 (OPEN/CLOSED)
 //!         32 claims u64 (bumped by every claim)  40 loan u64 (credit
-//!         bytes per ring)  48 span u32  64 sleeping u32
+//!         bytes per ring)  48 span u32  52 cache u32 (the owner's
+//!         last-level cache, `cache.rs`; 0 not known)  64 sleeping u32
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
@@ -94,6 +95,7 @@ const LOAN_OFF: usize = 40;
 const RING_FREED: usize = 32;
 const RING_HEAD: usize = 40;
 const SPAN_OFF: usize = 48;
+const CACHE_OFF: usize = 52;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
 /// written into at once.
@@ -433,6 +435,8 @@ pub struct Outbox {
     owner: Liveness,
     /// Credit bytes the owner lends this ring (0: no limit).
     loan: u64,
+    /// The owner runs under our last-level cache (`cache.rs`).
+    near: bool,
 }
 
 impl Outbox {
@@ -539,6 +543,8 @@ impl Outbox {
             map.u64_at(roff + RING_GRANTS + 8 * g).store(0, Ordering::Relaxed);
         }
         let loan = map.u64_at(LOAN_OFF).load(Ordering::Relaxed);
+        let cache = super::cache::this_process();
+        let near = cache != 0 && map.u32_at(CACHE_OFF).load(Ordering::Relaxed) == cache;
         map.u32_at(roff).store(RING_ACTIVE, Ordering::Release);
         map.u64_at(32).fetch_add(1, Ordering::AcqRel);
         Ok(Some(Outbox {
@@ -551,6 +557,7 @@ impl Outbox {
             head: Cell::new(0),
             owner,
             loan,
+            near,
         }))
     }
 
@@ -653,6 +660,12 @@ impl Outbox {
     /// Credit bytes the owner lends this ring (0: no limit).
     pub fn loan(&self) -> u64 {
         self.loan
+    }
+
+    /// Whether the owner runs under our last-level cache, as far as both
+    /// know (`cache.rs`).
+    pub fn near(&self) -> bool {
+        self.near
     }
 
     /// Whether the consumer handed back the slot published at `pos`: it
@@ -850,6 +863,8 @@ impl Mailbox {
         h[24..28].copy_from_slice(&std::process::id().to_le_bytes());
         map.write(0, &h);
         map.u32_at(SPAN_OFF).store(geo.span as u32, Ordering::Relaxed);
+        map.u32_at(CACHE_OFF)
+            .store(super::cache::this_process(), Ordering::Relaxed);
         map.u64_at(LOAN_OFF).store(loan, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
@@ -862,6 +877,12 @@ impl Mailbox {
             rings: vec![None; geo.nrings],
             cold: Vec::new(),
         })
+    }
+
+    /// Names another last-level cache than ours (a peer under another).
+    #[cfg(test)]
+    pub fn set_cache(&self, cache: u32) {
+        self.map.u32_at(CACHE_OFF).store(cache, Ordering::Relaxed);
     }
 
     pub fn geometry(&self) -> Geometry {

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `mailbox.rs` | the shared memory's layout: mailbox files, rings, slots (one message may span several), credit and grant words, liveness of their owners |
 //! | `mapping.rs` | a shared mapping and `SharedBytes`: every access to memory another process may write |
+//! | `cache.rs` | which last-level cache this process runs under (a sender spans more slots to a peer under its own) |
 //! | `cma.rs` | cross-memory attach (`process_vm_readv/writev`) over lists of address ranges |
 //! | `frame.rs` | typed frames (EAGER, RTS, CTS, DATA, FIN, CTW, WDONE): the one encoder and decoder of a slot's fields, which checks everything a peer wrote |
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
@@ -50,6 +51,7 @@
 //! already polls. An endpoint that keeps polling never arms, and its peers
 //! never pay for a syscall.
 
+pub mod cache;
 pub mod cma;
 pub mod mailbox;
 pub mod mapping;

@@ -13,6 +13,7 @@
 // carries (see there); nothing else here may use unsafe.
 #![deny(unsafe_code)]
 
+use super::cache::FAR_SPAN;
 use super::cma::{self, Range};
 use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
 use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, SlotHead};
@@ -218,6 +219,9 @@ impl Port for MailboxPort {
         };
         let loan = out.loan();
         let geo = out.geometry();
+        // Across last-level caches two copies through the ring cost more
+        // than a pull from a few slots on (`cache.rs`).
+        let span = if out.near() { geo.span } else { geo.span.min(FAR_SPAN) };
         let ix = match self.outs.iter().position(Option::is_none) {
             Some(i) => {
                 self.outs[i] = Some(out);
@@ -232,7 +236,7 @@ impl Port for MailboxPort {
             ix,
             loan,
             slot_size: geo.slot_size,
-            span: geo.span,
+            span,
         })
     }
 
@@ -370,5 +374,30 @@ impl Port for MailboxPort {
 
     fn ring_bell(&mut self, to: SocketAddr) -> io::Result<()> {
         self.bell_socket(to.is_ipv6())?.send_to(DOORBELL, to).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic::shm::cache::{self, FAR_SPAN};
+    use crate::nic::shm::test_addr;
+
+    /// A sender spans the owner's whole span only when the owner names
+    /// the sender's own last-level cache; to any other, at most FAR_SPAN.
+    #[test]
+    fn a_sender_spans_more_slots_only_to_an_owner_under_its_cache() {
+        let geo = Geometry::new(2, 16, 512).with_span(8);
+        let mut a = MailboxPort::new(test_addr(41900), geo, 0).unwrap();
+        let b = MailboxPort::new(test_addr(41901), geo, 0).unwrap();
+        let c = MailboxPort::new(test_addr(41902), geo, 0).unwrap();
+        // B names this process's cache, as every mailbox here does; C
+        // names another one.
+        c.mb.set_cache(cache::this_process() + 1);
+        let to_b = a.connect(test_addr(41901)).expect("B's mailbox");
+        let to_c = a.connect(test_addr(41902)).expect("C's mailbox");
+        let near = if cache::this_process() != 0 { 8 } else { FAR_SPAN };
+        assert_eq!((to_b.span, to_c.span), (near, FAR_SPAN));
+        drop((b, c));
     }
 }
