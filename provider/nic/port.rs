@@ -237,8 +237,9 @@ impl Wires for Port {
 
     fn eager_max(&mut self, peer: SocketAddr) -> usize {
         let local = self.shm.as_mut().is_some_and(|w| w.reaches(peer));
-        match (local, self.shm.as_ref()) {
-            (true, Some(w)) => w.eager_max(),
+        match (local, self.shm.as_mut()) {
+            // A peer's ring may hold less than ours (not under our cache).
+            (true, Some(w)) => w.eager_max_to(peer),
             _ => self.udp.eager_max(),
         }
     }

@@ -174,6 +174,14 @@ impl<P: Port> Exec<P> {
         r.is_some()
     }
 
+    /// Longest message sent eagerly to `addr` (`reaches` it).
+    pub fn eager_max_to(&mut self, addr: SocketAddr) -> usize {
+        match self.route(addr) {
+            Some(ix) => self.m.eager_max_to(ix),
+            None => self.m.eager_max(),
+        }
+    }
+
     /// Connects to local peers ahead of their first message (the AV
     /// learned their addresses): the mapping, the ring claim and the
     /// ring's pages are then paid for before the application times

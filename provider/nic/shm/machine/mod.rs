@@ -461,6 +461,17 @@ impl Machine {
         self.msg_max.min(self.cfg.rndv_threshold)
     }
 
+    /// Longest message sent eagerly to peer `ix`, whose ring may hold
+    /// less than ours (`Connected::span`).
+    pub fn eager_max_to(&self, ix: PeerIx) -> usize {
+        let there = self
+            .peers
+            .get(ix)
+            .and_then(Option::as_ref)
+            .map_or(usize::MAX, |p| p.msg_max);
+        self.eager_max().min(there)
+    }
+
     /// Whether a message of `len` bytes goes eagerly: up to what `span`
     /// slots hold (and the rendezvous threshold); an inject always when
     /// they hold it, so its copy never has to stay with us.

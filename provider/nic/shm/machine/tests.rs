@@ -963,3 +963,35 @@ fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
         }]
     );
 }
+
+/// A one-sided request is sent in one message up to what the peer's ring
+/// holds, which may be less than ours (a peer not under our cache).
+#[test]
+fn eager_max_to_a_peer_is_what_its_ring_holds() {
+    let mut m = Machine::new(
+        Config {
+            payload_max: PAYLOAD,
+            span: 4,
+            nrings: 4,
+            loan: 0,
+            cma: true,
+            rndv_threshold: usize::MAX,
+        },
+        7,
+    );
+    let slot_size = PAYLOAD + crate::nic::shm::mailbox::SLOT_HDR;
+    for (ix, span) in [(0, 4), (1, 2)] {
+        let c = Connected {
+            ix,
+            loan: 0,
+            slot_size,
+            span,
+        };
+        m.connect_ring(c, test_addr(100 + ix as u16));
+    }
+    let ours = m.eager_max();
+    assert_eq!(ours, crate::nic::shm::mailbox::msg_max(4, slot_size));
+    assert_eq!(m.eager_max_to(0), ours);
+    assert_eq!(m.eager_max_to(1), crate::nic::shm::mailbox::msg_max(2, slot_size));
+    assert_eq!(m.eager_max_to(3), ours, "not connected: ours");
+}
