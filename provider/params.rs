@@ -143,7 +143,7 @@ macro_rules! int_field {
         }
     )*};
 }
-int_field!(usize, u64, u32);
+int_field!(usize, u64, u32, i64);
 impl Field for bool {
     fn from_val(v: &Val) -> Option<Self> {
         match v {
@@ -279,6 +279,8 @@ tunables! {
         "Payload bytes of one shared-memory mailbox slot (a slot takes this much memory in each peer's ring); a longer message spans up to FI_GNIX_SHM_SPAN slots.";
     shm_span: usize = Int(8, Range::Span(1, 64)),
         "Slots one shared-memory message may span: messages up to this many slots (less a 48-byte header) are copied through the mailbox, longer ones use rendezvous (a pull with process_vm_readv). Two copies through the ring cost less than a pull up to about 64 KiB between processes under one last-level cache, but only up to about 16 KiB across caches: to a peer not known to share this process's cache (both bound within one) a message spans at most 4 slots. Each ring gets this many slots less one of overflow room.";
+    shm_cache: i64 = Int(-1, Range::Span(-1, 1 << 20)),
+        "The last-level cache this process names to its local peers: -1 works it out (from the CPUs it may run on and sysfs: named when they are all under one cache, not otherwise); a number names that one (processes that name the same nonzero number take each other as sharing a cache, for containers without sysfs); 0 names none. A sender spans FI_GNIX_SHM_SPAN slots only to a peer naming its own cache, at most 4 to others.";
     shm_depth: usize = Int(64, Range::Span(2, 4096)),
         "Slots in each peer's shared-memory mailbox ring.";
     shm_peers: usize = Int(64, Range::Span(1, 480)),

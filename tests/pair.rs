@@ -80,6 +80,19 @@ fn ordering_mixed_sizes_up_to_4mib() {
     pair("ordering", None);
 }
 
+/// Local peers under different last-level caches (FI_GNIX_SHM_CACHE=0:
+/// neither names one) copy at most 4 slots a message and pull longer ones;
+/// peers naming the same cache copy up to 8 (a 64 KiB message whole):
+/// either way every size arrives whole and in order, matched or not.
+#[test]
+fn ordering_and_unexpected_across_and_within_a_cache() {
+    for cache in ["0", "7"] {
+        for scenario in ["ordering", "unexpected"] {
+            Scenario::new(scenario, 2).env("FI_GNIX_SHM_CACHE", cache).run();
+        }
+    }
+}
+
 #[test]
 fn ten_thousand_posted_tagged_receives() {
     Scenario::new("many_recvs", 2).timeout(90).run();

@@ -16,6 +16,7 @@
 //! bind their ranks; or on a host with a single last-level cache): the
 //! cache is then named by the lowest CPU that shares it, plus one. 0: not
 //! known (the process may run under several, or sysfs does not say).
+//! `FI_GNIX_SHM_CACHE` names one instead (or none, with 0).
 
 use std::path::Path;
 
@@ -29,6 +30,10 @@ use std::sync::OnceLock;
 pub fn this_process() -> u32 {
     static CACHE: OnceLock<u32> = OnceLock::new();
     *CACHE.get_or_init(|| {
+        // FI_GNIX_SHM_CACHE: a name given, or -1 to work it out.
+        if let Ok(named) = u32::try_from(crate::params::params().shm_cache) {
+            return named;
+        }
         let Ok(set) = rustix::thread::sched_getaffinity(None) else {
             return 0;
         };
