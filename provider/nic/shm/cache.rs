@@ -19,11 +19,11 @@
 //! `FI_GNIX_SHM_CACHE` names one instead (or none, with 0).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// Slots a message may span to a peer not known to be under our cache
 /// (at most `FI_GNIX_SHM_SPAN`): 32976 bytes of 8 KiB slots.
 pub const FAR_SPAN: usize = 4;
-use std::sync::OnceLock;
 
 /// This process's last-level cache, as `cache_of` names it, worked out
 /// once.
@@ -44,26 +44,28 @@ pub fn this_process() -> u32 {
 
 /// The last-level cache every one of `cpus` is under (sysfs at `root`):
 /// its lowest CPU plus one, or 0 if they are not all under one or sysfs
-/// does not say.
+/// does not say. One CPU's cache is read; the others are looked up in its
+/// list of CPUs (a host of hundreds reads two files, not hundreds).
 pub fn cache_of(root: &Path, cpus: impl Iterator<Item = usize>) -> u32 {
-    let mut seen = None;
-    for cpu in cpus {
-        let Some(first) = llc_first_cpu(root, cpu) else {
-            return 0;
-        };
-        if seen.is_some_and(|s| s != first) {
-            return 0;
-        }
-        seen = Some(first);
+    let mut cpus = cpus.peekable();
+    let Some(&first) = cpus.peek() else {
+        return 0;
+    };
+    let Some(shared) = llc_cpus(root, first) else {
+        return 0;
+    };
+    let under = |c: usize| shared.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
+    match shared.iter().map(|&(lo, _)| lo).min() {
+        Some(lowest) if cpus.all(under) => u32::try_from(lowest).map_or(0, |l| l.saturating_add(1)),
+        _ => 0,
     }
-    seen.map_or(0, |s| s.saturating_add(1))
 }
 
-/// The lowest CPU sharing `cpu`'s highest-level cache
-/// (`cpuN/cache/indexK/{level,shared_cpu_list}`).
-fn llc_first_cpu(root: &Path, cpu: usize) -> Option<u32> {
+/// The CPUs sharing `cpu`'s highest-level cache, as ranges
+/// (`cpuN/cache/indexK/{level,shared_cpu_list}`; a list reads "0-7,64-71").
+fn llc_cpus(root: &Path, cpu: usize) -> Option<Vec<(usize, usize)>> {
     let dir = root.join(format!("cpu{cpu}/cache"));
-    let mut best: Option<(u32, u32)> = None;
+    let mut best: Option<(u32, Vec<(usize, usize)>)> = None;
     for e in std::fs::read_dir(dir).ok()?.flatten() {
         if !e.file_name().to_string_lossy().starts_with("index") {
             continue;
@@ -72,18 +74,26 @@ fn llc_first_cpu(root: &Path, cpu: usize) -> Option<u32> {
         let Some(level) = read("level").and_then(|l| l.trim().parse::<u32>().ok()) else {
             continue;
         };
-        // "0-7,64-71": the list starts with its lowest CPU.
-        let Some(first) = read("shared_cpu_list").and_then(|l| {
-            let head = l.trim().split([',', '-']).next()?.to_string();
-            head.parse::<u32>().ok()
-        }) else {
+        if best.as_ref().is_some_and(|(l, _)| level <= *l) {
+            continue;
+        }
+        let Some(list) = read("shared_cpu_list").and_then(|l| parse_cpu_list(l.trim())) else {
             continue;
         };
-        if best.is_none_or(|(l, _)| level > l) {
-            best = Some((level, first));
-        }
+        best = Some((level, list));
     }
-    best.map(|(_, first)| first)
+    best.map(|(_, list)| list)
+}
+
+/// "0-7,64-71" as ranges; None if any part is not a number or a range.
+fn parse_cpu_list(s: &str) -> Option<Vec<(usize, usize)>> {
+    s.split(',')
+        .map(|part| match part.split_once('-') {
+            Some((lo, hi)) => Some((lo.parse().ok()?, hi.parse().ok()?)),
+            None => part.parse().ok().map(|c| (c, c)),
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]
@@ -122,6 +132,9 @@ mod tests {
         assert_eq!(cache_of(&dir, [3, 4].into_iter()), 0, "across two L3s: not known");
         assert_eq!(cache_of(&dir, [9].into_iter()), 0, "a CPU sysfs does not know");
         assert_eq!(cache_of(&dir, std::iter::empty()), 0);
+        assert_eq!(parse_cpu_list("0-7,64-71"), Some(vec![(0, 7), (64, 71)]));
+        assert_eq!(parse_cpu_list("3"), Some(vec![(3, 3)]));
+        assert_eq!(parse_cpu_list("0-x"), None);
         fs::remove_dir_all(&dir).unwrap();
     }
 }
