@@ -236,11 +236,10 @@ impl Wires for Port {
     }
 
     fn eager_max(&mut self, peer: SocketAddr) -> usize {
-        let local = self.shm.as_mut().is_some_and(|w| w.reaches(peer));
-        match (local, self.shm.as_mut()) {
-            // A peer's ring may hold less than ours (not under our cache).
-            (true, Some(w)) => w.eager_max_to(peer),
-            _ => self.udp.eager_max(),
+        // A local peer's ring may hold less than ours (not under our cache).
+        match self.shm.as_mut().and_then(|w| w.eager_max_to(peer)) {
+            Some(n) => n,
+            None => self.udp.eager_max(),
         }
     }
 

@@ -174,12 +174,14 @@ impl<P: Port> Exec<P> {
         r.is_some()
     }
 
-    /// Longest message sent eagerly to `addr` (`reaches` it).
-    pub fn eager_max_to(&mut self, addr: SocketAddr) -> usize {
-        match self.route(addr) {
-            Some(ix) => self.m.eager_max_to(ix),
-            None => self.m.eager_max(),
+    /// Longest message sent eagerly to `addr`, if this wire reaches it
+    /// (`reaches`, whose route the send that follows takes).
+    pub fn eager_max_to(&mut self, addr: SocketAddr) -> Option<usize> {
+        if !self.reaches(addr) {
+            return None;
         }
+        let (_, ix) = self.routed?;
+        Some(self.m.eager_max_to(ix))
     }
 
     /// Connects to local peers ahead of their first message (the AV
