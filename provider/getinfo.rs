@@ -86,12 +86,12 @@ pub const MSG_ORDER: u64 = FI_ORDER_SAS | RMA_ORDER;
 /// arrival and ordering it costs no wait (larger ones would be ordered
 /// too, but would hold the ones behind them until their data is in).
 pub fn max_order_size() -> usize {
-    use crate::nic::shm::cache::FAR_SPAN;
     let p = params();
     let eager = if p.shm {
         // What goes eagerly to every local peer, under our cache or not.
         let geo = p.shm_geometry();
-        p.rndv_threshold.min(geo.with_span(geo.span.min(FAR_SPAN)).msg_max())
+        let far = crate::nic::shm::cache::span_to(geo.span, false);
+        p.rndv_threshold.min(geo.with_span(far).msg_max())
     } else {
         p.rndv_threshold
     };

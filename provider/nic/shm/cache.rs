@@ -25,6 +25,16 @@ use std::sync::OnceLock;
 /// (at most `FI_GNIX_SHM_SPAN`): 32976 bytes of 8 KiB slots.
 pub const FAR_SPAN: usize = 4;
 
+/// Slots a message may span into a ring of `span` whose owner is `near`
+/// (under our cache) or not.
+pub fn span_to(span: usize, near: bool) -> usize {
+    if near {
+        span
+    } else {
+        span.min(FAR_SPAN)
+    }
+}
+
 /// This process's last-level cache, as `cache_of` names it, worked out
 /// once.
 pub fn this_process() -> u32 {
@@ -45,7 +55,7 @@ pub fn this_process() -> u32 {
 /// The last-level cache every one of `cpus` is under (sysfs at `root`):
 /// its lowest CPU plus one, or 0 if they are not all under one or sysfs
 /// does not say. One CPU's cache is read; the others are looked up in its
-/// list of CPUs (a host of hundreds reads two files, not hundreds).
+/// list of CPUs (a host of hundreds reads one CPU's few files, not all of theirs).
 pub fn cache_of(root: &Path, cpus: impl Iterator<Item = usize>) -> u32 {
     let mut cpus = cpus.peekable();
     let Some(&first) = cpus.peek() else {

@@ -13,7 +13,7 @@
 // carries (see there); nothing else here may use unsafe.
 #![deny(unsafe_code)]
 
-use super::cache::FAR_SPAN;
+use super::cache;
 use super::cma::{self, Range};
 use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
 use super::mailbox::{self, Geometry, InSlot, Liveness, Mailbox, Outbox, SlotHead};
@@ -221,7 +221,7 @@ impl Port for MailboxPort {
         let geo = out.geometry();
         // Across last-level caches two copies through the ring cost more
         // than a pull from a few slots on (`cache.rs`).
-        let span = if out.near() { geo.span } else { geo.span.min(FAR_SPAN) };
+        let span = cache::span_to(geo.span, out.near());
         let ix = match self.outs.iter().position(Option::is_none) {
             Some(i) => {
                 self.outs[i] = Some(out);
@@ -380,7 +380,7 @@ impl Port for MailboxPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::shm::cache::{self, FAR_SPAN};
+    use crate::nic::shm::cache::FAR_SPAN;
     use crate::nic::shm::test_addr;
 
     /// A sender spans the owner's whole span only when the owner names
