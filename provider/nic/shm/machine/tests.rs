@@ -12,10 +12,15 @@ use crate::nic::shm::test_addr;
 const PAYLOAD: usize = 256;
 
 fn machine(loan: u64, cma: bool) -> Machine {
+    spanning_machine(loan, cma, 1)
+}
+
+/// `machine` whose messages may span `span` slots.
+fn spanning_machine(loan: u64, cma: bool, span: usize) -> Machine {
     Machine::new(
         Config {
             payload_max: PAYLOAD,
-            span: 1,
+            span,
             nrings: 4,
             loan,
             cma,
@@ -968,17 +973,7 @@ fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
 /// holds, which may be less than ours (a peer not under our cache).
 #[test]
 fn eager_max_to_a_peer_is_what_its_ring_holds() {
-    let mut m = Machine::new(
-        Config {
-            payload_max: PAYLOAD,
-            span: 4,
-            nrings: 4,
-            loan: 0,
-            cma: true,
-            rndv_threshold: usize::MAX,
-        },
-        7,
-    );
+    let mut m = spanning_machine(0, true, 4);
     let slot_size = PAYLOAD + crate::nic::shm::mailbox::SLOT_HDR;
     for (ix, span) in [(0, 4), (1, 2)] {
         let c = Connected {
