@@ -294,12 +294,11 @@ impl SendSource for IovSource {
         // The head is a heap allocation of this source, never written
         // after it was made and freed only with the source, which lives as
         // long as the send: a peer may read it where it is as well.
-        let head = self.head.as_ref().map(|h| (h.as_ptr() as u64, h.len() as u64));
-        Some(
-            head.into_iter()
-                .chain(self.iov.iter().map(|(p, l)| (p as u64, l as u64)))
-                .collect(),
-        )
+        let mut ranges = self.iov.mem_ranges();
+        if let Some(h) = &self.head {
+            ranges.insert(0, (h.as_ptr() as u64, h.len() as u64));
+        }
+        Some(ranges)
     }
     fn contiguous(&self, mut offset: usize, len: usize) -> Option<&[u8]> {
         let head = self.head();
