@@ -174,14 +174,15 @@ impl<P: Port> Exec<P> {
         r.is_some()
     }
 
-    /// Longest message sent eagerly to `addr`, if this wire reaches it
-    /// (`reaches`, whose route the send that follows takes).
+    /// Longest one-sided request sent in one message to `addr`
+    /// (`Machine::request_max_to`), if this wire reaches it (`reaches`,
+    /// whose route the send that follows takes).
     pub fn eager_max_to(&mut self, addr: SocketAddr) -> Option<usize> {
         if !self.reaches(addr) {
             return None;
         }
         let (_, ix) = self.routed?;
-        Some(self.m.eager_max_to(ix))
+        Some(self.m.request_max_to(ix))
     }
 
     /// Connects to local peers ahead of their first message (the AV

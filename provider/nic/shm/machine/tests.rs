@@ -970,12 +970,13 @@ fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
 }
 
 /// A one-sided request is sent in one message up to what the peer's ring
-/// holds, which may be less than ours (a peer not under our cache).
+/// holds, which may be less than ours (a peer not under our cache), and
+/// never past a far peer's span, even when both rings hold more.
 #[test]
-fn eager_max_to_a_peer_is_what_its_ring_holds() {
-    let mut m = spanning_machine(0, true, 4);
+fn a_request_goes_in_one_message_up_to_what_the_peers_ring_holds() {
     let slot_size = PAYLOAD + crate::nic::shm::mailbox::SLOT_HDR;
-    for (ix, span) in [(0, 4), (1, 2)] {
+    let msg_max = |span| crate::nic::shm::mailbox::msg_max(span, slot_size);
+    let connect = |m: &mut Machine, ix: PeerIx, span: usize| {
         let c = Connected {
             ix,
             loan: 0,
@@ -983,10 +984,18 @@ fn eager_max_to_a_peer_is_what_its_ring_holds() {
             span,
         };
         m.connect_ring(c, test_addr(100 + ix as u16));
-    }
-    let ours = m.eager_max();
-    assert_eq!(ours, crate::nic::shm::mailbox::msg_max(4, slot_size));
-    assert_eq!(m.eager_max_to(0), ours);
-    assert_eq!(m.eager_max_to(1), crate::nic::shm::mailbox::msg_max(2, slot_size));
-    assert_eq!(m.eager_max_to(3), ours, "not connected: ours");
+    };
+    let mut m = spanning_machine(0, true, 4);
+    connect(&mut m, 0, 4);
+    connect(&mut m, 1, 2);
+    assert_eq!(m.eager_max(), msg_max(4));
+    assert_eq!(m.request_max_to(0), msg_max(4));
+    assert_eq!(m.request_max_to(1), msg_max(2));
+    assert_eq!(m.request_max_to(3), msg_max(4), "not connected: ours");
+    // Eight slots both ways: a message may span them, a request four.
+    let far = crate::nic::shm::cache::FAR_SPAN;
+    let mut m = spanning_machine(0, true, 8);
+    connect(&mut m, 0, 8);
+    assert_eq!(m.eager_max(), msg_max(8));
+    assert_eq!(m.request_max_to(0), msg_max(far));
 }
