@@ -11,6 +11,11 @@
 //! publishes its cache in its mailbox header (`Mailbox::init`) and a
 //! sender spans more slots only when the cache is its own (`port.rs`).
 //!
+//! The cache map only bounds the span: within it, what copies and pulls
+//! are measured to cost chooses (`choice.rs`; on a third VM, whose two
+//! cores report one L3, two copies of 64 KiB took 8.5 µs against a 3.7 µs
+//! pull).
+//!
 //! A process knows its cache only when every CPU it may run on is under
 //! the same one (bound to a core, or to a core complex, as MPI launchers
 //! bind their ranks; or on a host with a single last-level cache): the

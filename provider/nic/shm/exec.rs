@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::choice::{CopyOrPull, Way};
 use super::frame::{self, Frame};
 use super::machine;
 use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
@@ -23,7 +24,7 @@ use crate::hash::KeyedState;
 use crate::nic::fabreq::NOBODY;
 use crate::nic::iov::IovSource;
 use crate::nic::wire::{
-    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireKind,
+    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
 };
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ use std::net::{IpAddr, SocketAddr};
 const BATCH: usize = 32;
 /// How soon progress must come back for a doorbell the socket refused.
 const BELL_RETRY_NS: u64 = 50_000;
+/// Rendezvous receives timed at once (`Exec::pulls`); more go untimed.
+const TIMED_PULLS: usize = 8;
 
 /// A message `poll_one` found.
 pub(crate) enum Msg<S> {
@@ -96,6 +99,11 @@ pub(crate) struct Exec<P: Port> {
     /// next one is the second of a burst (a window of MPI_Isend), not an
     /// answer the application waited for (a ping-pong).
     sent_since_pass: bool,
+    /// What copies and pulls cost here, and the longest message we want
+    /// copied through our rings (`choice.rs`).
+    choice: CopyOrPull,
+    /// Rendezvous receives being timed: (op, length, when accepted).
+    pulls: Vec<(OpId, usize, u64)>,
 }
 
 impl Exec<MailboxPort> {
@@ -124,6 +132,7 @@ impl Exec<MailboxPort> {
 
 impl<P: Port> Exec<P> {
     pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, port: P, m: Machine, seed: u64) -> Exec<P> {
+        let choice = CopyOrPull::new(m.payload_max());
         Exec {
             me,
             local_ips,
@@ -138,6 +147,8 @@ impl<P: Port> Exec<P> {
             last_route: None,
             ahead: 0,
             sent_since_pass: false,
+            choice,
+            pulls: Vec::new(),
         }
     }
 
@@ -299,9 +310,14 @@ impl<P: Port> Exec<P> {
     /// the slot was taken after all, and nothing was written.
     #[inline]
     fn publish<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
+        let len = head.len;
+        let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
         let Some(sleeping) = self.port.post(ix, head, |dst| src.read_at(0, dst)) else {
             return false;
         };
+        if t0 != 0 {
+            self.learn(Way::CopyIn, len, t0);
+        }
         if sleeping {
             self.bell(ix);
         }
@@ -353,7 +369,9 @@ impl<P: Port> Exec<P> {
         src: &S,
     ) -> bool {
         let len = src.len();
-        if flags.delivery || !self.m.eager_fits(len, flags.inject) {
+        // One that spans slots has its way chosen (`goes_eager`), once:
+        // `submit` does it.
+        if flags.delivery || !self.m.eager_fits(len, flags.inject) || !flags.inject && self.choice.chosen(len) {
             return false;
         }
         let Some(ix) = self.route(peer) else { return false };
@@ -416,6 +434,37 @@ impl<P: Port> Exec<P> {
                 self.bell(ix);
             }
         }
+    }
+
+    /// A `way` of `len` bytes that began at `t0` is over: what it cost
+    /// goes into the choice, which our producers learn when it changes.
+    #[cold]
+    fn learn(&mut self, way: Way, len: usize, t0: u64) {
+        let ns = self.port.now().saturating_sub(t0);
+        if self.choice.record(way, len, ns) {
+            let max = self.choice.copy_max();
+            crate::debug!(
+                FI_LOG_EP_DATA,
+                "shm: copying messages of up to {} bytes through our rings ({:?})",
+                max,
+                self.choice
+            );
+            self.port.set_copy_max(max);
+        }
+    }
+
+    /// Whether a send of `len` bytes to peer `ix` goes eagerly: the
+    /// machine's limits (`eager_fits`), and for one that spans slots the
+    /// peer's wish (`Machine::copies_to`); an inject always when it fits.
+    fn goes_eager(&mut self, ix: PeerIx, len: usize, inject: bool) -> bool {
+        if !self.m.eager_fits(len, inject) {
+            return false;
+        }
+        if inject || !self.choice.chosen(len) {
+            return true;
+        }
+        let copy_max = self.port.copy_max(ix);
+        self.m.copies_to(ix, len, copy_max)
     }
 
     /// A message's credit goes back to its producer.
@@ -639,9 +688,28 @@ impl<P: Port> Exec<P> {
         let mut any = false;
         while let Some(e) = self.m.poll_event() {
             any = true;
+            if !self.pulls.is_empty() {
+                self.pull_ended(&e);
+            }
             up.event(e);
         }
         any
+    }
+
+    /// A timed rendezvous receive ended (`receive`): a pull's cost, if it
+    /// succeeded.
+    #[cold]
+    fn pull_ended(&mut self, e: &WireEvent) {
+        let (WireEvent::RecvDone { op, .. } | WireEvent::RecvFailed { op, .. }) = e else {
+            return;
+        };
+        let Some(k) = self.pulls.iter().position(|p| p.0 == *op) else {
+            return;
+        };
+        let (_, len, t0) = self.pulls.swap_remove(k);
+        if matches!(e, WireEvent::RecvDone { .. }) && t0 != 0 {
+            self.learn(Way::Pull, len, t0);
+        }
     }
 
     /// What the endpoint made of an arrived rendezvous message. Its
@@ -684,7 +752,7 @@ impl<P: Port> Exec<P> {
             return Err(-FI_EHOSTUNREACH);
         };
         let mut r = None;
-        if self.m.eager_fits(src.len(), flags.inject) {
+        if self.goes_eager(ix, src.len(), flags.inject) {
             r = match self.eager(ix, op, &hdr, &src, flags.inject, flags.delivery) {
                 EagerOutcome::Done => Some(Ok(Sent::Done)),
                 EagerOutcome::Pending => Some(Ok(Sent::Pending)),
@@ -718,6 +786,8 @@ impl<P: Port> Exec<P> {
                     hdr,
                     credit,
                 } => {
+                    let len = hdr.len as usize;
+                    let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
                     let payload = self.port.payload(&slot).expect("checked by Frame::parse");
                     let peer = self.m.ring_peer(ring).expect("checked by on_eager");
                     let take = up.arrived(Arrival {
@@ -726,6 +796,9 @@ impl<P: Port> Exec<P> {
                         body: Body::Shared(payload),
                         credit: Credit::Shm(credit),
                     });
+                    if t0 != 0 {
+                        self.learn(Way::CopyOut, len, t0);
+                    }
                     // Taken in (matched, or copied for later): the slot goes
                     // back, which completes a delivery-complete send. A
                     // copy kept for later holds its credit until the
@@ -750,6 +823,14 @@ impl<P: Port> Exec<P> {
                         }),
                         credit: Credit::Shm(credit),
                     });
+                    // A receive that takes it at once is timed to its end
+                    // (`deliver`): what a pull costs.
+                    let len = hdr.len as usize;
+                    if let Take::Accept { op, .. } = &take {
+                        if self.choice.chosen(len) && self.pulls.len() < TIMED_PULLS {
+                            self.pulls.push((*op, len, self.port.now()));
+                        }
+                    }
                     self.take(held, credit, take);
                     self.run();
                 }

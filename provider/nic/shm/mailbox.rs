@@ -96,6 +96,7 @@ const RING_FREED: usize = 32;
 const RING_HEAD: usize = 40;
 const SPAN_OFF: usize = 48;
 const CACHE_OFF: usize = 52;
+const COPY_MAX_OFF: usize = 56;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
 /// written into at once.
@@ -668,6 +669,19 @@ impl Outbox {
         self.near
     }
 
+    /// The longest message the owner wants copied through its rings
+    /// (`choice.rs`; 0 until it says: every message longer than a slot is
+    /// pulled). Read for every spanning send: the word shares the
+    /// header's first line, which its owner writes only when its choice
+    /// changes. Not trusted: a bogus value only makes our messages to it
+    /// slower.
+    pub fn copy_max(&self) -> usize {
+        match self.map.u32_at(COPY_MAX_OFF).load(Ordering::Relaxed) {
+            u32::MAX => usize::MAX,
+            n => n as usize,
+        }
+    }
+
     /// Whether the consumer handed back the slot published at `pos`: it
     /// has taken the message in (matched or kept it), so a send that
     /// asked for delivery completion is complete.
@@ -887,6 +901,13 @@ impl Mailbox {
 
     pub fn geometry(&self) -> Geometry {
         self.geo
+    }
+
+    /// Says which messages we want copied through our rings (`choice.rs`):
+    /// up to `bytes` (`usize::MAX`: all a ring holds).
+    pub fn set_copy_max(&self, bytes: usize) {
+        let word = u32::try_from(bytes).unwrap_or(u32::MAX).max(1);
+        self.map.u32_at(COPY_MAX_OFF).store(word, Ordering::Relaxed);
     }
 
     /// Whether a ring was claimed since the last `scan_claims`.
@@ -1321,6 +1342,18 @@ mod tests {
         }
         assert!(mb.peek(0).is_none(), "a payload byte read as a message");
         assert!(ob.consumed(4) && !ob.consumed(5));
+    }
+
+    #[test]
+    fn the_owners_copy_limit_reaches_its_producers() {
+        let (mb, ob) = claimed_pair(4_260_000_000, 21, 22, Geometry::new(2, 8, 256));
+        assert_eq!(ob.copy_max(), 0, "not said: pull what spans slots");
+        mb.set_copy_max(512);
+        assert_eq!(ob.copy_max(), 512);
+        mb.set_copy_max(usize::MAX);
+        assert_eq!(ob.copy_max(), usize::MAX);
+        mb.set_copy_max(0);
+        assert_eq!(ob.copy_max(), 1, "said, never read as not said");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | `mailbox.rs` | the shared memory's layout: mailbox files, rings, slots (one message may span several), credit and grant words, liveness of their owners |
 //! | `mapping.rs` | a shared mapping and `SharedBytes`: every access to memory another process may write |
 //! | `cache.rs` | which last-level cache this process runs under (a sender spans more slots to a peer under its own) |
+//! | `choice.rs` | copy or pull: what spanning copies and rendezvous pulls cost on this host, by size, and the longest message an endpoint wants copied |
 //! | `cma.rs` | cross-memory attach (`process_vm_readv/writev`) over lists of address ranges |
 //! | `frame.rs` | typed frames (EAGER, RTS, CTS, DATA, FIN, CTW, WDONE): the one encoder and decoder of a slot's fields, which checks everything a peer wrote |
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
@@ -56,6 +57,7 @@ pub mod cma;
 pub mod mailbox;
 pub mod mapping;
 
+mod choice;
 mod exec;
 mod frame;
 // The frame decoder's fuzz target (for `cargo test` and, re-exported as

@@ -59,6 +59,9 @@ pub(crate) trait Port {
     fn post_ahead(&self, _ix: PeerIx) {}
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
+    /// The longest message the owner wants copied through its rings
+    /// (`choice.rs`; `usize::MAX`: any a ring holds).
+    fn copy_max(&self, ix: PeerIx) -> usize;
     /// Takes grant `grant` for `rid` (refused: `Revoked`), writes `local`
     /// of ours into `remote` of the owner's process, releases the grant.
     fn write_granted(&mut self, ix: PeerIx, grant: usize, rid: u64, local: &[Range], remote: &[Range]) -> Copied;
@@ -78,6 +81,9 @@ pub(crate) trait Port {
     fn payload(&self, slot: &Self::Slot) -> Option<SharedBytes<'_>>;
     /// Hands a slot back to its producer.
     fn release(&mut self, slot: Self::Slot);
+    /// Tells our producers the longest message we want copied through
+    /// our rings (`choice.rs`).
+    fn set_copy_max(&mut self, bytes: usize);
     /// Ring `ring`'s producer has `freed` credit bytes back (cumulative).
     fn give_credit(&mut self, ring: RingIx, freed: u64);
     /// Arms a free grant word of ring `ring` for `rid`.
@@ -103,6 +109,10 @@ pub(crate) trait Port {
     fn cma_read(&mut self, pid: u32, local: &[Range], remote: &[Range]) -> Copied;
     /// Wakes the sleeping endpoint at `to`.
     fn ring_bell(&mut self, to: SocketAddr) -> io::Result<()>;
+    /// The time, to learn what copies and pulls cost (`choice.rs`).
+    fn now(&self) -> u64 {
+        crate::progress::now_ns()
+    }
 }
 
 /// What a failed `process_vm_readv/writev` means for the protocol.
@@ -280,6 +290,10 @@ impl Port for MailboxPort {
         self.out(ix).is_some_and(|o| o.consumed(pos))
     }
 
+    fn copy_max(&self, ix: PeerIx) -> usize {
+        self.out(ix).map_or(0, Outbox::copy_max)
+    }
+
     fn write_granted(&mut self, ix: PeerIx, grant: usize, rid: u64, local: &[Range], remote: &[Range]) -> Copied {
         let Some(o) = self.out(ix) else {
             return Err(CmaErr::Gone);
@@ -319,6 +333,10 @@ impl Port for MailboxPort {
 
     fn release(&mut self, slot: InSlot) {
         self.mb.release(slot);
+    }
+
+    fn set_copy_max(&mut self, bytes: usize) {
+        self.mb.set_copy_max(bytes);
     }
 
     fn give_credit(&mut self, ring: RingIx, freed: u64) {

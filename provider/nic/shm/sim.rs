@@ -157,6 +157,10 @@ struct Mailbox {
     payload_max: usize,
     /// Slots one message may span.
     span: usize,
+    /// The longest message the owner wants copied (`Port::set_copy_max`);
+    /// every one it holds until a test says otherwise (virtual time
+    /// teaches the executor nothing: `SimPort::now`).
+    copy_max: usize,
     sleeping: bool,
     rings: Vec<Ring>,
 }
@@ -244,6 +248,7 @@ impl World {
             depth: depth as u64,
             payload_max,
             span,
+            copy_max: usize::MAX,
             sleeping: false,
             rings: (0..nrings).map(|_| ring()).collect(),
         });
@@ -483,6 +488,10 @@ impl Port for SimPort {
         self.with_out(ix, |_, r| r.head > pos).unwrap_or(false)
     }
 
+    fn copy_max(&self, ix: PeerIx) -> usize {
+        self.with_out(ix, |b, _| b.copy_max).unwrap_or(usize::MAX)
+    }
+
     fn write_granted(&mut self, ix: PeerIx, grant: usize, rid: u64, local: &[Range], remote: &[Range]) -> Copied {
         let Some((owner, r)) = self.outs.get(ix).copied().flatten() else {
             return Err(CmaErr::Gone);
@@ -533,6 +542,10 @@ impl Port for SimPort {
         // real mailbox checks it: against the longest message.
         let max = self.world.0.borrow().boxes[self.mb].msg_max();
         (*len <= max).then(|| SharedBytes::of_slice(&bytes[..*len]))
+    }
+
+    fn set_copy_max(&mut self, bytes: usize) {
+        self.world.0.borrow_mut().boxes[self.mb].copy_max = bytes;
     }
 
     fn release(&mut self, (ring, pos): (RingIx, u64)) {
@@ -605,5 +618,12 @@ impl Port for SimPort {
     fn ring_bell(&mut self, to: SocketAddr) -> std::io::Result<()> {
         self.world.0.borrow_mut().bells.push(to);
         Ok(())
+    }
+
+    /// Virtual time does not move while the executor works: every copy
+    /// and pull costs nothing, and nothing is learnt (`choice.rs`), so the
+    /// tests' frames do not depend on the machine they run on.
+    fn now(&self) -> u64 {
+        0
     }
 }

@@ -244,6 +244,8 @@ struct PeerOut {
     freed: u64,
     /// Position of the next slot we publish.
     tail: u64,
+    /// Sends whose way was chosen (`copies_to`), for the exploring one.
+    chosen: u32,
     /// Control frames (FIN, CTS, CTW, WDONE) waiting for room: they go
     /// before any queued message. They cost no credit and belong to
     /// rendezvous already under way, which the peer may be waiting for
@@ -486,6 +488,23 @@ impl Machine {
     /// they hold it, so its copy never has to stay with us.
     pub fn eager_fits(&self, len: usize, inject: bool) -> bool {
         len <= self.eager_max() || inject && len <= self.msg_max
+    }
+
+    /// Whether a send of `len` bytes to peer `ix` that `eager_fits` and
+    /// spans slots is copied through its ring, its owner wanting at most
+    /// `copy_max` copied (`choice.rs`, which also sends one in
+    /// `choice::EXPLORE` the other way); else it goes by rendezvous.
+    pub fn copies_to(&mut self, ix: PeerIx, len: usize, copy_max: usize) -> bool {
+        let Some(p) = self.peers.get_mut(ix).and_then(Option::as_mut) else {
+            return true;
+        };
+        p.chosen = p.chosen.wrapping_add(1);
+        super::choice::copies(len, copy_max, p.chosen)
+    }
+
+    /// Payload bytes of one slot of our mailbox.
+    pub fn payload_max(&self) -> usize {
+        self.cfg.payload_max
     }
 
     /// Whether the executor has anything to do (`poll_action`).

@@ -110,6 +110,7 @@ impl Machine {
             charged: 0,
             freed: 0,
             tail: 0,
+            chosen: 0,
             ctrlq: VecDeque::new(),
             outq: VecDeque::new(),
             outq_cost: 0,

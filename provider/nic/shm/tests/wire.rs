@@ -171,6 +171,46 @@ fn spanning_is_bounded_by_the_receivers_mailbox() {
     assert_eq!(b.w.stats().pulled, 1, "the longer one was pulled");
 }
 
+/// A spanning message goes the way its receiver asks (`choice.rs`):
+/// copied up to the length the receiver published, pulled beyond; and one
+/// in `EXPLORE` the other way, so the receiver keeps learning both costs.
+/// Injects are copied whatever it asks.
+#[test]
+fn spanning_messages_go_the_way_the_receiver_asks() {
+    use crate::nic::shm::choice::EXPLORE;
+    use crate::nic::shm::port::Port;
+    let (_w, mut a, mut b) = spanning_pair(4, 4);
+    let (one, two) = (256, 2 * (256 + 48) - 48);
+    b.w.port.set_copy_max(one);
+    let n = EXPLORE as usize;
+    for i in 0..n {
+        let r = b.post(4096);
+        let op = a.send(b.addr, i as u64, &pattern(i as u64, two), PLAIN);
+        settle(&mut a, &mut b);
+        assert_eq!(a.send_result(op), Some(Ok(())));
+        assert_eq!(b.data(r)[..two], pattern(i as u64, two)[..]);
+    }
+    assert_eq!(b.w.stats().pulled, n as u64 - 1, "all pulled but the one exploring");
+    // Asked to copy two slots' worth: copied, but one.
+    b.w.port.set_copy_max(two);
+    for i in 0..n {
+        let r = b.post(4096);
+        a.send(b.addr, i as u64, &pattern(i as u64, two), PLAIN);
+        settle(&mut a, &mut b);
+        assert_eq!(b.data(r)[..two], pattern(i as u64, two)[..]);
+    }
+    assert_eq!(b.w.stats().pulled, n as u64, "one more pulled, exploring");
+    // An inject is copied even where pulls are asked for.
+    b.w.port.set_copy_max(one);
+    for i in 0..n {
+        let r = b.post(4096);
+        a.send(b.addr, i as u64, &pattern(i as u64, two), flags(|f| f.inject = true));
+        settle(&mut a, &mut b);
+        assert_eq!(b.data(r)[..two], pattern(i as u64, two)[..]);
+    }
+    assert_eq!(b.w.stats().pulled, n as u64, "injects are never pulled");
+}
+
 #[test]
 fn delivery_complete_waits_until_the_receiver_took_the_message() {
     let (_w, mut a, mut b) = pair(4, 256, 0);

@@ -1,0 +1,273 @@
+//! Whether a message longer than one slot is copied through the ring or
+//! pulled, as this host's own costs say.
+//!
+//! A message that spans slots costs two copies that cross between cores
+//! (the sender writes lines the receiver read last lap, the receiver reads
+//! lines the sender just wrote); a pull costs a system call and one copy.
+//! Which is cheaper depends on the host far more than on its cache map:
+//! 64 KiB copied 2.2 µs against 5.5 pulled on one VM (an AMD EPYC, two
+//! cores under one L3), 8.5 against 3.7 on another (an Intel Xeon, two
+//! cores under one L3 too), and from 8 KiB on the pull won there
+//! (`fi_pingpong -e rdm -m tagged`, one-way). So an endpoint times what it
+//! does itself — copies into peers' rings (`CopyIn`), copies out of its
+//! own (`CopyOut`), the pulls of its rendezvous receives, from accepting
+//! one to its end (`Pull`) — in classes of message size (one slot and up
+//! to twice that, up to four slots, up to eight, ...), and publishes in
+//! its mailbox the longest message it wants copied (`copy_max`): the
+//! classes below the first where a pull is known to cost less than the
+//! two copies. Senders copy up to that and pull beyond, and go the other
+//! way once in `EXPLORE` spanning sends, so both costs stay known as they
+//! change (and are learnt at all: with everything copied, nothing would be
+//! pulled to time).
+//!
+//! Samples are scaled to the top of their class (a 12 KiB copy that took
+//! 1.2 µs counts as 1.6 µs for 16 KiB) and a class's cost is the least
+//! sample of its last two windows of `WINDOW`: a preempted or
+//! interrupted copy does not count, and the estimate follows the host
+//! within two windows. Sans-IO: the executor reads the clock.
+
+/// Classes of message size: class `c` holds messages of more than
+/// `payload << c` and at most `payload << (c + 1)` bytes (`payload` is
+/// one slot's); longer ones (beyond 64 slots, more than a ring spans) are
+/// not timed.
+const CLASSES: usize = 6;
+/// Samples of one way in one class that make a window.
+const WINDOW: u32 = 16;
+/// A sender goes the other way than `copy_max` says once in this many
+/// spanning sends to a peer.
+pub const EXPLORE: u32 = 64;
+
+/// What was timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// A spanning message written into a peer's ring.
+    CopyIn,
+    /// A spanning message copied out of our ring.
+    CopyOut,
+    /// A rendezvous receive pulled (or split with its sender).
+    Pull,
+}
+
+/// The least sample of the current window and of the last one.
+#[derive(Clone, Copy, Debug)]
+struct Least {
+    cur: u64,
+    prev: u64,
+    n: u32,
+}
+
+impl Default for Least {
+    fn default() -> Self {
+        Least {
+            cur: u64::MAX,
+            prev: u64::MAX,
+            n: 0,
+        }
+    }
+}
+
+impl Least {
+    fn add(&mut self, ns: u64) {
+        self.cur = self.cur.min(ns);
+        self.n += 1;
+        if self.n == WINDOW {
+            self.prev = self.cur;
+            self.cur = u64::MAX;
+            self.n = 0;
+        }
+    }
+
+    /// The estimate, once there is one.
+    fn get(&self) -> Option<u64> {
+        let v = self.cur.min(self.prev);
+        (v != u64::MAX).then_some(v)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Class {
+    copy_in: Least,
+    copy_out: Least,
+    pull: Least,
+}
+
+impl Class {
+    /// Whether two copies are known to cost no more than a pull (`Some`),
+    /// or more, or not known. Without a copy into a ring timed (an
+    /// endpoint that only receives), the copy in is taken to cost what the
+    /// copy out does.
+    fn copy_wins(&self) -> Option<bool> {
+        let (out, pull) = (self.copy_out.get()?, self.pull.get()?);
+        Some(out + self.copy_in.get().unwrap_or(out) <= pull)
+    }
+}
+
+/// An endpoint's costs, and the longest message it wants copied.
+#[derive(Debug)]
+pub struct CopyOrPull {
+    /// One slot's payload: what needs no choice.
+    payload: usize,
+    classes: [Class; CLASSES],
+    copy_max: usize,
+}
+
+impl CopyOrPull {
+    pub fn new(payload: usize) -> CopyOrPull {
+        CopyOrPull {
+            payload: payload.max(1),
+            classes: [Class::default(); CLASSES],
+            copy_max: payload,
+        }
+    }
+
+    /// The class of a message of `len` bytes, if one is timed.
+    fn class(&self, len: usize) -> Option<usize> {
+        if len <= self.payload {
+            return None;
+        }
+        // Slots' worth of payload, rounded up: 2 is class 0, 3-4 class 1, ...
+        let units = len.div_ceil(self.payload);
+        let c = (usize::BITS - (units - 1).leading_zeros()) as usize - 1;
+        (c < CLASSES).then_some(c)
+    }
+
+    /// Whether a message of `len` bytes is one whose way is chosen (and
+    /// timed): longer than a slot, within the classes.
+    pub fn chosen(&self, len: usize) -> bool {
+        self.class(len).is_some()
+    }
+
+    /// A `way` of `len` bytes took `ns`. Whether `copy_max` changed.
+    pub fn record(&mut self, way: Way, len: usize, ns: u64) -> bool {
+        let Some(c) = self.class(len) else {
+            return false;
+        };
+        let top = (self.payload << (c + 1)) as u64;
+        let scaled = ns.saturating_mul(top) / len as u64;
+        let class = &mut self.classes[c];
+        match way {
+            Way::CopyIn => class.copy_in.add(scaled),
+            Way::CopyOut => class.copy_out.add(scaled),
+            Way::Pull => class.pull.add(scaled),
+        }
+        let was = self.copy_max;
+        self.copy_max = self.payload;
+        for (c, class) in self.classes.iter().enumerate() {
+            match class.copy_wins() {
+                Some(true) => self.copy_max = self.payload << (c + 1),
+                Some(false) => break,
+                None => {}
+            }
+        }
+        self.copy_max != was
+    }
+
+    /// The longest message this endpoint wants copied through its rings:
+    /// up to the top of the last class where copies are known to cost no
+    /// more than a pull, below the first where they are known to cost
+    /// more; one slot's worth while nothing is known.
+    pub fn copy_max(&self) -> usize {
+        self.copy_max
+    }
+}
+
+/// Whether a sender copies a spanning message of `len` bytes into a ring
+/// whose owner wants at most `copy_max` copied, as its `n`th spanning
+/// send there (from 1): as asked, but the other way once in `EXPLORE`.
+pub fn copies(len: usize, copy_max: usize, n: u32) -> bool {
+    let asked = len <= copy_max;
+    if n.is_multiple_of(EXPLORE) {
+        !asked
+    } else {
+        asked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: usize = 8192;
+
+    #[test]
+    fn classes_are_powers_of_two_of_slots() {
+        let c = CopyOrPull::new(P);
+        assert_eq!(c.class(P), None, "one slot: no choice");
+        assert_eq!(c.class(P + 1), Some(0));
+        assert_eq!(c.class(2 * P), Some(0));
+        assert_eq!(c.class(2 * P + 1), Some(1));
+        assert_eq!(c.class(4 * P), Some(1));
+        assert_eq!(c.class(8 * P), Some(2));
+        assert_eq!(c.class(64 * P), Some(5));
+        assert_eq!(c.class(64 * P + 1), None, "beyond what a ring spans");
+    }
+
+    #[test]
+    fn pulls_until_copies_are_known_to_cost_less() {
+        let mut c = CopyOrPull::new(P);
+        assert_eq!(c.copy_max(), P, "nothing known: one slot is copied");
+        // Copies only: nothing to compare with.
+        for _ in 0..40 {
+            c.record(Way::CopyOut, 4 * P, 2000);
+        }
+        c.record(Way::CopyIn, 4 * P, 1000);
+        assert_eq!(c.copy_max(), P);
+        // A pull of 32 KiB at 5 µs against copies of 3: copy up to 32 KiB
+        // (and the 16 KiB class, not known, with it).
+        assert!(c.record(Way::Pull, 4 * P, 5000));
+        assert_eq!(c.copy_max(), 4 * P);
+        // One at 2.9 µs: the least sample counts, pull.
+        assert!(c.record(Way::Pull, 4 * P, 2900));
+        assert_eq!(c.copy_max(), P);
+    }
+
+    #[test]
+    fn the_first_class_a_pull_wins_bounds_the_copies() {
+        let mut c = CopyOrPull::new(P);
+        c.record(Way::CopyOut, 2 * P, 500);
+        c.record(Way::Pull, 2 * P, 2000);
+        assert_eq!(c.copy_max(), 2 * P);
+        // Class 1 (up to 32 KiB) pulls; class 2 would copy, but copying
+        // stops below the first class that pulls.
+        c.record(Way::CopyOut, 4 * P, 3000);
+        c.record(Way::Pull, 4 * P, 2000);
+        c.record(Way::CopyOut, 8 * P, 1000);
+        c.record(Way::Pull, 8 * P, 9000);
+        assert_eq!(c.copy_max(), 2 * P);
+    }
+
+    #[test]
+    fn samples_are_scaled_to_the_top_of_their_class() {
+        let mut c = CopyOrPull::new(P);
+        // 3 slots (class 1, top 4 slots) copied out in 1.5 µs: 2 µs at
+        // the top; the copy in is taken as the same, so two copies 4 µs.
+        c.record(Way::CopyOut, 3 * P, 1500);
+        c.record(Way::Pull, 4 * P, 3900);
+        assert_eq!(c.copy_max(), P);
+        c.record(Way::CopyIn, 4 * P, 1000);
+        assert_eq!(c.copy_max(), 4 * P, "3 µs of copies against a 3.9 µs pull");
+    }
+
+    #[test]
+    fn an_estimate_follows_the_host_within_two_windows() {
+        let mut c = CopyOrPull::new(P);
+        c.record(Way::CopyOut, 2 * P, 100);
+        c.record(Way::Pull, 2 * P, 1000);
+        assert_eq!(c.copy_max(), 2 * P);
+        // Copies became dear (the peer moved to another socket): two
+        // windows of them and the cheap one is forgotten.
+        for _ in 0..2 * WINDOW {
+            c.record(Way::CopyOut, 2 * P, 5000);
+        }
+        assert_eq!(c.copy_max(), P);
+    }
+
+    #[test]
+    fn a_sender_explores_once_in_explore_sends() {
+        let ways: Vec<bool> = (1..=2 * EXPLORE).map(|n| copies(4 * P, usize::MAX, n)).collect();
+        assert_eq!(ways.iter().filter(|&&w| !w).count(), 2);
+        assert!(!ways[EXPLORE as usize - 1]);
+        let ways: Vec<bool> = (1..=EXPLORE).map(|n| copies(4 * P, 2 * P, n)).collect();
+        assert_eq!(ways.iter().filter(|&&w| w).count(), 1);
+    }
+}
