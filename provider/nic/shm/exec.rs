@@ -310,14 +310,30 @@ impl<P: Port> Exec<P> {
     /// the slot was taken after all, and nothing was written.
     #[inline]
     fn publish<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
-        let len = head.len;
-        let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
+        if self.choice.chosen(head.len) {
+            return self.publish_timed(ix, head, src);
+        }
+        self.publish_untimed(ix, head, src)
+    }
+
+    /// `publish` of a message longer than a slot: what the copy into the
+    /// ring cost is learnt (`choice.rs`). Apart, so that the small
+    /// messages' path stays as short as it was.
+    #[inline(never)]
+    fn publish_timed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
+        let t0 = self.port.now();
+        let posted = self.publish_untimed(ix, head, src);
+        if posted {
+            self.learn(Way::CopyIn, head.len, t0);
+        }
+        posted
+    }
+
+    #[inline(always)]
+    fn publish_untimed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
         let Some(sleeping) = self.port.post(ix, head, |dst| src.read_at(0, dst)) else {
             return false;
         };
-        if t0 != 0 {
-            self.learn(Way::CopyIn, len, t0);
-        }
         if sleeping {
             self.bell(ix);
         }
@@ -680,7 +696,7 @@ impl<P: Port> Exec<P> {
     }
 
     /// Hands the machine's events to the endpoint. Whether there were any.
-    #[inline]
+    #[inline(always)]
     fn deliver(&mut self, up: &mut dyn Upcall) -> bool {
         if !self.m.has_events() {
             return false;
@@ -840,7 +856,7 @@ impl<P: Port> Exec<P> {
     }
 
     /// After an input: actions, events, doorbells.
-    #[inline]
+    #[inline(always)]
     fn settle(&mut self, up: &mut dyn Upcall) -> bool {
         self.run();
         let any = self.deliver(up);
