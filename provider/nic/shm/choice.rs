@@ -24,7 +24,10 @@
 //! 1.2 µs counts as 1.6 µs for 16 KiB) and a class's cost is the least
 //! sample of its last two windows of `WINDOW`: a preempted or
 //! interrupted copy does not count, and the estimate follows the host
-//! within two windows. Sans-IO: the executor reads the clock.
+//! within two windows. An endpoint that cannot pull (`FI_GNIX_CMA=0`, or
+//! the kernel refused: Yama's ptrace scope, containers) wants everything
+//! copied, since its rendezvous are pushed through the ring after a round
+//! trip. Sans-IO: the executor reads the clock.
 
 /// Classes of message size: class `c` holds messages of more than
 /// `payload << c` and at most `payload << (c + 1)` bytes (`payload` is
@@ -109,6 +112,10 @@ pub struct CopyOrPull {
     payload: usize,
     classes: [Class; CLASSES],
     copy_max: usize,
+    /// We cannot pull (`FI_GNIX_CMA=0`, or the kernel refused): a
+    /// rendezvous is pushed through the ring after a round trip, so
+    /// everything a ring holds is better copied.
+    no_pulls: bool,
 }
 
 impl CopyOrPull {
@@ -117,7 +124,17 @@ impl CopyOrPull {
             payload: payload.max(1),
             classes: [Class::default(); CLASSES],
             copy_max: payload,
+            no_pulls: false,
         }
+    }
+
+    /// We cannot pull: from now on we want everything copied. Whether
+    /// `copy_max` changed.
+    pub fn no_pulls(&mut self) -> bool {
+        let was = self.copy_max;
+        self.no_pulls = true;
+        self.copy_max = usize::MAX;
+        self.copy_max != was
     }
 
     /// The class of a message of `len` bytes, if one is timed.
@@ -142,6 +159,9 @@ impl CopyOrPull {
         let Some(c) = self.class(len) else {
             return false;
         };
+        if self.no_pulls {
+            return false;
+        }
         let top = (self.payload << (c + 1)) as u64;
         let scaled = ns.saturating_mul(top) / len as u64;
         let class = &mut self.classes[c];
@@ -260,6 +280,18 @@ mod tests {
             c.record(Way::CopyOut, 2 * P, 5000);
         }
         assert_eq!(c.copy_max(), P);
+    }
+
+    #[test]
+    fn without_pulls_everything_is_copied() {
+        let mut c = CopyOrPull::new(P);
+        c.record(Way::CopyOut, 2 * P, 5000);
+        c.record(Way::Pull, 2 * P, 1000);
+        assert_eq!(c.copy_max(), P);
+        assert!(c.no_pulls());
+        assert_eq!(c.copy_max(), usize::MAX);
+        assert!(!c.record(Way::Pull, 2 * P, 10), "nothing learnt any more");
+        assert_eq!(c.copy_max(), usize::MAX);
     }
 
     #[test]

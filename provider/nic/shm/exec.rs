@@ -132,7 +132,11 @@ impl Exec<MailboxPort> {
 
 impl<P: Port> Exec<P> {
     pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, port: P, m: Machine, seed: u64) -> Exec<P> {
-        let choice = CopyOrPull::new(m.payload_max());
+        let mut choice = CopyOrPull::new(m.payload_max());
+        let mut port = port;
+        if !m.cma() && choice.no_pulls() {
+            port.set_copy_max(usize::MAX);
+        }
         Exec {
             me,
             local_ips,
@@ -469,6 +473,16 @@ impl<P: Port> Exec<P> {
         }
     }
 
+    /// We cannot read peers' memory: our senders are asked to copy
+    /// everything our rings hold (a rendezvous would be pushed through
+    /// them after a round trip).
+    #[cold]
+    fn cannot_pull(&mut self) {
+        if self.choice.no_pulls() {
+            self.port.set_copy_max(usize::MAX);
+        }
+    }
+
     /// Whether a send of `len` bytes to peer `ix` goes eagerly: the
     /// machine's limits (`eager_fits`), and for one that spans slots the
     /// peer's wish (`Machine::copies_to`); an inject always when it fits.
@@ -522,6 +536,9 @@ impl<P: Port> Exec<P> {
                     let r = self.port.cma_read(pid, &local, &remote);
                     if let Err(e) = r {
                         crate::info!(FI_LOG_EP_DATA, "shm: reading from process {}: {:?}", pid, e);
+                        if matches!(e, machine::CmaErr::Refused(_)) {
+                            self.cannot_pull();
+                        }
                     }
                     self.m.cma_done(token, r);
                 }

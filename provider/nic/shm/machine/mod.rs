@@ -507,6 +507,11 @@ impl Machine {
         self.cfg.payload_max
     }
 
+    /// Whether we read peers' memory (FI_GNIX_CMA).
+    pub fn cma(&self) -> bool {
+        self.cfg.cma
+    }
+
     /// Whether the executor has anything to do (`poll_action`).
     #[inline]
     pub fn has_actions(&self) -> bool {

@@ -211,6 +211,30 @@ fn spanning_messages_go_the_way_the_receiver_asks() {
     assert_eq!(b.w.stats().pulled, n as u64, "injects are never pulled");
 }
 
+/// A receiver the kernel does not let read its senders' memory asks for
+/// every message its rings hold to be copied: a rendezvous would be
+/// pushed through the ring after a round trip.
+#[test]
+fn a_receiver_that_cannot_pull_asks_for_copies() {
+    use crate::nic::shm::port::Port;
+    let (w, mut a, mut b) = spanning_pair(4, 4);
+    let two = 2 * (256 + 48) - 48;
+    b.w.port.set_copy_max(256);
+    w.refuse_cma(true);
+    let mut pushed = Vec::new();
+    for i in 0..2u64 {
+        let r = b.post(4096);
+        let op = a.send(b.addr, i, &pattern(i, two), PLAIN);
+        settle(&mut a, &mut b);
+        assert_eq!(a.send_result(op), Some(Ok(())));
+        assert_eq!(b.data(r)[..two], pattern(i, two)[..]);
+        pushed.push(a.w.stats().pushed);
+    }
+    assert_eq!(a.w.port.copy_max(0), usize::MAX);
+    assert!(pushed[0] > 0, "the first was pushed after the refused pull");
+    assert_eq!(pushed[1], pushed[0], "the second was copied");
+}
+
 #[test]
 fn delivery_complete_waits_until_the_receiver_took_the_message() {
     let (_w, mut a, mut b) = pair(4, 256, 0);
