@@ -35,7 +35,7 @@ use std::net::{IpAddr, SocketAddr};
 const BATCH: usize = 32;
 /// How soon progress must come back for a doorbell the socket refused.
 const BELL_RETRY_NS: u64 = 50_000;
-/// Rendezvous receives timed at once (`Exec::pulls`); more go untimed.
+/// Rendezvous receives timed at once (`Exec::pulls`).
 const TIMED_PULLS: usize = 8;
 
 /// A message `poll_one` found.
@@ -729,6 +729,18 @@ impl<P: Port> Exec<P> {
         any
     }
 
+    /// Times rendezvous receive `op` of `len` bytes from now to its end
+    /// (`pull_ended`). The oldest timing gives way to it when
+    /// `TIMED_PULLS` run: one whose end never came (its receive went
+    /// another way) does not hold a place for good.
+    #[cold]
+    fn time_pull(&mut self, op: OpId, len: usize) {
+        if self.pulls.len() == TIMED_PULLS {
+            self.pulls.remove(0);
+        }
+        self.pulls.push((op, len, self.port.now()));
+    }
+
     /// A timed rendezvous receive ended (`receive`): a pull's cost, if it
     /// succeeded.
     #[cold]
@@ -739,7 +751,7 @@ impl<P: Port> Exec<P> {
         let Some(k) = self.pulls.iter().position(|p| p.0 == *op) else {
             return;
         };
-        let (_, len, t0) = self.pulls.swap_remove(k);
+        let (_, len, t0) = self.pulls.remove(k);
         if matches!(e, WireEvent::RecvDone { .. }) && t0 != 0 {
             self.learn(Way::Pull, len, t0);
         }
@@ -860,8 +872,8 @@ impl<P: Port> Exec<P> {
                     // (`deliver`): what a pull costs.
                     let len = hdr.len as usize;
                     if let Take::Accept { op, .. } = &take {
-                        if self.choice.chosen(len) && self.pulls.len() < TIMED_PULLS {
-                            self.pulls.push((*op, len, self.port.now()));
+                        if self.choice.chosen(len) {
+                            self.time_pull(*op, len);
                         }
                     }
                     self.take(held, credit, take);
