@@ -13,12 +13,15 @@
 //! own (`CopyOut`), the pulls of its rendezvous receives, from accepting
 //! one to its end (`Pull`) — in classes of message size (one slot and up
 //! to twice that, up to four slots, up to eight, ...), and publishes in
-//! its mailbox the longest message it wants copied (`copy_max`): the
-//! classes below the first where a pull is known to cost less than the
-//! two copies. Senders copy up to that and pull beyond, and go the other
-//! way once in `EXPLORE` spanning sends, so both costs stay known as they
-//! change (and are learnt at all: with everything copied, nothing would be
-//! pulled to time).
+//! its mailbox the longest message it wants copied (`copy_max`): up to
+//! the last class where two copies are known to cost no more than a
+//! pull, below the first where they are known to cost more. Until it
+//! knows, it wants none copied: a pull was never much slower than
+//! libfabric's shm or Open MPI's vader on the hosts measured, where copies
+//! were twice as slow on one. Senders copy up to that and pull beyond,
+//! and go the other way once in `EXPLORE` spanning sends, so both costs
+//! stay known as they change (and are learnt at all: with nothing
+//! copied, nothing would be timed against the pulls).
 //!
 //! Samples are scaled to the top of their class (a 12 KiB copy that took
 //! 1.2 µs counts as 1.6 µs for 16 KiB) and a class's cost is the least
@@ -120,8 +123,9 @@ pub struct CopyOrPull {
 
 impl CopyOrPull {
     pub fn new(payload: usize) -> CopyOrPull {
+        let payload = payload.max(1);
         CopyOrPull {
-            payload: payload.max(1),
+            payload,
             classes: [Class::default(); CLASSES],
             copy_max: payload,
             no_pulls: false,

@@ -131,9 +131,8 @@ impl Exec<MailboxPort> {
 }
 
 impl<P: Port> Exec<P> {
-    pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, port: P, m: Machine, seed: u64) -> Exec<P> {
+    pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, mut port: P, m: Machine, seed: u64) -> Exec<P> {
         let mut choice = CopyOrPull::new(m.payload_max());
-        let mut port = port;
         if !m.cma() && choice.no_pulls() {
             port.set_copy_max(usize::MAX);
         }
@@ -460,6 +459,10 @@ impl<P: Port> Exec<P> {
     /// goes into the choice, which our producers learn when it changes.
     #[cold]
     fn learn(&mut self, way: Way, len: usize, t0: u64) {
+        // A clock that says 0 is the simulated host's: nothing to learn.
+        if t0 == 0 {
+            return;
+        }
         let ns = self.port.now().saturating_sub(t0);
         if self.choice.record(way, len, ns) {
             let max = self.choice.copy_max();
@@ -752,7 +755,7 @@ impl<P: Port> Exec<P> {
             return;
         };
         let (_, len, t0) = self.pulls.remove(k);
-        if matches!(e, WireEvent::RecvDone { .. }) && t0 != 0 {
+        if matches!(e, WireEvent::RecvDone { .. }) {
             self.learn(Way::Pull, len, t0);
         }
     }
