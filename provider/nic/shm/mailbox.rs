@@ -14,7 +14,9 @@
 //!         20 slot_size u32  24 owner_pid u32  28 state u32 (OPEN/CLOSED)
 //!         32 claims u64 (bumped by every claim)  40 loan u64 (credit
 //!         bytes per ring)  48 span u32  52 cache u32 (the owner's
-//!         last-level cache, `cache.rs`; 0 not known)  64 sleeping u32
+//!         last-level cache, `cache.rs`; 0 not known)  56 copy_max u32
+//!         (the longest message the owner wants copied through its
+//!         rings, `choice.rs`; 0 until it says)  64 sleeping u32
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
