@@ -131,12 +131,10 @@ impl Exec<MailboxPort> {
 }
 
 impl<P: Port> Exec<P> {
-    pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, mut port: P, m: Machine, seed: u64) -> Exec<P> {
-        let mut choice = CopyOrPull::new(m.payload_max());
-        if !m.cma() && choice.no_pulls() {
-            port.set_copy_max(usize::MAX);
-        }
-        Exec {
+    pub fn with_port(me: SocketAddr, local_ips: Vec<IpAddr>, port: P, m: Machine, seed: u64) -> Exec<P> {
+        let cma = m.cma();
+        let choice = CopyOrPull::new(m.payload_max());
+        let mut e = Exec {
             me,
             local_ips,
             port,
@@ -152,7 +150,11 @@ impl<P: Port> Exec<P> {
             sent_since_pass: false,
             choice,
             pulls: Vec::new(),
+        };
+        if !cma {
+            e.cannot_pull();
         }
+        e
     }
 
     #[cfg(test)]
@@ -388,9 +390,9 @@ impl<P: Port> Exec<P> {
         src: &S,
     ) -> bool {
         let len = src.len();
-        // One that spans slots has its way chosen (`goes_eager`), once:
-        // `submit` does it.
-        if flags.delivery || !self.m.eager_fits(len, flags.inject) || !flags.inject && self.choice.chosen(len) {
+        // One whose way is chosen (`goes_eager`) is chosen once: `submit`
+        // does it.
+        if flags.delivery || !self.m.eager_fits(len, flags.inject) || self.way_chosen(len, flags.inject) {
             return false;
         }
         let Some(ix) = self.route(peer) else { return false };
@@ -482,8 +484,16 @@ impl<P: Port> Exec<P> {
     #[cold]
     fn cannot_pull(&mut self) {
         if self.choice.no_pulls() {
-            self.port.set_copy_max(usize::MAX);
+            self.port.set_copy_max(self.choice.copy_max());
         }
+    }
+
+    /// Whether a send of `len` bytes is copied or pulled as its peer
+    /// asks (`goes_eager`): one that spans slots, unless an inject (its
+    /// buffer is the application's again at once: always copied).
+    #[inline]
+    fn way_chosen(&self, len: usize, inject: bool) -> bool {
+        !inject && self.choice.chosen(len)
     }
 
     /// Whether a send of `len` bytes to peer `ix` goes eagerly: the
@@ -493,7 +503,7 @@ impl<P: Port> Exec<P> {
         if !self.m.eager_fits(len, inject) {
             return false;
         }
-        if inject || !self.choice.chosen(len) {
+        if !self.way_chosen(len, inject) {
             return true;
         }
         let copy_max = self.port.copy_max(ix);

@@ -60,7 +60,8 @@ pub(crate) trait Port {
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
     /// The longest message the owner wants copied through its rings
-    /// (`choice.rs`; `usize::MAX`: any a ring holds).
+    /// (`choice.rs`; 0 until it says: pull what spans slots;
+    /// `usize::MAX`: any a ring holds).
     fn copy_max(&self, ix: PeerIx) -> usize;
     /// Takes grant `grant` for `rid` (refused: `Revoked`), writes `local`
     /// of ours into `remote` of the owner's process, releases the grant.
