@@ -210,6 +210,13 @@ impl UdpWire {
         any
     }
 
+    /// A message's credits go back to its sender.
+    fn release(&mut self, credit: Credit, now: u64) {
+        if let Credit::Udp { peer, bytes } = credit {
+            self.engine.release(peer, bytes, now);
+        }
+    }
+
     /// A message the engine surfaced, lent to the endpoint. What the
     /// engine charged its sender's credits goes with it: an RTS holds
     /// only its tail (releasing its whole length would hand the peer back
@@ -226,7 +233,7 @@ impl UdpWire {
                     credit,
                 });
                 if !matches!(take, Take::Kept) {
-                    self.give_back(credit);
+                    self.release(credit, now);
                 }
             }
             MsgBody::Rndv(rid) => {
@@ -248,15 +255,15 @@ impl UdpWire {
                     Take::Kept => {}
                     Take::Done => {
                         debug_assert!(false, "a rendezvous message is accepted, kept or discarded");
-                        self.give_back(credit);
+                        self.release(credit, now);
                     }
                     Take::Accept { op, sink, .. } => {
-                        self.give_back(credit);
+                        self.release(credit, now);
                         self.accept_rid(rid, op, sink, now);
                     }
                     // The udp FIN carries no status: a refusal is a discard.
                     Take::Discard | Take::Refuse { .. } => {
-                        self.give_back(credit);
+                        self.release(credit, now);
                         self.engine.discard(rid, now);
                     }
                 }
@@ -462,9 +469,9 @@ impl Wire for UdpWire {
     }
 
     fn give_back(&mut self, credit: Credit) {
-        if let Credit::Udp { peer, bytes } = credit {
-            self.engine.release(peer, bytes);
-        }
+        // Not within a pass: the last datagram's time stands in for now
+        // (earlier, so news that may wait goes no later than it would).
+        self.release(credit, self.last_active);
     }
 
     fn cancel_recv(&mut self, _op: OpId) -> bool {

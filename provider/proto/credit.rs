@@ -259,11 +259,19 @@ impl Lender {
         self.announced = granted;
         self.peer_stalled = false;
     }
-    /// Whether the peer should hear from us: it is stalled, or a good part
-    /// of its loan came free since we last said so.
+    /// Whether the peer should hear from us at once: it is stalled, or
+    /// half its loan came free since we last said so.
     pub fn wants_news(&self) -> bool {
         let fresh = self.granted.wrapping_sub(self.announced);
-        self.peer_stalled && fresh > 0 || fresh >= (self.loan / 4).max(1)
+        self.peer_stalled && fresh > 0 || fresh >= (self.loan / 2).max(1)
+    }
+    /// Whether the peer should hear from us soon: a quarter of its loan
+    /// came free. News that is not urgent waits for something else going
+    /// to the peer and follows it (`Vc::credit_news`), so a request and
+    /// its answer do not each carry a CREDIT datagram ahead of them.
+    pub fn has_news(&self) -> bool {
+        let fresh = self.granted.wrapping_sub(self.announced);
+        fresh >= (self.loan / 4).max(1)
     }
     pub fn asked_to_give_back(&self) -> bool {
         self.give_back != 0

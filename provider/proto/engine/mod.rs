@@ -56,6 +56,10 @@ use crate::hash::KeyedState;
 
 type Map<K, V> = HashMap<K, V, KeyedState>;
 
+/// How long news of a quarter of a peer's loan coming free may wait for
+/// something else going to the peer to follow (`Engine::release`).
+pub(crate) const CREDIT_NEWS_NS: u64 = 200_000;
+
 /// Engine state the VCs share; split from the VC map so a VC method can
 /// borrow both.
 struct Shared {
@@ -503,14 +507,24 @@ impl Engine {
     /// later out of the unexpected queue) that was charged `len` bytes
     /// (an eager message's length, a rendezvous one's `rts_charge`): its
     /// credits go back to the peer.
-    pub fn release(&mut self, peer: SocketAddr, len: u64) {
+    ///
+    /// News of a quarter of the peer's loan waits up to `CREDIT_NEWS_NS`
+    /// for something else going to the peer (a ping-pong's answer) and
+    /// goes behind it; half the loan, or a stalled peer, is told at once.
+    pub fn release(&mut self, peer: SocketAddr, len: u64, now: u64) {
         self.changed();
         let Some(bank) = &mut self.sh.bank else { return };
         let Some(vc) = self.vcs.get_mut(&peer) else { return };
         bank.on_freed(&mut vc.lender, bank.cfg.cost(len.min(usize::MAX as u64) as usize));
-        if vc.lender.wants_news() && !vc.credit_due {
+        if vc.credit_due {
+            return;
+        }
+        if vc.lender.wants_news() {
+            vc.credit_news = None;
             vc.credit_due = true;
             mark_ready(&mut self.ready, vc);
+        } else if vc.lender.has_news() && vc.credit_news.is_none() {
+            vc.credit_news = Some(now.saturating_add(CREDIT_NEWS_NS));
         }
     }
 

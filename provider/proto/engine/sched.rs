@@ -83,9 +83,10 @@ impl Engine {
                 break;
             }
             // Only a VC with more queued comes round again: the call that
-            // would find nothing cost as much as the one that sent.
+            // would find nothing cost as much as the one that sent. (Credit
+            // news that waited for this turn's segments follows them.)
             self.ready.pop_front();
-            vc.in_ready = !idle && vc.may_transmit(now);
+            vc.in_ready = !idle && (vc.may_transmit(now) || sent > 0 && vc.credit_news.is_some());
             if vc.in_ready {
                 self.ready.push_back(addr);
             }

@@ -80,6 +80,10 @@ pub(super) struct Vc {
     pub(super) borrower: Borrower,
     pub(super) credit_due: bool,
     pub(super) credit_retry_at: u64,
+    /// News for the peer that is not urgent (`Lender::has_news`): sent
+    /// behind the next segments that go to it, or at this time if none
+    /// do before.
+    pub(super) credit_news: Option<u64>,
 
     pub(super) last_heard: u64,
     /// Queued in the engine's ready queue (sched.rs).
@@ -155,6 +159,7 @@ impl Vc {
             // The first CREDIT tells the peer what it may send us.
             credit_due: sh.bank.is_some(),
             credit_retry_at: 0,
+            credit_news: None,
             last_heard: now,
             in_ready: false,
         }
@@ -179,6 +184,7 @@ impl Vc {
             || self.resp_pending
             || self.challenge_due.is_some()
             || self.credit_due
+            || self.credit_news.is_some()
             || !self.snd.unacked.is_empty()
             || !self.ctrl.is_empty()
             || !self.msgs.is_empty()
@@ -248,6 +254,9 @@ impl Vc {
         if self.borrower.stalled() && !self.credit_due {
             take(self.credit_retry_at);
         }
+        if let Some(at) = self.credit_news {
+            take(at);
+        }
         t
     }
 
@@ -275,6 +284,12 @@ impl Vc {
         }
         if self.rcv.ack_pending && self.rcv.ack_deadline.is_some_and(|d| d <= now) {
             self.rcv.ack_now = true;
+            tick = Tick::Ready;
+        }
+        if self.credit_news.is_some_and(|at| at <= now) {
+            // Nothing went to the peer meanwhile: the news goes alone.
+            self.credit_news = None;
+            self.credit_due = true;
             tick = Tick::Ready;
         }
         if !self.snd.unacked.is_empty() && now >= self.silence_deadline(cfg) {
@@ -370,8 +385,9 @@ impl Vc {
                 return Some(n);
             }
         }
-        // A message that just stalled for credits asks for them now.
-        if self.credit_due && sh.bank.is_some() {
+        // A message that just stalled for credits asks for them now; news
+        // that could wait follows the segments this turn sent.
+        if (self.credit_due || self.credit_news.is_some()) && sh.bank.is_some() {
             return Some(self.credit_datagram(sh, peer_nonce, buf));
         }
         if self.rcv.ack_due(now) {
@@ -409,6 +425,7 @@ impl Vc {
     /// whether we are stalled or want credits back.
     fn credit_datagram(&mut self, sh: &mut Shared, peer_nonce: u64, buf: &mut [u8]) -> usize {
         self.credit_due = false;
+        self.credit_news = None;
         let Some(bank) = &sh.bank else { return 0 };
         let (granted, give) = bank.header(&self.lender);
         let (returned, want) = self.borrower.header();

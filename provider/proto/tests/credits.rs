@@ -66,9 +66,10 @@ fn rts_holds_its_tail_not_its_length() {
     let held = |sim: &Sim| sim.nodes[1].engine.credit_usage().unwrap().0;
     assert_eq!(held(&sim), cost(eager_len) + cost(tail as usize));
     // The application takes the RTS first: the eager message keeps its credits.
-    sim.eng(1).release(addr(0), tail);
+    let now = sim.now;
+    sim.eng(1).release(addr(0), tail, now);
     assert_eq!(held(&sim), cost(eager_len));
-    sim.eng(1).release(addr(0), eager_len as u64);
+    sim.eng(1).release(addr(0), eager_len as u64, now);
     assert_eq!(held(&sim), 0);
 }
 
@@ -102,8 +103,8 @@ fn credits_exactly_once_in_order_under_loss() {
             120_000_000_000,
             |sim, i, ev| {
                 if let Event::Msg { peer, hdr, .. } = &ev {
-                    let (p, l) = (*peer, hdr.len);
-                    sim.eng(i).release(p, l);
+                    let (p, l, now) = (*peer, hdr.len, sim.now);
+                    sim.eng(i).release(p, l, now);
                 }
                 log[i].record(ev)
             },
@@ -189,15 +190,17 @@ fn credits_bound_incast_memory() {
         eprintln!("receiver credits_sent {}", sim.nodes[0].engine.stats().credits_sent);
     }
     // ... then it takes what it holds, and each message as it arrives.
+    let now = sim.now;
     for (p, l) in held.drain(..) {
-        sim.eng(0).release(p, l);
+        sim.eng(0).release(p, l, now);
     }
     sim.run(
         300_000_000_000,
         |sim, i, ev| {
             if let Some((peer, hdr, v)) = eager_at_receiver(i, ev) {
                 got[sim.index_of(peer).unwrap()].push((hdr, v));
-                sim.eng(0).release(peer, hdr.len);
+                let now = sim.now;
+                sim.eng(0).release(peer, hdr.len, now);
             }
             peak = peak.max(sim.eng(0).credit_usage().unwrap().0);
         },
@@ -218,4 +221,97 @@ fn credits_bound_incast_memory() {
     let stalls: u64 = (1..n).map(|s| sim.nodes[s].engine.stats().credit_stalls).sum();
     assert!(stalls > 0);
     assert_eq!(sim.nodes[0].engine.stats().dropped_over_credit, 0);
+}
+
+/// A quarter of a peer's loan coming free is news that may wait: it does
+/// not go out ahead of the answer a ping-pong sends next, but right behind
+/// its segments; with nothing going to the peer it goes alone within
+/// `CREDIT_NEWS_NS`. Half the loan is told at once.
+#[test]
+fn credit_news_that_may_wait_follows_the_answer() {
+    use super::engine::CREDIT_NEWS_NS;
+    // Loans of 64 credits (64 KiB): 20 KiB is news, 40 KiB is urgent.
+    // Epochs long enough that no quiet peer is asked to give back.
+    let mut cfg = credit_config(4096, 64);
+    if let Some(c) = cfg.credits.as_mut() {
+        c.epoch_ns = 1 << 40;
+    }
+    let credits_sent = |sim: &Sim| sim.nodes[1].engine.stats().credits_sent;
+    let exchange = |sim: &mut Sim, len: usize| -> MsgHdr {
+        sim.eng(0)
+            .send(addr(1), hdr(0), Box::new(vec![5u8; len]), SendMode::Eager, 0)
+            .unwrap();
+        let got = std::cell::Cell::new(None);
+        sim.run(
+            1_000_000_000,
+            |_, i, ev| {
+                if let (1, Event::Msg { hdr, .. }) = (i, ev) {
+                    got.set(Some(hdr));
+                }
+            },
+            |_| got.get().is_some(),
+        );
+        got.get().expect("the message arrived")
+    };
+    for (len, urgent) in [(20 << 10, false), (40 << 10, true)] {
+        let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 11);
+        // A first message each way settles the VC and gets each side a
+        // loan (lent on a sender's first request).
+        let h = exchange(&mut sim, 100);
+        let now = sim.now;
+        sim.eng(1).release(addr(0), h.len, now);
+        sim.eng(1)
+            .send(addr(0), hdr(2), Box::new(vec![7u8; 100]), SendMode::Eager, now)
+            .unwrap();
+        sim.run_for(10 * CREDIT_NEWS_NS, |sim, i, ev| {
+            if let (0, Event::Msg { peer, hdr, .. }) = (i, ev) {
+                let now = sim.now;
+                sim.eng(0).release(peer, hdr.len, now);
+            }
+        });
+        let h = exchange(&mut sim, len);
+        let before = credits_sent(&sim);
+        let now = sim.now;
+        sim.eng(1).release(addr(0), h.len, now);
+        let mut buf = vec![0u8; 65536];
+        if urgent {
+            let (_, n) = sim
+                .eng(1)
+                .poll_transmit(now, &mut buf)
+                .expect("urgent news goes at once");
+            assert_eq!(buf[3], wire::kind::CREDIT, "{n}-byte datagram");
+            continue;
+        }
+        assert!(
+            sim.eng(1).poll_transmit(now, &mut buf).is_none(),
+            "news that may wait waits"
+        );
+        assert_eq!(credits_sent(&sim), before);
+        // The answer goes first, the news right behind it.
+        sim.eng(1)
+            .send(addr(0), hdr(1), Box::new(vec![6u8; 8]), SendMode::Eager, now)
+            .unwrap();
+        let (_, n) = sim.eng(1).poll_transmit(now, &mut buf).expect("the answer");
+        assert_ne!(
+            buf[3],
+            wire::kind::CREDIT,
+            "{n}-byte datagram, credit byte {:#x}",
+            buf[20]
+        );
+        let (_, _) = sim.eng(1).poll_transmit(now, &mut buf).expect("the news");
+        assert_eq!(buf[3], wire::kind::CREDIT);
+        assert_eq!(credits_sent(&sim), before + 1);
+        // Nothing going to the peer: the next news goes alone, in time.
+        let h = exchange(&mut sim, len);
+        let before = credits_sent(&sim);
+        let released = sim.now;
+        sim.eng(1).release(addr(0), h.len, released);
+        sim.run(
+            10 * CREDIT_NEWS_NS,
+            |_, _, _| {},
+            |s| s.nodes[1].engine.stats().credits_sent > before,
+        );
+        assert_eq!(credits_sent(&sim), before + 1);
+        assert!(sim.now <= released + CREDIT_NEWS_NS, "{} ns after", sim.now - released);
+    }
 }
