@@ -76,6 +76,12 @@ pub struct EngineConfig {
     /// the first GET is saved; otherwise they are dropped and pulled
     /// again, and the sender stops pushing to that peer for a while. 0: off.
     pub rndv_push: u64,
+    /// An eager message at least this long is surfaced at its first
+    /// segment, as a held message (`MsgBody::Rndv`): a receive that takes
+    /// it then gets the rest written straight into its buffer as it
+    /// arrives, one copy fewer than reassembling it first; until one does,
+    /// the engine keeps what arrived. `u64::MAX`: off.
+    pub eager_place_min: u64,
     /// Credit flow control of eager and unexpected traffic (credit.rs);
     /// `None` turns it off (both ends must agree).
     pub credits: Option<credit::CreditConfig>,
@@ -110,6 +116,9 @@ impl Default for EngineConfig {
             rndv_pull_window: 8 << 20,
             rndv_get_chunk: 1 << 20,
             rndv_push: 128 << 10,
+            // Below this the copy saved costs less than the held message's
+            // bookkeeping.
+            eager_place_min: 16 << 10,
             credits: None,
             // A bare VC is under 1 KiB (760 bytes and its slot in the VC
             // table): at most ~1 MiB for a flood, and room for a thousand
@@ -423,6 +432,10 @@ pub struct EngineStats {
     pub conn_reqs_sent: u64,
     pub conn_resps_sent: u64,
     pub peers_failed: u64,
+    /// Eager messages surfaced at their first segment (`eager_place_min`),
+    /// and of those the ones a receive took before their last segment.
+    pub eager_held: u64,
+    pub eager_placed: u64,
     /// A CONN_REQ echoed the cookie of our CHALLENGE: the old VC failed
     /// (PeerRestarted) and a new one was accepted.
     pub peers_restarted: u64,

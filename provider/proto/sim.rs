@@ -98,6 +98,9 @@ pub fn test_config() -> EngineConfig {
         rto_max_ns: 50_000_000,
         max_retrans: 30,
         peer_timeout_ns: 5_000_000_000,
+        // Eager messages reassembled whole, as most tests expect them
+        // (tests/eager.rs turns the held way on).
+        eager_place_min: u64::MAX,
         ..EngineConfig::default()
     }
 }

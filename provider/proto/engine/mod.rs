@@ -14,8 +14,8 @@
 //! | `vc.rs` | one VC: its parts, timers, transmit priority, receive dispatch |
 //! | `handshake.rs` | CONN_REQ / CONN_RESP / CHALLENGE against the VC table (rules in `conn.rs`) |
 //! | `../rel/` | reliability: send window (SACK, fast retransmit, RTO), receive window and ACK policy |
-//! | `msg.rs` | messages: segment frames, eager segmentation and reassembly, RTS, push, credits glue |
-//! | `rndv.rs` | rendezvous: accept, pull (GETs), serving GETs, placement of data and the in-place guess |
+//! | `msg.rs` | messages: segment frames, eager segmentation and reassembly (or holding from the first segment), RTS, push, credits glue |
+//! | `rndv.rs` | rendezvous: accept (of held eager messages too), pull (GETs), serving GETs, placement of data and the in-place guess |
 //! | `source.rs` | transmit sources: segments encoded by reference, payload copied or left for gather I/O |
 //! | `sched.rs` | scheduling: the ready queue and the burst loop |
 //!
@@ -43,7 +43,7 @@ use super::entropy::Entropy;
 use super::wire::{self, Packet};
 use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload};
 use handshake::{live_vc, vc_for_send};
-use msg::TxMsg;
+use msg::{RxEager, TxMsg};
 use rndv::RxRndv;
 use sched::mark_ready;
 use source::{PayloadMode, TxScratch};
@@ -69,6 +69,9 @@ struct Shared {
     events: VecDeque<Event>,
     /// Announced and accepted rendezvous receives (rndv.rs).
     rx: Map<RndvId, RxRndv>,
+    /// Long eager messages held from their first segment (msg.rs), by
+    /// the rendezvous ids they are surfaced with.
+    rx_eager: Map<RndvId, RxEager>,
     hasher: KeyedState,
     next_rid: RndvId,
     next_msg_id: MsgId,
@@ -143,6 +146,7 @@ impl Engine {
                 stats: EngineStats::default(),
                 events: VecDeque::new(),
                 rx: Map::with_hasher(hasher),
+                rx_eager: Map::with_hasher(hasher),
                 hasher,
                 next_rid: 1,
                 next_msg_id: 1,

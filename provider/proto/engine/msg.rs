@@ -1,5 +1,6 @@
 //! The message layer of a VC: what its sequence numbers carry (`SegFrame`),
-//! eager segmentation and reassembly, the RTS that announces a rendezvous
+//! eager segmentation and reassembly (a long eager message is held from
+//! its first segment instead, `RxEager`), the RTS that announces a rendezvous
 //! message (with its tail), the push of a rendezvous message's first bytes
 //! behind its RTS, completion of sends as their segments are acknowledged,
 //! and the credit glue of both sides.
@@ -19,8 +20,11 @@ use super::vc::Vc;
 use super::{Map, Shared};
 use crate::proto::credit::{Admit, Borrower, Lender};
 use crate::proto::wire;
-use crate::proto::{EngineConfig, Event, MsgBody, MsgHdr, MsgId, Payload, RndvId, SendPayload, SendSource};
+use crate::proto::{
+    EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, Payload, RecvSink, RndvId, SendPayload, SendSource,
+};
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Reassembly of an eager message never reserves more than this up front,
@@ -159,10 +163,31 @@ impl TxMsg {
     }
 }
 
-/// An eager message being reassembled from its segments.
-pub(super) struct Reasm {
-    hdr: MsgHdr,
-    buf: Vec<u8>,
+/// An eager message on its way in, segment by segment (the sender never
+/// interleaves two on a VC, and the VC hands them over in order).
+pub(super) enum Reasm {
+    /// Reassembled here, surfaced whole at its last segment.
+    Whole { hdr: MsgHdr, buf: Vec<u8> },
+    /// Surfaced at its first segment as held message `rid` (`RxEager`,
+    /// `EngineConfig::eager_place_min`): the next byte due, of `total`.
+    Held { rid: RndvId, next: u64, total: u64 },
+}
+
+/// A long eager message surfaced at its first segment, as a rendezvous
+/// message is at its RTS (`MsgBody::Rndv`): until a receive takes it
+/// (`Engine::accept`) the engine keeps what arrives; once one has, the
+/// rest goes straight into that receive's buffer, one copy fewer than
+/// reassembling it first. Nothing goes back to the sender: it completes
+/// on the ACKs of its segments, as for any eager message.
+pub(super) struct RxEager {
+    pub(super) peer: SocketAddr,
+    pub(super) total: u64,
+    /// Bytes arrived so far (in order).
+    pub(super) received: u64,
+    /// What arrived before a receive took it.
+    pub(super) buf: Vec<u8>,
+    /// The receive that took it, and how much of the message it holds.
+    pub(super) sink: Option<(Box<dyn RecvSink>, u64)>,
 }
 
 /// Longest message sent eagerly: the rendezvous threshold, but never more
@@ -335,9 +360,14 @@ impl Vc {
     /// The first segment of an eager message: delivered whole, or the start
     /// of a reassembly.
     pub(super) fn on_msg(&mut self, sh: &mut Shared, tag: u64, data: u64, flags: u32, total: u64, payload: &[u8]) {
-        if self.reasm.take().is_some() {
+        if let Some(r) = self.reasm.take() {
             // The sender never interleaves eager messages.
             sh.stats.dropped_malformed += 1;
+            if let Reasm::Held { rid, .. } = r {
+                if abandon_held(sh, rid) {
+                    self.rx_active -= 1;
+                }
+            }
         }
         let hdr = MsgHdr {
             tag,
@@ -356,24 +386,78 @@ impl Vc {
             });
         } else if total > MAX_EAGER_LEN {
             sh.stats.dropped_malformed += 1;
+        } else if total >= sh.cfg.eager_place_min {
+            let rid = sh.next_rid;
+            sh.next_rid += 1;
+            sh.stats.eager_held += 1;
+            let next = payload.len() as u64;
+            sh.rx_eager.insert(
+                rid,
+                RxEager {
+                    peer: self.peer,
+                    total,
+                    received: next,
+                    buf: payload.to_vec(),
+                    sink: None,
+                },
+            );
+            self.reasm = Some(Reasm::Held { rid, next, total });
+            sh.events.push_back(Event::Msg {
+                peer: self.peer,
+                hdr,
+                body: MsgBody::Rndv(rid),
+            });
+            // Matched before the next datagram, its segments land in place.
+            sh.match_now = true;
         } else {
             let mut buf = Vec::with_capacity(total.min(REASM_RESERVE_MAX) as usize);
             buf.extend_from_slice(payload);
-            self.reasm = Some(Reasm { hdr, buf });
+            self.reasm = Some(Reasm::Whole { hdr, buf });
         }
     }
 
     /// A later segment of the eager message being reassembled.
     pub(super) fn on_msg_cont(&mut self, sh: &mut Shared, offset: u64, payload: &[u8]) {
+        let len = payload.len() as u64;
         match &mut self.reasm {
-            Some(r) if offset == r.buf.len() as u64 && offset + payload.len() as u64 <= r.hdr.len => {
-                r.buf.extend_from_slice(payload);
-                if r.buf.len() as u64 == r.hdr.len {
-                    let r = self.reasm.take().expect("reassembly in progress");
+            Some(Reasm::Whole { hdr, buf }) if offset == buf.len() as u64 && offset + len <= hdr.len => {
+                buf.extend_from_slice(payload);
+                if buf.len() as u64 == hdr.len {
+                    let Some(Reasm::Whole { hdr, buf }) = self.reasm.take() else {
+                        unreachable!("reassembly in progress")
+                    };
                     sh.events.push_back(Event::Msg {
                         peer: self.peer,
-                        hdr: r.hdr,
-                        body: MsgBody::Eager(Payload::from_vec(r.buf)),
+                        hdr,
+                        body: MsgBody::Eager(Payload::from_vec(buf)),
+                    });
+                }
+            }
+            Some(Reasm::Held { rid, next, total }) if offset == *next && offset + len <= *total => {
+                *next += len;
+                let (rid, last) = (*rid, *next == *total);
+                if last {
+                    self.reasm = None;
+                }
+                // Gone: discarded, its bytes are not wanted.
+                let Some(e) = sh.rx_eager.get_mut(&rid) else { return };
+                e.received += len;
+                match &mut e.sink {
+                    Some((sink, want)) => {
+                        if offset < *want {
+                            sink.write_at(offset as usize, &payload[..len.min(*want - offset) as usize]);
+                        }
+                    }
+                    None => e.buf.extend_from_slice(payload),
+                }
+                if last && e.sink.is_some() {
+                    self.rx_active -= 1;
+                    let e = sh.rx_eager.remove(&rid).expect("looked up above");
+                    let (sink, want) = e.sink.expect("taken");
+                    sh.events.push_back(Event::RecvDone {
+                        rid,
+                        sink,
+                        written: want as usize,
                     });
                 }
             }
@@ -475,4 +559,23 @@ impl Vc {
             }
         }
     }
+}
+
+/// A held eager message that will never be whole (its sender broke the
+/// order of its segments): a receive that took it fails (true: it was
+/// waiting); one not taken yet finds it gone (`Engine::accept`:
+/// `UnknownRndv`).
+fn abandon_held(sh: &mut Shared, rid: RndvId) -> bool {
+    let Some(RxEager {
+        sink: Some((sink, _)), ..
+    }) = sh.rx_eager.remove(&rid)
+    else {
+        return false;
+    };
+    sh.events.push_back(Event::RecvFailed {
+        rid,
+        sink,
+        err: EngineError::UnknownRndv,
+    });
+    true
 }

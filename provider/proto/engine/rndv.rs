@@ -318,13 +318,27 @@ impl Engine {
     /// Bytes an announced rendezvous message was charged to its sender's
     /// credits on arrival (its RTS's tail), for `release`; 0 once accepted
     /// or gone.
+    /// (A held eager message was charged its whole length.)
     pub fn rts_charge(&self, rid: RndvId) -> u64 {
+        if let Some(e) = self.sh.rx_eager.get(&rid) {
+            return e.total;
+        }
         self.sh.rx.get(&rid).map_or(0, |rx| rx.tail.len() as u64)
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
         self.changed();
         let sh = &mut self.sh;
+        if let Some(peer) = sh.rx_eager.get(&rid).map(|e| e.peer) {
+            // Until its last segment the VC waits for its peer (keepalives:
+            // a sender that dies fails the receive).
+            if accept_held(sh, rid, sink) {
+                if let Some(vc) = self.vcs.get_mut(&peer) {
+                    vc.rx_active += 1;
+                }
+            }
+            return;
+        }
         let Some(rx) = sh.rx.get_mut(&rid).filter(|rx| rx.accepted.is_none()) else {
             sh.events.push_back(Event::RecvFailed {
                 rid,
@@ -386,6 +400,21 @@ impl Engine {
     pub fn discard(&mut self, rid: RndvId, _now: u64) {
         self.changed();
         let sh = &mut self.sh;
+        // A held eager message: nothing to tell its sender, whose segments
+        // are acknowledged as they come.
+        if let Some(e) = sh.rx_eager.remove(&rid) {
+            if let Some((sink, want)) = e.sink {
+                if let Some(vc) = self.vcs.get_mut(&e.peer) {
+                    vc.rx_active -= 1;
+                }
+                sh.events.push_back(Event::RecvDone {
+                    rid,
+                    sink,
+                    written: e.received.min(want) as usize,
+                });
+            }
+            return;
+        }
         let Some(rx) = sh.rx.remove(&rid) else { return };
         let Some(vc) = self.vcs.get_mut(&rx.peer) else {
             return;
@@ -408,15 +437,15 @@ impl Engine {
     pub(super) fn fail_receives(&mut self, peer: SocketAddr, err: EngineError) {
         let sh = &mut self.sh;
         let mut rids: Vec<RndvId> = sh.rx.iter().filter(|(_, r)| r.peer == peer).map(|(&k, _)| k).collect();
+        rids.extend(sh.rx_eager.iter().filter(|(_, e)| e.peer == peer).map(|(&k, _)| k));
         rids.sort_unstable();
         for rid in rids {
-            let rx = sh.rx.remove(&rid).expect("rid just listed");
-            if let Some(acc) = rx.accepted {
-                sh.events.push_back(Event::RecvFailed {
-                    rid,
-                    sink: acc.sink,
-                    err,
-                });
+            let sink = match sh.rx.remove(&rid) {
+                Some(rx) => rx.accepted.map(|acc| acc.sink),
+                None => sh.rx_eager.remove(&rid).and_then(|e| e.sink.map(|(sink, _)| sink)),
+            };
+            if let Some(sink) = sink {
+                sh.events.push_back(Event::RecvFailed { rid, sink, err });
             }
         }
     }
@@ -507,5 +536,40 @@ impl Engine {
     /// have a guess): lets a polling caller skip it cheaply.
     pub fn pulling(&self) -> bool {
         !self.sh.pull_order.is_empty()
+    }
+}
+
+/// `Engine::accept` of a held eager message (msg.rs, `RxEager`): what
+/// arrived so far goes into the receive's buffer, the rest will as it
+/// comes; a receive that takes the whole message is done at once.
+/// Returns whether the receive now waits for more segments.
+fn accept_held(sh: &mut Shared, rid: RndvId, mut sink: Box<dyn RecvSink>) -> bool {
+    let e = sh.rx_eager.get_mut(&rid).expect("the caller looked it up");
+    if e.sink.is_some() {
+        sh.events.push_back(Event::RecvFailed {
+            rid,
+            sink,
+            err: EngineError::UnknownRndv,
+        });
+        return false;
+    }
+    let want = e.total.min(sink.capacity() as u64);
+    let have = (e.buf.len() as u64).min(want) as usize;
+    if have > 0 {
+        sink.write_at(0, &e.buf[..have]);
+    }
+    e.buf = Vec::new();
+    if e.received == e.total {
+        sh.rx_eager.remove(&rid);
+        sh.events.push_back(Event::RecvDone {
+            rid,
+            sink,
+            written: want as usize,
+        });
+        false
+    } else {
+        sh.stats.eager_placed += 1;
+        e.sink = Some((sink, want));
+        true
     }
 }

@@ -409,3 +409,189 @@ fn hot_path_ping_pong() {
     let acks: u64 = e.iter().map(|x| x.stats().acks_sent).sum();
     assert_eq!(acks, 0);
 }
+
+// ------------------------------------------------- held eager messages
+
+/// `test_config` with long eager messages held from their first segment
+/// (`EngineConfig::eager_place_min`, as the endpoint runs).
+fn held_config() -> EngineConfig {
+    EngineConfig {
+        eager_place_min: 16 << 10,
+        ..test_config()
+    }
+}
+
+/// Node 0 sends one eager message of `len` pattern bytes (salt 9) to
+/// node 1 over `link`; returns the simulation and the send's id.
+fn send_long_eager(link: Link, seed: u64, len: usize) -> (Sim, MsgId) {
+    let mut sim = Sim::new(2, held_config(), link, seed);
+    let id = sim
+        .eng(0)
+        .send(
+            addr(1),
+            hdr(4),
+            Box::new(PatternSource { len, salt: 9 }),
+            SendMode::Eager,
+            0,
+        )
+        .unwrap();
+    (sim, id)
+}
+
+/// A long eager message is surfaced at its first segment; the receive
+/// that takes it then gets the rest written straight in (one copy fewer
+/// than reassembling it), under loss and reordering as on a clean link.
+#[test]
+fn a_long_eager_message_lands_in_the_receive_that_takes_it_at_once() {
+    for (loss, seed) in [(0.0, 1), (5.0, 2), (20.0, 3)] {
+        let len = 60_000;
+        let link = if loss == 0.0 { Link::clean() } else { Link::lossy(loss) };
+        let (mut sim, id) = send_long_eager(link, seed, len);
+        let log = run_accepting(&mut sim, 60_000_000_000, len, 9);
+        assert!(log[1].msgs.is_empty(), "not reassembled whole");
+        assert_eq!(log[1].rndv.len(), 1);
+        assert_eq!(log[1].rndv[0].1.len, len as u64);
+        assert_eq!(log[1].recv_done, vec![(log[1].rndv[0].2, len)]);
+        assert_eq!(log[0].send_done, vec![id]);
+        let s = sim.nodes[1].engine.stats();
+        assert_eq!((s.eager_held, s.eager_placed), (1, 1), "loss {loss}");
+    }
+}
+
+/// Until a receive takes it, a held eager message is kept whole (and
+/// holds its whole length of its sender's credits); a receive that comes
+/// later gets it at once. Messages below the threshold are reassembled.
+#[test]
+fn a_long_eager_message_nobody_takes_is_kept_until_one_does() {
+    let len = 40_000;
+    let (mut sim, id) = send_long_eager(Link::lossy(5.0), 4, len);
+    let now = sim.now;
+    sim.eng(0)
+        .send(addr(1), hdr(5), Box::new(vec![3u8; 10_000]), SendMode::Eager, now)
+        .unwrap();
+    let mut log = logs(2);
+    sim.run(60_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[1].msgs.len(), 1, "the short one came whole");
+    assert_eq!(log[1].msgs[0].2, vec![3u8; 10_000]);
+    let rid = log[1].rndv[0].2;
+    assert_eq!(sim.eng(1).rts_charge(rid), len as u64);
+    assert!(log[1].recv_done.is_empty());
+    assert!(log[0].send_done.contains(&id), "the sender completes on its ACKs");
+    let now = sim.now;
+    sim.eng(1).accept(
+        rid,
+        Box::new(PatternSink {
+            cap: len,
+            salt: 9,
+            written: 0,
+        }),
+        now,
+    );
+    sim.run(1_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[1].recv_done, vec![(rid, len)]);
+    let s = sim.nodes[1].engine.stats();
+    assert_eq!((s.eager_held, s.eager_placed), (1, 0));
+}
+
+/// A receive shorter than the message takes its start (the rest is
+/// dropped as it comes); a discarded one takes nothing, and its sender
+/// completes all the same.
+#[test]
+fn a_held_eager_message_may_be_cut_short_or_discarded() {
+    let len = 50_000;
+    let (mut sim, _) = send_long_eager(Link::lossy(5.0), 5, len);
+    let log = run_accepting(&mut sim, 60_000_000_000, 1000, 9);
+    assert_eq!(log[1].recv_done, vec![(log[1].rndv[0].2, 1000)]);
+
+    let (mut sim, id) = send_long_eager(Link::lossy(5.0), 6, len);
+    let mut log = logs(2);
+    let mut rid = None;
+    sim.run(
+        60_000_000_000,
+        |sim, i, ev| {
+            if let (
+                1,
+                Event::Msg {
+                    body: MsgBody::Rndv(r), ..
+                },
+            ) = (i, &ev)
+            {
+                let now = sim.now;
+                sim.eng(1).discard(*r, now);
+                rid = Some(*r);
+            }
+            log[i].record(ev);
+        },
+        |_| false,
+    );
+    assert!(log[1].recv_done.is_empty() && log[1].recv_failed.is_empty());
+    assert_eq!(log[0].send_done, vec![id]);
+    // Gone: a late accept fails.
+    let (rid, now) = (rid.expect("surfaced"), sim.now);
+    sim.eng(1).accept(
+        rid,
+        Box::new(PatternSink {
+            cap: len,
+            salt: 9,
+            written: 0,
+        }),
+        now,
+    );
+    sim.run(1_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[1].recv_failed, vec![(rid, EngineError::UnknownRndv)]);
+}
+
+/// A receive that took a held eager message whose sender dies before the
+/// last segment fails (the VC waits for its peer meanwhile, as for a
+/// rendezvous pull), rather than waiting for ever.
+#[test]
+fn a_held_eager_message_whose_sender_dies_fails_its_receive() {
+    let len = 60_000;
+    // A window of 4 segments: most of the message is still to be sent
+    // when its first segment is taken.
+    let cfg = EngineConfig {
+        window_segments: 4,
+        ..held_config()
+    };
+    let mut sim = Sim::new(2, cfg, Link::clean(), 7);
+    sim.eng(0)
+        .send(
+            addr(1),
+            hdr(4),
+            Box::new(PatternSource { len, salt: 9 }),
+            SendMode::Eager,
+            0,
+        )
+        .unwrap();
+    let mut log = logs(2);
+    sim.run(
+        60_000_000_000,
+        |sim, i, ev| {
+            if let (
+                1,
+                Event::Msg {
+                    body: MsgBody::Rndv(r), ..
+                },
+            ) = (i, &ev)
+            {
+                let now = sim.now;
+                sim.eng(1).accept(
+                    *r,
+                    Box::new(PatternSink {
+                        cap: len,
+                        salt: 9,
+                        written: 0,
+                    }),
+                    now,
+                );
+                // The sender goes before the rest of its segments.
+                sim.nodes[0].down = true;
+            }
+            log[i].record(ev);
+        },
+        |_| false,
+    );
+    assert!(log[1].recv_done.is_empty());
+    assert_eq!(log[1].recv_failed.len(), 1);
+    assert_eq!(log[1].peer_failed, vec![addr(0)]);
+}
