@@ -317,8 +317,8 @@ impl Vc {
 impl Engine {
     /// Bytes an announced rendezvous message was charged to its sender's
     /// credits on arrival (its RTS's tail), for `release`; 0 once accepted
-    /// or gone.
-    /// (A held eager message was charged its whole length.)
+    /// or gone. A held eager message was charged its whole length (asked
+    /// for when it is surfaced, as an RTS's charge is).
     pub fn rts_charge(&self, rid: RndvId) -> u64 {
         if let Some(e) = self.sh.rx_eager.get(&rid) {
             return e.total;

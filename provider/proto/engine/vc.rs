@@ -386,7 +386,8 @@ impl Vc {
             }
         }
         // A message that just stalled for credits asks for them now; news
-        // that could wait follows the segments this turn sent.
+        // that could wait goes once this turn has no segments left (behind
+        // them, or with a standalone ACK, which comes next).
         if (self.credit_due || self.credit_news.is_some()) && sh.bank.is_some() {
             return Some(self.credit_datagram(sh, peer_nonce, buf));
         }

@@ -423,19 +423,44 @@ fn held_config() -> EngineConfig {
 
 /// Node 0 sends one eager message of `len` pattern bytes (salt 9) to
 /// node 1 over `link`; returns the simulation and the send's id.
-fn send_long_eager(link: Link, seed: u64, len: usize) -> (Sim, MsgId) {
-    let mut sim = Sim::new(2, held_config(), link, seed);
-    let id = sim
-        .eng(0)
-        .send(
-            addr(1),
-            hdr(4),
-            Box::new(PatternSource { len, salt: 9 }),
-            SendMode::Eager,
-            0,
-        )
-        .unwrap();
+fn send_long_eager(cfg: EngineConfig, link: Link, seed: u64, len: usize) -> (Sim, MsgId) {
+    let mut sim = Sim::new(2, cfg, link, seed);
+    let src = Box::new(PatternSource { len, salt: 9 });
+    let id = sim.eng(0).send(addr(1), hdr(4), src, SendMode::Eager, 0).unwrap();
     (sim, id)
+}
+
+/// A receive of `cap` bytes that checks it gets the message's pattern.
+fn pattern_sink(cap: usize) -> Box<dyn RecvSink> {
+    Box::new(PatternSink {
+        cap,
+        salt: 9,
+        written: 0,
+    })
+}
+
+/// Runs `sim` until idle, handing every held message node 1 is offered to
+/// `offered` (which takes it, or not); returns every node's events.
+fn run_offering(sim: &mut Sim, mut offered: impl FnMut(&mut Sim, RndvId)) -> Vec<Log> {
+    let mut log = logs(2);
+    sim.run(
+        60_000_000_000,
+        |sim, i, ev| {
+            if let (
+                1,
+                Event::Msg {
+                    body: MsgBody::Rndv(rid),
+                    ..
+                },
+            ) = (i, &ev)
+            {
+                offered(sim, *rid);
+            }
+            log[i].record(ev);
+        },
+        |_| false,
+    );
+    log
 }
 
 /// A long eager message is surfaced at its first segment; the receive
@@ -446,7 +471,7 @@ fn a_long_eager_message_lands_in_the_receive_that_takes_it_at_once() {
     for (loss, seed) in [(0.0, 1), (5.0, 2), (20.0, 3)] {
         let len = 60_000;
         let link = if loss == 0.0 { Link::clean() } else { Link::lossy(loss) };
-        let (mut sim, id) = send_long_eager(link, seed, len);
+        let (mut sim, id) = send_long_eager(held_config(), link, seed, len);
         let log = run_accepting(&mut sim, 60_000_000_000, len, 9);
         assert!(log[1].msgs.is_empty(), "not reassembled whole");
         assert_eq!(log[1].rndv.len(), 1);
@@ -464,13 +489,12 @@ fn a_long_eager_message_lands_in_the_receive_that_takes_it_at_once() {
 #[test]
 fn a_long_eager_message_nobody_takes_is_kept_until_one_does() {
     let len = 40_000;
-    let (mut sim, id) = send_long_eager(Link::lossy(5.0), 4, len);
+    let (mut sim, id) = send_long_eager(held_config(), Link::lossy(5.0), 4, len);
     let now = sim.now;
     sim.eng(0)
         .send(addr(1), hdr(5), Box::new(vec![3u8; 10_000]), SendMode::Eager, now)
         .unwrap();
-    let mut log = logs(2);
-    sim.run(60_000_000_000, |_, i, ev| log[i].record(ev), |_| false);
+    let mut log = run_offering(&mut sim, |_, _| {});
     assert_eq!(log[1].msgs.len(), 1, "the short one came whole");
     assert_eq!(log[1].msgs[0].2, vec![3u8; 10_000]);
     let rid = log[1].rndv[0].2;
@@ -478,15 +502,7 @@ fn a_long_eager_message_nobody_takes_is_kept_until_one_does() {
     assert!(log[1].recv_done.is_empty());
     assert!(log[0].send_done.contains(&id), "the sender completes on its ACKs");
     let now = sim.now;
-    sim.eng(1).accept(
-        rid,
-        Box::new(PatternSink {
-            cap: len,
-            salt: 9,
-            written: 0,
-        }),
-        now,
-    );
+    sim.eng(1).accept(rid, pattern_sink(len), now);
     sim.run(1_000_000, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[1].recv_done, vec![(rid, len)]);
     let s = sim.nodes[1].engine.stats();
@@ -499,44 +515,20 @@ fn a_long_eager_message_nobody_takes_is_kept_until_one_does() {
 #[test]
 fn a_held_eager_message_may_be_cut_short_or_discarded() {
     let len = 50_000;
-    let (mut sim, _) = send_long_eager(Link::lossy(5.0), 5, len);
+    let (mut sim, _) = send_long_eager(held_config(), Link::lossy(5.0), 5, len);
     let log = run_accepting(&mut sim, 60_000_000_000, 1000, 9);
     assert_eq!(log[1].recv_done, vec![(log[1].rndv[0].2, 1000)]);
 
-    let (mut sim, id) = send_long_eager(Link::lossy(5.0), 6, len);
-    let mut log = logs(2);
-    let mut rid = None;
-    sim.run(
-        60_000_000_000,
-        |sim, i, ev| {
-            if let (
-                1,
-                Event::Msg {
-                    body: MsgBody::Rndv(r), ..
-                },
-            ) = (i, &ev)
-            {
-                let now = sim.now;
-                sim.eng(1).discard(*r, now);
-                rid = Some(*r);
-            }
-            log[i].record(ev);
-        },
-        |_| false,
-    );
+    let (mut sim, id) = send_long_eager(held_config(), Link::lossy(5.0), 6, len);
+    let mut log = run_offering(&mut sim, |sim, rid| {
+        let now = sim.now;
+        sim.eng(1).discard(rid, now);
+    });
     assert!(log[1].recv_done.is_empty() && log[1].recv_failed.is_empty());
     assert_eq!(log[0].send_done, vec![id]);
     // Gone: a late accept fails.
-    let (rid, now) = (rid.expect("surfaced"), sim.now);
-    sim.eng(1).accept(
-        rid,
-        Box::new(PatternSink {
-            cap: len,
-            salt: 9,
-            written: 0,
-        }),
-        now,
-    );
+    let (rid, now) = (log[1].rndv[0].2, sim.now);
+    sim.eng(1).accept(rid, pattern_sink(len), now);
     sim.run(1_000_000, |_, i, ev| log[i].record(ev), |_| false);
     assert_eq!(log[1].recv_failed, vec![(rid, EngineError::UnknownRndv)]);
 }
@@ -553,44 +545,13 @@ fn a_held_eager_message_whose_sender_dies_fails_its_receive() {
         window_segments: 4,
         ..held_config()
     };
-    let mut sim = Sim::new(2, cfg, Link::clean(), 7);
-    sim.eng(0)
-        .send(
-            addr(1),
-            hdr(4),
-            Box::new(PatternSource { len, salt: 9 }),
-            SendMode::Eager,
-            0,
-        )
-        .unwrap();
-    let mut log = logs(2);
-    sim.run(
-        60_000_000_000,
-        |sim, i, ev| {
-            if let (
-                1,
-                Event::Msg {
-                    body: MsgBody::Rndv(r), ..
-                },
-            ) = (i, &ev)
-            {
-                let now = sim.now;
-                sim.eng(1).accept(
-                    *r,
-                    Box::new(PatternSink {
-                        cap: len,
-                        salt: 9,
-                        written: 0,
-                    }),
-                    now,
-                );
-                // The sender goes before the rest of its segments.
-                sim.nodes[0].down = true;
-            }
-            log[i].record(ev);
-        },
-        |_| false,
-    );
+    let (mut sim, _) = send_long_eager(cfg, Link::clean(), 7, len);
+    let log = run_offering(&mut sim, |sim, rid| {
+        let now = sim.now;
+        sim.eng(1).accept(rid, pattern_sink(len), now);
+        // The sender goes before the rest of its segments.
+        sim.nodes[0].down = true;
+    });
     assert!(log[1].recv_done.is_empty());
     assert_eq!(log[1].recv_failed.len(), 1);
     assert_eq!(log[1].peer_failed, vec![addr(0)]);
