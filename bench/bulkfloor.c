@@ -40,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #ifndef SOL_UDP
 #define SOL_UDP 17
 #endif
@@ -55,19 +57,6 @@ enum { HDR = 36, MAX_UDP = 65507, MAX_IOV = 2 * 64 };
 static int tcp, hdrs, copies;
 static size_t seg; /* bytes of one datagram, header included */
 static char *buf, *spare, hdr[HDR];
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 /* One GSO run from `off`: the payload bytes it carries, or -1. */
 static ssize_t send_run(int s, size_t off, size_t n)
@@ -254,7 +243,7 @@ int main(int argc, char **argv)
 	double sum = 0;
 	for (int i = 0; i < iters; i++)
 		sum += rt[i];
-	qsort(rt, (size_t)iters, sizeof *rt, cmp);
+	qsort(rt, (size_t)iters, sizeof *rt, cmp_double);
 	printf("FLOOR proto=%s size=%zu mean=%.2f med=%.2f min=%.2f\n", argv[1], size, sum / iters / 2,
 	       rt[iters / 2] / 2, rt[0] / 2);
 	return 0;

@@ -25,6 +25,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "timing.h"
+
 /* -r: 0 (server) or 1 (client); die() prints it. */
 static int rank = -1;
 
@@ -48,13 +50,6 @@ static void die(const char *fmt, ...)
 			    _r, fi_strerror(-_r));                             \
 	} while (0)
 
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -75,12 +70,6 @@ static void check(const char *buf, size_t len, unsigned seed, const char *what)
 	for (size_t i = 0; i < len; i++)
 		if (buf[i] != (char)(seed + i * 7))
 			die("%s: data mismatch at byte %zu of %zu", what, i, len);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 static size_t parse_size(const char *s)

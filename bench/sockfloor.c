@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #define MSG (1 << 20)
 #define HDR 44
 #define DGRAM 65507 /* largest UDP payload over IPv4 */
@@ -50,19 +52,6 @@
 
 static int udp;
 static pid_t echo_pid; /* the parent's: killed with it on a timeout */
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int pin(int cpu)
 {

@@ -26,18 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
+#include "timing.h"
 
 /* Busy-polls for one datagram (deadline 1 s); its length, or -1. */
 static ssize_t recv_spin(int s, char *buf, size_t cap, struct sockaddr_in *from)
@@ -102,7 +91,7 @@ int main(int argc, char **argv)
 	double sum = 0;
 	for (int i = 0; i < iters; i++)
 		sum += rt[i];
-	qsort(rt, (size_t)iters, sizeof *rt, cmp);
+	qsort(rt, (size_t)iters, sizeof *rt, cmp_double);
 	printf("FLOOR proto=udp size=%zu mean=%.2f med=%.2f min=%.2f\n", size, sum / iters / 2, rt[iters / 2] / 2,
 	       rt[0] / 2);
 	return 0;
