@@ -240,11 +240,6 @@ int main(int argc, char **argv)
 		if (i >= 0)
 			rt[i] = now_us() - t;
 	}
-	double sum = 0;
-	for (int i = 0; i < iters; i++)
-		sum += rt[i];
-	qsort(rt, (size_t)iters, sizeof *rt, cmp_double);
-	printf("FLOOR proto=%s size=%zu mean=%.2f med=%.2f min=%.2f\n", argv[1], size, sum / iters / 2,
-	       rt[iters / 2] / 2, rt[0] / 2);
+	print_floor(argv[1], size, rt, iters);
 	return 0;
 }
