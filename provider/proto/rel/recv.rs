@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 /// a small window does not stall for the ACK delay (a quarter of the byte
 /// window also triggers one: `in_order_arrived`). More than a 64 KiB
 /// message's 46 segments: its receiver acknowledges it on its answer, or
-/// once it completed, rather than with two standalone ACKs on the way,
+/// after the ACK delay (a rendezvous receive's last segment: at the next
+/// transmission chance), rather than with two standalone ACKs on the way,
 /// each a `sendto` ahead of the rest of the message (16 until 2026-12-02:
 /// `fi_pingpong` 64 KiB across the namespaces 25.4 -> 23.5 µs, 32 KiB
 /// 15.3 -> 14.2, medians of 5 alternating rounds).
