@@ -351,14 +351,8 @@ impl UdpWire {
             }
             self.hot = true;
             self.last_active = now;
-            let mut match_now = false;
-            while at < bytes.len() && !match_now {
-                self.engine
-                    .handle_datagram(from, &bytes[at..(at + seg).min(bytes.len())], now);
-                at += seg;
-                match_now = self.engine.wants_match_now();
-            }
-            if !match_now {
+            at += self.engine.handle_run(from, &bytes[at..], seg, now);
+            if !self.engine.wants_match_now() {
                 return handled;
             }
             handled |= self.handle_events(now, up);

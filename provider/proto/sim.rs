@@ -66,6 +66,10 @@ pub struct Sim {
     /// header apart, payload straight into the guessed region
     /// (`Engine::rdata_placement`), whether the guess is right or not.
     pub placed: bool,
+    /// Datagrams due together from one sender to one node, of one size
+    /// (the last may be shorter), arrive as one run (`Engine::handle_run`),
+    /// the way GRO hands a peer's GSO run to the endpoint.
+    pub gro: bool,
     /// A loss takes this many consecutive datagrams of its sender (a
     /// firewall dropping one GSO packet drops every datagram in it).
     pub burst: usize,
@@ -125,6 +129,7 @@ impl Sim {
             record: None,
             wire_free_at: vec![0; n],
             placed: false,
+            gro: true,
             burst: 1,
             burst_left: vec![0; n],
             tx_cap: 0,
@@ -242,15 +247,19 @@ impl Sim {
             if e.0 > self.now {
                 break;
             }
-            let Reverse((_, _, dst, from, bytes)) = self.queue.pop().expect("peeked");
+            let Reverse(first) = self.queue.pop().expect("peeked");
+            let (dst, from) = (first.2, first.3);
             if !self.nodes[dst].down {
                 let now = self.now;
-                let e = &mut self.nodes[dst].engine;
                 if self.placed {
-                    deliver_split(e, from, &bytes, now);
+                    deliver_split(&mut self.nodes[dst].engine, from, &first.4, now);
+                } else if self.gro {
+                    let run = self.take_run(first);
+                    self.deliver_run(run);
                 } else {
-                    e.handle_datagram(from, &bytes, now);
+                    self.nodes[dst].engine.handle_datagram(from, &first.4, now);
                 }
+                let e = &mut self.nodes[dst].engine;
                 // As the endpoint does: the message is matched (`run`
                 // hands out the events) before the next datagram.
                 if e.wants_match_now() {
@@ -264,6 +273,36 @@ impl Sim {
             }
         }
         true
+    }
+
+    /// `first` and the datagrams due now right behind it in the queue
+    /// that GRO would coalesce with it: same sender and destination, the
+    /// same size (a shorter one ends the run), 64 at most.
+    fn take_run(&mut self, first: InFlight) -> Vec<InFlight> {
+        let size = first.4.len();
+        let mut run = vec![first];
+        while run.len() < 64 && run.last().is_some_and(|d| d.4.len() == size) {
+            match self.queue.peek() {
+                Some(Reverse(e)) if e.0 <= self.now && e.2 == run[0].2 && e.3 == run[0].3 && e.4.len() <= size => {
+                    let Reverse(e) = self.queue.pop().expect("peeked");
+                    run.push(e);
+                }
+                _ => break,
+            }
+        }
+        run
+    }
+
+    /// Hands a run to its node in one piece; what it did not take (it
+    /// stopped to have a message matched) goes back to the queue as it was.
+    fn deliver_run(&mut self, run: Vec<InFlight>) {
+        let (dst, from, seg) = (run[0].2, run[0].3, run[0].4.len());
+        let bytes: Vec<u8> = run.iter().flat_map(|d| d.4.iter().copied()).collect();
+        let used = self.nodes[dst].engine.handle_run(from, &bytes, seg, self.now);
+        let taken = used.div_ceil(seg.max(1)).max(1);
+        for d in run.into_iter().skip(taken) {
+            self.queue.push(Reverse(d));
+        }
     }
 
     /// Steps for `dur` ns of virtual time (or until idle).

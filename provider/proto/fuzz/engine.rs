@@ -439,7 +439,8 @@ impl Pair {
             }
             Ok(_) => None,
         };
-        self.b.handle_datagram(from, d, self.now);
+        // As the udp wire hands a datagram over (a run of one).
+        self.b.handle_run(from, d, d.len(), self.now);
         // Whatever arrives, B's handshake state stays bounded.
         assert!(self.b.unproven_count() <= config().max_unproven);
         assert!(self.b.first_contacts_pending() <= 256);
