@@ -77,6 +77,18 @@ pub(super) enum SegFrame {
     Nop,
 }
 
+impl SegFrame {
+    /// The message whose data the segment carries (an eager message's
+    /// segment, or rendezvous data): its acknowledgement counts toward
+    /// that message's completion.
+    pub(super) fn data_of(&self) -> Option<MsgId> {
+        match *self {
+            SegFrame::Msg { id, .. } | SegFrame::RData { key: id, .. } => Some(id),
+            _ => None,
+        }
+    }
+}
+
 pub(super) enum TxBody {
     Eager {
         /// Read again for each (re)transmission: the caller keeps it valid
@@ -225,30 +237,27 @@ fn push_len(pull: u64, room: usize, max: u64) -> u32 {
     (segs * room).min(u32::MAX as u64) as u32
 }
 
-/// A segment the peer acknowledged (cumulatively or selectively): the
-/// message it belongs to completes once all of it is delivered. (A free
-/// function on the parts it needs: it runs while the VC's send window is
-/// borrowed.)
-pub(super) fn seg_delivered(
+/// `count` segments of message `id` the peer acknowledged (cumulatively or
+/// selectively): the message completes once all of it is delivered. (A
+/// free function on the parts it needs: it runs while the VC's send window
+/// is borrowed.)
+pub(super) fn segs_delivered(
     tx: &mut Map<MsgId, TxMsg>,
     rdata: &VecDeque<RDataJob>,
     events: &mut VecDeque<Event>,
     quiet_in_flight: &mut usize,
-    frame: SegFrame,
+    id: MsgId,
+    count: u32,
 ) {
-    let id = match frame {
-        SegFrame::Msg { id, .. } | SegFrame::RData { key: id, .. } => id,
-        _ => return,
-    };
     let done = match tx.get_mut(&id).map(|m| &mut m.body) {
         Some(TxBody::Eager { unacked, segmented, .. }) => {
-            *unacked -= 1;
+            *unacked -= count;
             *unacked == 0 && *segmented
         }
         // The receiver places RDATA before acknowledging it, so an
         // acknowledged final range means it holds everything: no FIN.
         Some(TxBody::Rndv { unacked, last_get, .. }) => {
-            *unacked -= 1;
+            *unacked -= count;
             *unacked == 0 && *last_get && !rdata.iter().any(|j| j.key == id)
         }
         None => false,

@@ -8,7 +8,7 @@
 //! rendezvous data. Messages go before bulk data so a small send is not
 //! stuck behind a large pull.
 
-use super::msg::{seg_delivered, Reasm, SegFrame, TxMsg};
+use super::msg::{segs_delivered, Reasm, SegFrame, TxMsg};
 use super::rndv::{Data, DataBytes, RDataJob};
 use super::source::{PayloadMode, TxScratch};
 use super::{Map, Shared};
@@ -468,9 +468,23 @@ impl Vc {
             quiet_in_flight,
             ..
         } = sh;
+        // The segments of one message in a row (bulk data: all of them)
+        // complete it with one lookup.
+        let mut run: Option<(MsgId, u32)> = None;
         snd.on_ack(cfg, stats, ack, sack, now, |f| {
-            seg_delivered(tx, rdata, events, quiet_in_flight, f)
+            let Some(id) = f.data_of() else { return };
+            match &mut run {
+                Some((last, n)) if *last == id => *n += 1,
+                _ => {
+                    if let Some((last, n)) = run.replace((id, 1)) {
+                        segs_delivered(tx, rdata, events, quiet_in_flight, last, n);
+                    }
+                }
+            }
         });
+        if let Some((id, n)) = run {
+            segs_delivered(tx, rdata, events, quiet_in_flight, id, n);
+        }
     }
 
     /// A segment with a valid connection id arrived: its place in the
