@@ -435,6 +435,7 @@ impl Engine {
             at += d.len();
         }
         if at > start {
+            // As `changed` (which would borrow all of self, the VC with it).
             self.deadline.set(None);
             if vc.may_transmit(now) {
                 mark_ready(&mut self.ready, vc);
