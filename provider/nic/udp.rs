@@ -700,9 +700,9 @@ impl UdpSockets {
 
     /// One sendmsg of the gathered `iov` to `to`, cut into `seg`-byte
     /// datagrams by the kernel if `seg` is nonzero. Ok(false) when the
-    /// socket buffer is full. A kernel or device that refuses UDP_SEGMENT
-    /// turns it off for this socket; that batch is lost to the reliability
-    /// layer, which resends it.
+    /// socket buffer is full. A kernel, device or route that refuses
+    /// UDP_SEGMENT turns it off for this endpoint's sockets; that batch is
+    /// lost to the reliability layer, which resends it.
     ///
     /// libc, not rustix: rustix's sendmsg cannot carry the UDP_SEGMENT
     /// control message (not among its ancillary types), and takes
@@ -749,13 +749,23 @@ impl UdpSockets {
         if e.kind() == io::ErrorKind::WouldBlock {
             return Ok(false);
         }
+        // EMSGSIZE: segments larger than the route's MTU, which the kernel
+        // does not segment (FI_GNIX_UDP_MTU above the link's); sent one by
+        // one, IP fragments them.
         if seg > 0
             && matches!(
                 e.raw_os_error(),
-                Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+                Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::EMSGSIZE)
             )
+            && self.gso.replace(false)
         {
-            self.gso.set(false);
+            crate::warn!(
+                crate::ffi::FI_LOG_EP_DATA,
+                "sending {}-byte segments to {} as one GSO run failed ({}): one datagram a call from now on",
+                seg,
+                to,
+                e
+            );
         }
         Err(e)
     }
