@@ -18,6 +18,14 @@ use std::net::SocketAddr;
 pub(super) const FIRST_CONTACT_QUEUE: usize = 256;
 
 impl Vc {
+    /// A datagram from the peer passed `live_vc`'s checks (or
+    /// `Engine::handle_run`'s, which are the same): the peer is alive,
+    /// and proven.
+    pub(super) fn heard(&mut self, sh: &mut Shared, now: u64) {
+        self.last_heard = now;
+        self.prove(sh);
+    }
+
     /// The peer echoed our connection id (or a cookie): it is real, not a
     /// CONN_REQ with a forged source address (which costs nothing to
     /// send). PeerUp goes out once per incarnation of the VC (`establish`
@@ -90,8 +98,7 @@ pub(super) fn live_vc<'a>(
         sh.stats.dropped_early += 1;
         return None;
     }
-    vc.last_heard = now;
-    vc.prove(sh);
+    vc.heard(sh, now);
     Some(vc)
 }
 

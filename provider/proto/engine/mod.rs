@@ -418,20 +418,9 @@ impl Engine {
             }
             sh.stats.datagrams_in += 1;
             sh.stats.bytes_in += d.len() as u64;
-            vc.last_heard = now;
-            vc.prove(sh);
+            vc.heard(sh, now);
             vc.on_ack(sh, ack, sack, now);
-            let body = &d[wire::SEG_HDR_LEN..];
-            vc.on_seg(
-                sh,
-                seq,
-                SegIn::Frame {
-                    frame,
-                    kind: d[3],
-                    body,
-                },
-                now,
-            );
+            vc.on_seg(sh, seq, SegIn::of_datagram(d, frame), now);
             at += d.len();
         }
         if at > start {
@@ -512,14 +501,7 @@ impl Engine {
                 sack,
                 seq,
                 frame,
-            } => {
-                let seg = SegIn::Frame {
-                    frame,
-                    kind: bytes[3],
-                    body: &bytes[wire::SEG_HDR_LEN..],
-                };
-                self.on_seg_packet(from, (conn, ack, sack, seq), seg, now)
-            }
+            } => self.on_seg_packet(from, (conn, ack, sack, seq), SegIn::of_datagram(bytes, frame), now),
         }
     }
 

@@ -115,6 +115,17 @@ pub(super) enum SegIn<'a> {
     },
 }
 
+impl<'a> SegIn<'a> {
+    /// A segment datagram `bytes` whose frame decoded as `frame`.
+    pub(super) fn of_datagram(bytes: &'a [u8], frame: Frame<'a>) -> SegIn<'a> {
+        SegIn::Frame {
+            frame,
+            kind: bytes[crate::proto::wire::field::KIND],
+            body: &bytes[crate::proto::wire::SEG_HDR_LEN..],
+        }
+    }
+}
+
 impl Vc {
     pub(super) fn new(sh: &mut Shared, peer: SocketAddr, now: u64) -> Vc {
         let local_nonce = loop {
