@@ -95,6 +95,9 @@ pub(crate) struct Exec<P: Port> {
     last_route: Option<(SocketAddr, Option<PeerIx>)>,
     /// Peers `connect_ahead` connected.
     ahead: usize,
+    /// `connect_ahead` warms pulls from the peers it connects to: we may
+    /// pull (FI_GNIX_CMA), and the kernel did not refuse it.
+    warm_pulls: bool,
     /// A send went straight into a ring since the last progress pass: the
     /// next one is the second of a burst (a window of MPI_Isend), not an
     /// answer the application waited for (a ping-pong).
@@ -147,6 +150,7 @@ impl<P: Port> Exec<P> {
             routed: None,
             last_route: None,
             ahead: 0,
+            warm_pulls: cma,
             sent_since_pass: false,
             choice,
             pulls: Vec::new(),
@@ -220,6 +224,14 @@ impl<P: Port> Exec<P> {
             if let Some(ix) = self.connect(addr) {
                 self.ahead += 1;
                 self.routes.insert(addr, Some(ix));
+                // The first pull from a process costs the kernel extra
+                // (`cma::cma_warm_peer`): paid here, not in the first
+                // rendezvous the application times. A refusal is left for
+                // that first pull to learn, as without this, and not asked
+                // again of the next peer.
+                if self.warm_pulls && matches!(self.port.warm_pulls(ix), Err(machine::CmaErr::Refused(_))) {
+                    self.warm_pulls = false;
+                }
             }
         }
         // The rings of peers that connected to us first are taken, and

@@ -39,6 +39,12 @@ pub(crate) trait Port {
     /// Opens the mailbox of the endpoint at `peer` and claims a ring in
     /// it. `None`: no usable mailbox there.
     fn connect(&mut self, peer: SocketAddr) -> Option<Connected>;
+    /// Pays the kernel's first-read cost of the owner's process ahead of
+    /// the first pull from it (`cma::cma_warm_peer`). `Err`: the kernel
+    /// refuses reading it, or it is gone.
+    fn warm_pulls(&mut self, _ix: PeerIx) -> Result<(), CmaErr> {
+        Ok(())
+    }
     /// Gives the ring up (its owner frees it once drained).
     fn disconnect(&mut self, ix: PeerIx);
     /// The owner closed its mailbox (cheap: for every send).
@@ -249,6 +255,13 @@ impl Port for MailboxPort {
             slot_size: geo.slot_size,
             span,
         })
+    }
+
+    fn warm_pulls(&mut self, ix: PeerIx) -> Result<(), CmaErr> {
+        match self.out(ix) {
+            Some(o) => cma::cma_warm_peer(o.owner_pid()).map_err(cma_err),
+            None => Ok(()),
+        }
     }
 
     fn disconnect(&mut self, ix: PeerIx) {
