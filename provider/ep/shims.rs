@@ -57,6 +57,7 @@ macro_rules! ep_or_inval {
 /// `e` must be NULL or a readable fid. (The buffers' contract travels
 /// with the `Iov`: whoever made it vouched for them.)
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn do_send(
     e: *mut fid_ep,
     iov: Option<Iov>,
@@ -127,6 +128,7 @@ unsafe fn do_inject(
 /// `e` must be NULL or a readable fid. (The buffers' contract travels
 /// with the `Iov`: whoever made it vouched for them.)
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn do_recv(
     e: *mut fid_ep,
     iov: Option<Iov>,

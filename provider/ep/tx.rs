@@ -208,7 +208,7 @@ impl Ep {
 
 /// The buffers of a send or receive (`what`): at most `limit` pieces, none
 /// of them a NULL address with a length.
-#[inline]
+#[inline(always)]
 pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
     if check_iov_ok(iov, limit) {
         return Ok(());
@@ -217,7 +217,7 @@ pub(super) fn check_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize
 }
 
 /// `check_iov`'s test, without the warning.
-#[inline]
+#[inline(always)]
 pub(super) fn check_iov_ok(iov: &Iov, limit: usize) -> bool {
     match iov.single() {
         // One buffer, the usual case, without the iterator.

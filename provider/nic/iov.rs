@@ -346,6 +346,7 @@ impl IovSink {
     /// Copies the first `n` bytes of a mailbox slot's payload straight
     /// into the buffers (the slot is never borrowed: another process
     /// can write it).
+    #[inline(always)]
     pub(crate) fn write_shared(&mut self, data: &SharedBytes<'_>, n: usize) {
         // One buffer, nearly every receive: one copy, no walk of the ranges.
         if let Some((base, l)) = self.iov.single() {
@@ -361,6 +362,13 @@ impl IovSink {
             }
             return;
         }
+        self.write_shared_walk(data, n);
+    }
+
+    /// `write_shared` into several buffers: out of the line of the
+    /// one-buffer receives.
+    #[inline(never)]
+    fn write_shared_walk(&mut self, data: &SharedBytes<'_>, n: usize) {
         let mut off = 0;
         while off < n {
             let Some(dst) = self.region(off, n - off) else { break };

@@ -584,11 +584,19 @@ impl<R, U> Tme<R, U> {
     /// A multi-receive buffer may absorb several unexpected messages: loop on
     /// [`take_unexpected`](Self::take_unexpected) and then
     /// [`append_posted`](Self::append_posted) the remainder.
+    #[inline(always)]
     pub fn post(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
         // Nothing to match: straight to the posted queue.
         if self.unexp.none_open() {
             return PostOutcome::Posted(self.posted.append(spec, recv));
         }
+        self.post_past_unexpected(spec, recv)
+    }
+
+    /// `post` with unexpected messages waiting: out of the line of most
+    /// posts.
+    #[inline(never)]
+    fn post_past_unexpected(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
         match self.take_unexpected(&spec) {
             Some(msg) => PostOutcome::Matched { recv, msg },
             None => PostOutcome::Posted(self.posted.append(spec, recv)),

@@ -167,7 +167,7 @@ impl<R> PostedQ<R> {
         self.live
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn append(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
         let seq = self.next_seq;
         self.next_seq += 1;

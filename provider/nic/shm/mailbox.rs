@@ -654,7 +654,7 @@ impl Outbox {
     /// up behind. Not for a lone message: its consumer, caught up, would
     /// have to fetch the line back before the message comes (see
     /// `Exec::send_now`).
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_ahead(&self) {
         self.map
             .prefetch_write(self.geo.slot_after(self.first_off, self.tail_off, 1));
