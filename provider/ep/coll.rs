@@ -526,7 +526,7 @@ fn new_op(m: Member, spec: Spec, w: Work, join: Option<u64>) -> CollOp {
     }
 }
 
-impl Handler<'_> {
+impl<F: super::Face> Handler<'_, F> {
     /// A collective `spec` of member `m` on `w`.
     pub(super) fn coll_begin(&mut self, wires: &mut dyn Wires, m: Member, spec: Spec, w: Work, now: u64) {
         let op = new_op(m, spec, w, None);

@@ -285,7 +285,7 @@ impl Ep {
     }
 }
 
-impl Handler<'_> {
+impl<F: super::Face> Handler<'_, F> {
     /// A validated one-sided operation: its FabReq and parts, then their
     /// requests. Starts only if all its requests can (descriptors and the
     /// transmit budget), so it never stops half sent.

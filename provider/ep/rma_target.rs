@@ -133,7 +133,7 @@ impl RecvSink for StageSink {
     }
 }
 
-impl Handler<'_> {
+impl<F: super::Face> Handler<'_, F> {
     /// What a failed peer left half done here is let go: the large writes
     /// it announced, its lane, the answers owed to it.
     pub(super) fn target_peer_failed(&mut self, peer: SocketAddr) {

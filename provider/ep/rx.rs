@@ -167,9 +167,11 @@ impl Rx {
 
 /// The receive and transmit paths at work: the endpoint's face, its
 /// receive state and its operations, borrowed apart from the wires (which
-/// call it back as their `Upcall`).
-pub(super) struct Handler<'a> {
-    pub(super) face: &'a dyn Face,
+/// call it back as their `Upcall`). Of the endpoint's type, not a `dyn
+/// Face`, so that the completions of every message inline into its paths
+/// (the tests give it a fake endpoint).
+pub(super) struct Handler<'a, F: Face> {
+    pub(super) face: &'a F,
     /// `face.caps()`, read once (the receive path asks several times per
     /// message).
     pub(super) caps: u64,
@@ -179,7 +181,7 @@ pub(super) struct Handler<'a> {
     pub(super) coll: &'a mut super::coll::Colls,
 }
 
-impl Upcall for Handler<'_> {
+impl<F: Face> Upcall for Handler<'_, F> {
     fn arrived(&mut self, a: Arrival<'_>) -> Take {
         let Arrival {
             peer,
@@ -357,7 +359,7 @@ impl Ep {
 /// The receive budget (rx_size) is used up: the application tries again.
 pub(super) struct Full;
 
-impl Handler<'_> {
+impl<F: Face> Handler<'_, F> {
     /// A validated receive: matched against what is kept, or posted.
     #[inline(always)]
     pub(super) fn post(

@@ -242,7 +242,7 @@ fn bad_iov(iov: &Iov, limit: usize, what: &str) -> Result<(), isize> {
 /// The transmit budget (tx_size) is used up.
 pub(super) struct Busy;
 
-impl Handler<'_> {
+impl<F: super::Face> Handler<'_, F> {
     /// Transmit slots in use: sends in flight, and what the wires hold
     /// that is no operation's (inject-complete sends not yet
     /// acknowledged, shm control frames waiting for ring space). A

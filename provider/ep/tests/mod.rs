@@ -314,7 +314,7 @@ impl T {
         }
     }
 
-    fn with<R>(&mut self, f: impl FnOnce(&mut Handler<'_>, &mut FakeWires) -> R) -> R {
+    fn with<R>(&mut self, f: impl FnOnce(&mut Handler<'_, FakeFace>, &mut FakeWires) -> R) -> R {
         let mut h = Handler {
             face: &self.face,
             caps: self.face.caps(),
