@@ -226,31 +226,13 @@ impl<F: Face> Upcall for Handler<'_, F> {
                 Posted::Multi(_) => unreachable!("matched a receive"),
             },
         };
-        // The copies are inlined: a closure call of its own cost a small
-        // message some 20 instructions (bench/pollbench-callgrind).
         match body {
             Body::Bytes(b) => {
-                self.land_eager(
-                    r,
-                    multi,
-                    src,
-                    peer,
-                    hdr,
-                    #[inline(always)]
-                    |sink, n| sink.write_at(0, &b[..n.min(b.len())]),
-                );
+                self.land_eager(r, multi, src, peer, hdr, EagerBytes::Own(b));
                 Take::Done
             }
             Body::Shared(s) => {
-                self.land_eager(
-                    r,
-                    multi,
-                    src,
-                    peer,
-                    hdr,
-                    #[inline(always)]
-                    |sink, n| sink.write_shared(&s, n.min(s.len())),
-                );
+                self.land_eager(r, multi, src, peer, hdr, EagerBytes::Shared(&s));
                 Take::Done
             }
             // Rendezvous: the wire moves the data into the receive's
@@ -426,8 +408,7 @@ impl<F: Face> Handler<'_, F> {
 
     /// Admitted receive `r` (a slice of `multi`, if that is set) takes an
     /// eager message of `hdr.len` bytes from `peer` (`src` as the AV names
-    /// it), which `copy` writes into its buffers (given how many bytes
-    /// land): the receive ends here.
+    /// it), whose `data` lands in its buffers: the receive ends here.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn land_eager(
@@ -437,7 +418,7 @@ impl<F: Face> Handler<'_, F> {
         src: u64,
         peer: &SocketAddr,
         hdr: MsgHdr,
-        copy: impl FnOnce(&mut IovSink, usize),
+        data: EagerBytes<'_>,
     ) {
         self.reqs.dismiss(Dir::Rx);
         let cap = r.iov.total_len();
@@ -446,13 +427,13 @@ impl<F: Face> Handler<'_, F> {
         // nobody asked for its source. Its entry needs no `RecvDone`.
         if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
             let buf = r.iov.addr().unwrap_or(0);
-            copy(&mut IovSink::sized(r.iov, cap), len);
+            data.write(&mut IovSink::sized(r.iov, cap), len);
             let entry = recv_entry(r.ctx, r.flags, buf, len, &hdr, FI_ADDR_NOTAVAIL);
             self.face.rx_complete(r.flags, entry, None, 0, None);
             return;
         }
         let done = self.done_with(&r, cap, multi, src, *peer, hdr);
-        copy(&mut IovSink::sized(r.iov, cap), done.len);
+        data.write(&mut IovSink::sized(r.iov, cap), done.len);
         self.finish_recv(done, None);
     }
 
@@ -528,9 +509,7 @@ impl<F: Face> Handler<'_, F> {
         wires.give_back(u.credit);
         match u.body {
             Kept::Eager(data) => {
-                self.land_eager(r, multi, src, &u.peer, u.hdr, |sink, n| {
-                    sink.write_at(0, &data[..data.len().min(n)])
-                });
+                self.land_eager(r, multi, src, &u.peer, u.hdr, EagerBytes::Own(&data));
             }
             Kept::Rndv(held) => {
                 let now = now_ns();
@@ -767,6 +746,27 @@ impl<F: Face> Handler<'_, F> {
         let face = self.face;
         for tme in [&mut self.rx.tme_tag, &mut self.rx.tme_msg] {
             tme.resolve_unknown_sources(|u| face.reverse(&u.peer));
+        }
+    }
+}
+
+/// An eager message's bytes: the wire's (reassembled, or a copy kept for
+/// a later receive), or a mailbox slot's, copied out without borrowing.
+#[derive(Clone, Copy)]
+enum EagerBytes<'a> {
+    Own(&'a [u8]),
+    Shared(&'a crate::nic::shm::mapping::SharedBytes<'a>),
+}
+
+impl EagerBytes<'_> {
+    /// Its first `n` bytes (at most) into `sink`. Inlined: a call of its
+    /// own (a closure's, before) cost a small message some 20
+    /// instructions (bench/pollbench-callgrind).
+    #[inline(always)]
+    fn write(self, sink: &mut IovSink, n: usize) {
+        match self {
+            EagerBytes::Own(b) => sink.write_at(0, &b[..n.min(b.len())]),
+            EagerBytes::Shared(s) => sink.write_shared(s, n.min(s.len())),
         }
     }
 }
