@@ -456,8 +456,10 @@ impl<P: Port> Exec<P> {
     /// room (and the peer's credit covers it).
     fn drain(&mut self, ix: PeerIx) {
         loop {
-            let freed = self.port.freed(ix);
-            let Some(o) = self.m.poll_post(ix, freed) else { break };
+            let port = &self.port;
+            let Some(o) = self.m.poll_post(ix, || port.freed(ix)) else {
+                break;
+            };
             let next = o.next;
             let Some(sleeping) = self.port.post(ix, &o.head, |dst| o.bytes.fill(dst)) else {
                 break;

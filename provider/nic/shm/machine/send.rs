@@ -320,19 +320,23 @@ impl Machine {
     }
 
     /// The next frame for peer `ix`'s ring: a control frame, else the
-    /// head of its queue if its credit (the owner gave back `freed` bytes
-    /// so far) covers it, else the next piece of data a send pushes there.
-    /// Publish it, then say `posted(ix, next)`.
+    /// head of its queue if its credit covers it, else the next piece of
+    /// data a send pushes there. Publish it, then say `posted(ix, next)`.
+    ///
+    /// `freed` reads what the owner gave back so far, only when the credit
+    /// last seen does not cover the queue's head (as `eager_now`): the
+    /// owner writes that word as it takes each message in, so reading it
+    /// for every frame fetched its line from the other core on the path
+    /// of every RTS and FIN.
     ///
     /// What costs no credit never waits for it: control frames go first
     /// (`PeerOut::ctrlq`), and pushed data goes past a head that waits for
     /// credit, which the peer may give back only once that data is in (a
     /// target holding later one-sided requests until an earlier one's
     /// data is in, `ep/rma.rs`).
-    pub fn poll_post(&mut self, ix: PeerIx, freed: u64) -> Option<Outgoing<'_>> {
+    pub fn poll_post(&mut self, ix: PeerIx, freed: impl FnOnce() -> u64) -> Option<Outgoing<'_>> {
         let payload_max = self.cfg.payload_max as u64;
         let p = self.peers.get_mut(ix)?.as_mut()?;
-        p.freed = freed;
         if let Some(f) = p.ctrlq.front() {
             return Some(Outgoing {
                 head: f.head(),
@@ -341,6 +345,9 @@ impl Machine {
             });
         }
         if let Some(q) = p.outq.front() {
+            if p.credit() < q.cost {
+                p.freed = freed();
+            }
             if p.credit() >= q.cost {
                 let bytes = match q.frame {
                     Frame::Eager { .. } => OutBytes::Copy(&q.bytes),

@@ -79,7 +79,7 @@ fn eager_now(m: &mut Machine, ix: PeerIx, op: OpId, len: usize, freed: u64, inje
 fn drain(m: &mut Machine, ix: PeerIx, freed: u64, mut room: usize) -> Vec<SlotHeadOf> {
     let mut out = Vec::new();
     while room > 0 {
-        let Some(o) = m.poll_post(ix, freed) else { break };
+        let Some(o) = m.poll_post(ix, || freed) else { break };
         let mut payload = vec![0u8; o.head.len];
         o.bytes.fill(&mut payload);
         let next = o.next;
