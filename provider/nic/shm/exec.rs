@@ -14,7 +14,7 @@
 use super::choice::{CopyOrPull, Way};
 use super::frame::{self, Frame};
 use super::machine;
-use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
+use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingIx, RingView};
 use super::mailbox::SlotHead;
 use super::port::{Claim, MailboxPort, Port};
 use super::ShmConfig;
@@ -93,6 +93,10 @@ pub(crate) struct Exec<P: Port> {
     /// sends ask twice (`send_now`, then `Port::send`) for one hash.
     /// Cleared with its ring's entry in `routes`.
     last_route: Option<(SocketAddr, Option<PeerIx>)>,
+    /// Peers found gone with frames of theirs still unread in our
+    /// mailbox: forgotten at the next check whatever is left then
+    /// (`check_peers`).
+    going: smallvec::SmallVec<[PeerIx; 2]>,
     /// Peers `connect_ahead` connected.
     ahead: usize,
     /// `connect_ahead` warms pulls from the peers it connects to: we may
@@ -149,6 +153,7 @@ impl<P: Port> Exec<P> {
             doorbells: 0,
             routed: None,
             last_route: None,
+            going: smallvec::SmallVec::new(),
             ahead: 0,
             warm_pulls: cma,
             sent_since_pass: false,
@@ -283,6 +288,7 @@ impl<P: Port> Exec<P> {
     /// flight fail (those it took out of its ring before it went are
     /// complete); the next message to that address decides afresh.
     pub(crate) fn forget(&mut self, ix: PeerIx) {
+        self.going.retain(|g| *g != ix);
         if self.last_route.is_some_and(|(_, i)| i == Some(ix)) {
             self.last_route = None;
         }
@@ -693,9 +699,17 @@ impl<P: Port> Exec<P> {
     /// fail); banned rings are freed once their producer let go.
     fn check_peers(&mut self) {
         for ix in self.m.peer_ixs().collect::<Vec<_>>() {
-            if self.port.owner_gone(ix) {
-                self.forget(ix);
+            if !self.port.owner_gone(ix) {
+                continue;
             }
+            // What it sent before it went (a FIN for one of our sends) is
+            // read first, by the passes until the next check: it may have
+            // answered and closed within one of our passes.
+            if !self.going.contains(&ix) && self.unread_from(ix) {
+                self.going.push(ix);
+                continue;
+            }
+            self.forget(ix);
         }
         for r in self.m.banned().to_vec() {
             if !self.port.sender_alive(r) || self.port.ring_closed(r) {
@@ -711,6 +725,22 @@ impl<P: Port> Exec<P> {
         }
         self.next_ring = 0;
         self.run();
+    }
+
+    /// Whether a ring of peer `ix`'s in our mailbox holds frames we have
+    /// not read yet.
+    fn unread_from(&mut self, ix: PeerIx) -> bool {
+        let Some(addr) = self.m.peer_addr(ix) else {
+            return false;
+        };
+        let rings: smallvec::SmallVec<[RingIx; 4]> = self
+            .m
+            .active()
+            .iter()
+            .copied()
+            .filter(|&r| self.m.ring_peer(r) == Some(&addr))
+            .collect();
+        rings.into_iter().any(|r| self.port.peek(r).is_some())
     }
 
     /// Doorbells for sleeping local peers, from the wire's own socket. One

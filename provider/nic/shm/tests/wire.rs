@@ -416,6 +416,32 @@ fn a_receiver_dying_fails_what_it_had_not_taken() {
     assert!(!a.w.m.in_flight() && !a.w.m.in_use());
 }
 
+/// A receiver that pulls a message, answers with its FIN and exits at
+/// once: the sender's pass may check on its peers before it has read the
+/// FIN (here a full batch of B's messages is ahead of it in the ring), and
+/// the send must complete all the same, not fail because B is gone. (An
+/// MPICH Exscan's last exchange before the peer's finalize, in CI.)
+#[test]
+fn a_receiver_that_answers_and_exits_completes_the_send() {
+    let (w, mut a, mut b) = pair(64, 512, 0);
+    let r = b.post(20_000);
+    let data = pattern(1, 20_000);
+    let s = a.send(b.addr, 1, &data, PLAIN);
+    for i in 0..32u64 {
+        b.send(a.addr, 100 + i, &[i as u8], PLAIN);
+    }
+    b.progress();
+    assert_eq!(b.recv_result(r), Some(Ok(20_000)), "B pulled it and answered");
+    assert_eq!(b.data(r), data);
+    w.kill(B as u32);
+    a.progress_after(CHECK_EVERY_NS);
+    a.progress();
+    assert_eq!(a.send_result(s), Some(Ok(())));
+    // B is forgotten once its ring is drained, at a later check.
+    a.progress_after(CHECK_EVERY_NS);
+    assert!(!a.w.m.in_flight());
+}
+
 #[test]
 fn full_rings_hold_control_frames_too() {
     let (_w, mut a, mut b) = pair(2, 256, 0);
