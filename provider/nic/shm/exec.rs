@@ -14,7 +14,7 @@
 use super::choice::{CopyOrPull, Way};
 use super::frame::{self, Frame};
 use super::machine;
-use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingIx, RingView};
+use super::machine::{Action, EagerStep, Machine, OnFrame, PeerIx, RingView};
 use super::mailbox::SlotHead;
 use super::port::{Claim, MailboxPort, Port};
 use super::ShmConfig;
@@ -729,18 +729,14 @@ impl<P: Port> Exec<P> {
 
     /// Whether a ring of peer `ix`'s in our mailbox holds frames we have
     /// not read yet.
-    fn unread_from(&mut self, ix: PeerIx) -> bool {
+    fn unread_from(&self, ix: PeerIx) -> bool {
         let Some(addr) = self.m.peer_addr(ix) else {
             return false;
         };
-        let rings: smallvec::SmallVec<[RingIx; 4]> = self
-            .m
+        self.m
             .active()
             .iter()
-            .copied()
-            .filter(|&r| self.m.ring_peer(r) == Some(&addr))
-            .collect();
-        rings.into_iter().any(|r| self.port.peek(r).is_some())
+            .any(|&r| self.m.ring_peer(r) == Some(&addr) && self.port.ready(r))
     }
 
     /// Doorbells for sleeping local peers, from the wire's own socket. One
