@@ -32,7 +32,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Messages one `progress` takes from the rings at most, so that one call
 /// stays short under a flood.
-const BATCH: usize = 32;
+pub(in crate::nic::shm) const BATCH: usize = 32;
 /// How soon progress must come back for a doorbell the socket refused.
 const BELL_RETRY_NS: u64 = 50_000;
 /// Rendezvous receives timed at once (`Exec::pulls`).

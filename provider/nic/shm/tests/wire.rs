@@ -4,6 +4,7 @@
 
 use super::{flags, pattern, sim_node, sim_node_spanning, Node, SimMem, Unposted, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::nic::shm::exec::BATCH;
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::{credit_cost, SlotHead};
@@ -423,11 +424,11 @@ fn a_receiver_dying_fails_what_it_had_not_taken() {
 /// MPICH Exscan's last exchange before the peer's finalize, in CI.)
 #[test]
 fn a_receiver_that_answers_and_exits_completes_the_send() {
-    let (w, mut a, mut b) = pair(64, 512, 0);
+    let (w, mut a, mut b) = pair(2 * BATCH, 512, 0);
     let r = b.post(20_000);
     let data = pattern(1, 20_000);
     let s = a.send(b.addr, 1, &data, PLAIN);
-    for i in 0..32u64 {
+    for i in 0..BATCH as u64 {
         b.send(a.addr, 100 + i, &[i as u8], PLAIN);
     }
     b.progress();
