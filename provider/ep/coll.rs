@@ -46,8 +46,9 @@ use crate::ffi::*;
 use crate::nic::atomic::{self, AtomicClass};
 use crate::nic::fabreq::Dir;
 use crate::nic::iov::{Iov, IovSink, IovSource};
-use crate::nic::wire::{Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Wires};
+use crate::nic::wire::{Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Wires};
 use crate::progress::now_ns;
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -811,7 +812,7 @@ impl<F: super::Face> Handler<'_, F> {
     /// An internal receive takes a rendezvous message of `len` bytes: the
     /// sink the wire pulls into, or None when there is nothing to pull
     /// (the receive has ended: empty, or the sizes disagree).
-    fn coll_accept(&mut self, op: OpId, len: u64) -> Option<(Box<dyn RecvSink>, Vec<Range>)> {
+    fn coll_accept(&mut self, op: OpId, len: u64) -> Option<(Box<dyn RecvSink>, MemRanges)> {
         let Some(Req::CollRecv(r)) = self.reqs.get(op) else {
             return None;
         };
@@ -823,7 +824,7 @@ impl<F: super::Face> Handler<'_, F> {
             self.step_done(r.coll, err);
             return None;
         }
-        let ranges = vec![(lock(&r.buf).as_ptr() as u64, len)];
+        let ranges = smallvec::smallvec![(lock(&r.buf).as_ptr() as u64, len)];
         Some((Box::new(StageSink::new(r.buf.clone())), ranges))
     }
 

@@ -18,8 +18,9 @@ use crate::nic::atomic;
 use crate::nic::fabreq::Dir;
 use crate::nic::iov::{Iov, IovSink, IovSource};
 use crate::nic::onesided::{self, AtomicClass, Head, ReqKind, HEAD_LEN};
-use crate::nic::wire::{Body, Credit, Held, OpId, Range, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
+use crate::nic::wire::{Body, Credit, Held, OpId, RemoteMem, SendFlags, SendOp, Sent, Take, Wires};
 use crate::progress::now_ns;
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -162,7 +163,7 @@ pub(crate) struct RmaPart {
     err: Option<i32>,
     /// A read: where the data goes, and where that is for cross-memory
     /// attach, until the response brings it.
-    sink: Option<(IovSink, Vec<Range>)>,
+    sink: Option<(IovSink, MemRanges)>,
 }
 
 /// How a part's request messages go out.

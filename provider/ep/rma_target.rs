@@ -197,7 +197,7 @@ impl<F: super::Face> Handler<'_, F> {
                     return Take::Discard;
                 }
                 let buf = Arc::new(Mutex::new(vec![0u8; len]));
-                let ranges = vec![(buf.lock().unwrap().as_ptr() as u64, len as u64)];
+                let ranges = smallvec::smallvec![(buf.lock().unwrap().as_ptr() as u64, len as u64)];
                 let staged = Staged {
                     peer,
                     hdr,

@@ -12,8 +12,9 @@ use crate::cq::CqEntry;
 use crate::ffi::*;
 use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{Iov, IovSink};
-use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Range, Take, Upcall, WireEvent, WireKind, Wires};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEvent, WireKind, Wires};
 use crate::progress::now_ns;
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, Payload, RecvSink};
 use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
 use std::ffi::c_void;
@@ -111,7 +112,7 @@ impl MultiBuf {
 
 /// A receive handed to the wire that moves its data: its record's id, its
 /// buffers as a sink, and where they are (`Take::Accept`, `Wire::accept`).
-type Handed = (OpId, Box<dyn RecvSink>, Vec<Range>);
+type Handed = (OpId, Box<dyn RecvSink>, MemRanges);
 
 /// A posted receive, held by the matching engine until a message takes it
 /// (as the GNI provider's posted queue holds its `fab_req`s): it gets a

@@ -8,6 +8,7 @@
 //! rest of the crate only moves Iovs around and splits them, in safe code.
 
 use crate::nic::shm::mapping::SharedBytes;
+use crate::proto::MemRanges;
 use crate::proto::{RecvSink, SendSource};
 
 /// The buffers of one operation, as (address, length) ranges in order.
@@ -163,7 +164,7 @@ impl Iov {
     }
 
     /// The ranges as the wires' memory ranges.
-    pub(crate) fn mem_ranges(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn mem_ranges(&self) -> MemRanges {
         self.iter().map(|(p, l)| (p as u64, l as u64)).collect()
     }
 
@@ -290,7 +291,7 @@ impl SendSource for IovSource {
             self.iov.read_at(0, dst)
         }
     }
-    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+    fn ranges(&self) -> Option<MemRanges> {
         // The head is a heap allocation of this source, never written
         // after it was made and freed only with the source, which lives as
         // long as the send: a peer may read it where it is as well.

@@ -10,8 +10,9 @@ use crate::nic::shm::ShmWire;
 use crate::nic::txdesc::{TxDesc, TxPool};
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::wire::{
-    Arrival, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
+    Arrival, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
 };
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -271,7 +272,7 @@ impl Wires for Port {
         held: Held,
         op: OpId,
         sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
+        ranges: MemRanges,
         up: &mut dyn Upcall,
         now: u64,
     ) {

@@ -11,9 +11,8 @@ use crate::ffi::*;
 use crate::nic::iov::IovSource;
 use crate::nic::shm;
 use crate::nic::udp::{RecvBatch, TxBatch, UdpSockets};
-use crate::nic::wire::{
-    Arrival, Body, Credit, Held, OpId, Range, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
-};
+use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind};
+use crate::proto::MemRanges;
 use crate::proto::{
     Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, Payload, Placement, RecvSink, RndvId, SendMode,
     SendPayload, SendSource, Transmit, TxOut,
@@ -448,7 +447,7 @@ impl Wire for UdpWire {
         held: Held,
         op: OpId,
         sink: Box<dyn RecvSink>,
-        _ranges: Vec<Range>,
+        _ranges: MemRanges,
         up: &mut dyn Upcall,
         now: u64,
     ) {

@@ -24,16 +24,13 @@
 
 use crate::nic::iov::{IovSource, IovView};
 use crate::nic::shm::mapping::SharedBytes;
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 
 /// An operation of the endpoint: the id of its `FabReq` (one id space for
 /// both wires).
 pub(crate) type OpId = u64;
-
-/// A piece of memory of this process, (address, length): where a send's
-/// bytes are or a receive's go, for the shm wire's cross-memory attach.
-pub(crate) type Range = (u64, u64);
 
 /// Which wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +136,7 @@ pub(crate) enum Take {
     Accept {
         op: OpId,
         sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
+        ranges: MemRanges,
     },
     /// Rendezvous: nobody will receive it (`FI_DISCARD`); the sender's
     /// send completes. The wire gives the credit back.
@@ -227,7 +224,7 @@ pub(crate) trait Wire {
         held: Held,
         op: OpId,
         sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
+        ranges: MemRanges,
         up: &mut dyn Upcall,
         now: u64,
     );
@@ -310,7 +307,7 @@ pub(crate) trait Wires {
         held: Held,
         op: OpId,
         sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
+        ranges: MemRanges,
         up: &mut dyn Upcall,
         now: u64,
     );

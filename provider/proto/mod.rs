@@ -129,6 +129,14 @@ impl Default for EngineConfig {
     }
 }
 
+/// Pieces of memory of this process, (address, length) in order: where a
+/// send's bytes are or a receive's go, as a peer on this host reads or
+/// writes them. Two inline, since nearly every operation names one buffer
+/// (or a copied head and a buffer): the rendezvous path passes such lists
+/// from the endpoint through the wire's machine to the frames, and would
+/// otherwise allocate for each.
+pub type MemRanges = smallvec::SmallVec<[(u64, u64); 2]>;
+
 /// Where a send's payload comes from. The engine reads from it when it
 /// builds a segment (eager) or when the receiver pulls (rendezvous),
 /// possibly several times for the same range (retransmission), until the
@@ -147,7 +155,7 @@ pub trait SendSource: Send + Sync {
     /// Where the bytes are in this process, as (address, length) pieces in
     /// order, if they stay there until the send completes: a peer on this
     /// host may read them from there (the shm wire's cross-memory attach).
-    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+    fn ranges(&self) -> Option<MemRanges> {
         None
     }
 }
@@ -163,7 +171,7 @@ impl<T: SendSource + ?Sized> SendSource for Box<T> {
     fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
         (**self).contiguous(offset, len)
     }
-    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+    fn ranges(&self) -> Option<MemRanges> {
         (**self).ranges()
     }
 }
@@ -178,8 +186,8 @@ impl SendSource for Vec<u8> {
     fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
         self.get(offset..offset + len)
     }
-    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
-        Some(vec![(self.as_ptr() as u64, Vec::len(self) as u64)])
+    fn ranges(&self) -> Option<MemRanges> {
+        Some(smallvec::smallvec![(self.as_ptr() as u64, Vec::len(self) as u64)])
     }
 }
 
@@ -214,7 +222,7 @@ impl SendSource for SendPayload {
             SendPayload::Source(s) => s.contiguous(offset, len),
         }
     }
-    fn ranges(&self) -> Option<Vec<(u64, u64)>> {
+    fn ranges(&self) -> Option<MemRanges> {
         match self {
             // Inline bytes move with the payload: no stable address.
             SendPayload::Copied(_) => None,

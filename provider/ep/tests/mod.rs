@@ -17,8 +17,9 @@ use crate::mr::MrEvent;
 use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{Iov, IovSource};
 use crate::nic::wire::{
-    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
+    Arrival, Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind, Wires,
 };
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use crate::tme::{MatchSpec, ADDR_UNSPEC};
 use std::cell::{Cell, RefCell};
@@ -159,7 +160,7 @@ impl Wire for FakeWire {
         self.sends.push((s, data));
         self.answer.unwrap_or(Ok(Sent::Pending))
     }
-    fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, _r: Vec<Range>, _up: &mut dyn Upcall, _n: u64) {
+    fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, _r: MemRanges, _up: &mut dyn Upcall, _n: u64) {
         self.accepted.push((held, op, sink));
     }
     fn discard(&mut self, held: Held, _now: u64) {
@@ -224,7 +225,7 @@ impl Wires for FakeWires {
         };
         self.wire(k).send(s, src, up, now)
     }
-    fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, r: Vec<Range>, up: &mut dyn Upcall, now: u64) {
+    fn accept(&mut self, held: Held, op: OpId, sink: Box<dyn RecvSink>, r: MemRanges, up: &mut dyn Upcall, now: u64) {
         self.wire(held.wire).accept(held, op, sink, r, up, now);
     }
     fn discard(&mut self, held: Held, now: u64) {
@@ -418,7 +419,7 @@ fn a_rendezvous_is_accepted_on_arrival_and_completes_on_the_wires_word() {
     let Take::Accept { op, ranges, .. } = t.arrive(peer(1), tagged(1, 5000), rndv(77), NO_CREDIT) else {
         panic!("a posted receive accepts a rendezvous")
     };
-    assert_eq!(ranges, vec![(buf.as_ptr() as u64, 1000)]);
+    assert_eq!(ranges[..], [(buf.as_ptr() as u64, 1000)]);
     assert!(t.rx_done().is_empty(), "not before the data is in");
     t.event(WireEvent::RecvDone { op, written: 1000 });
     let d = &t.rx_done()[0];

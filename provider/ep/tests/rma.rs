@@ -185,8 +185,8 @@ fn a_large_writes_data_by_rendezvous_goes_straight_into_the_region() {
         panic!("the data is accepted into the region")
     };
     assert_eq!(
-        ranges,
-        vec![(region.as_ptr() as u64, n as u64)],
+        ranges[..],
+        [(region.as_ptr() as u64, n as u64)],
         "for cross-memory attach"
     );
     sink.write_at(0, &data);
@@ -430,7 +430,7 @@ fn a_large_write_over_a_wire_that_refuses_goes_as_one_message() {
         };
         match (p.b.arrive(peer(A), s.hdr, rndv(5), credit), err) {
             (Take::Accept { op, mut sink, ranges }, None) => {
-                assert_eq!(ranges, vec![(region.as_ptr() as u64, n as u64)]);
+                assert_eq!(ranges[..], [(region.as_ptr() as u64, n as u64)]);
                 sink.write_at(0, &data);
                 drop(sink);
                 p.b.event(WireEvent::RecvDone { op, written: n });

@@ -2,6 +2,7 @@
 //! this process and a local peer, over lists of address ranges (the
 //! rendezvous's buffers, as RTS and CTW frames carry them).
 
+use crate::proto::MemRanges;
 use std::io;
 
 /// A piece of memory, (address, length), in this process or another.
@@ -13,7 +14,7 @@ pub fn ranges_len(v: &[Range]) -> u64 {
 }
 
 /// The pieces covering bytes `off..off + n` of the concatenation of `v`.
-pub fn sub_ranges(v: &[Range], off: u64, n: u64) -> Vec<Range> {
+pub fn sub_ranges(v: &[Range], off: u64, n: u64) -> MemRanges {
     sub_ranges_iter(v, off, n).collect()
 }
 

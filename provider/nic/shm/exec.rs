@@ -24,8 +24,9 @@ use crate::hash::KeyedState;
 use crate::nic::fabreq::NOBODY;
 use crate::nic::iov::IovSource;
 use crate::nic::wire::{
-    Arrival, Body, Credit, Held, OpId, Range, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
+    Arrival, Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind,
 };
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -448,7 +449,7 @@ impl<P: Port> Exec<P> {
         op: OpId,
         hdr: &MsgHdr,
         src: Box<dyn SendSource>,
-        addrs: Vec<Range>,
+        addrs: MemRanges,
     ) -> Result<(), i32> {
         if let Err(e) = self.m.send_rts(ix, op, hdr, src, addrs) {
             crate::warn!(FI_LOG_EP_DATA, "shm: too many iovs for an RTS");
@@ -950,7 +951,7 @@ impl<P: Port> Exec<P> {
 /// The bytes a rendezvous send is read from, and where they are: the
 /// application's buffers, or a copy when the send's buffer is the
 /// application's again at once (inject) or has no address to give.
-fn rndv_source<S: SendSource + 'static>(src: S, inject: bool) -> (Box<dyn SendSource>, Vec<Range>) {
+fn rndv_source<S: SendSource + 'static>(src: S, inject: bool) -> (Box<dyn SendSource>, MemRanges) {
     if !inject {
         if let Some(r) = src.ranges() {
             return (Box::new(src), r);
@@ -977,7 +978,7 @@ impl<P: Port> Wire for Exec<P> {
         held: Held,
         op: OpId,
         sink: Box<dyn RecvSink>,
-        ranges: Vec<Range>,
+        ranges: MemRanges,
         up: &mut dyn Upcall,
         _now: u64,
     ) {

@@ -28,6 +28,7 @@
 use super::cma::Range;
 use super::mailbox::{SlotHead, GRANTS};
 use super::mapping::SharedBytes;
+use crate::proto::MemRanges;
 use crate::proto::MsgHdr;
 
 /// Slot kinds.
@@ -49,7 +50,7 @@ pub(crate) enum Frame {
     Eager { hdr: MsgHdr },
     /// A rendezvous request: the message is at `iov` in the sender's
     /// memory; `hdr.len` is their total length.
-    Rts { hdr: MsgHdr, key: u64, iov: Vec<Range> },
+    Rts { hdr: MsgHdr, key: u64, iov: MemRanges },
     /// Push `key`'s data to me through your ring (no cross-memory attach).
     Cts { key: u64, rid: u64 },
     /// `len` bytes of `rid`'s data from `off` on, in the slot.
@@ -63,7 +64,7 @@ pub(crate) enum Frame {
         rid: u64,
         at: u64,
         grant: usize,
-        iov: Vec<Range>,
+        iov: MemRanges,
     },
     /// The sender's share of `rid` is written (0) or not (-errno).
     Wdone { rid: u64, status: i64 },
@@ -143,11 +144,11 @@ pub(crate) fn encode_iov(iov: &[Range], dst: &mut [u8]) {
 }
 
 /// An iov list from a payload of whole entries, and its total length.
-fn decode_iov(p: &SharedBytes<'_>) -> Result<(Vec<Range>, u64), Malformed> {
+fn decode_iov(p: &SharedBytes<'_>) -> Result<(MemRanges, u64), Malformed> {
     if !p.len().is_multiple_of(16) {
         return Err(Malformed::IovList);
     }
-    let mut v = Vec::with_capacity(p.len() / 16);
+    let mut v = MemRanges::with_capacity(p.len() / 16);
     let mut total = 0u64;
     let mut e = [0u8; 16];
     for i in 0..p.len() / 16 {
@@ -334,6 +335,7 @@ impl Frame {
 mod tests {
     use super::*;
     use crate::rng::SplitMix;
+    use smallvec::smallvec;
 
     fn round_trip(fr: &Frame) -> Result<Frame, Malformed> {
         let body: Vec<u8> = (0..fr.head().len).map(|i| i as u8).collect();
@@ -352,7 +354,7 @@ mod tests {
 
     #[test]
     fn every_frame_parses_back_to_itself() {
-        let iov = vec![(0x1000, 3000), (0x9000, 5)];
+        let iov: MemRanges = smallvec![(0x1000, 3000), (0x9000, 5)];
         for fr in [
             Frame::Eager { hdr: hdr(17) },
             Frame::Eager { hdr: hdr(0) },
@@ -364,7 +366,7 @@ mod tests {
             Frame::Rts {
                 hdr: hdr(0),
                 key: 8,
-                iov: vec![],
+                iov: smallvec![],
             },
             Frame::Cts { key: 1, rid: 2 },
             Frame::Data {
@@ -413,7 +415,7 @@ mod tests {
         let fr = Frame::Rts {
             hdr: hdr(0),
             key: 1,
-            iov: vec![(0, u64::MAX), (0, 1)],
+            iov: smallvec![(0, u64::MAX), (0, 1)],
         };
         let (h, p) = fr.emit(&[]);
         assert_eq!(parse_raw(&h, &p), Err(Malformed::IovSum));

@@ -10,7 +10,9 @@ use super::machine::{CmaErr, Connected, Copied, PeerIx, RingIx};
 use super::mailbox::{self, SlotHead, GRANTS, SLOT_HDR};
 use super::mapping::SharedBytes;
 use super::port::{Claim, Port};
+use crate::proto::MemRanges;
 use crate::proto::{RecvSink, SendSource};
+use smallvec::smallvec;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -98,8 +100,8 @@ impl SendSource for MemSource {
             .read(self.addr + offset as u64, dst.len() as u64);
         dst.copy_from_slice(&b.expect("a send's bytes are mapped"));
     }
-    fn ranges(&self) -> Option<Vec<Range>> {
-        Some(vec![(self.addr, self.len as u64)])
+    fn ranges(&self) -> Option<MemRanges> {
+        Some(smallvec![(self.addr, self.len as u64)])
     }
 }
 

@@ -39,6 +39,7 @@ mod tests;
 use super::frame::{kind, Frame, Malformed};
 use super::mailbox::{Geometry, SlotHead, GRANTS};
 use super::mapping::SharedBytes;
+use crate::proto::MemRanges;
 use crate::proto::MsgHdr;
 use arbitrary::Arbitrary;
 
@@ -200,7 +201,7 @@ impl TypedFrame<'_> {
     /// The frame and the message bytes it carries (EAGER, DATA).
     fn frame(&self) -> (Frame, &[u8]) {
         let hdr = |tag, data, flags, len| MsgHdr { tag, data, flags, len };
-        let iov = |v: &[(u64, Word)]| v.iter().map(|&(a, l)| (a, l.get())).collect::<Vec<_>>();
+        let iov = |v: &[(u64, Word)]| v.iter().map(|&(a, l)| (a, l.get())).collect::<MemRanges>();
         match *self {
             TypedFrame::Eager { tag, data, flags, body } => (
                 Frame::Eager {

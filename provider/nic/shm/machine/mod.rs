@@ -40,12 +40,12 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-use super::cma::Range;
 use super::frame::Frame;
 use super::mailbox::{self, SLOT_HDR};
 use super::{ShmCredit, ShmStats};
 use crate::hash::KeyedState;
 use crate::nic::wire::{OpId, WireEvent};
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -123,8 +123,8 @@ pub(crate) enum Action {
     CmaRead {
         token: Token,
         pid: u32,
-        local: Vec<Range>,
-        remote: Vec<Range>,
+        local: MemRanges,
+        remote: MemRanges,
     },
     /// Take grant word `grant` of our ring in `peer`'s mailbox for `rid`
     /// (refused if it was revoked), copy `local` of ours into `remote` of
@@ -134,8 +134,8 @@ pub(crate) enum Action {
         peer: PeerIx,
         grant: usize,
         rid: u64,
-        local: Vec<Range>,
-        remote: Vec<Range>,
+        local: MemRanges,
+        remote: MemRanges,
     },
     /// Arm a free grant word of ring `ring` for `rid`; then
     /// `grant_armed(rid, ..)`.
@@ -311,7 +311,7 @@ struct TxRndv {
     peer: PeerIx,
     src: Box<dyn SendSource>,
     /// Where `src`'s bytes are in our memory (what the RTS advertised).
-    addrs: Vec<Range>,
+    addrs: MemRanges,
     /// Pushing: the receiver's rid and the next offset to push.
     push: Option<(u64, u64)>,
 }
@@ -337,7 +337,7 @@ struct HeldRts {
     gen: u64,
     key: u64,
     len: u64,
-    iov: Vec<Range>,
+    iov: MemRanges,
 }
 
 /// A rendezvous receive in progress.
@@ -376,8 +376,8 @@ struct Split {
     ring: RingIx,
     at: u64,
     total: u64,
-    local: Vec<Range>,
-    remote: Vec<Range>,
+    local: MemRanges,
+    remote: MemRanges,
     /// For the push fallback, should the read be refused.
     sink: Box<dyn RecvSink>,
 }

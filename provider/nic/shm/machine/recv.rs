@@ -8,12 +8,13 @@ use super::{
     GRANT_WAIT_NS, SPLIT_MIN,
 };
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
-use crate::nic::shm::cma::{ranges_len, sub_ranges, Range};
+use crate::nic::shm::cma::{ranges_len, sub_ranges};
 use crate::nic::shm::frame::{iov_bytes, Frame, Malformed};
 use crate::nic::shm::mailbox::credit_cost;
 use crate::nic::shm::mapping::SharedBytes;
 use crate::nic::shm::ShmCredit;
 use crate::nic::wire::{OpId, WireEvent};
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink};
 use std::net::SocketAddr;
 
@@ -203,7 +204,7 @@ impl Machine {
     /// Receive `op` takes the rendezvous message `held`: its data goes to
     /// `local` (our memory, for cross-memory attach), or through `sink`
     /// when the sender pushes it. Ends with `RecvDone` or `RecvFailed`.
-    pub fn accept(&mut self, held: u64, op: OpId, sink: Box<dyn RecvSink>, local: Vec<Range>) {
+    pub fn accept(&mut self, held: u64, op: OpId, sink: Box<dyn RecvSink>, local: MemRanges) {
         let Some(h) = self.held.remove(&held) else {
             self.event(WireEvent::RecvFailed { op, err: FI_EIO });
             return;

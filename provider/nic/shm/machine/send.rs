@@ -5,10 +5,11 @@
 
 use super::{Action, CmaErr, Connected, Copied, Done, Machine, PeerIx, PeerOut, Queued, RingView, Token, TxRndv};
 use crate::ffi::{FI_ECANCELED, FI_EHOSTUNREACH, FI_EINVAL, FI_EIO};
-use crate::nic::shm::cma::{ranges_len, sub_ranges, Range};
+use crate::nic::shm::cma::{ranges_len, sub_ranges};
 use crate::nic::shm::frame::{iov_bytes, Frame};
 use crate::nic::shm::mailbox::{credit_cost, msg_max, SlotHead};
 use crate::nic::wire::{OpId, WireEvent};
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, SendSource};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -262,7 +263,7 @@ impl Machine {
         op: OpId,
         hdr: &MsgHdr,
         src: Box<dyn SendSource>,
-        addrs: Vec<Range>,
+        addrs: MemRanges,
     ) -> Result<(), i32> {
         let need = iov_bytes(addrs.len());
         if need > self.cfg.payload_max {
@@ -522,7 +523,7 @@ impl Machine {
 
     /// The receiver of `key` asks us to write our bytes from `at` on into
     /// `theirs`, under grant `grant` of our ring, for its receive `rid`.
-    pub(super) fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, grant: usize, theirs: Vec<Range>) {
+    pub(super) fn on_ctw(&mut self, from: SocketAddr, key: u64, rid: u64, at: u64, grant: usize, theirs: MemRanges) {
         if !self.tx_from(key, from) {
             return;
         }

@@ -8,6 +8,8 @@ use crate::nic::shm::frame::Malformed;
 use crate::nic::shm::mailbox::credit_cost;
 use crate::nic::shm::mapping::SharedBytes;
 use crate::nic::shm::test_addr;
+use crate::proto::MemRanges;
+use smallvec::smallvec;
 
 const PAYLOAD: usize = 256;
 
@@ -133,7 +135,7 @@ fn an_rts_waits_for_credit_behind_the_queue_and_does_not_complete_its_send() {
     let mut m = machine(0, true);
     m.connect(0, test_addr(2), 4 * cost);
     let src: Box<dyn SendSource> = Box::new(vec![9u8; 5000]);
-    m.send_rts(0, 1, &hdr(5000, 1), src, vec![(0x1000, 5000)]).unwrap();
+    m.send_rts(0, 1, &hdr(5000, 1), src, smallvec![(0x1000, 5000)]).unwrap();
     // RTS frames complete no send of their own; the endpoint counts them
     // against its transmit slots.
     assert_eq!((m.backlogged(), m.backlogged_untracked()), (1, 1));
@@ -141,10 +143,10 @@ fn an_rts_waits_for_credit_behind_the_queue_and_does_not_complete_its_send() {
     let Frame::Rts { hdr: h, key, iov } = parse(&out[0]) else {
         panic!("{out:?}")
     };
-    assert_eq!((h.len, iov), (5000, vec![(0x1000, 5000)]));
+    assert_eq!((h.len, iov), (5000, smallvec![(0x1000, 5000)]));
     assert!(events(&mut m).is_empty(), "complete only at FIN");
     // Too many pieces for one RTS.
-    let many: Vec<Range> = (0..PAYLOAD as u64 / 16 + 1).map(|i| (i * 8, 8)).collect();
+    let many: MemRanges = (0..PAYLOAD as u64 / 16 + 1).map(|i| (i * 8, 8)).collect();
     let src: Box<dyn SendSource> = Box::new(vec![0u8; many.len() * 8]);
     assert_eq!(m.send_rts(0, 2, &hdr(0, 2), src, many), Err(FI_EINVAL));
     // The FIN of that RTS, from its receiver.
@@ -231,7 +233,7 @@ fn malformed_frames_cut_their_producer_off_and_fail_its_receives() {
     let OnFrame::Rndv { held, .. } = m.on_frame(0, Ok(rts_frame(7, 5000)), None) else {
         panic!()
     };
-    m.accept(held, 1, Box::new(vec![0u8; 5000]), vec![(0x2000, 5000)]);
+    m.accept(held, 1, Box::new(vec![0u8; 5000]), smallvec![(0x2000, 5000)]);
     assert!(matches!(&posts(&actions(&mut m))[..], [(to, Frame::Cts { key: 7, .. })] if *to == a));
     for bad in [
         Malformed::Kind(99),
@@ -259,7 +261,7 @@ fn rts_frame(key: u64, len: u64) -> Frame {
     Frame::Rts {
         hdr: hdr(len, key),
         key,
-        iov: vec![(0x7000_0000, len)],
+        iov: smallvec![(0x7000_0000, len)],
     }
 }
 
@@ -269,7 +271,7 @@ fn rendezvous_frames_from_a_third_process_are_ignored() {
     let mut m = machine(0, true);
     m.connect(0, b, 0);
     let src: Box<dyn SendSource> = Box::new(vec![1u8; 100_000]);
-    m.send_rts(0, 1, &hdr(100_000, 1), src, vec![(0x1000, 100_000)])
+    m.send_rts(0, 1, &hdr(100_000, 1), src, smallvec![(0x1000, 100_000)])
         .unwrap();
     let key = match parse(&drain(&mut m, 0, 0, 1)[0]) {
         Frame::Rts { key, .. } => key,
@@ -285,7 +287,7 @@ fn rendezvous_frames_from_a_third_process_are_ignored() {
             rid: 1,
             at: 0,
             grant: 0,
-            iov: vec![(8, 16)],
+            iov: smallvec![(8, 16)],
         },
     ] {
         assert_eq!(m.on_frame(0, Ok(f), None), OnFrame::Handled);
@@ -305,7 +307,8 @@ fn a_ctw_beyond_the_message_is_answered_with_eio() {
     let mut m = machine(0, true);
     m.connect(0, b, 0);
     let src: Box<dyn SendSource> = Box::new(vec![1u8; 50_000]);
-    m.send_rts(0, 1, &hdr(50_000, 1), src, vec![(0x1000, 50_000)]).unwrap();
+    m.send_rts(0, 1, &hdr(50_000, 1), src, smallvec![(0x1000, 50_000)])
+        .unwrap();
     drain(&mut m, 0, 0, 1);
     m.ring_claimed(0, b, 42);
     let ctw = |at, len| Frame::Ctw {
@@ -313,7 +316,7 @@ fn a_ctw_beyond_the_message_is_answered_with_eio() {
         rid: 9,
         at,
         grant: 2,
-        iov: vec![(0x9000, len)],
+        iov: smallvec![(0x9000, len)],
     };
     m.on_frame(0, Ok(ctw(40_000, 20_000)), None);
     assert!(matches!(
@@ -336,7 +339,7 @@ fn a_ctw_beyond_the_message_is_answered_with_eio() {
     };
     assert_eq!(
         (local, remote),
-        (&vec![(0x1000 + 40_000, 10_000)], &vec![(0x9000, 10_000)])
+        (&smallvec![(0x1000 + 40_000, 10_000)], &smallvec![(0x9000, 10_000)])
     );
     // Revoked by the receiver first: the WDONE says so.
     m.cma_done(*token, Err(CmaErr::Revoked));
@@ -358,7 +361,12 @@ fn accepted(len: u64, cma: bool) -> (Machine, Vec<Action>) {
     };
     assert!(m.free_credit(credit).is_some());
     actions(&mut m);
-    m.accept(held, 77, Box::new(vec![0u8; len as usize]), vec![(0x2000_0000, len)]);
+    m.accept(
+        held,
+        77,
+        Box::new(vec![0u8; len as usize]),
+        smallvec![(0x2000_0000, len)],
+    );
     let a = actions(&mut m);
     (m, a)
 }
@@ -378,8 +386,8 @@ fn split(len: u64) -> (Machine, u64) {
             &a[..],
             [Action::Post { frame: Frame::Ctw { key: 5, at: x, grant: 3, iov, .. }, .. },
              Action::CmaRead { token: Token::Head(r), pid: 42, local, remote }]
-            if *x == at && *r == rid && iov == &vec![(0x2000_0000 + at, len - at)]
-                && local == &vec![(0x2000_0000, at)] && remote == &vec![(0x7000_0000, at)]
+            if *x == at && *r == rid && iov[..] == [(0x2000_0000 + at, len - at)]
+                && local[..] == [(0x2000_0000, at)] && remote[..] == [(0x7000_0000, at)]
         ),
         "{a:?}"
     );
@@ -436,7 +444,7 @@ fn a_split_whose_sender_did_not_write_reads_the_rest() {
         matches!(
             &a[..],
             [Action::RevokeGrant { .. }, Action::CmaRead { token: Token::Tail(r), local, .. }]
-            if *r == rid && local == &vec![(0x2000_0000 + 49_152, 100_000 - 49_152)]
+            if *r == rid && local[..] == [(0x2000_0000 + 49_152, 100_000 - 49_152)]
         ),
         "{a:?}"
     );
@@ -513,7 +521,7 @@ fn no_grant_word_free_means_reading_it_all() {
     m.grant_armed(0, rid, None);
     assert!(matches!(
         &actions(&mut m)[..],
-        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == rid && local == &vec![(0x2000_0000, 100_000)]
+        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == rid && local[..] == [(0x2000_0000, 100_000)]
     ));
 }
 
@@ -558,7 +566,7 @@ fn refused_cma_falls_back_to_push_and_is_remembered() {
         panic!()
     };
     actions(&mut m);
-    m.accept(held, 78, Box::new(vec![0u8; 5000]), vec![(0x2000_0000, 5000)]);
+    m.accept(held, 78, Box::new(vec![0u8; 5000]), smallvec![(0x2000_0000, 5000)]);
     assert!(matches!(&posts(&actions(&mut m))[..], [(_, Frame::Cts { key: 6, .. })]));
 }
 
@@ -640,9 +648,10 @@ fn a_peer_gone_fails_what_it_had_not_finished() {
         panic!()
     };
     let big: Box<dyn SendSource> = Box::new(vec![0u8; 5000]);
-    m.send_rts(0, 4, &hdr(5000, 4), big, vec![(0x1000, 5000)]).unwrap();
+    m.send_rts(0, 4, &hdr(5000, 4), big, smallvec![(0x1000, 5000)]).unwrap();
     let other: Box<dyn SendSource> = Box::new(vec![0u8; 5000]);
-    m.send_rts(1, 5, &hdr(5000, 5), other, vec![(0x1000, 5000)]).unwrap();
+    m.send_rts(1, 5, &hdr(5000, 5), other, smallvec![(0x1000, 5000)])
+        .unwrap();
     m.delivered(0);
     assert_eq!(events(&mut m), vec![WireEvent::SendDone { op: 1 }]);
     m.peer_gone(0);
@@ -669,7 +678,7 @@ fn pushed_data_goes_when_the_queue_is_empty_and_stops_at_fin() {
     m.connect(0, b, 0);
     let data: Vec<u8> = (0..1000u32).map(|i| (i * 3) as u8).collect();
     let src: Box<dyn SendSource> = Box::new(data.clone());
-    m.send_rts(0, 1, &hdr(1000, 1), src, vec![(0x1000, 1000)]).unwrap();
+    m.send_rts(0, 1, &hdr(1000, 1), src, smallvec![(0x1000, 1000)]).unwrap();
     drain(&mut m, 0, 0, 1);
     m.ring_claimed(0, b, 42);
     m.on_frame(0, Ok(Frame::Cts { key: 1, rid: 33 }), None);
@@ -721,14 +730,14 @@ fn an_accept_of_nothing_completes_at_once() {
     let OnFrame::Rndv { held, .. } = m.on_frame(0, Ok(rts_frame(5, 5000)), None) else {
         panic!()
     };
-    m.accept(held, 1, Box::new(Vec::<u8>::new()), vec![]);
+    m.accept(held, 1, Box::new(Vec::<u8>::new()), smallvec![]);
     assert!(matches!(
         &posts(&actions(&mut m))[..],
         [(_, Frame::Fin { key: 5, status: 0 })]
     ));
     assert_eq!(events(&mut m), vec![WireEvent::RecvDone { op: 1, written: 0 }]);
     // Accepting it twice (or one that never was) fails the receive.
-    m.accept(held, 2, Box::new(vec![0u8; 8]), vec![(0x1000, 8)]);
+    m.accept(held, 2, Box::new(vec![0u8; 8]), smallvec![(0x1000, 8)]);
     assert_eq!(events(&mut m), vec![WireEvent::RecvFailed { op: 2, err: FI_EIO }]);
 }
 
@@ -760,7 +769,7 @@ fn a_held_message_whose_ring_was_retired_fails_when_taken() {
     };
     m.retire(0, true);
     actions(&mut m);
-    m.accept(held, 1, Box::new(vec![0u8; 5000]), vec![(0x2000, 5000)]);
+    m.accept(held, 1, Box::new(vec![0u8; 5000]), smallvec![(0x2000, 5000)]);
     assert_eq!(
         events(&mut m),
         vec![WireEvent::RecvFailed {
@@ -798,7 +807,7 @@ fn what_costs_no_credit_goes_past_a_message_waiting_for_credit() {
     // A pushed rendezvous, under way.
     let data = vec![5u8; 300];
     let src: Box<dyn SendSource> = Box::new(data.clone());
-    m.send_rts(0, 1, &hdr(300, 1), src, vec![(0x1000, 300)]).unwrap();
+    m.send_rts(0, 1, &hdr(300, 1), src, smallvec![(0x1000, 300)]).unwrap();
     drain(&mut m, 0, 0, 1);
     m.ring_claimed(0, b, 42);
     m.on_frame(0, Ok(Frame::Cts { key: 1, rid: 33 }), None);
@@ -836,7 +845,12 @@ fn second_split_waiting(m: &mut Machine) -> u64 {
         panic!()
     };
     assert!(m.free_credit(credit).is_some());
-    m.accept(held, 78, Box::new(vec![0u8; 100_000]), vec![(0x3000_0000, 100_000)]);
+    m.accept(
+        held,
+        78,
+        Box::new(vec![0u8; 100_000]),
+        smallvec![(0x3000_0000, 100_000)],
+    );
     let [Action::ArmGrant { ring: 0, rid: second }] = actions(m)[..] else {
         panic!()
     };
@@ -917,7 +931,7 @@ fn a_refused_rendezvous_fails_its_sender_with_the_receivers_error() {
     let mut s = machine(0, true);
     s.connect(0, test_addr(1), 0);
     let src: Box<dyn SendSource> = Box::new(vec![1u8; 9000]);
-    s.send_rts(0, 3, &hdr(9000, 3), src, vec![(0x1000, 9000)]).unwrap();
+    s.send_rts(0, 3, &hdr(9000, 3), src, smallvec![(0x1000, 9000)]).unwrap();
     let out = drain(&mut s, 0, 0, 1);
     let Frame::Rts { key, .. } = parse(&out[0]) else {
         panic!()
@@ -957,7 +971,7 @@ fn a_split_waiting_for_a_grant_too_long_reads_it_all() {
     m.expire_grant_waits(1_000 + GRANT_WAIT_NS);
     assert!(matches!(
         &actions(&mut m)[..],
-        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == second && local == &vec![(0x3000_0000, 100_000)]
+        [Action::CmaRead { token: Token::Pull(r), local, .. }] if *r == second && local[..] == [(0x3000_0000, 100_000)]
     ));
     m.cma_done(Token::Pull(second), Ok(100_000));
     assert_eq!(

@@ -13,7 +13,9 @@ use super::exec::Exec;
 use super::port::Port;
 use super::sim::{Mem, MemSink, MemSource, SimPort, World};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendFlags, SendOp, Sent, Take, Upcall, Wire, WireEvent};
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, RecvSink, SendSource};
+use smallvec::smallvec;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -75,9 +77,9 @@ impl SendSource for Shared {
     fn read_at(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self.0.lock().unwrap()[offset..offset + dst.len()]);
     }
-    fn ranges(&self) -> Option<Vec<Range>> {
+    fn ranges(&self) -> Option<MemRanges> {
         let v = self.0.lock().unwrap();
-        Some(vec![(v.as_ptr() as u64, v.len() as u64)])
+        Some(smallvec::smallvec![(v.as_ptr() as u64, v.len() as u64)])
     }
 }
 
@@ -218,7 +220,7 @@ impl<M: Memory> Upcall for Up<M> {
                 Take::Accept {
                     op,
                     sink: self.mem.sink(&buf),
-                    ranges: vec![self.mem.range(&buf)],
+                    ranges: smallvec![self.mem.range(&buf)],
                 }
             }
             (None, Body::Shared(b)) => {
@@ -361,7 +363,7 @@ impl<P: Port, M: Memory> Node<P, M> {
                 self.up.waiting.insert(op, hdr);
                 self.w.give_back(credit);
                 let (sink, range) = (self.up.mem.sink(&buf), self.up.mem.range(&buf));
-                self.w.accept(held, op, sink, vec![range], &mut self.up, self.now);
+                self.w.accept(held, op, sink, smallvec![range], &mut self.up, self.now);
             }
         }
         op

@@ -5,13 +5,13 @@
 
 use super::{flags, pattern, Node, RealMem, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
-use crate::nic::shm::cma::Range;
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::SPLIT_MIN;
 use crate::nic::shm::mailbox::{credit_cost, Geometry, SlotHead};
 use crate::nic::shm::port::MailboxPort;
 use crate::nic::shm::{test_addr, ShmConfig, ShmWire};
 use crate::nic::wire::Wire;
+use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, SendSource};
 
 type RealNode = Node<MailboxPort, RealMem>;
@@ -168,7 +168,7 @@ fn rendezvous_pushed_through_the_mailbox() {
 }
 
 /// Bytes that claim to be somewhere they are not.
-struct Lying(Vec<u8>, Vec<Range>);
+struct Lying(Vec<u8>, MemRanges);
 
 impl SendSource for Lying {
     fn len(&self) -> usize {
@@ -177,7 +177,7 @@ impl SendSource for Lying {
     fn read_at(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
     }
-    fn ranges(&self) -> Option<Vec<Range>> {
+    fn ranges(&self) -> Option<MemRanges> {
         Some(self.1.clone())
     }
 }
@@ -185,7 +185,12 @@ impl SendSource for Lying {
 #[test]
 fn rts_with_bad_addresses_fails_both_ends() {
     let (mut a, mut b) = nodes(41060, Geometry::new(2, 4, 256), true, 0);
-    let s = a.send_from(b.addr, 1, Box::new(Lying(vec![0; 4096], vec![(8, 4096)])), PLAIN);
+    let s = a.send_from(
+        b.addr,
+        1,
+        Box::new(Lying(vec![0; 4096], smallvec::smallvec![(8, 4096)])),
+        PLAIN,
+    );
     b.progress();
     assert_eq!(b.unexpected(), 1);
     let r = b.post(4096);

@@ -11,6 +11,7 @@ use crate::nic::shm::mailbox::{credit_cost, SlotHead};
 use crate::nic::shm::sim::{SimPort, World};
 use crate::nic::wire::Wire;
 use crate::proto::MsgHdr;
+use smallvec::smallvec;
 
 type SimNode = Node<SimPort, SimMem>;
 
@@ -551,7 +552,7 @@ fn garbage_slots_are_rejected_and_their_rings_freed_once_let_go() {
     let mut rts_short = Frame::Rts {
         hdr: MsgHdr::default(),
         key: 1,
-        iov: vec![(8, 8)],
+        iov: smallvec![(8, 8)],
     }
     .head();
     rts_short.f[20] = 5; // five iovs announced, one sent
@@ -612,7 +613,7 @@ fn rendezvous_frames_from_a_third_process_are_ignored() {
             rid: 1,
             at: 0,
             grant: 0,
-            iov: vec![(8, 16)],
+            iov: smallvec![(8, 16)],
         },
     ];
     let slots: Vec<_> = forged
@@ -709,7 +710,7 @@ fn bad_rts_addresses_fail_the_message_at_both_ends() {
     let ix = a.w.route(b.addr).unwrap();
     // An RTS whose addresses are not mapped in A (key 1 is A's first).
     let src: Box<dyn crate::proto::SendSource> = Box::new(vec![0u8; 4096]);
-    a.w.rendezvous(ix, 500, &MsgHdr::default(), src, vec![(0x10, 4096)])
+    a.w.rendezvous(ix, 500, &MsgHdr::default(), src, smallvec![(0x10, 4096)])
         .unwrap();
     let r = b.post(4096);
     settle(&mut a, &mut b);
