@@ -24,7 +24,8 @@
 //! Every run has a hard timeout (`GNIX_MPI_TIMEOUT`, seconds, default 60)
 //! that kills the whole process group; inside it every program's phase
 //! watchdog (`GNIX_MPI_PHASE_SECS`, default 15, see `tests/mpi/common.h`)
-//! makes a hung rank print its phase and backtrace and exit.
+//! makes a hung rank print its phase and the backtrace of each of its
+//! threads, and exit.
 //!
 //! Environment:
 //! * `GNIX_PROVIDER_DIR`: directory containing `libgnix-fi.so`; default: the

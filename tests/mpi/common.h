@@ -1,13 +1,20 @@
 /* Shared helpers for the gnix MPI test programs (header-only). */
 #ifndef GNIX_MPI_COMMON_H
 #define GNIX_MPI_COMMON_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr, for the watchdog's backtraces */
+#endif
 #include <mpi.h>
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAIL(...)                                                              \
@@ -73,9 +80,11 @@ static const size_t proto_sizes[] __attribute__((unused)) = {
  * A rank whose phase outlives it prints
  *     TIMEOUT rank <r> in phase <name> after <n> s
  * and a backtrace of its main thread (the blocked MPI call and the
- * libfabric/provider frames under it) to stderr, then exits with 124: a hang
- * fails fast and says where, instead of waiting for the harness's hard
- * timeout to kill the job silently.
+ * libfabric/provider frames under it), then of each of its other threads
+ * (an MPI_THREAD_MULTIPLE program's workers, the provider's progress
+ * thread), to stderr, then exits with 124: a hang fails fast and says
+ * where, instead of waiting for the harness's hard timeout to kill the job
+ * silently.
  */
 static const char *volatile wd_phase = "MPI_Init";
 static volatile int wd_rank = -1;
@@ -86,6 +95,80 @@ static __attribute__((unused)) void wd_write(const char *s)
 {
 	ssize_t r = write(2, s, strlen(s));
 	(void)r;
+}
+
+/* The calling thread's stack, a frame a line, each line tagged with the
+ * rank and written at once (the ranks' reports interleave on the
+ * launcher's stderr): object, nearest exported symbol and offset, as
+ * backtrace_symbols_fd prints them, from dladdr (which does not allocate). */
+static __attribute__((unused)) void wd_backtrace(void)
+{
+	void *bt[64];
+	int n = backtrace(bt, 64);
+	for (int i = 0; i < n; i++) {
+		Dl_info di;
+		char line[512];
+		if (dladdr(bt[i], &di) && di.dli_fname) {
+			const char *sym = di.dli_sname ? di.dli_sname : "";
+			char *base = di.dli_sname ? (char *)di.dli_saddr : (char *)di.dli_fbase;
+			snprintf(line, sizeof line, "  [rank %d] %s(%s+0x%lx)[%p]\n", wd_rank, di.dli_fname, sym,
+				 (unsigned long)((char *)bt[i] - base), bt[i]);
+		} else {
+			snprintf(line, sizeof line, "  [rank %d] [%p]\n", wd_rank, bt[i]);
+		}
+		wd_write(line);
+	}
+}
+
+/* The thread asked to print its stack (SIGURG, see wd_fire) says it did. */
+static volatile int wd_dumped;
+
+static __attribute__((unused)) void wd_dump(int sig)
+{
+	(void)sig;
+	char msg[64];
+	snprintf(msg, sizeof msg, "rank %d thread %d:\n", wd_rank, (int)syscall(SYS_gettid));
+	wd_write(msg);
+	wd_backtrace();
+	__atomic_store_n(&wd_dumped, 1, __ATOMIC_RELEASE);
+}
+
+/* Every thread but the main one prints its stack in turn: each is sent
+ * SIGURG and waited for (at most 1 s: a thread blocked with signals masked
+ * is skipped). Raw getdents64 on /proc/self/task, since the handler must
+ * not allocate. */
+struct wd_dirent64 { /* the kernel's linux_dirent64 */
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+static __attribute__((unused)) void wd_dump_others(void)
+{
+	int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return;
+	char buf[4096] __attribute__((aligned(8)));
+	long nread;
+	while ((nread = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < nread;) {
+			struct wd_dirent64 *d = (struct wd_dirent64 *)(buf + off);
+			off += d->d_reclen;
+			pid_t t = (pid_t)atoi(d->d_name);
+			if (t <= 0 || t == wd_main_tid)
+				continue;
+			__atomic_store_n(&wd_dumped, 0, __ATOMIC_RELEASE);
+			if (syscall(SYS_tgkill, getpid(), t, SIGURG) != 0)
+				continue;
+			for (int i = 0; i < 1000 && !__atomic_load_n(&wd_dumped, __ATOMIC_ACQUIRE); i++) {
+				struct timespec ms = {0, 1000000};
+				nanosleep(&ms, NULL);
+			}
+		}
+	}
+	close(fd);
 }
 
 static __attribute__((unused)) void wd_fire(int sig)
@@ -101,9 +184,12 @@ static __attribute__((unused)) void wd_fire(int sig)
 	snprintf(msg, sizeof msg, "TIMEOUT rank %d in phase %s after %u s (pid %d); backtrace:\n",
 		 wd_rank, wd_phase, wd_secs, (int)getpid());
 	wd_write(msg);
-	void *bt[64];
-	int n = backtrace(bt, 64);
-	backtrace_symbols_fd(bt, n, 2);
+	wd_backtrace();
+	wd_dump_others();
+	/* The launcher kills the other ranks once one exits: linger, so that
+	 * those that timed out too finish their reports first. */
+	struct timespec linger = {2, 0};
+	nanosleep(&linger, NULL);
 	_exit(124);
 }
 
@@ -121,6 +207,8 @@ static inline void watchdog_start(void)
 	sa.sa_handler = wd_fire;
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGALRM, &sa, NULL);
+	sa.sa_handler = wd_dump;
+	sigaction(SIGURG, &sa, NULL);
 	/* load libgcc's unwinder now: backtrace() in the handler must not
 	 * be the first call (it may allocate then) */
 	void *bt[2];
