@@ -4,6 +4,7 @@
 //! an executor, either in the simulated host (`sim.rs`: virtual time, any
 //! fault) or over real mailboxes in this process (`real.rs`).
 
+mod mesh;
 mod model;
 mod real;
 mod wire;
@@ -422,6 +423,9 @@ pub(super) fn sim_node_spanning(
     span: usize,
     loan: u64,
 ) -> Node<SimPort, SimMem> {
+    // As the mailbox's geometry has it (`Geometry::with_span`), which the
+    // machine's config takes in `Exec::new`.
+    let span = span.clamp(1, depth);
     let addr = super::test_addr(port);
     let (p, mem) = world.process(addr, port as u32, 4, depth, payload, span, loan);
     let m = super::machine::Machine::new(
