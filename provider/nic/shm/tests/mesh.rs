@@ -2,9 +2,9 @@
 //! collective's traffic: every ring of every mailbox busy both ways, each
 //! side's rendezvous waiting on the other's progress), with shrinking
 //! (proptest): ring depth, spanning, credit loan, message sizes and flags,
-//! who sends, posts and polls when, whether cross-memory attach is refused.
-//! `model.rs` covers one direction with deaths; this covers the crossing
-//! traffic without them. What must hold whatever the schedule:
+//! who sends, posts and polls when, whether cross-memory attach is refused,
+//! and whether (and when) one node dies. `model.rs` covers one direction;
+//! this covers the crossing traffic. What must hold whatever the schedule:
 //!
 //! * once every message is sent and every receive posted, the nodes
 //!   settle with every send done and every receive full: no schedule
@@ -12,9 +12,13 @@
 //! * every message arrives once, intact, and a source's messages in the
 //!   order it sent them;
 //! * no node holds more of a producer's credit than it lent, and all of
-//!   it is given back at the end.
+//!   it is given back at the end;
+//! * when a node dies, the traffic between the others is untouched (all
+//!   of it arrives, intact and in order), and each of their operations
+//!   with the dead node ends: done, or failed with FI_EHOSTUNREACH.
 
 use super::{pattern, sim_node_spanning, Node, SimMem};
+use crate::ffi::FI_EHOSTUNREACH;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::credit_cost;
 use crate::nic::shm::sim::{SimPort, World};
@@ -59,6 +63,8 @@ struct Case {
     /// Each node's messages, in the order it sends them.
     out: Vec<Vec<Msg>>,
     steps: Vec<Step>,
+    /// Which node dies, before which step (after the last: at the end).
+    death: Option<(usize, usize)>,
 }
 
 fn msg() -> impl Strategy<Value = Msg> {
@@ -76,14 +82,14 @@ fn msg() -> impl Strategy<Value = Msg> {
     })
 }
 
-fn case() -> impl Strategy<Value = Case> {
+fn case(deaths: bool) -> impl Strategy<Value = Case> {
     (
         2..=3usize,
         2..7usize,
         prop_oneof![Just(1usize), Just(4)],
         prop_oneof![Just(None), (4..24u64).prop_map(Some)],
     )
-        .prop_flat_map(|(nodes, depth, span, loan_slots)| {
+        .prop_flat_map(move |(nodes, depth, span, loan_slots)| {
             let step = prop_oneof![
                 4 => (0..nodes).prop_map(Step::Send),
                 3 => (0..nodes).prop_map(Step::Post),
@@ -91,17 +97,24 @@ fn case() -> impl Strategy<Value = Case> {
                 1 => Just(Step::Tick),
                 1 => Just(Step::ToggleCma),
             ];
+            let death = if deaths {
+                prop_oneof![Just(None), (0..nodes, 0..130usize).prop_map(Some)].boxed()
+            } else {
+                Just(None).boxed()
+            };
             (
                 prop::collection::vec(prop::collection::vec(msg(), 0..12), nodes),
                 prop::collection::vec(step, 0..120),
+                death,
             )
-                .prop_map(move |(out, steps)| Case {
+                .prop_map(move |(out, steps, death)| Case {
                     nodes,
                     depth,
                     span,
                     loan_slots,
                     out,
                     steps,
+                    death,
                 })
         })
 }
@@ -115,6 +128,7 @@ struct Run {
     /// Per node: its receives' ops, in the order posted.
     posted: Vec<Vec<OpId>>,
     refused: bool,
+    dead: Option<usize>,
 }
 
 /// The node a message of node `from` goes to (`to` counts the others).
@@ -141,6 +155,7 @@ impl Run {
             sent: vec![Vec::new(); c.nodes],
             posted: vec![Vec::new(); c.nodes],
             refused: false,
+            dead: None,
         }
     }
 
@@ -174,11 +189,20 @@ impl Run {
         }
     }
 
+    fn up(&self, k: usize) -> bool {
+        self.dead != Some(k)
+    }
+
+    fn kill(&mut self, k: usize) {
+        self.dead = Some(k);
+        self.world.kill(20 + k as u32);
+    }
+
     fn step(&mut self, c: &Case, s: Step) {
         match s {
-            Step::Send(k) => self.send(c, k),
-            Step::Post(k) => self.post(c, k),
-            Step::Progress(k) => {
+            Step::Send(k) if self.up(k) => self.send(c, k),
+            Step::Post(k) if self.up(k) => self.post(c, k),
+            Step::Progress(k) if self.up(k) => {
                 self.nodes[k].progress();
             }
             Step::Tick => {
@@ -190,6 +214,7 @@ impl Run {
                 self.refused = !self.refused;
                 self.world.refuse_cma(self.refused);
             }
+            _ => {}
         }
         self.check_credit(c);
     }
@@ -212,7 +237,8 @@ impl Run {
     /// passing) until nothing happens any more.
     fn finish(&mut self, c: &Case) {
         self.world.refuse_cma(false);
-        for k in 0..c.nodes {
+        let dead = self.dead;
+        for k in (0..c.nodes).filter(|&k| Some(k) != dead) {
             while self.sent[k].len() < c.out[k].len() {
                 self.send(c, k);
             }
@@ -223,10 +249,13 @@ impl Run {
         for round in 0..20_000 {
             let dt = if round % 50 == 49 { CHECK_EVERY_NS } else { 1_000 };
             let mut any = false;
-            for n in &mut self.nodes {
+            let dead = self.dead;
+            for (_, n) in self.nodes.iter_mut().enumerate().filter(|&(k, _)| Some(k) != dead) {
                 any |= n.progress_after(dt);
             }
-            let busy = self.nodes.iter().any(|n| n.w.m.in_flight() || n.w.m.owes());
+            let busy = (0..c.nodes)
+                .filter(|&k| self.up(k))
+                .any(|k| self.nodes[k].w.m.in_flight() || self.nodes[k].w.m.owes());
             if !any && !busy && round > 100 {
                 return;
             }
@@ -235,17 +264,33 @@ impl Run {
     }
 
     fn check(&self, c: &Case) {
-        for k in 0..c.nodes {
+        for k in (0..c.nodes).filter(|&k| self.up(k)) {
             for (i, &op) in self.sent[k].iter().enumerate() {
-                assert_eq!(self.nodes[k].send_result(op), Some(Ok(())), "node {k}'s send {i}");
+                let r = self.nodes[k].send_result(op);
+                if Some(dest(k, c.out[k][i].to, c.nodes)) == self.dead {
+                    assert!(
+                        matches!(r, Some(Ok(())) | Some(Err(FI_EHOSTUNREACH))),
+                        "node {k}'s send {i}: {r:?}"
+                    );
+                } else {
+                    assert_eq!(r, Some(Ok(())), "node {k}'s send {i}");
+                }
             }
             // Per source, the next message expected from it.
             let mut next = vec![0usize; c.nodes];
+            let mut unfilled = 0;
             for (j, &op) in self.posted[k].iter().enumerate() {
                 let n = &self.nodes[k];
-                let Some(Ok(len)) = n.recv_result(op) else {
-                    panic!("node {k}'s receive {j}: {:?}", n.recv_result(op))
-                };
+                let r = n.recv_result(op);
+                if r.is_none() && self.dead.is_some() {
+                    // Left empty: the dead node's messages never came.
+                    assert!(
+                        !n.up.hdrs.contains_key(&op),
+                        "node {k}'s receive {j} took a message and never ended"
+                    );
+                    unfilled += 1;
+                    continue;
+                }
                 let t = n.up.hdrs[&op].tag;
                 let (from, i) = ((t >> 32) as usize, (t & 0xffff_ffff) as usize);
                 assert!(from < c.nodes && from != k, "node {k}'s receive {j}: tag {t:#x}");
@@ -255,14 +300,40 @@ impl Run {
                 }
                 assert_eq!(i, next[from], "node {k}'s receive {j}: from {from} out of order");
                 next[from] += 1;
-                assert_eq!(len, c.out[from][i].len, "node {k}'s receive {j}: length");
-                assert_eq!(n.data(op)[..len], pattern(t, len)[..], "node {k}'s receive {j}: data");
+                match r {
+                    Some(Ok(len)) => {
+                        assert_eq!(len, c.out[from][i].len, "node {k}'s receive {j}: length");
+                        assert_eq!(n.data(op)[..len], pattern(t, len)[..], "node {k}'s receive {j}: data");
+                    }
+                    // It took a rendezvous message of the dead node.
+                    Some(Err(e)) if Some(from) == self.dead => {
+                        assert_eq!(e, FI_EHOSTUNREACH, "node {k}'s receive {j}")
+                    }
+                    r => panic!("node {k}'s receive {j}: {r:?}"),
+                }
             }
-        }
-        for n in &self.nodes {
-            assert!(!n.w.m.in_flight() && !n.w.m.owes() && n.w.m.backlogged() == 0);
-            for ring in 0..c.nodes - 1 {
-                assert_eq!(n.w.m.held_credit(ring), 0, "credit given back");
+            // Every message of a live node arrived: only the dead node's
+            // may be missing.
+            for from in (0..c.nodes).filter(|&f| f != k && self.up(f)) {
+                let to_k = c.out[from].iter().filter(|m| dest(from, m.to, c.nodes) == k).count();
+                let got = self.posted[k]
+                    .iter()
+                    .filter(|op| matches!(self.nodes[k].recv_result(**op), Some(Ok(_))))
+                    .filter(|op| (self.nodes[k].up.hdrs[op].tag >> 32) as usize == from)
+                    .count();
+                assert_eq!(got, to_k, "node {k} got all of node {from}'s messages");
+            }
+            if let Some(d) = self.dead {
+                let from_dead = c.out[d].iter().filter(|m| dest(d, m.to, c.nodes) == k).count();
+                assert!(unfilled <= from_dead, "node {k}: {unfilled} receives left empty");
+            }
+            let n = &self.nodes[k];
+            assert!(!n.w.m.in_flight() && !n.w.m.owes(), "node {k} settled");
+            if self.dead.is_none() {
+                assert_eq!(n.w.m.backlogged(), 0);
+                for ring in 0..c.nodes - 1 {
+                    assert_eq!(n.w.m.held_credit(ring), 0, "credit given back");
+                }
             }
         }
     }
@@ -270,8 +341,16 @@ impl Run {
 
 fn run(c: Case) {
     let mut r = Run::new(&c);
-    for &s in &c.steps {
+    for (k, &s) in c.steps.iter().enumerate() {
+        if c.death.is_some_and(|(_, at)| at == k) {
+            r.kill(c.death.unwrap().0);
+        }
         r.step(&c, s);
+    }
+    if let Some((who, at)) = c.death {
+        if at >= c.steps.len() {
+            r.kill(who);
+        }
     }
     r.finish(&c);
     r.check(&c);
@@ -281,7 +360,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn crossing_traffic_settles_with_every_message_intact_and_in_order(c in case()) {
+    fn crossing_traffic_settles_with_every_message_intact_and_in_order(c in case(false)) {
+        run(c);
+    }
+
+    #[test]
+    fn a_death_leaves_the_others_traffic_whole_and_ends_their_operations_with_it(c in case(true)) {
         run(c);
     }
 }
