@@ -17,7 +17,7 @@
 //!   of it arrives, intact and in order), and each of their operations
 //!   with the dead node ends: done, or failed with FI_EHOSTUNREACH.
 
-use super::{pattern, sim_node_spanning, Node, SimMem};
+use super::{pattern, sim_node_spanning, turns, Node, SimMem, Turn};
 use crate::ffi::FI_EHOSTUNREACH;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::credit_cost;
@@ -341,15 +341,10 @@ impl Run {
 
 fn run(c: Case) {
     let mut r = Run::new(&c);
-    for (k, &s) in c.steps.iter().enumerate() {
-        if c.death.is_some_and(|(_, at)| at == k) {
-            r.kill(c.death.unwrap().0);
-        }
-        r.step(&c, s);
-    }
-    if let Some((who, at)) = c.death {
-        if at >= c.steps.len() {
-            r.kill(who);
+    for t in turns(&c.steps, c.death) {
+        match t {
+            Turn::Step(s) => r.step(&c, s),
+            Turn::Kill(who) => r.kill(who),
         }
     }
     r.finish(&c);

@@ -442,6 +442,22 @@ pub(super) fn sim_node_spanning(
     Node::new(Exec::with_port(addr, vec![], p, m, port as u64), SimMem(mem))
 }
 
+/// What a model's run does next: a step of its case, or a death.
+pub(super) enum Turn<S, W> {
+    Step(S),
+    Kill(W),
+}
+
+/// A model's steps in order, with its death (who, before which step; after
+/// the last one, once they are all taken) in its place.
+pub(super) fn turns<S: Copy, W: Copy>(steps: &[S], death: Option<(W, usize)>) -> Vec<Turn<S, W>> {
+    let mut v: Vec<_> = steps.iter().map(|&s| Turn::Step(s)).collect();
+    if let Some((who, at)) = death {
+        v.insert(at.min(steps.len()), Turn::Kill(who));
+    }
+    v
+}
+
 /// `len` bytes that differ from message to message (`seed`).
 pub(super) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len)

@@ -12,7 +12,7 @@
 //!   noticed, and nothing is left in flight;
 //! * without a death, nothing is left in flight or queued at the end.
 
-use super::{pattern, sim_node, Node, SimMem};
+use super::{pattern, sim_node, turns, Node, SimMem, Turn};
 use crate::ffi::FI_EHOSTUNREACH;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::credit_cost;
@@ -285,17 +285,10 @@ impl Run {
 
 fn run(c: Case) {
     let mut r = Run::new(&c);
-    for (k, &s) in c.steps.iter().enumerate() {
-        if let Some((who, at)) = c.death {
-            if k == at {
-                r.kill(who);
-            }
-        }
-        r.step(&c, s);
-    }
-    if let Some((who, at)) = c.death {
-        if at >= c.steps.len() {
-            r.kill(who);
+    for t in turns(&c.steps, c.death) {
+        match t {
+            Turn::Step(s) => r.step(&c, s),
+            Turn::Kill(who) => r.kill(who),
         }
     }
     r.finish(&c);
