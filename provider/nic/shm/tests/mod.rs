@@ -80,7 +80,7 @@ impl SendSource for Shared {
     }
     fn ranges(&self) -> Option<MemRanges> {
         let v = self.0.lock().unwrap();
-        Some(smallvec::smallvec![(v.as_ptr() as u64, v.len() as u64)])
+        Some(smallvec![(v.as_ptr() as u64, v.len() as u64)])
     }
 }
 
