@@ -20,6 +20,7 @@
 use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
+use crate::gate::{gate_mutex, GateMutex};
 use crate::progress::Progress;
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, Sources, Wait, WaitSet, Waitable};
 use std::cell::Cell;
@@ -212,10 +213,10 @@ pub struct Cq {
     /// fi_close is -FI_EBUSY until they let go. Take it with
     /// `ParentRef::new(&cq)`.
     pub refs: Refs,
-    /// parking_lot's: every completion that is not handed to its reader
-    /// directly goes through it, and its uncontended lock and unlock are
-    /// one atomic each, inlined.
-    q: parking_lot::Mutex<Queue>,
+    /// Every completion that is not handed to its reader directly goes
+    /// through it: a gate lock under FI_THREAD_DOMAIN (`gate.rs`), else
+    /// parking_lot's mutex (uncontended lock and unlock one atomic each).
+    q: GateMutex<Queue>,
     cfg: CqConfig,
     /// Bytes per entry of `cfg.format`.
     entry_size: usize,
@@ -233,7 +234,7 @@ pub struct Cq {
     /// Entries ever queued, stored after `queued` under the queue lock: a
     /// read's pass tells by it whether another thread queued meanwhile.
     pushed: AtomicU64,
-    _domain: Option<ParentRef<Domain>>,
+    domain: Option<ParentRef<Domain>>,
 }
 
 // The entry formats are prefixes of one another, eight bytes per field.
@@ -272,15 +273,19 @@ impl Cq {
             cfg.format
         };
         let cfg = CqConfig { size, format, ..cfg };
+        let gate = domain.as_ref().and_then(|d| d.gate.clone());
         let cq = Arc::new(Cq {
             refs: Refs::default(),
-            q: parking_lot::Mutex::new(Queue {
-                q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
-                nerr: 0,
-                err_buf: Vec::new(),
-                size,
-                grew: false,
-            }),
+            q: gate_mutex(
+                gate,
+                Queue {
+                    q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
+                    nerr: 0,
+                    err_buf: Vec::new(),
+                    size,
+                    grew: false,
+                },
+            ),
             entry_size: entry_size(format),
             cfg,
             context: context as usize,
@@ -290,7 +295,7 @@ impl Cq {
             signal_pending: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             pushed: AtomicU64::new(0),
-            _domain: domain,
+            domain,
         });
         if let Some(ws) = cq.wait.set() {
             ws.add_member(Arc::downgrade(&cq) as Weak<dyn Waitable>);
@@ -587,6 +592,17 @@ impl Cq {
     }
 
     /// fi_cq_signal: wakes every thread blocked in sread.
+    /// Whether the CQ belongs to `d` (one opened without a domain, in
+    /// tests, belongs to any).
+    pub fn of_domain(&self, d: &Arc<Domain>) -> bool {
+        self.domain.as_ref().is_none_or(|c| Arc::ptr_eq(&c.0, d))
+    }
+
+    /// Its lock is a domain's gate (`gate.rs`).
+    pub fn gated(&self) -> bool {
+        self.domain.as_ref().is_some_and(|d| d.gate.is_some())
+    }
+
     pub fn signal(&self) -> i32 {
         match self.wait.obj() {
             Some(w) => {

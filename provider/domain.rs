@@ -32,6 +32,10 @@ pub struct Domain {
     pub tunables: Mutex<Tunables>,
     pub mrs: crate::mr::MrTable,
     pub nic: Nic,
+    /// The application serialises its calls into this domain
+    /// (FI_THREAD_DOMAIN) and membarrier works: the locks of its
+    /// endpoints and CQs share this gate (`gate.rs`).
+    pub gate: Option<Arc<crate::gate::Gate>>,
     /// Operations posted with FI_TRIGGER, waiting for their counters.
     pub triggers: crate::trigger::Triggers,
 }
@@ -64,13 +68,22 @@ pub unsafe fn open(
     // SAFETY: the caller's contract (`info` NULL or a readable fi_info).
     let attr = unsafe { crate::getinfo::offer_from_info(info) }?;
     let p = crate::params::params();
+    let gate = if attr.threading == FI_THREAD_DOMAIN && p.gate {
+        crate::gate::Gate::new()
+    } else {
+        None
+    };
     let dom = Arc::new(Domain {
         refs: Refs::default(),
         _fabric: fabric,
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         triggers: crate::trigger::Triggers::default(),
-        nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC),
+        nic: Nic::new(
+            attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC,
+            gate.clone(),
+        ),
+        gate,
         attr,
     });
     let c = fid_domain {

@@ -11,6 +11,7 @@ pub(crate) mod ffi;
 pub(crate) mod log;
 pub(crate) mod core;
 pub(crate) mod fid;
+pub(crate) mod gate;
 pub(crate) mod hash;
 pub(crate) mod params;
 pub(crate) mod progress;

@@ -271,6 +271,8 @@ tunables! {
         "udp wire: most credit bytes one peer may hold.";
     credit_epoch_ms: u64 = Int(10, Range::AtLeast(1)),
         "udp wire: usage counters halve every this many milliseconds; peers that used nothing in an epoch give back credits when the bank runs low.";
+    gate: bool = Int(1, Range::Span(0, 1)),
+        "Under FI_THREAD_DOMAIN, endpoint and CQ locks cost the application no atomic instruction; the progress thread takes the whole domain with membarrier(2) when it needs it (1). 0: ordinary mutexes.";
     shm: bool = Int(1, Range::Span(0, 1)),
         "Use the shared-memory wire for peers on this host (1) or send everything over UDP (0).";
     cma: bool = Int(1, Range::Span(0, 1)),

@@ -95,6 +95,16 @@ unsafe extern "C" fn bind(f: *mut fid, bf: *mut fid, flags: u64) -> i32 {
                     crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags {:#x}", flags);
                     return -FI_EBADFLAGS;
                 }
+                if !cq.of_domain(&ep.domain.0) && (ep.domain.gate.is_some() || cq.gated()) {
+                    // A domain's gate (FI_THREAD_DOMAIN) excludes only its
+                    // own callers: a CQ shared with another domain would be
+                    // written from two threads at once.
+                    crate::warn!(
+                        FI_LOG_EP_CTRL,
+                        "fi_ep_bind(cq): under FI_THREAD_DOMAIN an endpoint's CQ must be of its domain"
+                    );
+                    return -FI_EINVAL;
+                }
                 if (flags & FI_TRANSMIT != 0 && b.tx_cq.is_some()) || (flags & FI_RECV != 0 && b.rx_cq.is_some()) {
                     crate::warn!(FI_LOG_EP_CTRL, "fi_ep_bind(cq): already bound");
                     return -FI_EINVAL;

@@ -49,6 +49,7 @@ use crate::cq::Cq;
 use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{fid_header, FidObj, ParentRef};
+use crate::gate::{gate_mutex, GateGuard, GateMutex};
 use crate::mr::MrEvent;
 use crate::nic::fabreq::FabReqs;
 use crate::nic::port::Port;
@@ -227,12 +228,13 @@ pub struct Ep {
     app_called: AtomicBool,
     /// When the progress thread last saw `app_called` (its clock).
     app_seen: AtomicU64,
-    /// Everything the data path changes. parking_lot's lock: taken by
-    /// every data call and progress pass, its uncontended lock and unlock
-    /// are one atomic each, inlined. (std's also tracks poisoning, which
-    /// every caller here ignored: after a panic, which `abi_guard` turns
-    /// into an error of that call, the state is used as it is.)
-    state: parking_lot::Mutex<EpState>,
+    /// Everything the data path changes. Taken by every data call and
+    /// progress pass: under FI_THREAD_DOMAIN a gate lock (no atomic
+    /// instruction for the application, `gate.rs`), else parking_lot's
+    /// mutex (its uncontended lock and unlock one atomic each, inlined).
+    /// Neither tracks poisoning: after a panic, which `abi_guard` turns
+    /// into an error of that call, the state is used as it is.
+    state: GateMutex<EpState>,
 }
 
 type Obj = FidObj<fid_ep, Ep>;
@@ -363,7 +365,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         watched: AtomicBool::new(false),
         app_called: AtomicBool::new(false),
         app_seen: AtomicU64::new(0),
-        state: parking_lot::Mutex::new(st),
+        state: gate_mutex(dom.gate.clone(), st),
     });
     let c = fid_ep {
         fid: fid_header(FI_CLASS_EP, ctx, ctl::EP_FI_OPS.ptr()),
@@ -394,7 +396,7 @@ impl Ep {
     }
 
     #[inline(always)]
-    fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
+    fn lock(&self) -> GateGuard<'_, EpState> {
         self.state.lock()
     }
 

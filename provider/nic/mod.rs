@@ -26,6 +26,7 @@ pub mod udp;
 pub(crate) mod udp_wire;
 pub(crate) mod wire;
 
+use crate::gate::Gate;
 use crate::progress::{now_ns, Progress};
 use rustix::event::{epoll, eventfd, EventfdFlags};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -57,6 +58,9 @@ struct Shared {
     /// Wakes the thread (`kick`). None if the process is out of
     /// descriptors: then the thread only wakes on its timeouts (≤ 100 ms).
     wake: Option<OwnedFd>,
+    /// The domain's gate (FI_THREAD_DOMAIN, `gate.rs`): the thread takes
+    /// it for each pass that progresses endpoints.
+    gate: Option<Arc<Gate>>,
 }
 
 pub struct Nic {
@@ -66,7 +70,7 @@ pub struct Nic {
 }
 
 impl Nic {
-    pub fn new(auto: bool) -> Nic {
+    pub fn new(auto: bool, gate: Option<Arc<Gate>>) -> Nic {
         let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
             .inspect_err(|e| {
                 crate::warn!(
@@ -84,6 +88,7 @@ impl Nic {
                 stop: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
                 wake,
+                gate,
             }),
             thread: Mutex::new(None),
         }
@@ -238,6 +243,23 @@ fn run(shared: Arc<Shared>) {
             .map(|e| now.saturating_sub(e.last_app_activity(now)) >= BUSY_WINDOW_NS)
             .collect();
         let idle_eps = || eps.iter().zip(&idle).filter(|(_, &i)| i).map(|(e, _)| e);
+        // Under FI_THREAD_DOMAIN the endpoints' locks are the domain's
+        // gate: the thread takes it for a pass that has endpoints to
+        // progress (never while the application polls them all), and
+        // only when the application is in none of them; else it comes
+        // back in a millisecond.
+        let stolen = match (&shared.gate, idle.iter().any(|&i| i)) {
+            (Some(g), true) => match g.steal() {
+                Some(s) => Some(s),
+                None => {
+                    drop(eps);
+                    drop(pass);
+                    sleep_in(timer_set.as_ref(), wake, &mut events, 1);
+                    continue;
+                }
+            },
+            _ => None,
+        };
         let (set, timeout_ms) = if !idle.iter().all(|&i| i) {
             // The application drives these endpoints itself, so the thread
             // stays off their sockets (a wakeup per datagram would cost the
@@ -273,6 +295,7 @@ fn run(shared: Arc<Shared>) {
             (&busy_set, t)
         };
         drop(eps);
+        drop(stolen);
         drop(pass);
         sleep_in(set.as_ref(), wake, &mut events, timeout_ms);
     }

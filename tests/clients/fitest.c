@@ -300,6 +300,19 @@ static void scn_classes(void)
 		CHECK_CONTAINED("fi_close(fab) with live children returns -FI_EBUSY", fi_close(&fab->fid) == -FI_EBUSY);
 
 		CHK(fi_ep_bind(ep, &av->fid, 0));
+		if (order == 0 && !strcmp(fi->fabric_attr->prov_name, "gnix") &&
+		    fi->domain_attr->threading == FI_THREAD_DOMAIN) {
+			/* gnix refuses a CQ of another FI_THREAD_DOMAIN domain: each
+			 * domain's locks exclude only its own callers (fi_gnix(7),
+			 * Threading); shm and tcp;ofi_rxm accept it. */
+			struct fid_domain *dom2;
+			struct fid_cq *cq2;
+			CHK(fi_domain(fab, fi, &dom2, NULL));
+			CHK(fi_cq_open(dom2, &cq_attr, &cq2, NULL));
+			EXPECT_RET(fi_ep_bind(ep, &cq2->fid, FI_TRANSMIT | FI_RECV), -FI_EINVAL);
+			CHK(fi_close(&cq2->fid));
+			CHK(fi_close(&dom2->fid));
+		}
 		CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
 		CHK(fi_ep_bind(ep, &cntr->fid, FI_SEND | FI_RECV));
 		int eq_bound = fi_ep_bind(ep, &eq->fid, 0);

@@ -17,6 +17,8 @@
 //!         last-level cache, `cache.rs`; 0 not known)  56 copy_max u32
 //!         (the longest message the owner wants copied through its
 //!         rings, `choice.rs`; 0 until it says)  64 sleeping u32
+//!         68 fenceless u32 (the owner arms with a global membarrier,
+//!         see "Doorbells" below)
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
@@ -66,6 +68,25 @@
 //! gives credit back once the application took the message, and cuts off
 //! a producer that overdraws.
 //!
+//! Doorbells: an owner about to sleep sets `sleeping`, then looks at its
+//! rings once more; a producer publishes a slot, then reads `sleeping`,
+//! and rings (a datagram to the owner's socket) if it is set. Each side's
+//! store must be visible before its load (else both miss the other: a
+//! lost wakeup), which takes a full barrier on both sides, the producer's
+//! on every message (and it waits there for the slot's line to arrive
+//! from the consumer's core). When the kernel has
+//! `MEMBARRIER_CMD_GLOBAL_EXPEDITED` and the producer's process is
+//! registered for it, the barrier is asymmetric: the producer issues a
+//! compiler fence only, and the owner, when it sets `sleeping` (not when
+//! it finds it still set: the barrier that followed the setting still
+//! covers every later load), issues that membarrier, which runs a full
+//! barrier on every CPU running a registered process (a process not
+//! running passed one when it was switched out). Either the producer's
+//! slot is visible to the owner's second look, or the producer's load
+//! comes after that barrier and sees the flag (gate.rs has the argument).
+//! The owner says it does this in `fenceless`; a producer whose own
+//! registration failed, or whose owner does not say so, keeps its fence.
+//!
 //! Grants: a receiver that asks its sender to write into its memory (CTW)
 //! first arms a grant word of the sender's ring with the receive's id. The
 //! sender moves it ARMED -> WRITING before it writes and to DONE after;
@@ -80,10 +101,12 @@
 //! through raw pointers (`SharedBytes`).
 
 use super::mapping::{Mapping, SharedBytes, PAGE};
+use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
 use std::cell::Cell;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
 const VERSION: u32 = 4;
@@ -99,6 +122,8 @@ const RING_HEAD: usize = 40;
 const SPAN_OFF: usize = 48;
 const CACHE_OFF: usize = 52;
 const COPY_MAX_OFF: usize = 56;
+const SLEEPING_OFF: usize = 64;
+const FENCELESS_OFF: usize = 68;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
 /// written into at once.
@@ -414,12 +439,46 @@ impl SlotWriter<'_> {
         self.out.tail += self.span as u64;
         self.out.tail_off = self.out.geo.slot_after(self.out.first_off, self.off, self.span);
         self.out.map.u64_at(self.off).store(pos + 1, Ordering::Release);
-        // Pairs with the fence in Mailbox::arm: either the sleeper sees
-        // this slot when it re-checks, or we see its flag here.
-        fence(Ordering::SeqCst);
-        let sleeping = self.out.map.u32_at(64);
+        // Pairs with the barrier in Mailbox::arm: either the sleeper sees
+        // this slot when it re-checks, or we see its flag here (module
+        // comment, "Doorbells").
+        if self.out.fenceless {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+        let sleeping = self.out.map.u32_at(SLEEPING_OFF);
         sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0
     }
+}
+
+/// What this process can do of the asymmetric doorbell barrier
+/// ("Doorbells" in the module comment).
+struct Barrier {
+    /// The kernel runs `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: as an owner we
+    /// arm with it.
+    global: bool,
+    /// This process is registered for it: as a producer we publish
+    /// without a fence to owners that arm with it.
+    registered: bool,
+}
+
+/// Asked once, when the process's first mailbox is made, so the
+/// registration (milliseconds, in a process with threads: the kernel
+/// waits for an RCU grace period) is paid in setup, not by a message.
+fn barrier() -> &'static Barrier {
+    static B: OnceLock<Barrier> = OnceLock::new();
+    B.get_or_init(|| {
+        let global = membarrier_query().contains_command(MembarrierCommand::GlobalExpedited);
+        let registered = global && membarrier(MembarrierCommand::RegisterGlobalExpedited).is_ok();
+        if !registered {
+            crate::info!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "shm: no global expedited membarrier: a fence per message published"
+            );
+        }
+        Barrier { global, registered }
+    })
 }
 
 /// Our ring in a peer's mailbox: we produce into it.
@@ -440,6 +499,8 @@ pub struct Outbox {
     loan: u64,
     /// The owner runs under our last-level cache (`cache.rs`).
     near: bool,
+    /// Publishing needs no barrier of ours ("Doorbells").
+    fenceless: bool,
 }
 
 impl Outbox {
@@ -548,6 +609,7 @@ impl Outbox {
         let loan = map.u64_at(LOAN_OFF).load(Ordering::Relaxed);
         let cache = super::cache::this_process();
         let near = cache != 0 && map.u32_at(CACHE_OFF).load(Ordering::Relaxed) == cache;
+        let fenceless = map.u32_at(FENCELESS_OFF).load(Ordering::Relaxed) == 1 && barrier().registered;
         map.u32_at(roff).store(RING_ACTIVE, Ordering::Release);
         map.u64_at(32).fetch_add(1, Ordering::AcqRel);
         Ok(Some(Outbox {
@@ -561,6 +623,7 @@ impl Outbox {
             owner,
             loan,
             near,
+            fenceless,
         }))
     }
 
@@ -882,6 +945,8 @@ impl Mailbox {
         map.u32_at(CACHE_OFF)
             .store(super::cache::this_process(), Ordering::Relaxed);
         map.u64_at(LOAN_OFF).store(loan, Ordering::Relaxed);
+        map.u32_at(FENCELESS_OFF)
+            .store(barrier().global as u32, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,
@@ -1123,15 +1188,25 @@ impl Mailbox {
     /// About to sleep: asks producers for a doorbell. False if a slot is
     /// already waiting in one of `active` (then do not sleep).
     pub fn arm(&mut self, active: &[usize]) -> bool {
-        self.map.u32_at(64).store(1, Ordering::Relaxed);
+        let sleeping = self.map.u32_at(SLEEPING_OFF);
+        let fresh = sleeping.load(Ordering::Relaxed) == 0;
+        sleeping.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
+        // Producers that publish without a barrier ("Doorbells"): one for
+        // them, on every CPU running one, each time the flag goes up.
+        if fresh && barrier().global && membarrier(MembarrierCommand::GlobalExpedited).is_err() {
+            // Cannot happen once the query said yes; a lost doorbell
+            // must not, so stay awake.
+            sleeping.store(0, Ordering::Relaxed);
+            return false;
+        }
         let claims = self.map.u64_at(32).load(Ordering::Relaxed);
         claims == self.seen_claims && active.iter().all(|&r| self.peek(r).is_none())
     }
 
     /// Awake again: producers need not ring.
     pub fn disarm(&self) {
-        let s = self.map.u32_at(64);
+        let s = self.map.u32_at(SLEEPING_OFF);
         if s.load(Ordering::Relaxed) != 0 {
             s.store(0, Ordering::Relaxed);
         }
