@@ -1058,6 +1058,11 @@ impl Mailbox {
         if self.map.u64_at(off).load(Ordering::Acquire) != pos + 1 {
             return None;
         }
+        // In a burst the next slot is written already: its line comes
+        // from the producer's core while this message is handled, not
+        // when the next peek asks for it. (Caught up, it is the line the
+        // next peek polls anyway.)
+        self.map.prefetch_read(self.after(r, off, 1));
         let mut b = [0u8; 40];
         self.map.read(off + 8, &mut b);
         let mut f = [0u8; 32];
