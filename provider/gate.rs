@@ -45,8 +45,8 @@
 
 use parking_lot::lock_api::{self, GuardNoSend, RawMutex as _};
 use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
-use std::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A lock of a domain's state: a gate lock when the domain has a `Gate`,
 /// else an ordinary mutex.
@@ -131,7 +131,10 @@ impl Gate {
         self.thief.store(this_thread(), Ordering::Relaxed);
         // The heavy half: with the store above visible to all, every CPU
         // running one of our threads passes a full barrier.
-        let ok = membarrier(MembarrierCommand::PrivateExpedited).is_ok();
+        // Refused only in a child of the process that registered (fork):
+        // it registers, and tries again.
+        let ok = membarrier(MembarrierCommand::PrivateExpedited).is_ok()
+            || (PRIVATE.ready() && membarrier(MembarrierCommand::PrivateExpedited).is_ok());
         if !ok || self.depth.load(Ordering::Acquire) != 0 {
             self.thief.store(0, Ordering::Release);
             return None;
@@ -155,27 +158,67 @@ fn this_thread() -> usize {
     (unsafe { libc::pthread_self() }) as usize
 }
 
-/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` works in this
-/// process: the kernel offers it and the process is registered for it.
-fn heavy_barrier_ready() -> bool {
-    static READY: OnceLock<bool> = OnceLock::new();
-    *READY.get_or_init(|| {
-        if !membarrier_query().contains_command(MembarrierCommand::PrivateExpedited) {
-            crate::info!(crate::ffi::FI_LOG_DOMAIN, "no membarrier: domain locks are mutexes");
+/// A membarrier command this process registers for before it may
+/// issue it (or, for the global one, be reached by it).
+pub(crate) struct Registration {
+    cmd: MembarrierCommand,
+    register: MembarrierCommand,
+    /// The process that registered (0: none yet). A child after fork is
+    /// another process to the kernel, unregistered: it registers again.
+    pid: AtomicU32,
+}
+
+impl Registration {
+    pub(crate) const fn new(cmd: MembarrierCommand, register: MembarrierCommand) -> Registration {
+        Registration {
+            cmd,
+            register,
+            pid: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this process is registered for the command (registering
+    /// it now if the kernel has it). The first registration of a process
+    /// with threads takes milliseconds (the kernel waits for an RCU grace
+    /// period): made at setup, not on a data path.
+    pub(crate) fn ready(&self) -> bool {
+        let me = std::process::id();
+        if self.pid.load(Ordering::Relaxed) == me {
+            return true;
+        }
+        if !membarrier_query().contains_command(self.cmd) {
             return false;
         }
-        match membarrier(MembarrierCommand::RegisterPrivateExpedited) {
-            Ok(()) => true,
+        match membarrier(self.register) {
+            Ok(()) => {
+                self.pid.store(me, Ordering::Relaxed);
+                true
+            }
             Err(e) => {
-                crate::info!(
-                    crate::ffi::FI_LOG_DOMAIN,
-                    "membarrier registration: {}: domain locks are mutexes",
-                    e
-                );
+                crate::info!(crate::ffi::FI_LOG_DOMAIN, "membarrier {:?}: {}", self.register, e);
                 false
             }
         }
-    })
+    }
+}
+
+/// The progress thread's half of the gate.
+static PRIVATE: Registration = Registration::new(
+    MembarrierCommand::PrivateExpedited,
+    MembarrierCommand::RegisterPrivateExpedited,
+);
+
+/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` works in this
+/// process: the kernel offers it and the process is registered for it.
+fn heavy_barrier_ready() -> bool {
+    let ok = PRIVATE.ready();
+    if !ok {
+        crate::info!(
+            crate::ffi::FI_LOG_DOMAIN,
+            "no private expedited membarrier: domain locks are mutexes"
+        );
+    }
+    ok
 }
 
 /// The raw lock behind `GateMutex`: the domain's gate plus who holds this
@@ -197,6 +240,19 @@ impl GateLock {
             held: AtomicU8::new(FREE),
             plain: parking_lot::RawMutex::INIT,
         }
+    }
+
+    /// Takes the lock through the domain's gate, unless its holder (who
+    /// else could, inside the gate?) has it already.
+    #[inline]
+    fn take(&self, g: &Gate) -> bool {
+        let side = g.enter();
+        if self.held.load(Ordering::Relaxed) != FREE {
+            g.leave(side);
+            return false;
+        }
+        self.held.store(side, Ordering::Relaxed);
+        true
     }
 }
 
@@ -228,14 +284,7 @@ unsafe impl lock_api::RawMutex for GateLock {
     fn lock(&self) {
         match &self.gate {
             None => self.plain.lock(),
-            Some(g) => {
-                let side = g.enter();
-                if self.held.load(Ordering::Relaxed) != FREE {
-                    g.leave(side);
-                    panic!("gnix: a domain lock taken again by its holder");
-                }
-                self.held.store(side, Ordering::Relaxed);
-            }
+            Some(g) => assert!(self.take(g), "gnix: a domain lock taken again by its holder"),
         }
     }
 
@@ -243,15 +292,7 @@ unsafe impl lock_api::RawMutex for GateLock {
     fn try_lock(&self) -> bool {
         match &self.gate {
             None => self.plain.try_lock(),
-            Some(g) => {
-                let side = g.enter();
-                if self.held.load(Ordering::Relaxed) != FREE {
-                    g.leave(side);
-                    return false;
-                }
-                self.held.store(side, Ordering::Relaxed);
-                true
-            }
+            Some(g) => self.take(g),
         }
     }
 

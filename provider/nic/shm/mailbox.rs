@@ -101,6 +101,7 @@
 //! through raw pointers (`SharedBytes`).
 
 use super::mapping::{Mapping, SharedBytes, PAGE};
+use crate::gate::Registration;
 use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
 use std::cell::Cell;
 use std::io;
@@ -452,33 +453,17 @@ impl SlotWriter<'_> {
     }
 }
 
-/// What this process can do of the asymmetric doorbell barrier
-/// ("Doorbells" in the module comment).
-struct Barrier {
-    /// The kernel runs `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: as an owner we
-    /// arm with it.
-    global: bool,
-    /// This process is registered for it: as a producer we publish
-    /// without a fence to owners that arm with it.
-    registered: bool,
-}
+/// The asymmetric doorbell barrier ("Doorbells" in the module comment).
+static GLOBAL: Registration = Registration::new(
+    MembarrierCommand::GlobalExpedited,
+    MembarrierCommand::RegisterGlobalExpedited,
+);
 
-/// Asked once, when the process's first mailbox is made, so the
-/// registration (milliseconds, in a process with threads: the kernel
-/// waits for an RCU grace period) is paid in setup, not by a message.
-fn barrier() -> &'static Barrier {
-    static B: OnceLock<Barrier> = OnceLock::new();
-    B.get_or_init(|| {
-        let global = membarrier_query().contains_command(MembarrierCommand::GlobalExpedited);
-        let registered = global && membarrier(MembarrierCommand::RegisterGlobalExpedited).is_ok();
-        if !registered {
-            crate::info!(
-                crate::ffi::FI_LOG_EP_CTRL,
-                "shm: no global expedited membarrier: a fence per message published"
-            );
-        }
-        Barrier { global, registered }
-    })
+/// The kernel runs `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: as an owner we arm
+/// with it (and say so in our mailbox).
+fn global_barrier() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| membarrier_query().contains_command(MembarrierCommand::GlobalExpedited))
 }
 
 /// Our ring in a peer's mailbox: we produce into it.
@@ -609,7 +594,9 @@ impl Outbox {
         let loan = map.u64_at(LOAN_OFF).load(Ordering::Relaxed);
         let cache = super::cache::this_process();
         let near = cache != 0 && map.u32_at(CACHE_OFF).load(Ordering::Relaxed) == cache;
-        let fenceless = map.u32_at(FENCELESS_OFF).load(Ordering::Relaxed) == 1 && barrier().registered;
+        // Registered (at our own mailbox's making, normally): the owner's
+        // membarrier reaches us, and we publish without a fence.
+        let fenceless = map.u32_at(FENCELESS_OFF).load(Ordering::Relaxed) == 1 && GLOBAL.ready();
         map.u32_at(roff).store(RING_ACTIVE, Ordering::Release);
         map.u64_at(32).fetch_add(1, Ordering::AcqRel);
         Ok(Some(Outbox {
@@ -945,8 +932,16 @@ impl Mailbox {
         map.u32_at(CACHE_OFF)
             .store(super::cache::this_process(), Ordering::Relaxed);
         map.u64_at(LOAN_OFF).store(loan, Ordering::Relaxed);
+        // Registering here, as a producer, spares the first connection
+        // the registration's milliseconds.
+        if !GLOBAL.ready() {
+            crate::info!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "shm: no global expedited membarrier: a fence per message published"
+            );
+        }
         map.u32_at(FENCELESS_OFF)
-            .store(barrier().global as u32, Ordering::Relaxed);
+            .store(global_barrier() as u32, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,
@@ -1199,7 +1194,7 @@ impl Mailbox {
         fence(Ordering::SeqCst);
         // Producers that publish without a barrier ("Doorbells"): one for
         // them, on every CPU running one, each time the flag goes up.
-        if fresh && barrier().global && membarrier(MembarrierCommand::GlobalExpedited).is_err() {
+        if fresh && global_barrier() && membarrier(MembarrierCommand::GlobalExpedited).is_err() {
             // Cannot happen once the query said yes; a lost doorbell
             // must not, so stay awake.
             sleeping.store(0, Ordering::Relaxed);
