@@ -73,6 +73,14 @@ pub unsafe fn open(
     } else {
         None
     };
+    crate::info!(
+        FI_LOG_DOMAIN,
+        "domain {}: threading {}, data progress {}, locks {}",
+        attr.iface.name,
+        attr.threading,
+        attr.data_progress,
+        if gate.is_some() { "gated" } else { "mutexes" }
+    );
     let dom = Arc::new(Domain {
         refs: Refs::default(),
         _fabric: fabric,
