@@ -591,7 +591,6 @@ impl Cq {
         r.unwrap_or_else(|| self.take(out, count, src, 1))
     }
 
-    /// fi_cq_signal: wakes every thread blocked in sread.
     /// Whether the CQ belongs to `d` (one opened without a domain, in
     /// tests, belongs to any).
     pub fn of_domain(&self, d: &Arc<Domain>) -> bool {
@@ -603,6 +602,7 @@ impl Cq {
         self.domain.as_ref().is_some_and(|d| d.gate.is_some())
     }
 
+    /// fi_cq_signal: wakes every thread blocked in sread.
     pub fn signal(&self) -> i32 {
         match self.wait.obj() {
             Some(w) => {
