@@ -4,7 +4,8 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mailbox.rs` | the shared memory's layout: mailbox files, rings, slots (one message may span several), credit and grant words, liveness of their owners |
+//! | `mailbox.rs` | the shared memory's layout: mailbox files, rings, slots (one message may span several), credit and grant words, liveness of their owners; the consumer's side |
+//! | `mailbox/outbox.rs` | the producer's side: `Outbox` (our ring in a peer's mailbox: claiming it, free slots, credits and grants read) and `SlotWriter` (filling and publishing a slot) |
 //! | `mapping.rs` | a shared mapping and `SharedBytes`: every access to memory another process may write |
 //! | `cache.rs` | which last-level cache this process runs under (a sender spans more slots to a peer under its own) |
 //! | `choice.rs` | copy or pull: what spanning copies and rendezvous pulls cost on this host, by size, and the longest message an endpoint wants copied |
