@@ -127,22 +127,26 @@ struct EpState {
     coll: coll::Colls,
     /// The last destination a send looked up: (fi_addr, AV generation,
     /// address). A stream of sends to one peer then takes no AV lock.
-    dest_cache: Option<(u64, u64, SocketAddr)>,
+    dest_cache: DestCache,
     /// The time of the application's progress passes (CQ and counter
     /// polls).
     clock: PassClock,
 }
 
+/// The last destination a send looked up: (fi_addr, AV generation,
+/// address).
+type DestCache = Option<(u64, u64, SocketAddr)>;
+
 impl EpState {
-    /// The receive and transmit paths (`Handler`, also the wires'
-    /// upcall), apart from the port whose wires they drive.
-    fn split<'a>(&'a mut self, face: &'a Ep) -> (&'a mut Port, Handler<'a, Ep>) {
+    /// `split`, with the send path's destination cache beside the parts.
+    fn split_send<'a>(&'a mut self, face: &'a Ep) -> (&'a mut Port, Handler<'a, Ep>, &'a mut DestCache) {
         let EpState {
             port,
             reqs,
             rx,
             os,
             coll,
+            dest_cache,
             ..
         } = self;
         let caps = face.caps();
@@ -156,7 +160,15 @@ impl EpState {
                 os,
                 coll,
             },
+            dest_cache,
         )
+    }
+
+    /// The receive and transmit paths (`Handler`, also the wires'
+    /// upcall), apart from the port whose wires they drive.
+    fn split<'a>(&'a mut self, face: &'a Ep) -> (&'a mut Port, Handler<'a, Ep>) {
+        let (port, h, _) = self.split_send(face);
+        (port, h)
     }
 }
 
@@ -400,22 +412,18 @@ impl Ep {
         self.state.lock()
     }
 
-    /// The address of `dest` in the AV (`st.dest_cache` remembers the last
-    /// one while the AV does not change).
+    /// The address of `dest` in the AV (`cache`, the endpoint's
+    /// `dest_cache`, remembers the last one while the AV does not change).
     #[inline(always)]
-    fn dest_addr(&self, b: &Bindings, st: &mut EpState, dest: u64) -> Option<SocketAddr> {
+    fn dest_addr<'a>(&self, b: &Bindings, cache: &'a mut DestCache, dest: u64) -> Option<&'a SocketAddr> {
         let av = b.av.as_ref()?;
         let gen = av.generation();
-        if let Some((a, g, peer)) = st.dest_cache {
-            if a == dest && g == gen {
-                return Some(peer);
-            }
+        if !matches!(cache, Some((a, g, _)) if *a == dest && *g == gen) {
+            // The generation is read before the lookup: a change racing
+            // with it leaves an entry that the next send refreshes.
+            *cache = Some((dest, gen, av.lookup(dest)?));
         }
-        // The generation is read before the lookup: a change racing with
-        // it leaves an entry that the next send refreshes.
-        let peer = av.lookup(dest)?;
-        st.dest_cache = Some((dest, gen, peer));
-        Some(peer)
+        cache.as_ref().map(|(_, _, peer)| peer)
     }
 
     fn tx_flags(&self) -> u64 {

@@ -111,17 +111,20 @@ impl Ep {
             more: a.flags & FI_MORE != 0,
         };
         let mut st = self.lock();
-        let Some(peer) = self.dest_addr(b, &mut st, a.dest) else {
+        let (port, mut h, dests) = st.split_send(self);
+        // Borrowed from the cache down to the ring: not copied (see
+        // `Exec::route_ref`).
+        let Some(peer) = self.dest_addr(b, dests, a.dest) else {
             drop(st);
             crate::warn!(FI_LOG_EP_DATA, "send: fi_addr {:#x} is not in the AV", a.dest);
             return -FI_EINVAL as isize;
         };
-        let (port, mut h) = st.split(self);
         // Most small sends end here, in a local peer's ring: no FabReq,
         // and no clock to read.
         if h.send_now(port, self.tx_size, peer, &hdr, flags, &req, &IovView::new(&a.iov, len)) {
             return 0;
         }
+        let peer = *peer;
         self.send_queued(&mut st, peer, hdr, flags, req, a.iov, len)
     }
 
@@ -260,7 +263,7 @@ impl<F: super::Face> Handler<'_, F> {
         &mut self,
         wires: &mut dyn Wires,
         tx_size: usize,
-        peer: SocketAddr,
+        peer: &SocketAddr,
         hdr: &MsgHdr,
         flags: SendFlags,
         req: &SendReq,

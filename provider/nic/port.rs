@@ -244,7 +244,7 @@ impl Wires for Port {
         }
     }
 
-    fn send_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &IovView<'_>) -> bool {
+    fn send_now(&mut self, peer: &SocketAddr, hdr: &MsgHdr, flags: SendFlags, src: &IovView<'_>) -> bool {
         self.shm.as_mut().is_some_and(|w| w.send_now(peer, hdr, flags, src))
     }
 

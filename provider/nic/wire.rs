@@ -293,7 +293,7 @@ pub(crate) trait Wires {
     /// an operation or a transaction of its own: a small message into a
     /// local peer's ring with room. False: nothing was sent; `send` takes
     /// it.
-    fn send_now(&mut self, _peer: SocketAddr, _hdr: &MsgHdr, _flags: SendFlags, _src: &IovView<'_>) -> bool {
+    fn send_now(&mut self, _peer: &SocketAddr, _hdr: &MsgHdr, _flags: SendFlags, _src: &IovView<'_>) -> bool {
         false
     }
     /// Transaction descriptors left (an operation of several parts starts

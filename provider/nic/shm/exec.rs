@@ -252,13 +252,26 @@ impl<P: Port> Exec<P> {
     /// next liveness check.
     #[inline(always)]
     pub fn route(&mut self, addr: SocketAddr) -> Option<PeerIx> {
-        if let Some((a, r)) = self.last_route {
+        self.route_ref(&addr)
+    }
+
+    /// `route` of an address the caller keeps: the send path's, which
+    /// then copies no address (a copy stored in pieces and loaded whole
+    /// waits for every store before it, the ring's included).
+    #[inline(always)]
+    pub fn route_ref(&mut self, addr: &SocketAddr) -> Option<PeerIx> {
+        if let Some((a, r)) = &self.last_route {
             // A closed owner falls through: `forget` clears this. (A peer
             // decided to be UDP's stays so, as in `routes`.)
             if a == addr && r.is_none_or(|ix| !self.port.owner_closed(ix)) {
-                return r;
+                return *r;
             }
         }
+        self.route_slow(*addr)
+    }
+
+    #[inline(never)]
+    fn route_slow(&mut self, addr: SocketAddr) -> Option<PeerIx> {
         if let Some(&r) = self.routes.get(&addr) {
             match r {
                 Some(ix) if self.port.owner_closed(ix) => self.forget(ix),
@@ -403,7 +416,7 @@ impl<P: Port> Exec<P> {
     /// (`Wire::send` takes it).
     pub(crate) fn send_now<S: SendSource + ?Sized>(
         &mut self,
-        peer: SocketAddr,
+        peer: &SocketAddr,
         hdr: &MsgHdr,
         flags: SendFlags,
         src: &S,
@@ -414,7 +427,7 @@ impl<P: Port> Exec<P> {
         if flags.delivery || !self.m.eager_fits(len, flags.inject) || self.way_chosen(len, flags.inject) {
             return false;
         }
-        let Some(ix) = self.route(peer) else { return false };
+        let Some(ix) = self.route_ref(peer) else { return false };
         // Room is the port's to tell: `post` finds the next slot taken.
         let port = &self.port;
         let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, || port.freed(ix)) else {

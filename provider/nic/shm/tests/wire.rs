@@ -93,7 +93,7 @@ fn a_burst_of_sends_hints_the_port_and_a_lone_send_does_not() {
             len: 8,
             flags: MsgHdr::TAGGED,
         };
-        assert!(a.w.send_now(b.addr, &hdr, flags(|f| f.inject = true), &pattern(i, 8)));
+        assert!(a.w.send_now(&b.addr, &hdr, flags(|f| f.inject = true), &pattern(i, 8)));
     };
     send(&mut a, 0);
     assert_eq!(w.post_ahead_hints(), 0, "a lone send");
