@@ -46,6 +46,7 @@ impl Cntr {
         waitset: Option<Arc<WaitSet>>,
         domain: Option<ParentRef<Domain>>,
     ) -> Result<Arc<Cntr>, i32> {
+        let gate = domain.as_ref().and_then(|d| d.gate.clone());
         let c = Arc::new(Cntr {
             refs: Refs::default(),
             value: AtomicU64::new(0),
@@ -53,7 +54,7 @@ impl Cntr {
             wait_obj,
             context: context as usize,
             ops_flags: AtomicU64::new(0),
-            sources: Sources::new(),
+            sources: Sources::new(gate),
             wait: Wait::new(waitset, wait_obj)?,
             poll_seen: Mutex::new((0, 0)),
             wait_seen: Mutex::new((0, 0)),

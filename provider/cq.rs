@@ -277,7 +277,7 @@ impl Cq {
         let cq = Arc::new(Cq {
             refs: Refs::default(),
             q: gate_mutex(
-                gate,
+                gate.clone(),
                 Queue {
                     q: VecDeque::with_capacity(size.min(MAX_PREALLOC)),
                     nerr: 0,
@@ -289,7 +289,7 @@ impl Cq {
             entry_size: entry_size(format),
             cfg,
             context: context as usize,
-            sources: Sources::new(),
+            sources: Sources::new(gate),
             wait: Wait::new(waitset, cfg.wait_obj)?,
             signals: AtomicU64::new(0),
             signal_pending: AtomicBool::new(false),

@@ -85,7 +85,7 @@ impl Eq {
             }),
             wait_obj,
             context: context as usize,
-            sources: Sources::new(),
+            sources: Sources::new(None),
             wait: Wait::new(waitset, wait_obj)?,
             _keepalive: keepalive,
         });

@@ -14,6 +14,7 @@
 
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
+use crate::gate::{gate_mutex, Gate, GateMutex};
 use crate::progress::{now_ns, Progress};
 use rustix::event::{epoll, eventfd, EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
@@ -22,7 +23,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// A poisoned lock only means another thread panicked while holding it; the
 /// queues stay structurally valid, and panicking in turn would cross FFI.
@@ -58,7 +59,11 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// cannot close before it (-FI_EBUSY), so the cycle endpoint -> CQ ->
 /// endpoint never outlives the endpoint's fi_close.
 pub(crate) struct Sources {
-    list: RwLock<Arc<[Arc<dyn Progress>]>>,
+    /// Taken by every poll of the CQ or counter (`progress`): under
+    /// FI_THREAD_DOMAIN a gate lock of the domain (`gate.rs`), which costs
+    /// the poll no atomic instruction, as the CQ's own queue lock does;
+    /// else a mutex. Read under the lock, replaced whole on a change.
+    list: GateMutex<Arc<[Arc<dyn Progress>]>>,
     /// Bumped on every change so the epoll set gets rebuilt even when a new
     /// endpoint happens to reuse a closed one's descriptor number.
     gen: AtomicU64,
@@ -66,21 +71,23 @@ pub(crate) struct Sources {
 
 impl Default for Sources {
     fn default() -> Self {
-        Self::new()
+        Self::new(None)
     }
 }
 
 impl Sources {
-    pub fn new() -> Self {
+    /// The sources of an object of the domain whose gate is `gate`, if it
+    /// has one.
+    pub fn new(gate: Option<Arc<Gate>>) -> Self {
         Sources {
-            list: RwLock::new(Arc::from(Vec::new())),
+            list: gate_mutex(gate, Arc::from(Vec::new())),
             gen: AtomicU64::new(0),
         }
     }
     /// `p` joins (if it is still alive), until `remove`.
     pub fn add(&self, p: Weak<dyn Progress>) {
         let Some(p) = p.upgrade() else { return };
-        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.list.lock();
         let mut v: Vec<_> = l.to_vec();
         // An endpoint bound for both transmit and receive registers twice;
         // progressing it once per round is enough.
@@ -91,7 +98,7 @@ impl Sources {
         self.gen.fetch_add(1, SeqCst);
     }
     pub fn remove(&self, p: &Weak<dyn Progress>) {
-        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.list.lock();
         let v: Vec<_> = l
             .iter()
             .filter(|s| !std::ptr::addr_eq(Arc::as_ptr(s), p.as_ptr()))
@@ -101,18 +108,14 @@ impl Sources {
         self.gen.fetch_add(1, SeqCst);
     }
     pub fn snapshot(&self) -> Arc<[Arc<dyn Progress>]> {
-        self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.list.lock().clone()
     }
     pub fn progress(&self) {
-        // Not to be had only while an endpoint binds or closes (a writer
-        // holds or waits for it): the caller polls again. Never waiting
-        // here also means a progress that reaches back into this list
-        // cannot deadlock.
-        let l = match self.list.try_read() {
-            Ok(l) => l,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
+        // Not to be had while another thread progresses these sources or
+        // an endpoint binds or closes: the caller polls again. Never
+        // waiting here also means a progress that reaches back into this
+        // list cannot deadlock.
+        let Some(l) = self.list.try_lock() else { return };
         for s in l.iter() {
             s.progress();
         }
