@@ -343,6 +343,26 @@ impl Cq {
 
     /// Queues a successful completion. Never fails, never drops.
     pub fn push(&self, e: CqEntry) {
+        self.push_made(move || e)
+    }
+
+    /// `push` of a success that has only its operation's context and
+    /// flags (a send's, an RMA's). The entry is built where it goes, not
+    /// by the caller: one built in the caller's frame and copied whole in
+    /// the queue's (with wider loads than its stores) is a
+    /// store-forwarding miss, which waits for every store before it (on a
+    /// sender, the ring slot just written for another core).
+    #[inline]
+    pub fn push_op(&self, ctx: usize, flags: u64) {
+        self.push_made(move || CqEntry {
+            op_context: ctx as *mut c_void,
+            flags,
+            ..CqEntry::EMPTY
+        })
+    }
+
+    #[inline(always)]
+    fn push_made(&self, make: impl FnOnce() -> CqEntry + Copy) {
         let id = self as *const Cq as usize;
         let kept = HANDOFF_TO.with(|h| {
             if h.cq.get() != id {
@@ -353,13 +373,19 @@ impl Cq {
                 self.pass_queues_one(h);
                 return false;
             }
-            h.got[n].set(e);
+            h.got[n].set(make());
             h.n.set(n + 1);
             true
         });
         if !kept {
-            self.enqueue_ok(&e);
+            self.enqueue_made(make);
         }
+    }
+
+    /// `enqueue_ok` of an entry `make` builds, in the queue.
+    #[inline(never)]
+    fn enqueue_made(&self, make: impl FnOnce() -> CqEntry) {
+        self.enqueue_in(Slot::Ok(make()))
     }
 
     /// Queues an error completion, in order with the successes.

@@ -747,19 +747,22 @@ impl Face for Ep {
 /// only if the CQ is not selective or the operation asked for one.
 fn push_tx(b: &Bindings, ctx: usize, flags: u64, shown: u64, len: usize, err: Option<i32>) {
     let Some(cq) = &b.tx_cq else { return };
-    let entry = CqEntry {
-        op_context: ctx as *mut c_void,
-        flags: flags & shown,
-        ..CqEntry::default()
-    };
     match err {
         None => {
             if !b.tx_selective || flags & FI_COMPLETION != 0 {
-                cq.push(entry);
+                cq.push_op(ctx, flags & shown);
             }
         }
         // Errors are always reported, selective or not (fi_cq(3)).
-        Some(e) => cq.push_err(CqError::new(CqEntry { len, ..entry }, e)),
+        Some(e) => {
+            let entry = CqEntry {
+                op_context: ctx as *mut c_void,
+                flags: flags & shown,
+                len,
+                ..CqEntry::default()
+            };
+            cq.push_err(CqError::new(entry, e))
+        }
     }
 }
 

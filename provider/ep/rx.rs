@@ -184,17 +184,15 @@ pub(super) struct Handler<'a, F: Face> {
 
 impl<F: Face> Upcall for Handler<'_, F> {
     fn arrived(&mut self, a: Arrival<'_>) -> Take {
-        let Arrival {
-            peer,
-            hdr,
-            body,
-            credit,
-        } = a;
+        // Its fields are read where they are used, in the caller's frame,
+        // not moved out at once: that copy read them back wider than the
+        // wire had stored them, a store-forwarding miss on every message.
+        let (peer, hdr) = (a.peer, &a.hdr);
         if hdr.flags & (crate::nic::onesided::ONESIDED | crate::coll::COLL) != 0 {
             if hdr.flags & crate::coll::COLL != 0 {
-                return self.coll_arrived(*peer, hdr, body, credit);
+                return self.coll_arrived(*peer, a.hdr, a.body, a.credit);
             }
-            return self.onesided_arrived(*peer, hdr, body, credit);
+            return self.onesided_arrived(*peer, a.hdr, a.body, a.credit);
         }
         let tagged = hdr.flags & MsgHdr::TAGGED != 0;
         let src = self.source_cached(peer);
@@ -206,7 +204,7 @@ impl<F: Face> Upcall for Handler<'_, F> {
             &mut self.rx.tme_msg
         };
         let Some(m) = tme.match_incoming(src, tag) else {
-            return keep(tme, src, tag, *peer, hdr, body, credit);
+            return keep(tme, src, tag, *peer, a.hdr, a.body, a.credit);
         };
         let (r, multi) = match m.get() {
             &Posted::Multi(buf) => {
@@ -227,18 +225,18 @@ impl<F: Face> Upcall for Handler<'_, F> {
                 Posted::Multi(_) => unreachable!("matched a receive"),
             },
         };
-        match body {
+        match &a.body {
             Body::Bytes(b) => {
                 self.land_eager(r, multi, src, peer, hdr, EagerBytes::Own(b));
                 Take::Done
             }
             Body::Shared(s) => {
-                self.land_eager(r, multi, src, peer, hdr, EagerBytes::Shared(&s));
+                self.land_eager(r, multi, src, peer, hdr, EagerBytes::Shared(s));
                 Take::Done
             }
             // Rendezvous: the wire moves the data into the receive's
             // buffers, and the receive gets its record until then.
-            Body::Rndv(h) => match self.hand_to_wire(r, multi, src, *peer, hdr, h.wire) {
+            Body::Rndv(h) => match self.hand_to_wire(r, multi, src, *peer, a.hdr, h.wire) {
                 Some((op, sink, ranges)) => Take::Accept { op, sink, ranges },
                 None => Take::Discard,
             },
@@ -418,7 +416,7 @@ impl<F: Face> Handler<'_, F> {
         multi: Option<OpId>,
         src: u64,
         peer: &SocketAddr,
-        hdr: MsgHdr,
+        hdr: &MsgHdr,
         data: EagerBytes<'_>,
     ) {
         self.reqs.dismiss(Dir::Rx);
@@ -429,11 +427,11 @@ impl<F: Face> Handler<'_, F> {
         if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
             let buf = r.iov.addr().unwrap_or(0);
             data.write(&mut IovSink::sized(r.iov, cap), len);
-            let entry = recv_entry(r.ctx, r.flags, buf, len, &hdr, FI_ADDR_NOTAVAIL);
+            let entry = recv_entry(r.ctx, r.flags, buf, len, hdr, FI_ADDR_NOTAVAIL);
             self.face.rx_complete(r.flags, entry, None, 0, None);
             return;
         }
-        let done = self.done_with(&r, cap, multi, src, *peer, hdr);
+        let done = self.done_with(&r, cap, multi, src, *peer, *hdr);
         data.write(&mut IovSink::sized(r.iov, cap), done.len);
         self.finish_recv(done, None);
     }
@@ -510,7 +508,7 @@ impl<F: Face> Handler<'_, F> {
         wires.give_back(u.credit);
         match u.body {
             Kept::Eager(data) => {
-                self.land_eager(r, multi, src, &u.peer, u.hdr, EagerBytes::Own(&data));
+                self.land_eager(r, multi, src, &u.peer, &u.hdr, EagerBytes::Own(&data));
             }
             Kept::Rndv(held) => {
                 let now = now_ns();

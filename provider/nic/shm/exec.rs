@@ -641,9 +641,23 @@ impl<P: Port> Exec<P> {
             // Fair among peers: the next call starts with the next ring.
             self.next_ring = k;
             let payload = self.port.payload(&slot);
-            // The slot of every small message skips the generic frame.
+            // The slot of every small message skips the generic frame, and
+            // leaves here with its parts (`eager_credit`): built into an
+            // `OnFrame` and matched out of it, its header was stored in
+            // pieces and read back whole, a store-forwarding miss a
+            // message.
             let step = match &payload {
-                Some(p) if head.kind == frame::kind::EAGER => self.m.on_eager(r, Frame::eager_hdr(&head, p.len())),
+                Some(p) if head.kind == frame::kind::EAGER => match self.m.eager_credit(r, p.len()) {
+                    Ok(credit) => {
+                        return Some(Msg::Eager {
+                            slot,
+                            ring: r,
+                            hdr: Frame::eager_hdr(&head, p.len()),
+                            credit,
+                        })
+                    }
+                    Err(why) => self.m.refuse_ring(r, why),
+                },
                 p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
             };
             match step {

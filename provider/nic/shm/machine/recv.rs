@@ -113,14 +113,30 @@ impl Machine {
     /// frames are, and not the control frames, which keep nothing) to its
     /// producer's loan.
     pub fn on_eager(&mut self, ring: RingIx, hdr: MsgHdr) -> OnFrame {
+        match self.eager_credit(ring, hdr.len as usize) {
+            Ok(credit) => OnFrame::Eager { hdr, credit },
+            Err(why) => self.reject(ring, why),
+        }
+    }
+
+    /// `on_eager` of a message of `len` bytes, as its parts: the credit it
+    /// holds, or why its ring is to be `reject`ed. (The executor's path of
+    /// every small message, which keeps the header it has in registers
+    /// rather than in an `OnFrame`.)
+    #[inline]
+    pub fn eager_credit(&mut self, ring: RingIx, len: usize) -> Result<ShmCredit, &'static str> {
         self.stats.received += 1;
         if self.rings[ring].peer.is_none() {
-            return self.reject(ring, "a slot in a ring nobody claimed");
+            return Err("a slot in a ring nobody claimed");
         }
-        match self.take_credit(ring, credit_cost(hdr.len as usize)) {
-            Some(credit) => OnFrame::Eager { hdr, credit },
-            None => self.reject(ring, "message beyond the peer's credit"),
-        }
+        self.take_credit(ring, credit_cost(len))
+            .ok_or("message beyond the peer's credit")
+    }
+
+    /// `reject`, for the executor's `eager_credit`.
+    #[cold]
+    pub fn refuse_ring(&mut self, ring: RingIx, why: &'static str) -> OnFrame {
+        self.reject(ring, why)
     }
 
     /// A slot that breaks the rules: counted, and its producer is cut off
