@@ -656,7 +656,7 @@ impl<P: Port> Exec<P> {
                             credit,
                         })
                     }
-                    Err(why) => self.m.refuse_ring(r, why),
+                    Err(why) => self.m.reject(r, why),
                 },
                 p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
             };

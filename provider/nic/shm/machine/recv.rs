@@ -133,15 +133,11 @@ impl Machine {
             .ok_or("message beyond the peer's credit")
     }
 
-    /// `reject`, for the executor's `eager_credit`.
-    #[cold]
-    pub fn refuse_ring(&mut self, ring: RingIx, why: &'static str) -> OnFrame {
-        self.reject(ring, why)
-    }
-
     /// A slot that breaks the rules: counted, and its producer is cut off
-    /// (its ring is no longer read, its receives fail).
-    fn reject(&mut self, ring: RingIx, why: &'static str) -> OnFrame {
+    /// (its ring is no longer read, its receives fail). (The executor's
+    /// for what `eager_credit` refuses.)
+    #[cold]
+    pub fn reject(&mut self, ring: RingIx, why: &'static str) -> OnFrame {
         self.stats.rejected += 1;
         if let Some(k) = self.active.iter().position(|&x| x == ring) {
             self.active.swap_remove(k);
