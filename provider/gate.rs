@@ -46,7 +46,7 @@
 use parking_lot::lock_api::{self, GuardNoSend, RawMutex as _};
 use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
 use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A lock of a domain's state: a gate lock when the domain has a `Gate`,
 /// else an ordinary mutex.
@@ -166,6 +166,8 @@ pub(crate) struct Registration {
     /// The process that registered (0: none yet). A child after fork is
     /// another process to the kernel, unregistered: it registers again.
     pid: AtomicU32,
+    /// Whether the kernel runs `cmd`, asked once.
+    offered: OnceLock<bool>,
 }
 
 impl Registration {
@@ -174,7 +176,16 @@ impl Registration {
             cmd,
             register,
             pid: AtomicU32::new(0),
+            offered: OnceLock::new(),
         }
+    }
+
+    /// Whether the kernel runs the command (issuing it needs no
+    /// registration for the global one).
+    pub(crate) fn offered(&self) -> bool {
+        *self
+            .offered
+            .get_or_init(|| membarrier_query().contains_command(self.cmd))
     }
 
     /// Whether this process is registered for the command (registering
@@ -186,7 +197,7 @@ impl Registration {
         if self.pid.load(Ordering::Relaxed) == me {
             return true;
         }
-        if !membarrier_query().contains_command(self.cmd) {
+        if !self.offered() {
             return false;
         }
         match membarrier(self.register) {

@@ -103,11 +103,10 @@
 
 use super::mapping::{Mapping, SharedBytes, PAGE};
 use crate::gate::Registration;
-use rustix::thread::{membarrier, membarrier_query, MembarrierCommand};
+use rustix::thread::{membarrier, MembarrierCommand};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 mod outbox;
 pub use outbox::Outbox;
@@ -408,17 +407,12 @@ pub struct SlotHead {
 }
 
 /// The asymmetric doorbell barrier ("Doorbells" in the module comment).
+/// Where the kernel offers it, an owner arms with it (and says so in its
+/// mailbox); a producer registered for it publishes without a fence.
 static GLOBAL: Registration = Registration::new(
     MembarrierCommand::GlobalExpedited,
     MembarrierCommand::RegisterGlobalExpedited,
 );
-
-/// The kernel runs `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: as an owner we arm
-/// with it (and say so in our mailbox).
-fn global_barrier() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| membarrier_query().contains_command(MembarrierCommand::GlobalExpedited))
-}
 
 /// A slot the consumer found published (its header is copied out by
 /// `peek`): where it is, and the payload length its header claims.
@@ -574,7 +568,7 @@ impl Mailbox {
             );
         }
         map.u32_at(FENCELESS_OFF)
-            .store(global_barrier() as u32, Ordering::Relaxed);
+            .store(GLOBAL.offered() as u32, Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,
@@ -827,7 +821,7 @@ impl Mailbox {
         fence(Ordering::SeqCst);
         // Producers that publish without a barrier ("Doorbells"): one for
         // them, on every CPU running one, each time the flag goes up.
-        if fresh && global_barrier() && membarrier(MembarrierCommand::GlobalExpedited).is_err() {
+        if fresh && GLOBAL.offered() && membarrier(MembarrierCommand::GlobalExpedited).is_err() {
             // Cannot happen once the query said yes; a lost doorbell
             // must not, so stay awake.
             sleeping.store(0, Ordering::Relaxed);
