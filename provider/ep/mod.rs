@@ -125,8 +125,7 @@ struct EpState {
     /// After `port`: an operation's landing buffers outlive the wires
     /// that write them.
     coll: coll::Colls,
-    /// The last destination a send looked up: (fi_addr, AV generation,
-    /// address). A stream of sends to one peer then takes no AV lock.
+    /// A stream of sends to one peer takes no AV lock.
     dest_cache: DestCache,
     /// The time of the application's progress passes (CQ and counter
     /// polls).
