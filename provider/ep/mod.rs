@@ -32,6 +32,7 @@
 mod coll;
 mod ctl;
 mod deferred;
+mod lanes;
 mod rma;
 mod rma_target;
 mod rx;
@@ -127,6 +128,8 @@ struct EpState {
     coll: coll::Colls,
     /// A stream of sends to one peer takes no AV lock.
     dest_cache: DestCache,
+    /// Where small sends to local peers go (`Ep::send_small`).
+    lanes: lanes::Lanes,
     /// The time of the application's progress passes (CQ and counter
     /// polls).
     clock: PassClock,
@@ -329,6 +332,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         os: rma::Onesided::default(),
         coll: coll::Colls::default(),
         dest_cache: None,
+        lanes: lanes::Lanes::default(),
         clock: PassClock::default(),
     })
 }

@@ -74,6 +74,13 @@ unsafe fn do_send(
         return -FI_EINVAL as isize;
     };
     let flags = flags.unwrap_or_else(|| ep.flags_at(e, true));
+    // Most small sends, by the short way (`Ep::send_small`, which leaves
+    // the rest, and any error, to `send`).
+    if flags & FI_TRIGGER == 0 {
+        if let Some(r) = ep.send_small(&iov, dest, tag, data, ctx as usize, flags, tagged, false) {
+            return r;
+        }
+    }
     let a = SendArgs {
         iov,
         dest,
@@ -108,15 +115,20 @@ unsafe fn do_inject(
 ) -> isize {
     let ep = ep_or_inval!(e);
     let data_flag = if data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+    // SAFETY: our contract: `buf` holds `len` bytes for this call,
+    // which is as long as an inject holds them (fi_msg(3)).
+    let iov = unsafe { one(buf, len) };
+    let flags = FI_INJECT | data_flag;
+    if let Some(r) = ep.send_small(&iov, dest, tag.unwrap_or(0), data, 0, flags, tag.is_some(), true) {
+        return r;
+    }
     ep.send(SendArgs {
-        // SAFETY: our contract: `buf` holds `len` bytes for this call,
-        // which is as long as an inject holds them (fi_msg(3)).
-        iov: unsafe { one(buf, len) },
+        iov,
         dest,
         tag: tag.unwrap_or(0),
         data,
         ctx: 0,
-        flags: FI_INJECT | data_flag,
+        flags,
         tagged: tag.is_some(),
         silent: true,
     })

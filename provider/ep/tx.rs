@@ -31,6 +31,13 @@ pub(super) struct SendArgs {
     pub(super) silent: bool,
 }
 
+/// The flags a send may carry and still take `send_small`: none that asks
+/// more of its completion than a message in the peer's ring gives.
+const SMALL_FLAGS: u64 = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
+/// The longest message `send_small` takes: what a slot of any peer's ring
+/// holds, with room to spare (a slot holds at least 64 bytes).
+const SMALL_MAX: usize = 64;
+
 const SEND_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT
     | FI_INJECT_COMPLETE
@@ -126,6 +133,74 @@ impl Ep {
         }
         let peer = *peer;
         self.send_queued(&mut st, peer, hdr, flags, req, a.iov, len)
+    }
+
+    /// A small send into a local peer's ring, the message-rate and
+    /// latency tests' every send, by a shorter way than `send`'s: no
+    /// `SendArgs`, the destination's ring found in the lane table
+    /// (`lanes.rs`) rather than by socket address, no trait object on the
+    /// way. `None`: not such a send (or it would not go at once), and
+    /// nothing was done: `send` takes it, and says what is wrong with it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_small(
+        &self,
+        iov: &Iov,
+        dest: u64,
+        tag: u64,
+        data: Option<u64>,
+        ctx: usize,
+        flags: u64,
+        tagged: bool,
+        silent: bool,
+    ) -> Option<isize> {
+        let (buf, len) = iov.single()?;
+        let op = if tagged { FI_TAGGED } else { FI_MSG };
+        if flags & !SMALL_FLAGS != 0
+            || len > SMALL_MAX
+            || (buf == 0 && len != 0)
+            || len > self.max_msg_size
+            || (flags & FI_INJECT != 0 && len > self.inject_size)
+            || self.caps & op == 0
+            || !self.sends()
+            || !self.enabled.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let b = self.binds.get()?;
+        let av = b.av.as_ref()?;
+        self.touch();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        // The transmit budget, as `Handler::tx_used` counts it.
+        if st.reqs.len(Dir::Tx) + st.port.backlog() >= self.tx_size {
+            return None;
+        }
+        let shm = st.port.shm.as_mut()?;
+        let ix = st.lanes.lookup(av.generation(), |d| av.lookup(d), shm, dest)?;
+        let hdr = MsgHdr {
+            tag: if tagged { tag } else { 0 },
+            data: data.unwrap_or(0),
+            len: len as u64,
+            flags: if tagged { MsgHdr::TAGGED } else { 0 } | if data.is_some() { MsgHdr::HAS_DATA } else { 0 },
+        };
+        let sflags = SendFlags {
+            inject: flags & FI_INJECT != 0,
+            inject_complete: flags & FI_INJECT_COMPLETE != 0,
+            delivery: false,
+            more: false,
+        };
+        if !shm.send_to(ix, &hdr, sflags, &IovView::new(iov, len)) {
+            return None;
+        }
+        let req = SendReq {
+            ctx,
+            flags: FI_SEND | op | (flags & FI_COMPLETION),
+            len,
+            silent,
+        };
+        super::Face::tx_complete(self, &req, None);
+        Some(0)
     }
 
     /// A send that does not go at once: a FabReq, the wire's queue or a

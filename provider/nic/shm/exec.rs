@@ -94,6 +94,9 @@ pub(crate) struct Exec<P: Port> {
     /// sends ask twice (`send_now`, then `Port::send`) for one hash.
     /// Cleared with its ring's entry in `routes`.
     last_route: Option<(SocketAddr, Option<PeerIx>)>,
+    /// Bumped whenever a peer is forgotten: a `PeerIx` that `route_ref`
+    /// gave is good while this stays (`routes_gen`).
+    routes_gen: u64,
     /// Peers found gone with frames of theirs still unread in our
     /// mailbox: forgotten at the next check whatever is left then
     /// (`check_peers`).
@@ -154,6 +157,7 @@ impl<P: Port> Exec<P> {
             doorbells: 0,
             routed: None,
             last_route: None,
+            routes_gen: 0,
             going: smallvec::SmallVec::new(),
             ahead: 0,
             warm_pulls: cma,
@@ -270,6 +274,12 @@ impl<P: Port> Exec<P> {
         self.route_slow(*addr)
     }
 
+    /// Changes whenever a peer index `route_ref` gave may have lost its
+    /// meaning (a peer was forgotten).
+    pub(crate) fn routes_gen(&self) -> u64 {
+        self.routes_gen
+    }
+
     #[inline(never)]
     fn route_slow(&mut self, addr: SocketAddr) -> Option<PeerIx> {
         if let Some(&r) = self.routes.get(&addr) {
@@ -302,6 +312,7 @@ impl<P: Port> Exec<P> {
     /// flight fail (those it took out of its ring before it went are
     /// complete); the next message to that address decides afresh.
     pub(crate) fn forget(&mut self, ix: PeerIx) {
+        self.routes_gen += 1;
         self.going.retain(|g| *g != ix);
         if self.last_route.is_some_and(|(_, i)| i == Some(ix)) {
             self.last_route = None;
@@ -421,13 +432,32 @@ impl<P: Port> Exec<P> {
         flags: SendFlags,
         src: &S,
     ) -> bool {
+        match self.route_ref(peer) {
+            Some(ix) => self.send_to(ix, hdr, flags, src),
+            None => false,
+        }
+    }
+
+    /// `send_now` to the peer of our ring `ix` (`route_ref`'s answer, which
+    /// the caller may keep while `routes_gen` stays). False also when its
+    /// owner closed: `route_ref` finds that out and forgets the peer.
+    pub(crate) fn send_to<S: SendSource + ?Sized>(
+        &mut self,
+        ix: PeerIx,
+        hdr: &MsgHdr,
+        flags: SendFlags,
+        src: &S,
+    ) -> bool {
         let len = src.len();
         // One whose way is chosen (`goes_eager`) is chosen once: `submit`
         // does it.
-        if flags.delivery || !self.m.eager_fits(len, flags.inject) || self.way_chosen(len, flags.inject) {
+        if flags.delivery
+            || !self.m.eager_fits(len, flags.inject)
+            || self.way_chosen(len, flags.inject)
+            || self.port.owner_closed(ix)
+        {
             return false;
         }
-        let Some(ix) = self.route_ref(peer) else { return false };
         // Room is the port's to tell: `post` finds the next slot taken.
         let port = &self.port;
         let Some(head) = self.m.eager_now(ix, hdr, len, flags.inject, || port.freed(ix)) else {

@@ -78,6 +78,8 @@ pub use mailbox::Geometry;
 
 /// The shm wire of an endpoint: the executor over real mailboxes.
 pub(crate) type ShmWire = exec::Exec<port::MailboxPort>;
+/// A local peer as the shm wire numbers it (`ShmWire::route_ref`).
+pub(crate) use machine::PeerIx;
 
 /// A shm datagram on the UDP socket that means "look at your mailbox".
 pub const DOORBELL: &[u8] = b"GNIXBELL";
