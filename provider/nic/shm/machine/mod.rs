@@ -620,6 +620,23 @@ impl Machine {
         }
     }
 
+    /// Whether a pass at `now` has nothing of the machine's to do but read
+    /// the rings: no frame waits to be posted, no send for its delivery,
+    /// no action for the executor, no event for the endpoint, no grant
+    /// for its timeout, no liveness check due. (`check_due` and
+    /// `expire_grant_waits` would say nothing, and `run`, `deliver` and
+    /// the posting of queued frames would find nothing.)
+    #[inline]
+    pub fn idle(&self, now: u64) -> bool {
+        self.queued == 0
+            && self.pushing == 0
+            && self.delivering == 0
+            && self.waiting_grants == 0
+            && self.actions.is_empty()
+            && self.events.is_empty()
+            && now < self.last_check + CHECK_EVERY_NS
+    }
+
     /// Whether it is time to check on peers' liveness (then the executor
     /// reports what it finds: `peer_gone`, `retire`, `unban`).
     pub fn check_due(&mut self, now: u64) -> bool {

@@ -129,6 +129,45 @@ fn a_sender_keeps_within_its_loan_and_sends_rendezvous_when_short() {
     assert_eq!(m.backlogged(), 0);
 }
 
+/// `idle` (a pass that may stop after looking at the rings) is false
+/// whenever one of the pass's steps would find something: a frame to
+/// post, a delivery to settle, an event to hand up, a check due.
+#[test]
+fn a_machine_is_idle_only_when_no_step_of_a_pass_has_work() {
+    let mut m = machine(0, true);
+    assert!(m.idle(0));
+    assert!(!m.idle(CHECK_EVERY_NS), "a liveness check is due");
+    assert!(m.check_due(CHECK_EVERY_NS));
+    assert!(m.idle(CHECK_EVERY_NS + 1), "checked");
+    m.connect(0, test_addr(2), 0);
+    let src = vec![1u8; 3];
+    let full = RingView {
+        room: false,
+        freed: Some(0),
+    };
+    // Waiting for ring space: the pass posts it.
+    assert_eq!(
+        m.send_eager(0, 5, &hdr(3, 5), &src, false, false, full),
+        EagerStep::Queued
+    );
+    assert!(!m.idle(1));
+    drain(&mut m, 0, 0, 1);
+    // Published: its completion waits for the pass to hand it up.
+    assert!(!m.idle(1));
+    assert_eq!(events(&mut m), vec![WireEvent::SendDone { op: 5 }]);
+    assert!(m.idle(1));
+    // Waiting for the peer to take it (FI_DELIVERY_COMPLETE).
+    let EagerStep::Now(_) = m.send_eager(0, 6, &hdr(3, 6), &src, false, true, room(0)) else {
+        panic!()
+    };
+    assert!(!m.eager_posted(0, 6, 3, true));
+    assert!(!m.idle(1));
+    m.delivered(0);
+    assert!(!m.idle(1), "its event");
+    events(&mut m);
+    assert!(m.idle(1));
+}
+
 #[test]
 fn an_rts_waits_for_credit_behind_the_queue_and_does_not_complete_its_send() {
     let cost = credit_cost(16);
