@@ -15,7 +15,8 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | the endpoint object and its state, opening, progress across the wires, closing |
-//! | `tx.rs` | the transmit path: validation, the FabReq, the wire, send completions |
+//! | `tx.rs` | the transmit path: validation, the FabReq, the wire, send completions; `send_small`, the short way of small sends to local peers |
+//! | `lanes.rs` | which fi_addrs a small send reaches straight in a local peer's ring (the shm wire's peer index, by AV index) |
 //! | `rx.rs` | the receive path: posting, matching, arrivals, peek/claim/discard, cancel, receive completions |
 //! | `ctl.rs` | `fi_ops`, `fi_ops_ep`, `fi_ops_cm`: close, bind, enable, control, options, names |
 //! | `rma.rs` | one-sided operations (RMA, atomics) as messages: the initiator's parts, the target's checks and answers |
