@@ -66,15 +66,13 @@ impl Lanes {
     fn fill(&mut self, addr: impl FnOnce(u64) -> Option<SocketAddr>, shm: &mut ShmWire, dest: u64) -> Option<PeerIx> {
         let d = usize::try_from(dest).ok().filter(|&d| d < MAX_LANES)?;
         let addr = addr(dest)?;
-        let ix = shm.route_ref(&addr);
+        // (An index the table cannot hold is left to the general path.)
+        let ix = shm.route_ref(&addr).filter(|&i| i < NOT_SHM as usize);
         if self.ix.len() <= d {
             self.ix.resize(d + 1, UNKNOWN);
         }
-        self.ix[d] = match ix {
-            Some(i) if i < NOT_SHM as usize => i as u32,
-            _ => NOT_SHM,
-        };
-        ix.filter(|&i| i < NOT_SHM as usize)
+        self.ix[d] = ix.map_or(NOT_SHM, |i| i as u32);
+        ix
     }
 }
 

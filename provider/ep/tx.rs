@@ -8,7 +8,7 @@
 use super::rx::{Handler, Req, SendReq};
 use super::{Bindings, Ep};
 use crate::ffi::*;
-use crate::nic::fabreq::Dir;
+use crate::nic::fabreq::{Dir, FabReqs};
 use crate::nic::iov::{Iov, IovSource, IovView};
 use crate::nic::wire::{OpId, SendFlags, SendOp, Sent, Wires};
 use crate::progress::now_ns;
@@ -91,32 +91,9 @@ impl Ep {
         if let Err(e) = self.check_send(&a, len) {
             return e;
         }
-        let inject = a.flags & FI_INJECT != 0;
-        let req = SendReq {
-            ctx: a.ctx,
-            flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG } | (a.flags & FI_COMPLETION),
-            len,
-            silent: a.silent,
-        };
-        let mut hflags = if a.tagged { MsgHdr::TAGGED } else { 0 };
-        if a.data.is_some() {
-            hflags |= MsgHdr::HAS_DATA;
-        }
-        let hdr = MsgHdr {
-            tag: if a.tagged { a.tag } else { 0 },
-            data: a.data.unwrap_or(0),
-            len: len as u64,
-            flags: hflags,
-        };
-        // FI_DELIVERY_COMPLETE (MPICH and Open MPI's btl ofi set it in
-        // their tx op flags) keeps the protocol: an eager message completes
-        // once the receiver took it in.
-        let flags = SendFlags {
-            inject,
-            inject_complete: a.flags & FI_INJECT_COMPLETE != 0,
-            delivery: a.flags & FI_DELIVERY_COMPLETE != 0,
-            more: a.flags & FI_MORE != 0,
-        };
+        let req = send_req(a.ctx, a.flags, a.tagged, len, a.silent);
+        let hdr = msg_hdr(a.tagged, a.tag, a.data, len);
+        let flags = send_flags(a.flags);
         let mut st = self.lock();
         let (port, mut h, dests) = st.split_send(self);
         // Borrowed from the cache down to the ring: not copied (see
@@ -155,14 +132,12 @@ impl Ep {
         silent: bool,
     ) -> Option<isize> {
         let (buf, len) = iov.single()?;
-        let op = if tagged { FI_TAGGED } else { FI_MSG };
         if flags & !SMALL_FLAGS != 0
             || len > SMALL_MAX
             || (buf == 0 && len != 0)
             || len > self.max_msg_size
             || (flags & FI_INJECT != 0 && len > self.inject_size)
-            || self.caps & op == 0
-            || !self.sends()
+            || self.missing_cap(tagged, true).is_some()
             || !self.enabled.load(Ordering::Acquire)
         {
             return None;
@@ -172,34 +147,16 @@ impl Ep {
         self.touch();
         let mut guard = self.lock();
         let st = &mut *guard;
-        // The transmit budget, as `Handler::tx_used` counts it.
-        if st.reqs.len(Dir::Tx) + st.port.backlog() >= self.tx_size {
+        if tx_used(&st.reqs, &st.port) >= self.tx_size {
             return None;
         }
         let shm = st.port.shm.as_mut()?;
         let ix = st.lanes.lookup(av.generation(), |d| av.lookup(d), shm, dest)?;
-        let hdr = MsgHdr {
-            tag: if tagged { tag } else { 0 },
-            data: data.unwrap_or(0),
-            len: len as u64,
-            flags: if tagged { MsgHdr::TAGGED } else { 0 } | if data.is_some() { MsgHdr::HAS_DATA } else { 0 },
-        };
-        let sflags = SendFlags {
-            inject: flags & FI_INJECT != 0,
-            inject_complete: flags & FI_INJECT_COMPLETE != 0,
-            delivery: false,
-            more: false,
-        };
-        if !shm.send_to(ix, &hdr, sflags, &IovView::new(iov, len)) {
+        let hdr = msg_hdr(tagged, tag, data, len);
+        if !shm.send_to(ix, &hdr, send_flags(flags), &IovView::new(iov, len)) {
             return None;
         }
-        let req = SendReq {
-            ctx,
-            flags: FI_SEND | op | (flags & FI_COMPLETION),
-            len,
-            silent,
-        };
-        super::Face::tx_complete(self, &req, None);
+        super::Face::tx_complete(self, &send_req(ctx, flags, tagged, len, silent), None);
         Some(0)
     }
 
@@ -284,6 +241,48 @@ impl Ep {
     }
 }
 
+/// The header of a send of `len` bytes (`tagged` with `tag`, `data` as
+/// its remote CQ data).
+#[inline(always)]
+fn msg_hdr(tagged: bool, tag: u64, data: Option<u64>, len: usize) -> MsgHdr {
+    MsgHdr {
+        tag: if tagged { tag } else { 0 },
+        data: data.unwrap_or(0),
+        len: len as u64,
+        flags: if tagged { MsgHdr::TAGGED } else { 0 } | if data.is_some() { MsgHdr::HAS_DATA } else { 0 },
+    }
+}
+
+/// What a send's op `flags` ask of the wire. FI_DELIVERY_COMPLETE (MPICH
+/// and Open MPI's btl ofi set it in their tx op flags) keeps the protocol:
+/// an eager message completes once the receiver took it in.
+#[inline(always)]
+fn send_flags(flags: u64) -> SendFlags {
+    SendFlags {
+        inject: flags & FI_INJECT != 0,
+        inject_complete: flags & FI_INJECT_COMPLETE != 0,
+        delivery: flags & FI_DELIVERY_COMPLETE != 0,
+        more: flags & FI_MORE != 0,
+    }
+}
+
+/// What a send's completion reports.
+#[inline(always)]
+fn send_req(ctx: usize, flags: u64, tagged: bool, len: usize, silent: bool) -> SendReq {
+    SendReq {
+        ctx,
+        flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG } | (flags & FI_COMPLETION),
+        len,
+        silent,
+    }
+}
+
+/// Transmit slots in use (`Handler::tx_used`).
+#[inline(always)]
+fn tx_used(reqs: &FabReqs<Req>, wires: &dyn Wires) -> usize {
+    reqs.len(Dir::Tx) + wires.backlog()
+}
+
 /// The buffers of a send or receive (`what`): at most `limit` pieces, none
 /// of them a NULL address with a length.
 #[inline(always)]
@@ -326,7 +325,7 @@ impl<F: super::Face> Handler<'_, F> {
     /// acknowledged, shm control frames waiting for ring space). A
     /// receiver that stops reading cannot make us buffer without bound.
     pub(super) fn tx_used(&self, wires: &dyn Wires) -> usize {
-        self.reqs.len(Dir::Tx) + wires.backlog()
+        tx_used(self.reqs, wires)
     }
 
     /// A validated send that a wire finishes in this call

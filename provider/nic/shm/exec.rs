@@ -927,6 +927,12 @@ impl<P: Port> Exec<P> {
         r
     }
 
+    /// Whether one of our active rings has a published slot.
+    #[inline(always)]
+    fn any_ready(&self) -> bool {
+        self.m.active().iter().any(|&r| self.port.ready(r))
+    }
+
     /// Takes up to `BATCH` messages from the rings to the endpoint.
     /// Whether there were any. (One caller, the pass's loop.)
     #[inline(always)]
@@ -1083,7 +1089,7 @@ impl<P: Port> Wire for Exec<P> {
         // have anything to do. It ends here, after one look at each ring,
         // rather than after the whole pass's steps each found nothing
         // (bench/pollbench-callgrind with EMPTY=1).
-        if !self.m.active().iter().any(|&r| self.port.ready(r)) && self.bells.is_empty() && self.m.idle(now) {
+        if !self.any_ready() && self.bells.is_empty() && self.m.idle(now) {
             return false;
         }
         let mut late = false;
@@ -1098,7 +1104,7 @@ impl<P: Port> Wire for Exec<P> {
             // came during the pass rather than one whole poll later (the
             // rings are otherwise looked at once a poll, a third of the
             // way into it).
-            if any || late || !self.m.active().iter().any(|&r| self.port.ready(r)) {
+            if any || late || !self.any_ready() {
                 return any;
             }
             late = true;

@@ -628,19 +628,25 @@ impl Machine {
     /// the posting of queued frames would find nothing.)
     #[inline]
     pub fn idle(&self, now: u64) -> bool {
-        self.queued == 0
-            && self.pushing == 0
+        !self.wants_post()
             && self.delivering == 0
             && self.waiting_grants == 0
-            && self.actions.is_empty()
-            && self.events.is_empty()
-            && now < self.last_check + CHECK_EVERY_NS
+            && !self.has_actions()
+            && !self.has_events()
+            && !self.check_pending(now)
+    }
+
+    /// Whether a liveness check is due at `now` (`check_due`, which also
+    /// takes it).
+    #[inline]
+    fn check_pending(&self, now: u64) -> bool {
+        now >= self.last_check + CHECK_EVERY_NS
     }
 
     /// Whether it is time to check on peers' liveness (then the executor
     /// reports what it finds: `peer_gone`, `retire`, `unban`).
     pub fn check_due(&mut self, now: u64) -> bool {
-        if now < self.last_check + CHECK_EVERY_NS {
+        if !self.check_pending(now) {
             return false;
         }
         self.last_check = now;
