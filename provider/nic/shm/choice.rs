@@ -19,9 +19,11 @@
 //! knows, it wants none copied: a pull was never much slower than
 //! libfabric's shm or Open MPI's vader on the hosts measured, where copies
 //! were twice as slow on one. Senders copy up to that and pull beyond,
-//! and go the other way once in `EXPLORE` spanning sends, so both costs
-//! stay known as they change (and are learnt at all: with nothing
-//! copied, nothing would be timed against the pulls).
+//! and go the other way once in `EXPLORE` spanning sends of a size class,
+//! so both costs stay known as they change (and are learnt at all: with
+//! nothing copied, nothing would be timed against the pulls); and the
+//! first of a class the owner wants pulled is copied, so that the owner
+//! knows both ways of a size after two messages (`copies`).
 //!
 //! Samples are scaled to the top of their class (a 12 KiB copy that took
 //! 1.2 µs counts as 1.6 µs for 16 KiB) and a class's cost is the least
@@ -36,7 +38,7 @@
 /// `payload << c` and at most `payload << (c + 1)` bytes (`payload` is
 /// one slot's); longer ones (beyond 64 slots, more than a ring spans) are
 /// not timed.
-const CLASSES: usize = 6;
+pub const CLASSES: usize = 6;
 /// Samples of one way in one class that make a window.
 const WINDOW: u32 = 16;
 /// A sender goes the other way than `copy_max` says once in this many
@@ -143,13 +145,7 @@ impl CopyOrPull {
 
     /// The class of a message of `len` bytes, if one is timed.
     fn class(&self, len: usize) -> Option<usize> {
-        if len <= self.payload {
-            return None;
-        }
-        // Slots' worth of payload, rounded up: 2 is class 0, 3-4 class 1, ...
-        let units = len.div_ceil(self.payload);
-        let c = (usize::BITS - (units - 1).leading_zeros()) as usize - 1;
-        (c < CLASSES).then_some(c)
+        class_of(len, self.payload)
     }
 
     /// Whether a message of `len` bytes is one whose way is chosen (and
@@ -195,16 +191,40 @@ impl CopyOrPull {
     }
 }
 
+/// The class of a message of `len` bytes in a ring whose slots hold
+/// `payload` bytes, if one is timed (`CopyOrPull`).
+pub fn class_of(len: usize, payload: usize) -> Option<usize> {
+    if len <= payload || payload == 0 {
+        return None;
+    }
+    // Slots' worth of payload, rounded up: 2 is class 0, 3-4 class 1, ...
+    let units = len.div_ceil(payload);
+    let c = (usize::BITS - (units - 1).leading_zeros()) as usize - 1;
+    (c < CLASSES).then_some(c)
+}
+
 /// Whether a sender copies a spanning message of `len` bytes into a ring
 /// whose owner wants at most `copy_max` copied, as its `n`th spanning
-/// send there (from 1): as asked, but the other way once in `EXPLORE`.
+/// send of that size class there (from 1): as asked, but the other way
+/// once in `EXPLORE`, and the first time when a pull is asked for.
+///
+/// The first: an owner that asks for pulls of a class has not seen a copy
+/// of it (or has, and copies lost), and a copy is what lets it compare
+/// the two ways after two messages of a size rather than after
+/// `EXPLORE`. An application that sends each size a few times
+/// (`fi_pingpong -S all` sends 10 of each) would otherwise pay the way
+/// nobody chose for all of them: 12-32 KiB pulled in 5-6 us one-way
+/// against 2-3 copied on the host of 2026-12-04. An owner that asks for
+/// copies of the class knows copies win; one that asks for everything
+/// (`usize::MAX`) cannot pull, and is never sent a pull to explore.
 pub fn copies(len: usize, copy_max: usize, n: u32) -> bool {
     let asked = len <= copy_max;
-    if n.is_multiple_of(EXPLORE) {
-        !asked
+    let explore = if asked {
+        copy_max != usize::MAX && n.is_multiple_of(EXPLORE)
     } else {
-        asked
-    }
+        n == 1 || n.is_multiple_of(EXPLORE)
+    };
+    asked != explore
 }
 
 #[cfg(test)]
@@ -300,10 +320,42 @@ mod tests {
 
     #[test]
     fn a_sender_explores_once_in_explore_sends() {
-        let ways: Vec<bool> = (1..=2 * EXPLORE).map(|n| copies(4 * P, usize::MAX, n)).collect();
+        // Copies asked for: one in EXPLORE pulled.
+        let ways: Vec<bool> = (1..=2 * EXPLORE).map(|n| copies(4 * P, 8 * P, n)).collect();
         assert_eq!(ways.iter().filter(|&&w| !w).count(), 2);
         assert!(!ways[EXPLORE as usize - 1]);
+        // Pulls asked for: the first copied, and one in EXPLORE.
         let ways: Vec<bool> = (1..=EXPLORE).map(|n| copies(4 * P, 2 * P, n)).collect();
-        assert_eq!(ways.iter().filter(|&&w| w).count(), 1);
+        assert_eq!(ways.iter().filter(|&&w| w).count(), 2);
+        assert!(ways[0] && !ways[1], "the first copied, the second pulled");
+        // An owner that cannot pull is never sent one.
+        assert!((1..=2 * EXPLORE).all(|n| copies(4 * P, usize::MAX, n)));
+    }
+
+    #[test]
+    fn two_messages_of_a_class_teach_its_owner() {
+        // The owner knows nothing: it asks for pulls. The sender's first
+        // message of the class is copied (timed out), its second pulled
+        // (timed): the class is known after two.
+        let mut owner = CopyOrPull::new(P);
+        let len = 3 * P / 2;
+        for n in 1..=2 {
+            let way = if copies(len, owner.copy_max(), n) {
+                Way::CopyOut
+            } else {
+                Way::Pull
+            };
+            owner.record(way, len, if way == Way::Pull { 5000 } else { 1500 });
+        }
+        assert_eq!(owner.copy_max(), 2 * P);
+        assert!(copies(len, owner.copy_max(), 3));
+    }
+
+    #[test]
+    fn the_class_of_a_peer_ring() {
+        assert_eq!(class_of(P, P), None);
+        assert_eq!(class_of(P + 1, P), Some(0));
+        assert_eq!(class_of(3 * P, P), Some(1));
+        assert_eq!(class_of(100, 0), None, "no slot payload, no class");
     }
 }

@@ -244,8 +244,9 @@ struct PeerOut {
     freed: u64,
     /// Position of the next slot we publish.
     tail: u64,
-    /// Sends whose way was chosen (`copies_to`), for the exploring one.
-    chosen: u32,
+    /// Sends whose way was chosen (`copies_to`), by size class, for the
+    /// exploring ones.
+    chosen: [u32; super::choice::CLASSES],
     /// Control frames (FIN, CTS, CTW, WDONE) waiting for room: they go
     /// before any queued message. They cost no credit and belong to
     /// rendezvous already under way, which the peer may be waiting for
@@ -498,8 +499,12 @@ impl Machine {
         let Some(p) = self.peers.get_mut(ix).and_then(Option::as_mut) else {
             return true;
         };
-        p.chosen = p.chosen.wrapping_add(1);
-        super::choice::copies(len, copy_max, p.chosen)
+        let payload = p.slot_size.saturating_sub(SLOT_HDR);
+        // Beyond the classes (more than a ring spans): counted with the
+        // last.
+        let c = super::choice::class_of(len, payload).unwrap_or(super::choice::CLASSES - 1);
+        p.chosen[c] = p.chosen[c].wrapping_add(1);
+        super::choice::copies(len, copy_max, p.chosen[c])
     }
 
     /// Payload bytes of one slot of our mailbox.

@@ -111,7 +111,7 @@ impl Machine {
             charged: 0,
             freed: 0,
             tail: 0,
-            chosen: 0,
+            chosen: [0; crate::nic::shm::choice::CLASSES],
             ctrlq: VecDeque::new(),
             outq: VecDeque::new(),
             outq_cost: 0,
