@@ -16,7 +16,7 @@ use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, Take, Upcall, WireEven
 use crate::progress::now_ns;
 use crate::proto::MemRanges;
 use crate::proto::{MsgHdr, Payload, RecvSink};
-use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, Tme};
+use crate::tme::{src_filter, Arrived, MatchSpec, PostOutcome, PostedMatch, Tme};
 use std::ffi::c_void;
 use std::net::SocketAddr;
 
@@ -203,27 +203,15 @@ impl<F: Face> Upcall for Handler<'_, F> {
         } else {
             &mut self.rx.tme_msg
         };
-        let Some(m) = tme.match_incoming(src, tag) else {
-            return keep(tme, src, tag, *peer, a.hdr, a.body, a.credit);
-        };
-        let (r, multi) = match m.get() {
-            &Posted::Multi(buf) => {
-                let Some(Req::Multi(mb)) = self.reqs.get_mut(buf) else {
-                    unreachable!("a posted multi-recv buffer has its record")
-                };
-                let (slice, consumed) = mb.carve(hdr.len as usize, min);
-                // Otherwise the buffer stays posted where it is (dropping
-                // the match keeps it).
-                if consumed {
-                    m.consume();
-                }
-                self.reqs.admit_part(Dir::Rx);
-                (slice, Some(buf))
-            }
-            Posted::Recv(_) => match m.consume() {
-                Posted::Recv(r) => (r, None),
-                Posted::Multi(_) => unreachable!("matched a receive"),
-            },
+        // The oldest posted receive, a plain one (not a multi-receive
+        // buffer, which stays posted): taken at once.
+        let (r, multi) = if let Some(Posted::Recv(r)) = tme.take_incoming(src, tag, |p| matches!(p, Posted::Recv(_))) {
+            (r, None)
+        } else {
+            let Some(m) = tme.match_incoming(src, tag) else {
+                return keep(tme, src, tag, *peer, a.hdr, a.body, a.credit);
+            };
+            matched(self.reqs, m, hdr.len as usize, min)
         };
         match &a.body {
             Body::Bytes(b) => {
@@ -255,6 +243,33 @@ impl<F: Face> Upcall for Handler<'_, F> {
                 self.coll_peer_failed(peer);
             }
         }
+    }
+}
+
+/// What takes a message of `len` bytes that matched posted receive `m`
+/// (not the oldest plain one, `Tme::take_incoming`'s): the receive, or a
+/// slice of a multi-receive buffer (which stays posted while it has `min`
+/// bytes left).
+#[inline(never)]
+fn matched(reqs: &mut FabReqs<Req>, m: PostedMatch<'_, Posted>, len: usize, min: usize) -> (RecvReq, Option<OpId>) {
+    match m.get() {
+        &Posted::Multi(buf) => {
+            let Some(Req::Multi(mb)) = reqs.get_mut(buf) else {
+                unreachable!("a posted multi-recv buffer has its record")
+            };
+            let (slice, consumed) = mb.carve(len, min);
+            // Otherwise the buffer stays posted where it is (dropping
+            // the match keeps it).
+            if consumed {
+                m.consume();
+            }
+            reqs.admit_part(Dir::Rx);
+            (slice, Some(buf))
+        }
+        Posted::Recv(_) => match m.consume() {
+            Posted::Recv(r) => (r, None),
+            Posted::Multi(_) => unreachable!("matched a receive"),
+        },
     }
 }
 

@@ -610,6 +610,17 @@ impl<R, U> Tme<R, U> {
         self.posted.append(spec, recv)
     }
 
+    /// The earliest posted receive, taken out, when it is the oldest one
+    /// posted, matches, and `take` says so of it: the path of nearly every
+    /// message (they come in the order their receives were posted), one
+    /// look at the queue's head. `None`: ask
+    /// [`match_incoming`](Self::match_incoming), which finds the same
+    /// receive or a later one.
+    #[inline(always)]
+    pub fn take_incoming(&mut self, src: SrcAddr, tag: u64, take: impl FnOnce(&R) -> bool) -> Option<R> {
+        self.posted.take_front(src, tag, take)
+    }
+
     /// Matches an incoming message against the posted receives: the earliest
     /// posted one that matches, borrowed in place. `None` means the caller
     /// should store the message with [`push_unexpected`](Self::push_unexpected).
@@ -852,6 +863,29 @@ mod tests {
         assert_eq!(arrive(&mut t, 0, 5), None);
         assert_eq!(arrive(&mut t, 0, 6), Some(5));
         assert!(t.is_empty());
+    }
+
+    /// `take_incoming` takes the oldest receive when it matches and the
+    /// caller wants it, and otherwise leaves the queue to `match_incoming`,
+    /// which finds the same earliest match.
+    #[test]
+    fn take_incoming_is_the_head_or_nothing() {
+        let mut t = T::new();
+        posted_key(t.post(MatchSpec::exact(5, None), 1));
+        posted_key(t.post(MatchSpec::exact(6, None), 2));
+        posted_key(t.post(MatchSpec::exact(5, None), 3));
+        assert_eq!(t.take_incoming(0, 6, |_| true), None, "not the head");
+        assert_eq!(t.take_incoming(0, 5, |&r| r != 1), None, "not wanted");
+        assert_eq!(t.take_incoming(0, 5, |_| true), Some(1));
+        assert_eq!(arrive(&mut t, 0, 5), Some(3), "the head left the rest in order");
+        assert_eq!(t.take_incoming(0, 6, |_| true), Some(2));
+        assert!(t.is_empty());
+        // An indexed queue: always `match_incoming`'s.
+        let mut t = T::indexing_from(1);
+        posted_key(t.post(MatchSpec::exact(5, None), 1));
+        posted_key(t.post(MatchSpec::exact(5, None), 2));
+        assert_eq!(t.take_incoming(0, 5, |_| true), None);
+        assert_eq!(arrive(&mut t, 0, 5), Some(1));
     }
 
     #[test]

@@ -329,6 +329,23 @@ impl<R> PostedQ<R> {
         self.pos_of(key.seq).filter(|&p| self.list[p].recv.is_some())
     }
 
+    /// The oldest posted receive, taken out if it matches and `take` says
+    /// so of it (`Tme::take_incoming`); `None` leaves the queue as it was.
+    /// Only an unindexed queue's head: anything else is `find`'s.
+    #[inline(always)]
+    pub(super) fn take_front(&mut self, src: SrcAddr, tag: u64, take: impl FnOnce(&R) -> bool) -> Option<R> {
+        if self.indexed {
+            return None;
+        }
+        let e = self.list.front()?;
+        // A walked queue has no holes.
+        if !e.spec.matches(src, tag) || !e.recv.as_ref().is_some_and(take) {
+            return None;
+        }
+        self.live -= 1;
+        self.list.pop_front()?.recv
+    }
+
     /// The earliest receive for which `pred` holds.
     pub(super) fn position(&self, mut pred: impl FnMut(&R) -> bool) -> Option<usize> {
         self.list.iter().position(|e| e.recv.as_ref().is_some_and(&mut pred))

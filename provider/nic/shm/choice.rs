@@ -115,6 +115,9 @@ impl Class {
 pub struct CopyOrPull {
     /// One slot's payload: what needs no choice.
     payload: usize,
+    /// The longest message a class holds (`CLASSES` doublings of
+    /// `payload`).
+    timed_max: usize,
     classes: [Class; CLASSES],
     copy_max: usize,
     /// We cannot pull (`FI_GNIX_CMA=0`, or the kernel refused): a
@@ -128,6 +131,7 @@ impl CopyOrPull {
         let payload = payload.max(1);
         CopyOrPull {
             payload,
+            timed_max: payload.saturating_mul(1 << CLASSES),
             classes: [Class::default(); CLASSES],
             copy_max: payload,
             no_pulls: false,
@@ -151,7 +155,9 @@ impl CopyOrPull {
     /// Whether a message of `len` bytes is one whose way is chosen (and
     /// timed): longer than a slot, within the classes.
     pub fn chosen(&self, len: usize) -> bool {
-        self.class(len).is_some()
+        // `class(len).is_some()` without its division: every send and
+        // every arrival asks.
+        len > self.payload && len <= self.timed_max
     }
 
     /// A `way` of `len` bytes took `ns`. Whether `copy_max` changed.
@@ -244,6 +250,9 @@ mod tests {
         assert_eq!(c.class(8 * P), Some(2));
         assert_eq!(c.class(64 * P), Some(5));
         assert_eq!(c.class(64 * P + 1), None, "beyond what a ring spans");
+        for len in [0, 1, P - 1, P, P + 1, 3 * P, 64 * P - 1, 64 * P, 64 * P + 1, usize::MAX] {
+            assert_eq!(c.chosen(len), c.class(len).is_some(), "{len}");
+        }
     }
 
     #[test]
