@@ -670,25 +670,26 @@ impl<P: Port> Exec<P> {
             };
             // Fair among peers: the next call starts with the next ring.
             self.next_ring = k;
-            let payload = self.port.payload(&slot);
             // The slot of every small message skips the generic frame, and
             // leaves here with its parts (`eager_credit`): built into an
             // `OnFrame` and matched out of it, its header was stored in
             // pieces and read back whole, a store-forwarding miss a
-            // message.
-            let step = match &payload {
-                Some(p) if head.kind == frame::kind::EAGER => match self.m.eager_credit(r, p.len()) {
+            // message. Its payload is made once, by `receive`.
+            let step = if head.kind == frame::kind::EAGER && self.port.fits(&slot) {
+                match self.m.eager_credit(r, head.len) {
                     Ok(credit) => {
                         return Some(Msg::Eager {
                             slot,
                             ring: r,
-                            hdr: Frame::eager_hdr(&head, p.len()),
+                            hdr: Frame::eager_hdr(&head, head.len),
                             credit,
                         })
                     }
                     Err(why) => self.m.reject(r, why),
-                },
-                p => self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref()),
+                }
+            } else {
+                let p = self.port.payload(&slot);
+                self.m.on_frame(r, Frame::parse(&head, p.as_ref()), p.as_ref())
             };
             match step {
                 OnFrame::Eager { hdr, credit } => {

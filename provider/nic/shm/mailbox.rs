@@ -426,6 +426,14 @@ pub struct InSlot {
     span: usize,
 }
 
+impl InSlot {
+    /// Whether its length fits a message (`Mailbox::payload` is `Some`).
+    #[inline]
+    pub fn fits(&self) -> bool {
+        self.span > 0
+    }
+}
+
 /// A ring of our mailbox that a peer claimed.
 #[derive(Clone, Copy, Debug)]
 pub struct RingInfo {
@@ -438,9 +446,8 @@ pub struct Mailbox {
     map: Mapping,
     geo: Geometry,
     path: String,
-    heads: Vec<u64>,
-    /// Offset of each ring's next slot (kept to spare a division per poll).
-    next_off: Vec<usize>,
+    /// Where we are in each ring.
+    cursors: Vec<Cursor>,
     /// Claims counter value of the last scan for newly claimed rings.
     seen_claims: u64,
     pub rings: Vec<Option<RingInfo>>,
@@ -453,6 +460,30 @@ pub struct Mailbox {
     /// on never costs more. `warm` does them all where that is free: when
     /// the AV learns an address.
     cold: Vec<(usize, usize, usize)>,
+}
+
+/// Where we are in one of our rings: what `peek` and `release` need of
+/// it, in one place (one bounds check a message, not one per vector).
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    /// Position of the next slot: its sequence word reads `head + 1` once
+    /// it is published.
+    head: u64,
+    /// Offset of the next slot (kept to spare a division per poll).
+    next: usize,
+    /// Offset of the ring (its header).
+    ring: usize,
+}
+
+impl Cursor {
+    /// At the first slot of the ring at `ring`.
+    fn start(ring: usize) -> Cursor {
+        Cursor {
+            head: 0,
+            next: ring + RING_HDR,
+            ring,
+        }
+    }
 }
 
 /// Pages of a newly claimed ring faulted in when the claim is seen: the
@@ -574,8 +605,7 @@ impl Mailbox {
             map,
             geo,
             path: path.to_string(),
-            heads: vec![0; geo.nrings],
-            next_off: (0..geo.nrings).map(|r| geo.ring_off(r) + RING_HDR).collect(),
+            cursors: (0..geo.nrings).map(|r| Cursor::start(geo.ring_off(r))).collect(),
             seen_claims: 0,
             rings: vec![None; geo.nrings],
             cold: Vec::new(),
@@ -639,8 +669,7 @@ impl Mailbox {
             match decode_addr(&a) {
                 Some(peer) => {
                     self.rings[r] = Some(RingInfo { peer, pid });
-                    self.heads[r] = 0;
-                    self.next_off[r] = roff + RING_HDR;
+                    self.cursors[r] = Cursor::start(roff);
                     if first < end {
                         self.cold.push((r, first, end));
                     }
@@ -669,22 +698,23 @@ impl Mailbox {
     /// Whether ring `r` has a published slot (`peek` would find it).
     #[inline]
     pub fn ready(&self, r: usize) -> bool {
-        self.map.u64_at(self.next_off[r]).load(Ordering::Acquire) == self.heads[r] + 1
+        let c = &self.cursors[r];
+        self.map.u64_at(c.next).load(Ordering::Acquire) == c.head + 1
     }
 
     /// The next published slot of ring `r`, if any, and its header.
     #[inline]
     pub fn peek(&self, r: usize) -> Option<(InSlot, SlotHead)> {
-        let pos = self.heads[r];
-        let off = self.next_off[r];
-        if self.map.u64_at(off).load(Ordering::Acquire) != pos + 1 {
+        let c = self.cursors[r];
+        let off = c.next;
+        if self.map.u64_at(off).load(Ordering::Acquire) != c.head + 1 {
             return None;
         }
         // In a burst the next slot is written already: its line comes
         // from the producer's core while this message is handled, not
         // when the next peek asks for it. (Caught up, it is the line the
         // next peek polls anyway.)
-        self.map.prefetch_read(self.after(r, off, 1));
+        self.map.prefetch_read(self.geo.slot_after(c.ring + RING_HDR, off, 1));
         let mut b = [0u8; 40];
         self.map.read(off + 8, &mut b);
         let mut f = [0u8; 32];
@@ -763,7 +793,7 @@ impl Mailbox {
 
     #[cold]
     fn release_spanning(&mut self, s: InSlot) {
-        let pos = self.heads[s.ring];
+        let pos = self.cursors[s.ring].head;
         // The payload ran over the sequence words of the slots after the
         // first; a value that slot `i` would never be published with (its
         // position modulo depth differs from a published value's) takes
@@ -780,10 +810,11 @@ impl Mailbox {
     /// positions before it are the producer's again (the ring's `head`).
     #[inline]
     fn advance(&mut self, r: usize, off: usize, n: usize) {
-        let roff = self.geo.ring_off(r);
-        let head = self.heads[r] + n as u64;
-        self.heads[r] = head;
-        self.next_off[r] = self.geo.slot_after(roff + RING_HDR, off, n);
+        let geo = self.geo;
+        let c = &mut self.cursors[r];
+        c.head += n as u64;
+        c.next = geo.slot_after(c.ring + RING_HDR, off, n);
+        let (roff, head) = (c.ring, c.head);
         self.map.u64_at(roff + RING_HEAD).store(head, Ordering::Release);
     }
 

@@ -86,6 +86,11 @@ pub(crate) trait Port {
     fn ready(&self, ring: RingIx) -> bool;
     /// A slot's payload; `None` if its length does not fit a slot.
     fn payload(&self, slot: &Self::Slot) -> Option<SharedBytes<'_>>;
+    /// Whether `payload` is `Some` (without making it: a small message's
+    /// slot is looked at this way once, and its payload made once).
+    fn fits(&self, slot: &Self::Slot) -> bool {
+        self.payload(slot).is_some()
+    }
     /// Hands a slot back to its producer.
     fn release(&mut self, slot: Self::Slot);
     /// Tells our producers the longest message we want copied through
@@ -346,6 +351,11 @@ impl Port for MailboxPort {
 
     fn payload(&self, slot: &InSlot) -> Option<SharedBytes<'_>> {
         self.mb.payload(slot)
+    }
+
+    #[inline]
+    fn fits(&self, slot: &InSlot) -> bool {
+        slot.fits()
     }
 
     fn release(&mut self, slot: InSlot) {
