@@ -435,17 +435,19 @@ impl<F: Face> Handler<'_, F> {
         data: EagerBytes<'_>,
     ) {
         self.reqs.dismiss(Dir::Rx);
-        let cap = r.iov.total_len();
         let len = hdr.len as usize;
-        // Nearly every small message: it fits a receive of its own, and
-        // nobody asked for its source. Its entry needs no `RecvDone`.
-        if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
-            let buf = r.iov.addr().unwrap_or(0);
-            data.write(&mut IovSink::sized(r.iov, cap), len);
-            let entry = recv_entry(r.ctx, r.flags, buf, len, hdr, FI_ADDR_NOTAVAIL);
-            self.face.rx_complete(r.flags, entry, None, 0, None);
-            return;
+        // Nearly every small message: it fits a receive of one buffer of
+        // its own, and nobody asked for its source. Its entry needs no
+        // `RecvDone`.
+        if let Some((buf, cap)) = r.iov.single() {
+            if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
+                data.write(&mut IovSink::sized(r.iov, cap), len);
+                let entry = recv_entry(r.ctx, r.flags, buf, len, hdr, FI_ADDR_NOTAVAIL);
+                self.face.rx_complete(r.flags, entry, None, 0, None);
+                return;
+            }
         }
+        let cap = r.iov.total_len();
         let done = self.done_with(&r, cap, multi, src, *peer, *hdr);
         data.write(&mut IovSink::sized(r.iov, cap), done.len);
         self.finish_recv(done, None);
