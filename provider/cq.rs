@@ -252,10 +252,25 @@ pub fn entry_size(format: fi_cq_format) -> usize {
     }
 }
 
+#[inline(always)]
 fn encode(e: &CqEntry, out: &mut [u8]) {
     let words = [e.op_context as u64, e.flags, e.len as u64, e.buf as u64, e.data, e.tag];
-    for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
-        chunk.copy_from_slice(&w.to_ne_bytes());
+    // One arm a format, each a fixed number of stores: a loop over
+    // `out`'s words cost every entry read about 20 instructions
+    // (bench/pollbench-callgrind).
+    match out.len() {
+        48 => put_words::<6>(&words, out),
+        40 => put_words::<5>(&words, out),
+        24 => put_words::<3>(&words, out),
+        _ => put_words::<1>(&words, out),
+    }
+}
+
+/// The first `N` of `words` into `out` (at least `8 * N` bytes).
+#[inline(always)]
+fn put_words<const N: usize>(words: &[u64; 6], out: &mut [u8]) {
+    for (i, w) in words[..N].iter().enumerate() {
+        out[8 * i..8 * i + 8].copy_from_slice(&w.to_ne_bytes());
     }
 }
 
