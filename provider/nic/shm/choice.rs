@@ -103,10 +103,18 @@ impl Class {
     /// Whether two copies are known to cost no more than a pull (`Some`),
     /// or more, or not known. Without a copy into a ring timed (an
     /// endpoint that only receives), the copy in is taken to cost what the
-    /// copy out does.
-    fn copy_wins(&self) -> Option<bool> {
-        let (out, pull) = (self.copy_out.get()?, self.pull.get()?);
-        Some(out + self.copy_in.get().unwrap_or(out) <= pull)
+    /// copy out does. Without a pull timed, `floor` (the least a pull of
+    /// a few bytes costs here, `CopyOrPull::set_pull_floor`) bounds one
+    /// from below together with the bytes' own copy, which costs what the
+    /// copy out of a ring does: copies win if the copy in costs no more
+    /// than the floor.
+    fn copy_wins(&self, floor: Option<u64>) -> Option<bool> {
+        let out = self.copy_out.get()?;
+        let copy_in = self.copy_in.get().unwrap_or(out);
+        match self.pull.get() {
+            Some(pull) => Some(out + copy_in <= pull),
+            None => floor.is_some_and(|f| copy_in <= f).then_some(true),
+        }
     }
 }
 
@@ -120,6 +128,9 @@ pub struct CopyOrPull {
     timed_max: usize,
     classes: [Class; CLASSES],
     copy_max: usize,
+    /// The least a pull of a few bytes costs on this host (a system
+    /// call and the kernel's look at the other process), once measured.
+    pull_floor: Option<u64>,
     /// We cannot pull (`FI_GNIX_CMA=0`, or the kernel refused): a
     /// rendezvous is pushed through the ring after a round trip, so
     /// everything a ring holds is better copied.
@@ -134,6 +145,7 @@ impl CopyOrPull {
             timed_max: payload.saturating_mul(1 << CLASSES),
             classes: [Class::default(); CLASSES],
             copy_max: payload,
+            pull_floor: None,
             no_pulls: false,
         }
     }
@@ -176,10 +188,27 @@ impl CopyOrPull {
             Way::CopyOut => class.copy_out.add(scaled),
             Way::Pull => class.pull.add(scaled),
         }
+        self.choose()
+    }
+
+    /// A pull of a few bytes takes at least `ns` here (measured once a
+    /// process, `cma::pull_floor_ns`): where a system call costs a
+    /// microsecond, as in the VMs this runs on, a class whose copies cost
+    /// less is known to copy before a pull of it was ever timed, and the
+    /// first pull of a size (which also pays for the pages it reads for
+    /// the first time: 15-20 us at 12 KiB on the host of 2026-12-04) is
+    /// not made at all. Whether `copy_max` changed.
+    pub fn set_pull_floor(&mut self, ns: u64) -> bool {
+        self.pull_floor = Some(ns);
+        !self.no_pulls && self.choose()
+    }
+
+    /// `copy_max` from what is known. Whether it changed.
+    fn choose(&mut self) -> bool {
         let was = self.copy_max;
         self.copy_max = self.payload;
         for (c, class) in self.classes.iter().enumerate() {
-            match class.copy_wins() {
+            match class.copy_wins(self.pull_floor) {
                 Some(true) => self.copy_max = self.payload << (c + 1),
                 Some(false) => break,
                 None => {}
@@ -358,6 +387,33 @@ mod tests {
         }
         assert_eq!(owner.copy_max(), 2 * P);
         assert!(copies(len, owner.copy_max(), 3));
+    }
+
+    #[test]
+    fn copies_cheaper_than_the_least_pull_win_before_any_pull() {
+        let mut c = CopyOrPull::new(P);
+        assert!(!c.set_pull_floor(1000), "nothing timed: nothing changes");
+        // 12 KiB copied out in 600 ns (800 at the class's top, 16 KiB):
+        // a pull costs at least 1000 and the copy's 800.
+        assert!(c.record(Way::CopyOut, 3 * P / 2, 600));
+        assert_eq!(c.copy_max(), 2 * P);
+        // 32 KiB copied in 1500 ns: more than the floor, not known until a
+        // pull of that class is timed.
+        assert!(!c.record(Way::CopyOut, 4 * P, 1500));
+        assert_eq!(c.copy_max(), 2 * P);
+        assert!(c.record(Way::Pull, 4 * P, 4000));
+        assert_eq!(c.copy_max(), 4 * P);
+        // A pull timed overrules the floor: 16 KiB pulled in 900 ns.
+        assert!(c.record(Way::Pull, 2 * P, 900));
+        assert_eq!(c.copy_max(), P);
+        // Without a floor, copies alone decide nothing.
+        let mut c = CopyOrPull::new(P);
+        c.record(Way::CopyOut, 3 * P / 2, 600);
+        assert_eq!(c.copy_max(), P);
+        // An endpoint that cannot pull wants everything copied, floor or not.
+        assert!(c.no_pulls());
+        assert!(!c.set_pull_floor(1000));
+        assert_eq!(c.copy_max(), usize::MAX);
     }
 
     #[test]

@@ -78,6 +78,32 @@ pub fn cma_warm() {
     });
 }
 
+/// The least an 8-byte read of our own memory takes, of eight after
+/// `cma_warm`, in ns: a floor under what any pull costs on this host (the
+/// system call, the kernel's look at the process and its pages), which
+/// `CopyOrPull::set_pull_floor` weighs copies against before a pull of
+/// their size was timed. About 1.1 µs on the VM of 2026-12-04, where a
+/// system call is dear. Measured once a process (some 10 µs); `None` if
+/// the kernel refuses the read.
+pub fn pull_floor_ns() -> Option<u64> {
+    static FLOOR: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        cma_warm();
+        let src = [0u8; 8];
+        let mut dst = [0u8; 8];
+        let local = [(dst.as_mut_ptr() as u64, 8)];
+        let remote = [(src.as_ptr() as u64, 8)];
+        let mut least = u64::MAX;
+        for _ in 0..8 {
+            let t0 = crate::progress::now_ns();
+            // Reading our own stack into our own stack, as `cma_warm`.
+            cma(std::process::id(), &local, &remote, false).ok()?;
+            least = least.min(crate::progress::now_ns() - t0);
+        }
+        Some(least)
+    })
+}
+
 /// Reading another process for the first time costs the kernel more
 /// again, per process read, on top of `cma_warm`'s once-per-process cost:
 /// a first 12 KiB pull of a peer took 8-11 µs, 3.6-4.0 µs once that peer

@@ -122,9 +122,6 @@ impl Exec<MailboxPort> {
     /// (the endpoint then uses UDP for everyone).
     pub fn new(me: SocketAddr, cfg: ShmConfig, seed: u64) -> std::io::Result<Self> {
         let port = MailboxPort::new(me, cfg.geo, cfg.loan)?;
-        if cfg.cma {
-            super::cma::cma_warm();
-        }
         let geo = port.geometry();
         let m = Machine::new(
             machine::Config {
@@ -137,7 +134,13 @@ impl Exec<MailboxPort> {
             },
             seed,
         );
-        Ok(Exec::with_port(me, cfg.local_ips, port, m, seed))
+        let mut e = Exec::with_port(me, cfg.local_ips, port, m, seed);
+        if cfg.cma {
+            if let Some(ns) = super::cma::pull_floor_ns() {
+                e.choice.set_pull_floor(ns);
+            }
+        }
+        Ok(e)
     }
 }
 
