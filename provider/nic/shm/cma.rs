@@ -62,42 +62,32 @@ pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usiz
 
 /// A process's first `process_vm_readv` costs the kernel some 15-30 µs
 /// more than the later ones (measured on the 2-core VM of the benchmarks,
-/// Linux 6.x); without this, the first rendezvous a benchmark times pays
-/// it (libfabric's shm pays it in its CMA check at start-up). An 8-byte
-/// read of our own memory pays it here, once per process. Best effort:
-/// a refusal is learnt again, and handled, at the first real pull.
-pub fn cma_warm() {
-    static WARM: std::sync::Once = std::sync::Once::new();
-    WARM.call_once(|| {
+/// Linux 6.x); without a read of our own first, the first rendezvous a
+/// benchmark times pays it (libfabric's shm pays it in its CMA check at
+/// start-up). An 8-byte read of our own memory pays it here, once per
+/// process; eight more are timed, and the least of them is returned, in
+/// ns: a floor under what any pull costs on this host (the system call,
+/// the kernel's look at the process and its pages), which
+/// `CopyOrPull::set_pull_floor` weighs copies against before a pull of
+/// their size was timed. About 1.1 µs on the VM of 2026-12-04, where a
+/// system call is dear; some 10 µs in all. `None` if the kernel refuses
+/// the read (best effort: a refusal is learnt again, and handled, at the
+/// first real pull).
+pub fn pull_floor_ns() -> Option<u64> {
+    static FLOOR: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
         let src = [0u8; 8];
         let mut dst = [0u8; 8];
         let local = [(dst.as_mut_ptr() as u64, 8)];
         let remote = [(src.as_ptr() as u64, 8)];
         // Reading our own stack into our own stack: nothing else is touched.
-        let _ = cma(std::process::id(), &local, &remote, false);
-    });
-}
-
-/// The least an 8-byte read of our own memory takes, of eight after
-/// `cma_warm`, in ns: a floor under what any pull costs on this host (the
-/// system call, the kernel's look at the process and its pages), which
-/// `CopyOrPull::set_pull_floor` weighs copies against before a pull of
-/// their size was timed. About 1.1 µs on the VM of 2026-12-04, where a
-/// system call is dear. Measured once a process (some 10 µs); `None` if
-/// the kernel refuses the read.
-pub fn pull_floor_ns() -> Option<u64> {
-    static FLOOR: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *FLOOR.get_or_init(|| {
-        cma_warm();
-        let src = [0u8; 8];
-        let mut dst = [0u8; 8];
-        let local = [(dst.as_mut_ptr() as u64, 8)];
-        let remote = [(src.as_ptr() as u64, 8)];
+        let read = || cma(std::process::id(), &local, &remote, false);
+        // The first pays the process's first read, untimed.
+        let _ = read();
         let mut least = u64::MAX;
         for _ in 0..8 {
             let t0 = crate::progress::now_ns();
-            // Reading our own stack into our own stack, as `cma_warm`.
-            cma(std::process::id(), &local, &remote, false).ok()?;
+            read().ok()?;
             least = least.min(crate::progress::now_ns() - t0);
         }
         Some(least)
@@ -105,7 +95,8 @@ pub fn pull_floor_ns() -> Option<u64> {
 }
 
 /// Reading another process for the first time costs the kernel more
-/// again, per process read, on top of `cma_warm`'s once-per-process cost:
+/// again, per process read, on top of the once-per-process cost that
+/// `pull_floor_ns` pays:
 /// a first 12 KiB pull of a peer took 8-11 µs, 3.6-4.0 µs once that peer
 /// was read before, 1.2-2 µs in steady state (the Firecracker VM of
 /// 2026-12-02, Linux 6.18; most of what is left is the pages read for the
