@@ -131,13 +131,10 @@ impl Ep {
         tagged: bool,
         silent: bool,
     ) -> Option<isize> {
-        let (buf, len) = iov.single()?;
+        let (_, len) = iov.single()?;
         if flags & !SMALL_FLAGS != 0
             || len > SMALL_MAX
-            || (buf == 0 && len != 0)
-            || len > self.max_msg_size
-            || (flags & FI_INJECT != 0 && len > self.inject_size)
-            || self.missing_cap(tagged, true).is_some()
+            || !self.send_ok(iov, len, flags, tagged)
             || !self.enabled.load(Ordering::Acquire)
         {
             return None;
@@ -195,16 +192,22 @@ impl Ep {
     /// and warned about, out of its line.
     #[inline(always)]
     fn check_send(&self, a: &SendArgs, len: usize) -> Result<(), isize> {
-        let ok = a.flags & !SEND_FLAGS == 0
-            && self.missing_cap(a.tagged, true).is_none()
-            && check_iov_ok(&a.iov, self.tx_iov_limit)
-            && len <= self.max_msg_size
-            && (a.flags & FI_INJECT == 0 || len <= self.inject_size);
-        if ok {
+        if self.send_ok(&a.iov, len, a.flags, a.tagged) {
             Ok(())
         } else {
             Err(self.send_refused(a, len))
         }
+    }
+
+    /// `check_send`'s test, without the warning (`send_small` leaves what
+    /// fails it to `send`, which says what is wrong).
+    #[inline(always)]
+    fn send_ok(&self, iov: &Iov, len: usize, flags: u64, tagged: bool) -> bool {
+        flags & !SEND_FLAGS == 0
+            && self.missing_cap(tagged, true).is_none()
+            && check_iov_ok(iov, self.tx_iov_limit)
+            && len <= self.max_msg_size
+            && (flags & FI_INJECT == 0 || len <= self.inject_size)
     }
 
     #[cold]

@@ -736,7 +736,7 @@ impl Mailbox {
     /// message may be. (One that spans slots is contiguous: see the
     /// module comment.)
     pub fn payload(&self, s: &InSlot) -> Option<SharedBytes<'_>> {
-        (s.span > 0).then(|| self.map.shared(s.off + SLOT_HDR, s.len))
+        s.fits().then(|| self.map.shared(s.off + SLOT_HDR, s.len))
     }
 
     /// Gives ring `r`'s producer credit back: `freed` is the cumulative
