@@ -157,6 +157,10 @@ unsafe fn do_recv(
         return -FI_EINVAL as isize;
     };
     let flags = flags.unwrap_or_else(|| ep.flags_at(e, false));
+    let iov = match ep.recv_one(iov, src, tag, ignore, ctx as usize, flags, tagged) {
+        Ok(r) => return r,
+        Err(iov) => iov,
+    };
     let a = RecvArgs {
         iov,
         src,

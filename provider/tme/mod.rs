@@ -330,6 +330,7 @@ impl<E: Linked> Slab<E> {
 // ---------------------------------------------------------------------------
 // Posted receives: `posted.rs`.
 
+mod fifo;
 mod posted;
 pub use posted::PostedMatch;
 use posted::PostedQ;
@@ -585,12 +586,23 @@ impl<R, U> Tme<R, U> {
     /// [`take_unexpected`](Self::take_unexpected) and then
     /// [`append_posted`](Self::append_posted) the remainder.
     #[inline(always)]
+    #[cfg(test)]
     pub fn post(&mut self, spec: MatchSpec, recv: R) -> PostOutcome<R, U> {
+        self.post_with(spec, || recv)
+    }
+
+    /// `post` of the receive `make` builds, built where it goes: in the
+    /// posted queue's slot, on the path of nearly every post (nothing
+    /// unexpected to look at), so that it is not first kept whole on the
+    /// stack for the other path and copied (`fifo.rs` says what that
+    /// copy costs).
+    #[inline(always)]
+    pub fn post_with(&mut self, spec: MatchSpec, make: impl FnOnce() -> R) -> PostOutcome<R, U> {
         // Nothing to match: straight to the posted queue.
         if self.unexp.none_open() {
-            return PostOutcome::Posted(self.posted.append(spec, recv));
+            return PostOutcome::Posted(self.posted.append_with(spec, make));
         }
-        self.post_past_unexpected(spec, recv)
+        self.post_past_unexpected(spec, make())
     }
 
     /// `post` with unexpected messages waiting: out of the line of most
@@ -608,6 +620,13 @@ impl<R, U> Tme<R, U> {
     /// could be overtaken.
     pub fn append_posted(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
         self.posted.append(spec, recv)
+    }
+
+    /// `append_posted` of the receive `make` builds, in its slot
+    /// (`post_with`).
+    #[inline(always)]
+    pub fn append_posted_with(&mut self, spec: MatchSpec, make: impl FnOnce() -> R) -> RecvKey {
+        self.posted.append_with(spec, make)
     }
 
     /// The earliest posted receive, taken out, when it is the oldest one

@@ -15,6 +15,7 @@
 //! the receives, and all of them when the index is dropped.
 #![forbid(unsafe_code)]
 
+use super::fifo::Fifo;
 use super::{HashMap, MatchSpec, RecvKey, SrcAddr};
 use std::collections::VecDeque;
 
@@ -118,7 +119,7 @@ const HOLES_MIN: usize = 64;
 pub(super) struct PostedQ<R> {
     /// The receives in post order (`seq` ascending); holes only while
     /// indexed.
-    list: VecDeque<PEntry<R>>,
+    list: Fifo<PEntry<R>>,
     /// Receives in `list`, holes not counted.
     live: usize,
     /// Whether the receives are in `buckets` (and `hot`): more than
@@ -148,7 +149,7 @@ pub(super) struct PostedQ<R> {
 impl<R> PostedQ<R> {
     pub(super) fn new() -> Self {
         PostedQ {
-            list: VecDeque::new(),
+            list: Fifo::default(),
             live: 0,
             indexed: false,
             index_from: INDEX_FROM,
@@ -167,22 +168,38 @@ impl<R> PostedQ<R> {
         self.live
     }
 
-    #[inline(always)]
     pub(super) fn append(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
+        self.append_with(spec, || recv)
+    }
+
+    /// `append` of the receive `make` builds, in its slot (`Tme::post_with`).
+    #[inline(always)]
+    pub(super) fn append_with(&mut self, spec: MatchSpec, make: impl FnOnce() -> R) -> RecvKey {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.list.push_back(PEntry {
+        self.list.push_back_with(|| PEntry {
             seq,
             spec,
-            recv: Some(recv),
+            recv: Some(make()),
         });
         self.live += 1;
         if self.indexed {
-            self.index(seq, &spec);
+            self.index_last();
         } else if self.live > self.index_from {
             self.build_index();
         }
         RecvKey { seq }
+    }
+
+    /// Files the receive just appended in its bucket. Its spec is read
+    /// back from the queue here, out of line, so that the append's
+    /// caller need not keep one in memory for it (`fifo.rs` says what
+    /// such a copy costs the append).
+    #[inline(never)]
+    fn index_last(&mut self) {
+        let last = self.list.len() - 1;
+        let (seq, spec) = (self.list[last].seq, self.list[last].spec);
+        self.index(seq, &spec);
     }
 
     /// Puts every posted receive into its bucket, in post order.
@@ -441,7 +458,7 @@ impl<R> PostedQ<R> {
     /// Takes every receive out, in post order.
     #[cfg(test)]
     pub(super) fn drain(&mut self) -> Vec<R> {
-        let out = self.list.drain(..).filter_map(|e| e.recv).collect();
+        let out = self.list.drain().filter_map(|e| e.recv).collect();
         self.live = 0;
         self.drop_index();
         out
