@@ -26,7 +26,7 @@
 #![forbid(unsafe_code)]
 
 use super::cma::Range;
-use super::mailbox::{SlotHead, GRANTS};
+use super::mailbox::{Fields, SlotHead, GRANTS};
 use super::mapping::SharedBytes;
 use crate::proto::MemRanges;
 use crate::proto::MsgHdr;
@@ -101,31 +101,15 @@ impl Malformed {
     }
 }
 
-fn get64(f: &[u8; 32], at: usize) -> u64 {
-    u64::from_le_bytes(f[at..at + 8].try_into().unwrap())
+fn hdr_fields(hdr: &MsgHdr) -> Fields {
+    Fields([hdr.tag, hdr.data, hdr.flags as u64, 0])
 }
 
-fn get32(f: &[u8; 32], at: usize) -> u32 {
-    u32::from_le_bytes(f[at..at + 4].try_into().unwrap())
-}
-
-fn put64(f: &mut [u8; 32], at: usize, v: u64) {
-    f[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn hdr_fields(hdr: &MsgHdr) -> [u8; 32] {
-    let mut f = [0u8; 32];
-    put64(&mut f, 0, hdr.tag);
-    put64(&mut f, 8, hdr.data);
-    f[16..20].copy_from_slice(&hdr.flags.to_le_bytes());
-    f
-}
-
-fn hdr_of(f: &[u8; 32], len: u64) -> MsgHdr {
+fn hdr_of(f: &Fields, len: u64) -> MsgHdr {
     MsgHdr {
-        tag: get64(f, 0),
-        data: get64(f, 8),
-        flags: get32(f, 16),
+        tag: f.u64(0),
+        data: f.u64(8),
+        flags: f.u32(16),
         len,
     }
 }
@@ -183,46 +167,46 @@ impl Frame {
                 hdr: hdr_of(f, p.len() as u64),
             },
             kind::RTS => {
-                let niov = get32(f, 20) as usize;
+                let niov = f.u32(20) as usize;
                 if p.len() != iov_bytes(niov) {
                     return Err(Malformed::IovList);
                 }
                 let (iov, total) = decode_iov(p)?;
                 Frame::Rts {
                     hdr: hdr_of(f, total),
-                    key: get64(f, 24),
+                    key: f.u64(24),
                     iov,
                 }
             }
             kind::CTS => {
                 none()?;
                 Frame::Cts {
-                    key: get64(f, 0),
-                    rid: get64(f, 8),
+                    key: f.u64(0),
+                    rid: f.u64(8),
                 }
             }
             kind::DATA => Frame::Data {
-                rid: get64(f, 0),
-                off: get64(f, 8),
+                rid: f.u64(0),
+                off: f.u64(8),
                 len: p.len(),
             },
             kind::FIN => {
                 none()?;
                 Frame::Fin {
-                    key: get64(f, 0),
-                    status: status_of(get64(f, 8))? as i32,
+                    key: f.u64(0),
+                    status: status_of(f.u64(8))? as i32,
                 }
             }
             kind::CTW => {
-                let grant = usize::try_from(get64(f, 24)).map_err(|_| Malformed::Grant)?;
+                let grant = usize::try_from(f.u64(24)).map_err(|_| Malformed::Grant)?;
                 if grant >= GRANTS {
                     return Err(Malformed::Grant);
                 }
                 let (iov, _) = decode_iov(p)?;
                 Frame::Ctw {
-                    key: get64(f, 0),
-                    rid: get64(f, 8),
-                    at: get64(f, 16),
+                    key: f.u64(0),
+                    rid: f.u64(8),
+                    at: f.u64(16),
                     grant,
                     iov,
                 }
@@ -230,8 +214,8 @@ impl Frame {
             kind::WDONE => {
                 none()?;
                 Frame::Wdone {
-                    rid: get64(f, 0),
-                    status: status_of(get64(f, 8))?,
+                    rid: f.u64(0),
+                    status: status_of(f.u64(8))?,
                 }
             }
             k => return Err(Malformed::Kind(k)),
@@ -258,28 +242,28 @@ impl Frame {
 
     /// The slot header that carries this frame.
     pub fn head(&self) -> SlotHead {
-        let mut f = [0u8; 32];
+        let mut f = Fields::default();
         let (kind, len) = match self {
             Frame::Eager { hdr } => return Frame::eager_head(hdr),
             Frame::Rts { hdr, key, iov } => {
                 f = hdr_fields(hdr);
-                f[20..24].copy_from_slice(&(iov.len() as u32).to_le_bytes());
-                put64(&mut f, 24, *key);
+                f.set_u32(20, iov.len() as u32);
+                f.set_u64(24, *key);
                 (kind::RTS, iov_bytes(iov.len()))
             }
             Frame::Cts { key, rid } => {
-                put64(&mut f, 0, *key);
-                put64(&mut f, 8, *rid);
+                f.set_u64(0, *key);
+                f.set_u64(8, *rid);
                 (kind::CTS, 0)
             }
             Frame::Data { rid, off, len } => {
-                put64(&mut f, 0, *rid);
-                put64(&mut f, 8, *off);
+                f.set_u64(0, *rid);
+                f.set_u64(8, *off);
                 (kind::DATA, *len)
             }
             Frame::Fin { key, status } => {
-                put64(&mut f, 0, *key);
-                put64(&mut f, 8, *status as i64 as u64);
+                f.set_u64(0, *key);
+                f.set_u64(8, *status as i64 as u64);
                 (kind::FIN, 0)
             }
             Frame::Ctw {
@@ -289,15 +273,15 @@ impl Frame {
                 grant,
                 iov,
             } => {
-                put64(&mut f, 0, *key);
-                put64(&mut f, 8, *rid);
-                put64(&mut f, 16, *at);
-                put64(&mut f, 24, *grant as u64);
+                f.set_u64(0, *key);
+                f.set_u64(8, *rid);
+                f.set_u64(16, *at);
+                f.set_u64(24, *grant as u64);
                 (kind::CTW, iov_bytes(iov.len()))
             }
             Frame::Wdone { rid, status } => {
-                put64(&mut f, 0, *rid);
-                put64(&mut f, 8, *status as u64);
+                f.set_u64(0, *rid);
+                f.set_u64(8, *status as u64);
                 (kind::WDONE, 0)
             }
         };
@@ -397,7 +381,14 @@ mod tests {
 
     /// A header of `kind` with `len` payload bytes, the rest from `f`.
     fn raw(kind: u8, len: usize, f: [u8; 32]) -> (SlotHead, Vec<u8>) {
-        (SlotHead { kind, len, f }, vec![0u8; len])
+        (
+            SlotHead {
+                kind,
+                len,
+                f: Fields::from_bytes(f),
+            },
+            vec![0u8; len],
+        )
     }
 
     fn parse_raw(h: &SlotHead, p: &[u8]) -> Result<Frame, Malformed> {
@@ -475,7 +466,11 @@ mod tests {
                 f[20..24].copy_from_slice(&((len / 16) as u32).to_le_bytes());
             }
             let p: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-            let h = SlotHead { kind, len, f };
+            let h = SlotHead {
+                kind,
+                len,
+                f: Fields::from_bytes(f),
+            };
             if let Ok(fr) = parse_raw(&h, &p) {
                 accepted += 1;
                 let back = fr.head();

@@ -6,7 +6,7 @@
 //! out on top of this.
 
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub(super) const PAGE: usize = 4096;
 
@@ -85,6 +85,32 @@ impl Mapping {
         assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: as u32_at.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// The `N` little-endian words from `off` on (8-aligned), each read as
+    /// one 8-byte load; like `read`, garbage (bounded) if the peer is
+    /// writing them.
+    /// Words, not a byte copy: the caller takes the header's fields as the
+    /// words they are, without a copy on its stack read back wider.
+    #[inline(always)]
+    pub(super) fn words<const N: usize>(&self, off: usize) -> [u64; N] {
+        assert!(off.checked_add(N * 8).is_some_and(|e| e <= self.len) && off.is_multiple_of(8));
+        let mut w = [0u64; N];
+        for (i, x) in w.iter_mut().enumerate() {
+            // SAFETY: in bounds and aligned (checked above); the mapping
+            // lives as long as `self`; AtomicU64 has the layout of u64.
+            *x = u64::from_le(unsafe { &*(self.base.add(off + i * 8) as *const AtomicU64) }.load(Ordering::Relaxed));
+        }
+        w
+    }
+    /// Writes `w` at `off` (8-aligned), word by word (`words`).
+    #[inline(always)]
+    pub(super) fn put_words<const N: usize>(&self, off: usize, w: [u64; N]) {
+        assert!(off.checked_add(N * 8).is_some_and(|e| e <= self.len) && off.is_multiple_of(8));
+        for (i, x) in w.into_iter().enumerate() {
+            // SAFETY: as in `words`.
+            unsafe { &*(self.base.add(off + i * 8) as *const AtomicU64) }.store(x.to_le(), Ordering::Relaxed);
+        }
     }
 
     /// Copies bytes out of the mapping. The peer may be writing them at the

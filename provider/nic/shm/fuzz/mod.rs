@@ -37,7 +37,7 @@
 mod tests;
 
 use super::frame::{kind, Frame, Malformed};
-use super::mailbox::{Geometry, SlotHead, GRANTS};
+use super::mailbox::{Fields, Geometry, SlotHead, GRANTS};
 use super::mapping::SharedBytes;
 use crate::proto::MemRanges;
 use crate::proto::MsgHdr;
@@ -338,7 +338,8 @@ const WRITTEN_MAX: usize = 2 * 8192 + 64;
 
 impl SlotEdit<'_> {
     fn apply(&self, s: &mut Slot, slot_payload: usize) {
-        let f = &mut s.head.f;
+        // Edited as the slot's bytes.
+        let mut f = s.head.f.to_bytes();
         let written = s.written.len();
         match *self {
             SlotEdit::FlipBit { at, bit } => f[at as usize % 32] ^= 1 << (bit % 8),
@@ -391,6 +392,7 @@ impl SlotEdit<'_> {
                 }
             }
         }
+        s.head.f = Fields::from_bytes(f);
     }
 }
 
@@ -453,7 +455,7 @@ pub fn shm_frame_decoder(case: &ShmFrameCase<'_>) -> Result<u8, &'static str> {
             head: SlotHead {
                 kind: kind.get(),
                 len: payload.len(),
-                f,
+                f: Fields::from_bytes(f),
             },
             written: payload[..payload.len().min(WRITTEN_MAX)].to_vec(),
         },
@@ -479,13 +481,16 @@ pub fn shm_frame_decoder(case: &ShmFrameCase<'_>) -> Result<u8, &'static str> {
     assert_eq!(bytes, p, "{fr:?} re-emitted: the payload differs");
     // The same header fields: each byte the decoder reads (changing it
     // changes the outcome) is emitted as it came, each it ignores as 0.
+    let (came, went) = (head.f.to_bytes(), again.f.to_bytes());
     for i in 0..32 {
         let mut probe = head;
-        probe.f[i] ^= 0xff;
+        let mut b = came;
+        b[i] ^= 0xff;
+        probe.f = Fields::from_bytes(b);
         let read = Frame::parse(&probe, payload.as_ref()).as_ref() != Ok(&fr);
-        let want = if read { head.f[i] } else { 0 };
+        let want = if read { came[i] } else { 0 };
         assert_eq!(
-            again.f[i], want,
+            went[i], want,
             "{fr:?} re-emitted: byte {i} of the fields (read: {read})"
         );
     }

@@ -4,9 +4,9 @@
 //! consumer's side is there too.
 
 use super::{
-    cstr, encode_addr, euid, msg_max, path_for, Geometry, Liveness, Mailbox, SlotHead, CACHE_OFF, COPY_MAX_OFF,
-    FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LOAN_OFF, MAGIC, MAX_RINGS, OPEN,
-    OWNERS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR, RING_HEAD, SLEEPING_OFF, SLOT_HDR,
+    cstr, encode_addr, euid, kind_len_word, msg_max, path_for, Geometry, Liveness, Mailbox, SlotHead, CACHE_OFF,
+    COPY_MAX_OFF, FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LOAN_OFF, MAGIC, MAX_RINGS,
+    OPEN, OWNERS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR, RING_HEAD, SLEEPING_OFF, SLOT_HDR,
     SPAN_OFF, VERSION,
 };
 use crate::nic::shm::mapping::{Mapping, PAGE};
@@ -347,11 +347,10 @@ pub struct SlotWriter<'a> {
 impl SlotWriter<'_> {
     pub fn head(&mut self, head: &SlotHead) {
         debug_assert!(head.len <= msg_max(self.span, self.out.geo.slot_size));
-        let mut h = [0u8; 40];
-        h[0] = head.kind;
-        h[4..8].copy_from_slice(&(head.len as u32).to_le_bytes());
-        h[8..40].copy_from_slice(&head.f);
-        self.out.map.write(self.off + 8, &h);
+        let [f0, f1, f2, f3] = head.f.0;
+        self.out
+            .map
+            .put_words(self.off + 8, [kind_len_word(head.kind, head.len), f0, f1, f2, f3]);
     }
     /// Overwrites the length field (tests: a producer that lies).
     #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::exec::BATCH;
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
-use crate::nic::shm::mailbox::{credit_cost, SlotHead};
+use crate::nic::shm::mailbox::{credit_cost, Fields, SlotHead};
 use crate::nic::shm::sim::{SimPort, World};
 use crate::nic::wire::Wire;
 use crate::proto::MsgHdr;
@@ -562,13 +562,13 @@ fn garbage_slots_are_rejected_and_their_rings_freed_once_let_go() {
         iov: smallvec![(8, 8)],
     }
     .head();
-    rts_short.f[20] = 5; // five iovs announced, one sent
+    rts_short.f.set_u32(20, 5); // five iovs announced, one sent
     let garbage = [
         (
             SlotHead {
                 kind: 99,
                 len: 0,
-                f: [0; 32],
+                f: Fields::default(),
             },
             vec![],
         ),
