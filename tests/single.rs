@@ -56,6 +56,13 @@ fn cancel_posted_receives() {
     single("cancel");
 }
 
+/// rx_attr->size receives at once, then -FI_EAGAIN; a cancel frees a
+/// place; a receive posted for a waiting unexpected message takes it.
+#[test]
+fn receive_budget_and_unexpected_match_on_post() {
+    single("rx_budget");
+}
+
 /// Every refused call returns its error code (asserted by the client) and
 /// says why in a warning of the provider's log.
 #[test]

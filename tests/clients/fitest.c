@@ -858,6 +858,78 @@ static void scn_cancel(void)
 	pass();
 }
 
+/* ======================================================= the receive budget */
+
+/* rx_attr->size receives may be posted at once: one more is -FI_EAGAIN,
+ * tagged or not, and a cancel gives a place back. A receive posted while a
+ * message that matches it waits unexpected takes that message at once (gnix
+ * posts a plain receive on a lane of its own, which must leave both cases to
+ * the general path). */
+static void scn_rx_budget(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.rx_size = 4;
+	ctx_open_or_skip(&c, &o, "msg|tagged, rx_attr->size 4");
+	size_t n = c.info->rx_attr->size;
+	EXPECT(n >= 4 && n <= 64, "rx_attr->size %zu for a hint of 4", n);
+	exchange(&c, 0);
+	fi_addr_t self = c.addr[0];
+	static char rb[64][64], ub[64], sb[64];
+	struct fi_context2 x[64], xu, xs;
+	void *rd = reg(&c, rb, sizeof rb), *ud = reg(&c, ub, sizeof ub), *sd = reg(&c, sb, sizeof sb);
+	for (size_t i = 0; i < n; i++)
+		CHK(fi_trecv(c.ep, rb[i], sizeof rb[i], rd, FI_ADDR_UNSPEC, 0x100 + i, 0, &x[i]));
+	/* fi_msg(3): -FI_EAGAIN when the provider lacks the resources (shm
+	 * answers -FI_ENOMEM; rxm budgets tagged and untagged receives apart) */
+	ssize_t r = fi_trecv(c.ep, ub, sizeof ub, ud, FI_ADDR_UNSPEC, 0x200, 0, &xu);
+	EXPECT(r == -FI_EAGAIN || r == -FI_ENOMEM, "fi_trecv beyond the budget = %zd", r);
+	DEVIATE(r == -FI_EAGAIN, "a full budget refuses fi_trecv with %zd, not -FI_EAGAIN", r);
+	struct comp e;
+	r = fi_recv(c.ep, ub, sizeof ub, ud, FI_ADDR_UNSPEC, &xu);
+	DEVIATE(r == -FI_EAGAIN, "fi_recv beyond the tagged receives' budget = %zd", r);
+	if (r == 0) {
+		CHK(fi_cancel(&c.ep->fid, &xu));
+		e = cqw_get(&c.rx);
+		EXPECT(e.err == FI_ECANCELED && e.ctx == &xu, "cancel: err %d ctx %p", e.err, e.ctx);
+	} else {
+		EXPECT(r == -FI_EAGAIN || r == -FI_ENOMEM, "fi_recv beyond the budget = %zd", r);
+	}
+	CHK(fi_cancel(&c.ep->fid, &x[n - 1]));
+	e = cqw_get(&c.rx);
+	EXPECT(e.err == FI_ECANCELED && e.ctx == &x[n - 1], "cancel: err %d ctx %p", e.err, e.ctx);
+	/* A message no posted receive matches waits unexpected ... */
+	memset(sb, 'u', sizeof sb);
+	POST(fi_tsend(c.ep, sb, 16, sd, self, 0x300, &xs));
+	e = cqw_get(&c.tx);
+	EXPECT(e.err == 0 && e.ctx == &xs, "send: err %d ctx %p", e.err, e.ctx);
+	cqw_none(&c.rx, 50);
+	/* ... and the receive posted for it, in the place the cancel freed,
+	 * takes it. */
+	memset(ub, 0, sizeof ub);
+	CHK(fi_trecv(c.ep, ub, sizeof ub, ud, FI_ADDR_UNSPEC, 0x300, 0, &xu));
+	e = cqw_get(&c.rx);
+	EXPECT(e.err == 0 && e.ctx == &xu && e.len == 16, "unexpected taken: err %d ctx %p len %zu", e.err,
+	       e.ctx, e.len);
+	DEVIATE(e.tag == 0x300, "tag 0x%" PRIx64, e.tag);
+	EXPECT(!memcmp(ub, sb, 16) && ub[16] == 0, "the unexpected message's bytes");
+	/* The n - 1 receives still posted are there: a message for one of them
+	 * completes it; the rest are canceled. */
+	POST(fi_tsend(c.ep, sb, 8, sd, self, 0x100, &xs));
+	cqw_get(&c.tx);
+	e = cqw_get(&c.rx);
+	EXPECT(e.err == 0 && e.ctx == &x[0] && e.len == 8, "posted taken: err %d ctx %p len %zu", e.err, e.ctx,
+	       e.len);
+	for (size_t i = 1; i + 1 < n; i++) {
+		CHK(fi_cancel(&c.ep->fid, &x[i]));
+		e = cqw_get(&c.rx);
+		EXPECT(e.err == FI_ECANCELED && e.ctx == &x[i], "cancel %zu: err %d ctx %p", i, e.err, e.ctx);
+	}
+	cqw_none(&c.rx, 50);
+	ctx_close(&c);
+	pass();
+}
+
 /* ================================================================ bad input */
 
 static void scn_bad_input(void)
@@ -1133,6 +1205,7 @@ static const struct scenario scenarios[] = {
 	{ "cntr", scn_cntr },
 	{ "eq", scn_eq },
 	{ "cancel", scn_cancel },
+	{ "rx_budget", scn_rx_budget },
 	{ "bad_input", scn_bad_input },
 	{ "open_ops", scn_open_ops },
 	{ "unsupported_ops", scn_unsupported_ops },
