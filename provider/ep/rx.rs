@@ -321,7 +321,8 @@ impl Ep {
             ignore: if tagged { ignore } else { 0 },
             src: src_filter(src, self.caps & FI_DIRECTED_RECV != 0),
         };
-        let flags = FI_RECV | if tagged { FI_TAGGED } else { FI_MSG } | flags;
+        let op = if tagged { FI_TAGGED } else { FI_MSG };
+        let flags = FI_RECV | op | flags;
         let mut st = self.lock();
         let (_, mut h) = st.split(self);
         h.post_one(spec, ctx, flags, iov, tagged)

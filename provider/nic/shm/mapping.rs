@@ -90,6 +90,7 @@ impl Mapping {
     /// The `N` little-endian words from `off` on (8-aligned), each read as
     /// one 8-byte load; like `read`, garbage (bounded) if the peer is
     /// writing them.
+    ///
     /// Words, not a byte copy: the caller takes the header's fields as the
     /// words they are, without a copy on its stack read back wider.
     #[inline(always)]
