@@ -310,8 +310,7 @@ impl Ep {
         if flags & !FI_COMPLETION != 0
             || !super::tx::check_iov_ok(&iov, self.rx_iov_limit)
             || self.missing_cap(tagged, false).is_some()
-            || self.binds.get().is_none()
-            || !self.enabled.load(std::sync::atomic::Ordering::Acquire)
+            || self.enabled_binds().is_none()
         {
             return Err(iov);
         }

@@ -72,12 +72,21 @@ impl Ep {
     }
 
     pub(super) fn check_enabled(&self) -> Result<&Bindings, isize> {
-        match self.binds.get() {
-            Some(b) if self.enabled.load(Ordering::Acquire) => Ok(b),
-            _ => {
-                crate::warn!(FI_LOG_EP_DATA, "data transfer on an endpoint that is not enabled");
-                Err(-FI_EOPBADSTATE as isize)
-            }
+        self.enabled_binds().ok_or_else(|| {
+            crate::warn!(FI_LOG_EP_DATA, "data transfer on an endpoint that is not enabled");
+            -FI_EOPBADSTATE as isize
+        })
+    }
+
+    /// `check_enabled`'s test, without the warning (the short ways of a
+    /// send and a receive leave an endpoint that fails it to the long
+    /// ones, which say what is wrong).
+    #[inline(always)]
+    pub(super) fn enabled_binds(&self) -> Option<&Bindings> {
+        if self.enabled.load(Ordering::Acquire) {
+            self.binds.get()
+        } else {
+            None
         }
     }
 
@@ -132,14 +141,10 @@ impl Ep {
         silent: bool,
     ) -> Option<isize> {
         let (_, len) = iov.single()?;
-        if flags & !SMALL_FLAGS != 0
-            || len > SMALL_MAX
-            || !self.send_ok(iov, len, flags, tagged)
-            || !self.enabled.load(Ordering::Acquire)
-        {
+        if flags & !SMALL_FLAGS != 0 || len > SMALL_MAX || !self.send_ok(iov, len, flags, tagged) {
             return None;
         }
-        let b = self.binds.get()?;
+        let b = self.enabled_binds()?;
         let av = b.av.as_ref()?;
         self.touch();
         let mut guard = self.lock();
