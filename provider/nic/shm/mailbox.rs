@@ -467,6 +467,12 @@ fn kind_len_word(kind: u8, len: usize) -> u64 {
     kind as u64 | (len as u32 as u64) << 32
 }
 
+/// The kind and length `kind_len_word` put in `w`.
+#[inline(always)]
+fn kind_len_of(w: u64) -> (u8, usize) {
+    (w as u8, (w >> 32) as usize)
+}
+
 /// The asymmetric doorbell barrier ("Doorbells" in the module comment).
 /// Where the kernel offers it, an owner arms with it (and says so in its
 /// mailbox); a producer registered for it publishes without a fence.
@@ -777,7 +783,7 @@ impl Mailbox {
         // next peek polls anyway.)
         self.map.prefetch_read(self.geo.slot_after(c.ring + RING_HDR, off, 1));
         let [kl, f0, f1, f2, f3] = self.map.words::<5>(off + 8);
-        let len = (kl >> 32) as usize;
+        let (kind, len) = kind_len_of(kl);
         let span = counted_span(len, self.geo.span, self.geo.slot_size);
         Some((
             InSlot {
@@ -787,7 +793,7 @@ impl Mailbox {
                 span,
             },
             SlotHead {
-                kind: kl as u8,
+                kind,
                 len,
                 f: Fields([f0, f1, f2, f3]),
             },

@@ -95,23 +95,24 @@ impl Mapping {
     /// words they are, without a copy on its stack read back wider.
     #[inline(always)]
     pub(super) fn words<const N: usize>(&self, off: usize) -> [u64; N] {
-        assert!(off.checked_add(N * 8).is_some_and(|e| e <= self.len) && off.is_multiple_of(8));
-        let mut w = [0u64; N];
-        for (i, x) in w.iter_mut().enumerate() {
-            // SAFETY: in bounds and aligned (checked above); the mapping
-            // lives as long as `self`; AtomicU64 has the layout of u64.
-            *x = u64::from_le(unsafe { &*(self.base.add(off + i * 8) as *const AtomicU64) }.load(Ordering::Relaxed));
-        }
-        w
+        let run = self.word_run::<N>(off);
+        std::array::from_fn(|i| u64::from_le(run[i].load(Ordering::Relaxed)))
     }
     /// Writes `w` at `off` (8-aligned), word by word (`words`).
     #[inline(always)]
     pub(super) fn put_words<const N: usize>(&self, off: usize, w: [u64; N]) {
-        assert!(off.checked_add(N * 8).is_some_and(|e| e <= self.len) && off.is_multiple_of(8));
-        for (i, x) in w.into_iter().enumerate() {
-            // SAFETY: as in `words`.
-            unsafe { &*(self.base.add(off + i * 8) as *const AtomicU64) }.store(x.to_le(), Ordering::Relaxed);
+        for (a, x) in self.word_run::<N>(off).iter().zip(w) {
+            a.store(x.to_le(), Ordering::Relaxed);
         }
+    }
+    /// `N` aligned words from `off` on, with one bounds check for all.
+    #[inline(always)]
+    fn word_run<const N: usize>(&self, off: usize) -> &[AtomicU64; N] {
+        assert!(off.checked_add(N * 8).is_some_and(|e| e <= self.len) && off.is_multiple_of(8));
+        // SAFETY: in bounds and aligned (checked above); the mapping lives
+        // as long as `self`; AtomicU64 has the layout of u64, so `N` of
+        // them that of `[u64; N]`.
+        unsafe { &*(self.base.add(off) as *const [AtomicU64; N]) }
     }
 
     /// Copies bytes out of the mapping. The peer may be writing them at the
