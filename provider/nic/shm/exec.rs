@@ -136,8 +136,12 @@ impl Exec<MailboxPort> {
         );
         let mut e = Exec::with_port(me, cfg.local_ips, port, m, seed);
         if cfg.cma {
+            // Nothing is timed yet, so `copy_max` stays as it is; told to
+            // the producers all the same if it did not.
             if let Some(ns) = super::cma::pull_floor_ns() {
-                e.choice.set_pull_floor(ns);
+                if e.choice.set_pull_floor(ns) {
+                    e.port.set_copy_max(e.choice.copy_max());
+                }
             }
         }
         Ok(e)
