@@ -231,6 +231,7 @@ impl<P: Port> Exec<P> {
     /// connect on first use). A peer without a mailbox yet is decided on
     /// first use, as before: nothing is remembered for it here.
     pub fn connect_ahead(&mut self, addrs: &[SocketAddr]) {
+        let ahead = self.ahead;
         for &addr in addrs {
             if self.ahead >= self.m.nrings().div_ceil(4) {
                 break;
@@ -255,6 +256,11 @@ impl<P: Port> Exec<P> {
         // their pages mapped, now too: this is no data call.
         self.take_claims();
         self.port.warm();
+        // A peer we connected to will likely send to us too, claiming a
+        // ring of ours once it learns our address.
+        if self.ahead > ahead {
+            self.port.warm_spare();
+        }
     }
 
     /// Our ring for `addr`, deciding on first use: a local address and a

@@ -80,6 +80,9 @@ pub(crate) trait Port {
     /// Our mapping of claimed rings faults in all their pages (at claim
     /// time only a ring's first pages are). Not on a data path.
     fn warm(&mut self) {}
+    /// Our mapping faults in the ring the next producer will claim
+    /// (`Mailbox::warm_spare`). Not on a data path.
+    fn warm_spare(&mut self) {}
     /// The next published slot of ring `ring` and its header.
     fn peek(&mut self, ring: RingIx) -> Option<(Self::Slot, SlotHead)>;
     /// Whether `peek` would find a slot in ring `ring`; reads nothing else.
@@ -338,6 +341,10 @@ impl Port for MailboxPort {
 
     fn warm(&mut self) {
         self.mb.warm();
+    }
+
+    fn warm_spare(&mut self) {
+        self.mb.warm_spare();
     }
 
     #[inline]
