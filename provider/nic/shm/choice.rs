@@ -8,11 +8,13 @@
 //! 64 KiB copied 2.2 µs against 5.5 pulled on one VM (an AMD EPYC, two
 //! cores under one L3), 8.5 against 3.7 on another (an Intel Xeon, two
 //! cores under one L3 too), and from 8 KiB on the pull won there
-//! (`fi_pingpong -e rdm -m tagged`, one-way). So an endpoint times what it
-//! does itself — copies into peers' rings (`CopyIn`), copies out of its
-//! own (`CopyOut`), the pulls of its rendezvous receives, from accepting
-//! one to its end (`Pull`) — in classes of message size (one slot and up
-//! to twice that, up to four slots, up to eight, ...), and publishes in
+//! (`fi_pingpong -e rdm -m tagged`, one-way). So an endpoint learns what
+//! each way costs into and out of its own rings — the copies its senders
+//! made into them (`CopyIn`: a sender times its copy and says it in the
+//! slot's header, `Frame::stamped`), its copies out of them (`CopyOut`),
+//! the pulls of its rendezvous receives, from accepting one to its end
+//! (`Pull`) — in classes of message size (one slot and up to twice that,
+//! up to four slots, up to eight, ...), and publishes in
 //! its mailbox the longest message it wants copied (`copy_max`): up to
 //! the last class where two copies are known to cost no more than a
 //! pull, below the first where they are known to cost more. Until it
@@ -54,7 +56,12 @@ pub const EXPLORE: u32 = 64;
 /// What was timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Way {
-    /// A spanning message written into a peer's ring.
+    /// A spanning message written into our ring, as its sender timed it.
+    /// (Not our own copies into peers' rings, which stood in for it
+    /// before: what those cost depends on what each peer asks for. In
+    /// Open MPI's 64 KiB ping-pong a rank whose peer asked for pulls
+    /// timed only its rare exploring copies, 2.7 µs, and asked for
+    /// copies into its own ring, which cost its peer 6.)
     CopyIn,
     /// A spanning message copied out of our ring.
     CopyOut,
@@ -112,8 +119,8 @@ struct Class {
 
 impl Class {
     /// Whether two copies are known to cost no more than a pull (`Some`),
-    /// or more, or not known. Without a copy into a ring timed (an
-    /// endpoint that only receives), the copy in is taken to cost what the
+    /// or more, or not known. Without a copy into our ring timed (by
+    /// senders that do not say), the copy in is taken to cost what the
     /// copy out does. Without a pull timed, `floor` (the least a pull of
     /// a few bytes costs here, `CopyOrPull::set_pull_floor`) bounds one
     /// from below together with the bytes' own copy, which costs what the
@@ -226,6 +233,20 @@ impl CopyOrPull {
             }
         }
         self.copy_max != was
+    }
+
+    /// How many samples of `way` the class of `len` holds (its last
+    /// `SAMPLES`).
+    #[cfg(test)]
+    pub fn samples(&self, way: Way, len: usize) -> usize {
+        self.class(len).map_or(0, |c| {
+            let class = &self.classes[c];
+            match way {
+                Way::CopyIn => class.copy_in.n,
+                Way::CopyOut => class.copy_out.n,
+                Way::Pull => class.pull.n,
+            }
+        })
     }
 
     /// The longest message this endpoint wants copied through its rings:

@@ -48,6 +48,8 @@ pub(crate) enum Msg<S> {
         ring: usize,
         hdr: MsgHdr,
         credit: ShmCredit,
+        /// What its sender says writing it took (`Frame::copy_ns`).
+        copy_ns: u32,
     },
     /// A rendezvous message the machine holds as `held`.
     Rndv {
@@ -190,6 +192,12 @@ impl<P: Port> Exec<P> {
     }
 
     /// What the wire carried.
+    /// What this endpoint knows of the ways of spanning messages.
+    #[cfg(test)]
+    pub fn choice(&self) -> &CopyOrPull {
+        &self.choice
+    }
+
     pub fn stats(&self) -> ShmStats {
         ShmStats {
             doorbells: self.doorbells,
@@ -377,17 +385,23 @@ impl<P: Port> Exec<P> {
         self.publish_untimed(ix, head, src)
     }
 
-    /// `publish` of a message longer than a slot: what the copy into the
-    /// ring cost is learnt (`choice.rs`). Apart, so that the small
-    /// messages' path stays as short as it was.
+    /// `publish` of a message longer than a slot: its header says what
+    /// the copy into the ring took, for the owner's choice (`choice.rs`:
+    /// the owner weighs what copies into its own ring cost, which ours
+    /// into other rings need not tell). Apart, so that the small messages'
+    /// path stays as short as it was.
     #[inline(never)]
     fn publish_timed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
-        let t0 = self.port.now();
-        let posted = self.publish_untimed(ix, head, src);
-        if posted {
-            self.learn(Way::CopyIn, head.len, t0);
+        let posted = self
+            .port
+            .post_stamped(ix, head.len, |dst| src.read_at(0, dst), |ns| Frame::stamped(head, ns));
+        let Some(sleeping) = posted else {
+            return false;
+        };
+        if sleeping {
+            self.bell(ix);
         }
-        posted
+        true
     }
 
     #[inline(always)]
@@ -543,6 +557,13 @@ impl<P: Port> Exec<P> {
             return;
         }
         let ns = self.port.now().saturating_sub(t0);
+        self.record(way, len, ns);
+    }
+
+    /// A `way` of `len` bytes took `ns`: into the choice, which our
+    /// producers learn when it changes.
+    #[cold]
+    fn record(&mut self, way: Way, len: usize, ns: u64) {
         if self.choice.record(way, len, ns) {
             let max = self.choice.copy_max();
             crate::debug!(
@@ -696,6 +717,7 @@ impl<P: Port> Exec<P> {
                             ring: r,
                             hdr: Frame::eager_hdr(&head, head.len),
                             credit,
+                            copy_ns: Frame::copy_ns(&head),
                         })
                     }
                     Err(why) => self.m.reject(r, why),
@@ -711,6 +733,7 @@ impl<P: Port> Exec<P> {
                         ring: r,
                         hdr,
                         credit,
+                        copy_ns: 0,
                     })
                 }
                 OnFrame::Rndv {
@@ -961,6 +984,7 @@ impl<P: Port> Exec<P> {
                     ring,
                     hdr,
                     credit,
+                    copy_ns,
                 } => {
                     let len = hdr.len as usize;
                     let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
@@ -974,6 +998,9 @@ impl<P: Port> Exec<P> {
                     });
                     if t0 != 0 {
                         self.learn(Way::CopyOut, len, t0);
+                        if copy_ns != 0 {
+                            self.record(Way::CopyIn, len, u64::from(copy_ns));
+                        }
                     }
                     // Taken in (matched, or copied for later): the slot goes
                     // back, which completes a delivery-complete send. A

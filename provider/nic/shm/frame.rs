@@ -6,6 +6,8 @@
 //! ```text
 //! kind   fields (bytes of SlotHead::f)                  payload
 //! EAGER  0 tag u64  8 data u64  16 flags u32            the message
+//!        20 copy_ns u32 (what writing a spanning payload took its
+//!        sender, for our copy-or-pull choice; 0: not timed)
 //! RTS    0 tag  8 data  16 flags  20 niov u32  24 key   niov × (addr u64, len u64);
 //!                                                       the message is their sum
 //! CTS    0 key u64  8 rid u64                           none: "push `key` to me as rid"
@@ -240,6 +242,22 @@ impl Frame {
         }
     }
 
+    /// An EAGER slot header `h` that says its payload took its sender
+    /// `ns` to write (`copy_ns`; beyond four seconds counted as four).
+    pub fn stamped(h: &SlotHead, ns: u64) -> SlotHead {
+        debug_assert_eq!(h.kind, kind::EAGER);
+        let mut h = *h;
+        h.f.set_u32(20, u32::try_from(ns).unwrap_or(u32::MAX));
+        h
+    }
+
+    /// What an EAGER slot's payload took its sender to write, if it says
+    /// (`stamped`). A peer could say anything here: it moves only which
+    /// way we ask for spanning messages, both of which deliver them.
+    pub fn copy_ns(h: &SlotHead) -> u32 {
+        h.f.u32(20)
+    }
+
     /// The slot header that carries this frame.
     pub fn head(&self) -> SlotHead {
         let mut f = Fields::default();
@@ -393,6 +411,19 @@ mod tests {
 
     fn parse_raw(h: &SlotHead, p: &[u8]) -> Result<Frame, Malformed> {
         Frame::parse(h, Some(&SharedBytes::of_slice(p)))
+    }
+
+    #[test]
+    fn a_stamped_eager_slot_is_the_same_message() {
+        let fr = Frame::Eager { hdr: hdr(17) };
+        let plain = fr.head();
+        assert_eq!(Frame::copy_ns(&plain), 0, "not timed");
+        let h = Frame::stamped(&plain, 1234);
+        assert_eq!(Frame::copy_ns(&h), 1234);
+        assert_eq!(Frame::copy_ns(&Frame::stamped(&plain, u64::MAX)), u32::MAX);
+        let body = [5u8; 17];
+        assert_eq!(Frame::parse(&h, Some(&SharedBytes::of_slice(&body))), Ok(fr));
+        assert_eq!(Frame::eager_hdr(&h, 17), hdr(17));
     }
 
     #[test]

@@ -60,6 +60,20 @@ pub(crate) trait Port {
     /// than a slot holds). `None`: no room. `Some(true)`: the owner
     /// sleeps and wants a doorbell.
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool>;
+    /// `post` of `len` payload bytes whose header `stamp` makes once
+    /// `fill` wrote them, from the nanoseconds that took (0 where nothing
+    /// is timed): the owner learns what copies into its ring cost.
+    fn post_stamped(
+        &mut self,
+        ix: PeerIx,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        stamp: impl FnOnce(u64) -> SlotHead,
+    ) -> Option<bool> {
+        let head = stamp(0);
+        debug_assert_eq!(head.len, len);
+        self.post(ix, &head, fill)
+    }
     /// A hint: more posts to peer `ix` follow soon; the slots after the
     /// next may be made ready for writing. Changes nothing a peer sees.
     fn post_ahead(&self, _ix: PeerIx) {}
@@ -308,6 +322,23 @@ impl Port for MailboxPort {
         let mut s = self.outs.get_mut(ix)?.as_mut()?.slot_for(head.len)?;
         s.head(head);
         fill(s.payload(head.len));
+        Some(s.publish())
+    }
+
+    fn post_stamped(
+        &mut self,
+        ix: PeerIx,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        stamp: impl FnOnce(u64) -> SlotHead,
+    ) -> Option<bool> {
+        let mut s = self.outs.get_mut(ix)?.as_mut()?.slot_for(len)?;
+        // The header after the payload: nothing is seen before `publish`.
+        let t0 = crate::progress::now_ns();
+        fill(s.payload(len));
+        let head = stamp(crate::progress::now_ns().saturating_sub(t0));
+        debug_assert_eq!(head.len, len);
+        s.head(&head);
         Some(s.publish())
     }
 

@@ -5,6 +5,7 @@
 
 use super::{flags, pattern, Node, RealMem, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
+use crate::nic::shm::choice::Way;
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::SPLIT_MIN;
 use crate::nic::shm::mailbox::{credit_cost, Geometry, SlotHead};
@@ -296,6 +297,25 @@ fn a_real_producer_beyond_its_loan_or_writing_garbage_is_cut_off() {
     b.progress();
     assert_eq!(b.unexpected(), 2);
     assert_eq!((b.w.stats().rejected, b.w.m.banned().len()), (2, 2));
+}
+
+#[test]
+fn a_copy_into_a_ring_is_timed_for_its_owner() {
+    let geo = Geometry::new(2, 16, 512).with_span(8);
+    let (mut a, mut b) = nodes(41230, geo, true, 64 * credit_cost(4096));
+    // Spanning four slots; the owner knows nothing yet and asks for pulls,
+    // but the first of a class is copied (`choice::copies`).
+    let len = 2000;
+    let r = b.post(len);
+    let s = a.send(b.addr, 1, &pattern(1, len), PLAIN);
+    settle(&mut a, &mut b);
+    assert_eq!((a.send_result(s), b.recv_result(r)), (Some(Ok(())), Some(Ok(len))));
+    assert_eq!(b.data(r), pattern(1, len));
+    // The slot said what writing it took the sender: the owner weighs
+    // copies into its ring with it; the sender keeps nothing of it.
+    assert_eq!(b.w.choice().samples(Way::CopyIn, len), 1);
+    assert_eq!(b.w.choice().samples(Way::CopyOut, len), 1);
+    assert_eq!(a.w.choice().samples(Way::CopyIn, len), 0);
 }
 
 #[test]
