@@ -42,6 +42,8 @@
 //! copied, since its rendezvous are pushed through the ring after a round
 //! trip. Sans-IO: the executor reads the clock.
 
+use super::machine::SPLIT_MIN;
+
 /// Classes of message size: class `c` holds messages of more than
 /// `payload << c` and at most `payload << (c + 1)` bytes (`payload` is
 /// one slot's); longer ones (beyond 64 slots, more than a ring spans) are
@@ -122,10 +124,10 @@ impl Class {
     /// or more, or not known. Without a copy into our ring timed (by
     /// senders that do not say), the copy in is taken to cost what the
     /// copy out does. Without a pull timed, `floor` (the least a pull of
-    /// a few bytes costs here, `CopyOrPull::set_pull_floor`) bounds one
-    /// from below together with the bytes' own copy, which costs what the
-    /// copy out of a ring does: copies win if the copy in costs no more
-    /// than the floor.
+    /// the class's longest message costs here beside copying its bytes,
+    /// `PullFloor::of`) bounds one from below together with the bytes'
+    /// own copy, which costs what the copy out of a ring does: copies win
+    /// if the copy in costs no more than the floor.
     fn copy_wins(&self, floor: Option<u64>) -> Option<bool> {
         let out = self.copy_out.get()?;
         let copy_in = self.copy_in.get().unwrap_or(out);
@@ -133,6 +135,28 @@ impl Class {
             Some(pull) => Some(out + copy_in <= pull),
             None => floor.is_some_and(|f| copy_in <= f).then_some(true),
         }
+    }
+}
+
+/// What a pull costs at least on this host (`cma::pull_floor`): a fixed
+/// part and a part per page read, in ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PullFloor {
+    /// The system call and the kernel's look at the process.
+    pub ns: u64,
+    /// Each page read (the kernel finds and pins it), beside copying its
+    /// bytes.
+    pub page_ns: u64,
+}
+
+impl PullFloor {
+    /// The least a pull of `len` bytes costs beside copying them: a split
+    /// one (`SPLIT_MIN` and up) reads half of them while its sender writes
+    /// the rest.
+    fn of(&self, len: usize) -> u64 {
+        let pages = (len / 4096) as u64;
+        let read = if len >= SPLIT_MIN { pages / 2 } else { pages };
+        self.ns.saturating_add(self.page_ns.saturating_mul(read))
     }
 }
 
@@ -146,9 +170,8 @@ pub struct CopyOrPull {
     timed_max: usize,
     classes: [Class; CLASSES],
     copy_max: usize,
-    /// The least a pull of a few bytes costs on this host (a system
-    /// call and the kernel's look at the other process), once measured.
-    pull_floor: Option<u64>,
+    /// The least a pull costs on this host, once measured.
+    pull_floor: Option<PullFloor>,
     /// We cannot pull (`FI_GNIX_CMA=0`, or the kernel refused): a
     /// rendezvous is pushed through the ring after a round trip, so
     /// everything a ring holds is better copied.
@@ -209,15 +232,17 @@ impl CopyOrPull {
         self.choose()
     }
 
-    /// A pull of a few bytes takes at least `ns` here (measured once a
-    /// process, `cma::pull_floor_ns`): where a system call costs a
-    /// microsecond, as in the VMs this runs on, a class whose copies cost
-    /// less is known to copy before a pull of it was ever timed, and the
-    /// first pull of a size (which also pays for the pages it reads for
-    /// the first time: 15-20 us at 12 KiB on the host of 2026-12-04) is
-    /// not made at all. Whether `copy_max` changed.
-    pub fn set_pull_floor(&mut self, ns: u64) -> bool {
-        self.pull_floor = Some(ns);
+    /// A pull takes at least `floor` here (measured once a process,
+    /// `cma::pull_floor`): where a system call costs a microsecond, as in
+    /// the VMs this runs on, a class whose copy into a ring costs less
+    /// than a pull of its longest message would beside the copy is known
+    /// to copy before a pull of it was ever timed, and the first pull of a
+    /// size (which also pays for the pages it reads for the first time:
+    /// 10-40 us at 12 KiB on the host of 2026-12-04, one a side in a row
+    /// of `fi_pingpong -S all`'s ten round trips) is not made at all.
+    /// Whether `copy_max` changed.
+    pub fn set_pull_floor(&mut self, floor: PullFloor) -> bool {
+        self.pull_floor = Some(floor);
         !self.no_pulls && self.choose()
     }
 
@@ -226,7 +251,8 @@ impl CopyOrPull {
         let was = self.copy_max;
         self.copy_max = self.payload;
         for (c, class) in self.classes.iter().enumerate() {
-            match class.copy_wins(self.pull_floor) {
+            let floor = self.pull_floor.map(|f| f.of(self.payload << (c + 1)));
+            match class.copy_wins(floor) {
                 Some(true) => self.copy_max = self.payload << (c + 1),
                 Some(false) => break,
                 None => {}
@@ -299,6 +325,8 @@ mod tests {
     use super::*;
 
     const P: usize = 8192;
+    /// A pull floor of a microsecond, nothing a page.
+    const FLOOR: PullFloor = PullFloor { ns: 1000, page_ns: 0 };
 
     #[test]
     fn classes_are_powers_of_two_of_slots() {
@@ -485,7 +513,7 @@ mod tests {
     #[test]
     fn copies_cheaper_than_the_least_pull_win_before_any_pull() {
         let mut c = CopyOrPull::new(P);
-        assert!(!c.set_pull_floor(1000), "nothing timed: nothing changes");
+        assert!(!c.set_pull_floor(FLOOR), "nothing timed: nothing changes");
         // 12 KiB copied out in 600 ns (800 at the class's top, 16 KiB):
         // a pull costs at least 1000 and the copy's 800.
         assert!(c.record(Way::CopyOut, 3 * P / 2, 600));
@@ -505,8 +533,31 @@ mod tests {
         assert_eq!(c.copy_max(), P);
         // An endpoint that cannot pull wants everything copied, floor or not.
         assert!(c.no_pulls());
-        assert!(!c.set_pull_floor(1000));
+        assert!(!c.set_pull_floor(FLOOR));
         assert_eq!(c.copy_max(), usize::MAX);
+    }
+
+    #[test]
+    fn the_pages_a_pull_reads_raise_its_floor() {
+        let floor = PullFloor { ns: 1000, page_ns: 200 };
+        assert_eq!(floor.of(8000), 1200, "one whole page");
+        assert_eq!(floor.of(16 << 10), 1800);
+        assert_eq!(floor.of(SPLIT_MIN), 1800, "split: half the pages read");
+        assert_eq!(floor.of(64 << 10), 2600);
+        // 12 KiB copied in 1200 ns and out in 450 (1600 and 600 at the
+        // class's top, 16 KiB): more than the fixed part of a pull, less
+        // than a 16 KiB pull's floor. Copies win before any pull.
+        let mut c = CopyOrPull::new(P);
+        c.set_pull_floor(floor);
+        assert!(!c.record(Way::CopyIn, 3 * P / 2, 1200), "no copy out yet");
+        assert!(c.record(Way::CopyOut, 3 * P / 2, 450));
+        assert_eq!(c.copy_max(), 2 * P);
+        // Without the pages, the same is not known.
+        let mut c = CopyOrPull::new(P);
+        c.set_pull_floor(PullFloor { page_ns: 0, ..floor });
+        c.record(Way::CopyIn, 3 * P / 2, 1200);
+        c.record(Way::CopyOut, 3 * P / 2, 450);
+        assert_eq!(c.copy_max(), P);
     }
 
     #[test]

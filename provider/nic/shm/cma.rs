@@ -2,6 +2,7 @@
 //! this process and a local peer, over lists of address ranges (the
 //! rendezvous's buffers, as RTS and CTW frames carry them).
 
+use super::choice::PullFloor;
 use crate::proto::MemRanges;
 use std::io;
 
@@ -65,38 +66,62 @@ pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usiz
 /// Linux 6.x); without a read of our own first, the first rendezvous a
 /// benchmark times pays it (libfabric's shm pays it in its CMA check at
 /// start-up). An 8-byte read of our own memory pays it here, once per
-/// process; eight more are timed, and the least of them is returned, in
-/// ns: a floor under what any pull costs on this host (the system call,
-/// the kernel's look at the process and its pages), which
-/// `CopyOrPull::set_pull_floor` weighs copies against before a pull of
-/// their size was timed. About 1.1 µs on the VM of 2026-12-04, where a
-/// system call is dear; some 10 µs in all. `None` if the kernel refuses
-/// the read (best effort: a refusal is learnt again, and handled, at the
-/// first real pull).
-pub fn pull_floor_ns() -> Option<u64> {
-    static FLOOR: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+/// process; eight more are timed, and the least of them is the floor's
+/// fixed part (the system call, the kernel's look at the process): about
+/// 1.1-1.3 µs on the VMs of 2026-12-04, where a system call is dear.
+/// Eight reads of 16 KiB of our own heap, less eight copies of it, give
+/// the part per page (the least of each, a quarter of what is left of
+/// the read after the fixed part and the copy): about 190 ns there, where
+/// a 16 KiB read of our own memory took 2.1 µs against 1.2 for 8 bytes
+/// (`bench/README.md`). `CopyOrPull::set_pull_floor` weighs copies
+/// against it before a pull of their size was timed. Some 50 µs in all,
+/// once. `None` if the kernel refuses the read (best effort: a refusal is
+/// learnt again, and handled, at the first real pull).
+pub fn pull_floor() -> Option<PullFloor> {
+    static FLOOR: std::sync::OnceLock<Option<PullFloor>> = std::sync::OnceLock::new();
     *FLOOR.get_or_init(|| {
+        // The least time of eight `f`s.
+        let least = |f: &mut dyn FnMut() -> io::Result<usize>| -> Option<u64> {
+            let mut least = u64::MAX;
+            for _ in 0..8 {
+                let t0 = crate::progress::now_ns();
+                f().ok()?;
+                least = least.min(crate::progress::now_ns() - t0);
+            }
+            Some(least)
+        };
         let src = [0u8; 8];
         let mut dst = [0u8; 8];
         let local = [(dst.as_mut_ptr() as u64, 8)];
         let remote = [(src.as_ptr() as u64, 8)];
         // Reading our own stack into our own stack: nothing else is touched.
-        let read = || cma(std::process::id(), &local, &remote, false);
+        let mut read = || cma(std::process::id(), &local, &remote, false);
         // The first pays the process's first read, untimed.
         let _ = read();
-        let mut least = u64::MAX;
-        for _ in 0..8 {
-            let t0 = crate::progress::now_ns();
-            read().ok()?;
-            least = least.min(crate::progress::now_ns() - t0);
-        }
-        Some(least)
+        let ns = least(&mut read)?;
+        // Four pages of our heap (written, so that they are there) read
+        // into four more, and copied.
+        const LEN: usize = 16 << 10;
+        let from = vec![1u8; LEN + 4096];
+        let mut to = vec![0u8; LEN + 4096];
+        let a = from.as_ptr().align_offset(4096);
+        let b = to.as_ptr().align_offset(4096);
+        let local = [(to[b..].as_mut_ptr() as u64, LEN as u64)];
+        let remote = [(from[a..].as_ptr() as u64, LEN as u64)];
+        let pull = least(&mut || cma(std::process::id(), &local, &remote, false))?;
+        let copy = least(&mut || {
+            to[b..b + LEN].copy_from_slice(&from[a..a + LEN]);
+            std::hint::black_box(&to);
+            Ok(LEN)
+        })?;
+        let page_ns = pull.saturating_sub(ns + copy) / (LEN as u64 / 4096);
+        Some(PullFloor { ns, page_ns })
     })
 }
 
 /// Reading another process for the first time costs the kernel more
 /// again, per process read, on top of the once-per-process cost that
-/// `pull_floor_ns` pays:
+/// `pull_floor` pays:
 /// a first 12 KiB pull of a peer took 8-11 µs, 3.6-4.0 µs once that peer
 /// was read before, 1.2-2 µs in steady state (the Firecracker VM of
 /// 2026-12-02, Linux 6.18; most of what is left is the pages read for the
@@ -198,6 +223,13 @@ mod tests {
 
     /// The warm-up's read at an unmapped address is no error (that is
     /// what it expects); a process that does not exist is.
+    #[test]
+    fn the_pull_floor_is_measured_once() {
+        let f = pull_floor().expect("reading our own memory is allowed");
+        assert!(f.ns > 0);
+        assert_eq!(pull_floor(), Some(f), "once a process");
+    }
+
     #[test]
     fn warming_a_peer_is_ok_unless_it_cannot_be_read() {
         cma_warm_peer(std::process::id()).unwrap();

@@ -140,8 +140,8 @@ impl Exec<MailboxPort> {
         if cfg.cma {
             // Nothing is timed yet, so `copy_max` stays as it is; told to
             // the producers all the same if it did not.
-            if let Some(ns) = super::cma::pull_floor_ns() {
-                if e.choice.set_pull_floor(ns) {
+            if let Some(floor) = super::cma::pull_floor() {
+                if e.choice.set_pull_floor(floor) {
                     e.port.set_copy_max(e.choice.copy_max());
                 }
             }
