@@ -150,12 +150,14 @@ pub struct PullFloor {
 }
 
 impl PullFloor {
-    /// The least a pull of `len` bytes costs beside copying them: a split
-    /// one (`SPLIT_MIN` and up) reads half of them while its sender writes
-    /// the rest.
-    fn of(&self, len: usize) -> u64 {
-        let pages = (len / 4096) as u64;
-        let read = if len >= SPLIT_MIN { pages / 2 } else { pages };
+    /// The least a pull of the messages of a class costs beside copying
+    /// them, at the class's top (`top` bytes, where its samples are
+    /// scaled to): its pages, half of them when every message of the
+    /// class is split (its shortest, `bottom` bytes, `SPLIT_MIN` and up:
+    /// the receiver reads half while the sender writes the rest).
+    fn of(&self, bottom: usize, top: usize) -> u64 {
+        let pages = (top / 4096) as u64;
+        let read = if bottom >= SPLIT_MIN { pages / 2 } else { pages };
         self.ns.saturating_add(self.page_ns.saturating_mul(read))
     }
 }
@@ -251,7 +253,9 @@ impl CopyOrPull {
         let was = self.copy_max;
         self.copy_max = self.payload;
         for (c, class) in self.classes.iter().enumerate() {
-            let floor = self.pull_floor.map(|f| f.of(self.payload << (c + 1)));
+            let floor = self
+                .pull_floor
+                .map(|f| f.of((self.payload << c) + 1, self.payload << (c + 1)));
             match class.copy_wins(floor) {
                 Some(true) => self.copy_max = self.payload << (c + 1),
                 Some(false) => break,
@@ -540,10 +544,10 @@ mod tests {
     #[test]
     fn the_pages_a_pull_reads_raise_its_floor() {
         let floor = PullFloor { ns: 1000, page_ns: 200 };
-        assert_eq!(floor.of(8000), 1200, "one whole page");
-        assert_eq!(floor.of(16 << 10), 1800);
-        assert_eq!(floor.of(SPLIT_MIN), 1800, "split: half the pages read");
-        assert_eq!(floor.of(64 << 10), 2600);
+        assert_eq!(floor.of(4001, 8000), 1200, "one whole page");
+        assert_eq!(floor.of(8193, 16 << 10), 1800);
+        assert_eq!(floor.of(16385, 32 << 10), 2600, "the class's shorter messages go whole");
+        assert_eq!(floor.of(SPLIT_MIN + 1, 64 << 10), 2600, "split: half the pages read");
         // 12 KiB copied in 1200 ns and out in 450 (1600 and 600 at the
         // class's top, 16 KiB): more than the fixed part of a pull, less
         // than a 16 KiB pull's floor. Copies win before any pull.
