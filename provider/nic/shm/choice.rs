@@ -37,10 +37,13 @@
 //! copy out (least 1.4, median 1.5) and the pull (4.4 and 4.5) sit
 //! tight. Chosen by the least sample, 64 KiB switched between the ways
 //! 18 times in 3 000 round trips and ran at 6.3-7.3 µs one-way, where
-//! pulls alone took 5.3-5.6. An endpoint that cannot pull (`FI_GNIX_CMA=0`, or
-//! the kernel refused: Yama's ptrace scope, containers) wants everything
-//! copied, since its rendezvous are pushed through the ring after a round
-//! trip. Sans-IO: the executor reads the clock.
+//! pulls alone took 5.3-5.6. Before a pull of a class is timed, a floor
+//! measured once a process (`PullFloor`) bounds what one costs.
+//!
+//! An endpoint that cannot pull (`FI_GNIX_CMA=0`, or the kernel refused:
+//! Yama's ptrace scope, containers) wants everything copied, since its
+//! rendezvous are pushed through the ring after a round trip. Sans-IO:
+//! the executor reads the clock.
 
 use super::machine::SPLIT_MIN;
 
@@ -72,9 +75,9 @@ pub enum Way {
 }
 
 /// The median of the last `SAMPLES` samples (of as many as there are,
-/// until there are that many; the lesser middle one of an even count). Kept sorted beside the arrival
-/// order, so that a sample costs two short moves and the estimate a load:
-/// every spanning message adds one.
+/// until there are that many; the lesser middle one of an even count).
+/// Kept sorted beside the arrival order, so that a sample costs two short
+/// moves and the estimate a load: every spanning message adds one.
 #[derive(Clone, Copy, Debug, Default)]
 struct Median {
     /// The samples in arrival order, a ring: the oldest at `next` once

@@ -71,7 +71,7 @@ pub fn cma_write(pid: u32, local: &[Range], remote: &[Range]) -> io::Result<usiz
 /// 1.1-1.3 µs on the VMs of 2026-12-04, where a system call is dear.
 /// Eight reads of 16 KiB of our own heap, less eight copies of it, give
 /// the part per page (the least of each, a quarter of what is left of
-/// the read after the fixed part and the copy): about 190 ns there, where
+/// the read after the fixed part and the copy): 170-190 ns there, where
 /// a 16 KiB read of our own memory took 2.1 µs against 1.2 for 8 bytes
 /// (`bench/README.md`). `CopyOrPull::set_pull_floor` weighs copies
 /// against it before a pull of their size was timed. Some 50 µs in all,
@@ -221,8 +221,6 @@ mod tests {
         assert_eq!(&b[..], &src[3000..]);
     }
 
-    /// The warm-up's read at an unmapped address is no error (that is
-    /// what it expects); a process that does not exist is.
     #[test]
     fn the_pull_floor_is_measured_once() {
         let f = pull_floor().expect("reading our own memory is allowed");
@@ -230,6 +228,8 @@ mod tests {
         assert_eq!(pull_floor(), Some(f), "once a process");
     }
 
+    /// The warm-up's read at an unmapped address is no error (that is
+    /// what it expects); a process that does not exist is.
     #[test]
     fn warming_a_peer_is_ok_unless_it_cannot_be_read() {
         cma_warm_peer(std::process::id()).unwrap();

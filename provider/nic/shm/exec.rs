@@ -191,13 +191,13 @@ impl<P: Port> Exec<P> {
         self.m.set_rndv_threshold(t);
     }
 
-    /// What the wire carried.
     /// What this endpoint knows of the ways of spanning messages.
     #[cfg(test)]
     pub fn choice(&self) -> &CopyOrPull {
         &self.choice
     }
 
+    /// What the wire carried.
     pub fn stats(&self) -> ShmStats {
         ShmStats {
             doorbells: self.doorbells,
