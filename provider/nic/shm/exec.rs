@@ -395,18 +395,20 @@ impl<P: Port> Exec<P> {
         let posted = self
             .port
             .post_stamped(ix, head.len, |dst| src.read_at(0, dst), |ns| Frame::stamped(head, ns));
-        let Some(sleeping) = posted else {
-            return false;
-        };
-        if sleeping {
-            self.bell(ix);
-        }
-        true
+        self.published(ix, posted)
     }
 
     #[inline(always)]
     fn publish_untimed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
-        let Some(sleeping) = self.port.post(ix, head, |dst| src.read_at(0, dst)) else {
+        let posted = self.port.post(ix, head, |dst| src.read_at(0, dst));
+        self.published(ix, posted)
+    }
+
+    /// What a `Port::post` to peer `ix` answered: whether the slot went
+    /// out, its owner's doorbell rung if it sleeps.
+    #[inline(always)]
+    fn published(&mut self, ix: PeerIx, posted: Option<bool>) -> bool {
+        let Some(sleeping) = posted else {
             return false;
         };
         if sleeping {

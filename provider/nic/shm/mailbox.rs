@@ -717,7 +717,7 @@ impl Mailbox {
             // The owners' table is on the header page: an unclaimed ring's
             // own page is never touched (each would be a page fault, 64 of
             // them on the first claim).
-            if self.rings[r].is_some() || self.map.u64_at(OWNERS_OFF + 8 * r).load(Ordering::Acquire) == 0 {
+            if self.rings[r].is_some() || !self.claimed(r) {
                 continue;
             }
             let roff = self.geo.ring_off(r);
@@ -773,6 +773,11 @@ impl Mailbox {
         }
     }
 
+    /// Whether a producer claimed ring `r` (its pid in the owners' table).
+    fn claimed(&self, r: usize) -> bool {
+        self.map.u64_at(OWNERS_OFF + 8 * r).load(Ordering::Acquire) != 0
+    }
+
     /// Faults in the pages of the ring the next producer will claim (the
     /// lowest free one, `Outbox::connect`), once: for a peer the AV just
     /// learned, which connects to us after we connected to it (it learns
@@ -785,8 +790,7 @@ impl Mailbox {
     /// about 10 µs, and the ring's pages are allocated (a producer's
     /// claim allocates them anyway); one spare at a time.
     pub fn warm_spare(&mut self) {
-        let free = (0..self.geo.nrings)
-            .find(|&r| self.rings[r].is_none() && self.map.u64_at(OWNERS_OFF + 8 * r).load(Ordering::Acquire) == 0);
+        let free = (0..self.geo.nrings).find(|&r| self.rings[r].is_none() && !self.claimed(r));
         let Some(r) = free else { return };
         if self.spare == Some(r) {
             return;
