@@ -234,6 +234,12 @@ pub(crate) struct Colls {
 }
 
 impl Colls {
+    /// No operation under way, no credit to give back: a pass has
+    /// nothing of ours to do (`coll_advance`).
+    pub(super) fn idle(&self) -> bool {
+        self.ops.is_empty() && self.credits.is_empty()
+    }
+
     /// Drops the parked messages `gone` picks (nobody will take them);
     /// the wires' credit they held goes back at the next `coll_advance`.
     fn unpark(&mut self, gone: impl Fn(&Key, &Parked) -> bool) {
@@ -576,7 +582,7 @@ impl<F: super::Face> Handler<'_, F> {
     /// without collectives it is two loads.
     #[inline]
     pub(super) fn coll_advance(&mut self, wires: &mut dyn Wires, now: u64) {
-        if self.coll.ops.is_empty() && self.coll.credits.is_empty() {
+        if self.coll.idle() {
             return;
         }
         self.coll_advance_all(wires, now);

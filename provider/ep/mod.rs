@@ -134,6 +134,11 @@ struct EpState {
     /// The time of the application's progress passes (CQ and counter
     /// polls).
     clock: PassClock,
+    /// Until this time (`clock`'s), a poll that finds no slot in the shm
+    /// rings has nothing else to do (`Port::quiet_until`, set by each
+    /// full pass, 0 after anything else took the lock): it ends after
+    /// that look instead of making a pass (`Ep::progress`).
+    quiet_until: u64,
 }
 
 /// The last destination a send looked up: (fi_addr, AV generation,
@@ -335,6 +340,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         dest_cache: None,
         lanes: lanes::Lanes::default(),
         clock: PassClock::default(),
+        quiet_until: 0,
     })
 }
 
@@ -411,9 +417,13 @@ impl Ep {
         }
     }
 
+    /// The endpoint's state, for anything but a progress pass: whatever
+    /// it changes, the next poll makes a whole pass.
     #[inline(always)]
     fn lock(&self) -> GateGuard<'_, EpState> {
-        self.state.lock()
+        let mut st = self.state.lock();
+        st.quiet_until = 0;
+        st
     }
 
     /// The address of `dest` in the AV (`cache`, the endpoint's
@@ -527,11 +537,19 @@ impl Ep {
     /// completed.
     fn progress_locked(&self, st: &mut EpState, now: u64) {
         let (port, mut h) = st.split(self);
-        port.progress(now, &mut h);
+        let found = port.progress(now, &mut h);
         // Answers to peers' one-sided requests, queued while the wires
         // were calling us; collectives' next rounds.
         h.send_replies(port, now);
         h.coll_advance(port, now);
+        // A pass that found nothing and left nothing to do: the polls
+        // until `quiet_until` look at the rings only. (After one that
+        // found something the next pass is whole, and asks.)
+        st.quiet_until = if found || !h.idle() {
+            0
+        } else {
+            st.port.quiet_until(now)
+        };
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -569,7 +587,11 @@ impl Progress for Ep {
         self.touch();
         if let Some(mut st) = self.state.try_lock() {
             let now = st.clock.now();
-            self.progress_locked(&mut st, now);
+            // The poll of an application waiting for a message: one look
+            // at the rings, not a pass (bench/pollbench-callgrind EMPTY=1).
+            if now >= st.quiet_until || st.port.arrived() {
+                self.progress_locked(&mut st, now);
+            }
         }
         // No endpoint lock held: triggered operations may fire.
         self.domain.triggers.run();
@@ -593,6 +615,8 @@ impl Progress for Ep {
             return self.watched.load(Ordering::Acquire);
         };
         let armed = st.port.arm();
+        // The pass after the sleep takes the arming back.
+        st.quiet_until = 0;
         self.watched.store(true, Ordering::Release);
         armed
     }

@@ -582,6 +582,17 @@ impl<F: super::Face> Handler<'_, F> {
         self.send_replies_now(wires, now)
     }
 
+    /// Nothing for the end of a pass to do: no answer, credit or discard
+    /// owed for one-sided requests, no lane to run, no collective round
+    /// (`send_replies` and `coll_advance` would return at once).
+    pub(super) fn idle(&self) -> bool {
+        !self.os.lanes_free
+            && self.os.replies.is_empty()
+            && self.os.credits.is_empty()
+            && self.os.discards.is_empty()
+            && self.coll.idle()
+    }
+
     #[cold]
     fn send_replies_now(&mut self, wires: &mut dyn Wires, now: u64) {
         for c in self.os.credits.drain(..) {

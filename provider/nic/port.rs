@@ -148,9 +148,9 @@ impl Port {
     /// datagrams first; then the shm wire; then the UDP sockets when their
     /// turn says (`UdpTurn`). Inlined into the endpoint's pass (out of
     /// line it costs a message some 30 instructions more:
-    /// bench/pollbench-callgrind).
+    /// bench/pollbench-callgrind). Whether either wire found something.
     #[inline]
-    pub(crate) fn progress<U: Upcall>(&mut self, now: u64, up: &mut U) {
+    pub(crate) fn progress<U: Upcall>(&mut self, now: u64, up: &mut U) -> bool {
         let Port {
             udp,
             shm,
@@ -158,15 +158,39 @@ impl Port {
             udp_turn,
         } = self;
         let up = &mut TxMap { up, txds };
-        udp.progress_timers(now, up);
-        if shm.as_mut().is_some_and(|s| s.progress(now, up)) && udp_turn.busy() {
-            return;
+        let mut any = udp.progress_timers(now, up);
+        if shm.as_mut().is_some_and(|s| s.progress(now, up)) {
+            if udp_turn.busy() {
+                return true;
+            }
+            any = true;
         }
         let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
         let shm_only = shm_active && now.saturating_sub(udp.last_active) > UDP_HOT_NS;
         if udp_turn.due(shm_only, now) {
-            udp.progress_rx(now, up);
+            any |= udp.progress_rx(now, up);
         }
+        any
+    }
+
+    /// Until when a poll that finds nothing `arrived` has nothing to do:
+    /// while only local peers talk to us (the UDP socket read on its own
+    /// schedule, `UdpTurn::due`, and no UDP timers), up to the socket's
+    /// next turn and the shm wire's `quiet_until`; else 0 (every pass
+    /// reads the socket). Asked at the end of a pass.
+    pub(crate) fn quiet_until(&self, now: u64) -> u64 {
+        let Some(shm) = &self.shm else { return 0 };
+        let shm_only = shm.in_use() && now.saturating_sub(self.udp.last_active) > UDP_HOT_NS;
+        if !shm_only || self.udp.hot() {
+            return 0;
+        }
+        self.udp_turn.next.min(shm.quiet_until(now))
+    }
+
+    /// Something waits in our shm rings for a pass.
+    #[inline]
+    pub(crate) fn arrived(&self) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.arrived())
     }
 
     /// Closing: the ACKs still owed go out now.

@@ -69,13 +69,24 @@ impl UdpWire {
         self.sockets.wait_fd()
     }
 
+    /// Whether a peer was ever reached over UDP: from then on every pass
+    /// runs the engine's timers (`progress_timers`).
+    pub(crate) fn hot(&self) -> bool {
+        self.hot
+    }
+
     /// Timers due, events, and what the engine queued (a datagram the
     /// socket refused, sends held back with FI_MORE, an accepted receive's
     /// first GET).
+    #[inline]
     pub(crate) fn progress_timers(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         if !self.hot {
             return false;
         }
+        self.progress_timers_hot(now, up)
+    }
+
+    fn progress_timers_hot(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }

@@ -972,6 +972,25 @@ impl<P: Port> Exec<P> {
         self.m.active().iter().any(|&r| self.port.ready(r))
     }
 
+    /// Something for a pass in our rings: a published slot, or a ring
+    /// claimed since the last pass. Reads one word a ring.
+    #[inline]
+    pub fn arrived(&self) -> bool {
+        self.any_ready() || self.port.claims_waiting()
+    }
+
+    /// Until when a pass at `now` that finds nothing `arrived` would do
+    /// nothing here: the early return of `progress`, for polls to come
+    /// (0: the next pass must run; no later than the next liveness
+    /// check).
+    pub fn quiet_until(&self, now: u64) -> u64 {
+        if self.bells.is_empty() {
+            self.m.idle_until(now)
+        } else {
+            0
+        }
+    }
+
     /// Takes up to `BATCH` messages from the rings to the endpoint.
     /// Whether there were any. (One caller, the pass's loop.)
     #[inline(always)]

@@ -91,6 +91,8 @@ pub(crate) trait Port {
 
     /// Rings claimed since the last call, appended to `out`.
     fn claims(&mut self, out: &mut Vec<Claim>);
+    /// Whether `claims` would find a ring; reads nothing else.
+    fn claims_waiting(&self) -> bool;
     /// Our mapping of claimed rings faults in all their pages (at claim
     /// time only a ring's first pages are). Not on a data path.
     fn warm(&mut self) {}
@@ -368,6 +370,11 @@ impl Port for MailboxPort {
         if self.mb.claims_changed() {
             self.scan_claims(out);
         }
+    }
+
+    #[inline]
+    fn claims_waiting(&self) -> bool {
+        self.mb.claims_changed()
     }
 
     fn warm(&mut self) {

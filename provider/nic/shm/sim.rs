@@ -527,6 +527,14 @@ impl Port for SimPort {
         }
     }
 
+    fn claims_waiting(&self) -> bool {
+        let h = self.world.0.borrow();
+        h.boxes[self.mb]
+            .rings
+            .iter()
+            .any(|r| r.state != RingState::Free && !r.seen)
+    }
+
     fn peek(&mut self, ring: RingIx) -> Option<((RingIx, u64), SlotHead)> {
         let (pos, head, payload) = self.with_ring(ring, |r| r.slots.front().cloned())?;
         self.peeked = Some((ring, pos, head.len, payload));

@@ -641,6 +641,16 @@ impl Machine {
             && !self.check_pending(now)
     }
 
+    /// Until when passes that find no slot have nothing of the machine's
+    /// to do: while `idle`, its next liveness check; else 0.
+    pub fn idle_until(&self, now: u64) -> u64 {
+        if self.idle(now) {
+            self.last_check + CHECK_EVERY_NS
+        } else {
+            0
+        }
+    }
+
     /// Whether a liveness check is due at `now` (`check_due`, which also
     /// takes it).
     #[inline]

@@ -757,3 +757,38 @@ fn connect_ahead_claims_rings_before_the_first_message() {
         assert_eq!(a.send_result(op), Some(Ok(())));
     }
 }
+
+/// A pass that finds nothing says how long the polls after it may look
+/// only at the rings (`Exec::quiet_until`): until the next liveness check
+/// while nothing waits, not at all while frames wait for room. What a
+/// poll then looks at (`Exec::arrived`) sees a ring claimed and a slot
+/// published since the pass, and nothing else.
+#[test]
+fn a_quiet_pass_is_bounded_and_its_look_sees_what_comes() {
+    let (_w, mut a, mut b) = pair(4, 256, 0);
+    assert!(!b.progress());
+    assert!(!b.w.arrived());
+    let until = b.w.quiet_until(b.now);
+    assert!(
+        b.now < until && until <= b.now + CHECK_EVERY_NS,
+        "the next liveness check"
+    );
+    // a's first send claims a ring in b's mailbox: one look sees it.
+    let first = a.send(b.addr, 1, &pattern(1, 8), PLAIN);
+    assert!(b.w.arrived(), "a ring claimed");
+    let r = b.post(8);
+    b.progress();
+    assert_eq!((a.send_result(first), b.recv_result(r)), (Some(Ok(())), Some(Ok(8))));
+    assert!(!b.w.arrived(), "taken");
+    a.send(b.addr, 2, &pattern(2, 8), PLAIN);
+    assert!(b.w.arrived(), "a slot published");
+    // Past the liveness check the pass must run.
+    assert!(b.progress_after(CHECK_EVERY_NS));
+    assert!(b.w.quiet_until(b.now) > b.now);
+    // Frames waiting for room in b's ring: a's passes must post them.
+    for i in 0..6 {
+        a.send(b.addr, 10 + i, &pattern(i, 8), PLAIN);
+    }
+    assert_eq!(a.w.m.backlogged(), 2);
+    assert_eq!(a.w.quiet_until(a.now), 0);
+}
