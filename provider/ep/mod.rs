@@ -135,9 +135,10 @@ struct EpState {
     /// polls).
     clock: PassClock,
     /// Until this time (`clock`'s), a poll that finds no slot in the shm
-    /// rings has nothing else to do (`Port::quiet_until`, set by each
-    /// full pass, 0 after anything else took the lock): it ends after
-    /// that look instead of making a pass (`Ep::progress`).
+    /// rings has nothing else to do: it ends after that look instead of
+    /// making a pass (`Ep::progress`). Set by a pass that found nothing
+    /// (`Port::quiet_until`); 0 after one that found something, and
+    /// after anything else took the lock (`Ep::lock`).
     quiet_until: u64,
 }
 
