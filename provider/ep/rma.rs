@@ -207,6 +207,14 @@ pub(crate) struct Onesided {
     pub(super) discards: Vec<Held>,
 }
 
+impl Onesided {
+    /// No answer, credit or discard waits for the end of a pass
+    /// (`Handler::send_replies`).
+    pub(super) fn owes_nothing(&self) -> bool {
+        self.replies.is_empty() && self.credits.is_empty() && self.discards.is_empty()
+    }
+}
+
 impl Ep {
     /// fi_read, fi_write and kin.
     pub(super) fn rma(&self, a: RmaArgs) -> isize {

@@ -576,7 +576,7 @@ impl<F: super::Face> Handler<'_, F> {
         if self.os.lanes_free {
             self.run_lanes(wires, now);
         }
-        if self.os.replies.is_empty() && self.os.credits.is_empty() && self.os.discards.is_empty() {
+        if self.os.owes_nothing() {
             return;
         }
         self.send_replies_now(wires, now)
@@ -586,11 +586,7 @@ impl<F: super::Face> Handler<'_, F> {
     /// owed for one-sided requests, no lane to run, no collective round
     /// (`send_replies` and `coll_advance` would return at once).
     pub(super) fn idle(&self) -> bool {
-        !self.os.lanes_free
-            && self.os.replies.is_empty()
-            && self.os.credits.is_empty()
-            && self.os.discards.is_empty()
-            && self.coll.idle()
+        !self.os.lanes_free && self.os.owes_nothing() && self.coll.idle()
     }
 
     #[cold]

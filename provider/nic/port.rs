@@ -82,6 +82,13 @@ impl UdpTurn {
     }
 }
 
+/// Local peers are active over shm and UDP has been quiet for a while:
+/// the socket is read on `UdpTurn`'s schedule, not every pass.
+#[inline]
+fn shm_only(shm: Option<&ShmWire>, udp: &UdpWire, now: u64) -> bool {
+    shm.is_some_and(|s| s.in_use()) && now.saturating_sub(udp.last_active) > UDP_HOT_NS
+}
+
 /// A wire's upcall seen through the port: the wire names its sends by
 /// descriptor, the endpoint by operation. Of the endpoint's own upcall
 /// type in a progress pass, so that an arrival is one call into it.
@@ -165,9 +172,7 @@ impl Port {
             }
             any = true;
         }
-        let shm_active = shm.as_ref().is_some_and(|s| s.in_use());
-        let shm_only = shm_active && now.saturating_sub(udp.last_active) > UDP_HOT_NS;
-        if udp_turn.due(shm_only, now) {
+        if udp_turn.due(shm_only(shm.as_ref(), udp, now), now) {
             any |= udp.progress_rx(now, up);
         }
         any
@@ -180,8 +185,7 @@ impl Port {
     /// reads the socket). Asked at the end of a pass.
     pub(crate) fn quiet_until(&self, now: u64) -> u64 {
         let Some(shm) = &self.shm else { return 0 };
-        let shm_only = shm.in_use() && now.saturating_sub(self.udp.last_active) > UDP_HOT_NS;
-        if !shm_only || self.udp.hot() {
+        if !shm_only(Some(shm), &self.udp, now) || self.udp.hot() {
             return 0;
         }
         self.udp_turn.next.min(shm.quiet_until(now))
