@@ -13,7 +13,7 @@
 //! | `frame.rs` | typed frames (EAGER, RTS, CTS, DATA, FIN, CTW, WDONE): the one encoder and decoder of a slot's fields, which checks everything a peer wrote |
 //! | `machine/` | the protocol as a sans-IO machine: sends (eager, queued, delivery complete, credit fallback to rendezvous), rendezvous receives (pull, split with the sender, push), credits, grants, rings that break the rules or whose producer died |
 //! | `port.rs` | what the executor needs of the world, as a trait; `MailboxPort` does it over `mailbox.rs` |
-//! | `exec.rs` | the executor: routes, polls rings, runs the machine's actions, liveness, doorbells; implements `nic::Wire` |
+//! | `exec/` | the executor (`mod.rs`; its receive side `recv.rs`): routes, polls rings, runs the machine's actions, liveness, doorbells; implements `nic::Wire` |
 //! | `fuzz/` | the frame decoder's fuzz target (`Frame::parse` on edited slots), for `cargo test` and cargo-fuzz |
 //! | `sim.rs`, `tests/` | a simulated host (rings and address spaces in plain memory) and the tests: the executor in virtual time, the executor over real mailboxes |
 //!

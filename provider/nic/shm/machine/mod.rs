@@ -7,7 +7,7 @@
 //! endpoint, and the frames the executor pulls out with `poll_post` when
 //! a ring has room (the way a sans-IO connection hands out transmits).
 //!
-//! The executor (`exec.rs`) runs actions in order and feeds their results
+//! The executor (`exec/`) runs actions in order and feeds their results
 //! back (`cma_done`, `grant_armed`) before the next input; the machine
 //! keeps the state in between explicit, so a test may as well delay them.
 //!
