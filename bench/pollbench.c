@@ -23,6 +23,12 @@
  *                         a time until all 2W completions are in; the
  *                         cost per message is then per N*W.
  *   PROV=name             another provider (default gnix).
+ *   REMOTE=1              both endpoints first send a message to a peer
+ *                         over the udp wire (a helper process, this program
+ *                         run again natively with FI_GNIX_SHM=0), as a rank
+ *                         of a job across hosts has: the counts are then
+ *                         those of local traffic in such a process. (gnix
+ *                         only; valgrind does not follow the helper's exec.)
  *
  * Build: cc -O2 -g -o pollbench pollbench.c -lfabric
  */
@@ -31,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -55,8 +62,107 @@ static double ns_since(const struct timespec *t0)
 	return (t1.tv_sec - t0->tv_sec) * 1e9 + (t1.tv_nsec - t0->tv_nsec);
 }
 
+/* The REMOTE=1 helper: an endpoint without shm (so reached over UDP) that
+ * writes its name to fd `out`, takes the two messages that come, and waits
+ * (without progressing) until its parent exits and `in` reads end-of-file. */
+static int remote_peer(int in, int out)
+{
+	struct fi_info *hints = fi_allocinfo(), *info;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_TAGGED;
+	hints->mode = FI_CONTEXT;
+	hints->fabric_attr->prov_name = strdup("gnix");
+	CHK(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, 0, hints, &info));
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	CHK(fi_fabric(info->fabric_attr, &fab, NULL));
+	CHK(fi_domain(fab, info, &dom, NULL));
+	struct fi_av_attr aa = {.type = FI_AV_MAP};
+	CHK(fi_av_open(dom, &aa, &av, NULL));
+	struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .size = 16};
+	CHK(fi_cq_open(dom, &ca, &cq, NULL));
+	CHK(fi_endpoint(dom, info, &ep, NULL));
+	CHK(fi_ep_bind(ep, &av->fid, 0));
+	CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	CHK(fi_enable(ep));
+	char name[64], buf[64];
+	size_t nl = sizeof(name);
+	CHK(fi_getname(&ep->fid, name, &nl));
+	struct fi_context ctx[2];
+	for (int i = 0; i < 2; i++)
+		CHK(fi_trecv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 9, 0, &ctx[i]));
+	if (write(out, name, nl) != (ssize_t)nl)
+		return 2;
+	struct fi_cq_tagged_entry e;
+	for (int got = 0; got < 2;) {
+		int r = (int)fi_cq_read(cq, &e, 1);
+		if (r == 1)
+			got++;
+		else if (r != -FI_EAGAIN)
+			return 2;
+	}
+	/* The ACKs go out from passes and the progress thread meanwhile. */
+	while (read(in, buf, 1) > 0)
+		;
+	return 0;
+}
+
+/* Starts the REMOTE=1 helper and has each endpoint send it a message and
+ * see it acknowledged (the send's completion, on the udp wire). */
+static void reach_remote(const char *self, struct fid_av *av, struct fid_ep **ep, struct fid_cq **cq)
+{
+	int down[2], up[2];
+	if (pipe(down) || pipe(up)) {
+		perror("pipe");
+		exit(2);
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		char a[16], b[16];
+		snprintf(a, sizeof a, "%d", down[0]);
+		snprintf(b, sizeof b, "%d", up[1]);
+		close(down[1]);
+		close(up[0]);
+		setenv("FI_GNIX_SHM", "0", 1);
+		execl(self, self, "remote-peer", a, b, (char *)NULL);
+		_exit(127);
+	}
+	close(down[0]);
+	close(up[1]);
+	char name[64];
+	ssize_t nl = read(up[0], name, sizeof name);
+	fi_addr_t far;
+	if (nl <= 0 || fi_av_insert(av, name, 1, &far, 0, NULL) != 1) {
+		fprintf(stderr, "REMOTE: no helper\n");
+		exit(2);
+	}
+	char m[8] = "remote";
+	struct fi_context ctx[2];
+	struct fi_cq_tagged_entry e;
+	for (int i = 0; i < 2; i++) {
+		CHK(fi_tsend(ep[i], m, sizeof m, NULL, far, 9, &ctx[i]));
+		int r;
+		while ((r = (int)fi_cq_read(cq[i], &e, 1)) == -FI_EAGAIN)
+			;
+		if (r != 1) {
+			fprintf(stderr, "REMOTE: send %d\n", r);
+			exit(2);
+		}
+	}
+	/* The helper's end of `down` stays open while we run; UDP quiet for
+	 * over a millisecond (gnix's UDP_HOT_NS) so local traffic is counted
+	 * as in a settled job, not just after the remote exchange. */
+	struct timespec ms2 = {0, 2000000};
+	nanosleep(&ms2, NULL);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "remote-peer"))
+		return remote_peer(atoi(argv[2]), atoi(argv[3]));
 	long n = argc > 1 ? atol(argv[1]) : 10000;
 	size_t len = argc > 2 ? (size_t)atol(argv[2]) : 8;
 	int manual = argc > 3 && !strcmp(argv[3], "manual");
@@ -96,6 +202,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (getenv("REMOTE"))
+		reach_remote(argv[0], av, ep, cq);
 	char *sbuf = calloc(1, len + 1), *rbuf = calloc(1, len + 1);
 	struct fi_context ctx, sctx;
 	int rndv = len > info->tx_attr->inject_size;

@@ -180,15 +180,15 @@ impl Port {
 
     /// Until when a poll that finds nothing `arrived` has nothing to do:
     /// while only local peers talk to us (the UDP socket read on its own
-    /// schedule, `UdpTurn::due`, and no UDP timers), up to the socket's
-    /// next turn and the shm wire's `quiet_until`; else 0 (every pass
-    /// reads the socket). Asked at the end of a pass.
+    /// schedule, `UdpTurn::due`), up to the socket's next turn, the UDP
+    /// engine's next timer and the shm wire's `quiet_until`; else 0 (every
+    /// pass reads the socket). Asked at the end of a pass.
     pub(crate) fn quiet_until(&self, now: u64) -> u64 {
         let Some(shm) = &self.shm else { return 0 };
-        if !shm_only(Some(shm), &self.udp, now) || self.udp.hot() {
+        if !shm_only(Some(shm), &self.udp, now) {
             return 0;
         }
-        self.udp_turn.next.min(shm.quiet_until(now))
+        self.udp_turn.next.min(self.udp.quiet_until()).min(shm.quiet_until(now))
     }
 
     /// Something waits in our shm rings for a pass.

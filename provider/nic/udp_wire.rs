@@ -69,10 +69,20 @@ impl UdpWire {
         self.sockets.wait_fd()
     }
 
-    /// Whether a peer was ever reached over UDP: from then on every pass
-    /// runs the engine's timers (`progress_timers`).
-    pub(crate) fn hot(&self) -> bool {
-        self.hot
+    /// Until when a pass has nothing to do here but read the socket (which
+    /// `Port`'s turn schedules): the engine's next timer (an ACK owed, a
+    /// retransmission, a peer's silence), `u64::MAX` when it has none or
+    /// the wire was never used, 0 while an event or a datagram waits. So a
+    /// process that once talked to a remote peer polls as quietly as one
+    /// that never did, once that exchange has settled.
+    pub(crate) fn quiet_until(&self) -> u64 {
+        if !self.hot {
+            return u64::MAX;
+        }
+        if self.engine.has_events() || !self.engine.transmit_idle() || self.txbuf.stalled() {
+            return 0;
+        }
+        self.engine.poll_timeout().unwrap_or(u64::MAX)
     }
 
     /// Timers due, events, and what the engine queued (a datagram the
@@ -586,5 +596,113 @@ impl TxOut for FlushOut<'_> {
         // sent or stashed by send_batch within the same flush.
         unsafe { self.txbuf.push(to, hdr_len, payload) };
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic::iov::Iov;
+    use crate::nic::wire::SendFlags;
+    use crate::proto::EngineConfig;
+    use rustix::event::{poll, PollFd, PollFlags};
+    use std::os::fd::BorrowedFd;
+
+    /// What passes hand up: messages, and sends completed.
+    #[derive(Default)]
+    struct Seen {
+        msgs: usize,
+        sent: usize,
+    }
+
+    impl Upcall for Seen {
+        fn arrived(&mut self, _a: Arrival<'_>) -> Take {
+            self.msgs += 1;
+            Take::Done
+        }
+        fn event(&mut self, e: WireEvent) {
+            if let WireEvent::SendDone { .. } = e {
+                self.sent += 1;
+            }
+        }
+    }
+
+    fn wire(seed: u64) -> UdpWire {
+        let s = UdpSockets::bind("127.0.0.1:0".parse().unwrap(), "lo", 1 << 20, 0, 0).unwrap();
+        s.watch().unwrap();
+        let cfg = EngineConfig {
+            max_datagram: s.max_datagram,
+            ..EngineConfig::default()
+        };
+        UdpWire::new(s, cfg, seed)
+    }
+
+    /// A pass as `Port` makes it: timers, then the socket.
+    fn pass(w: &mut UdpWire, now: u64, up: &mut Seen) {
+        w.progress_timers(now, up);
+        w.progress_rx(now, up);
+    }
+
+    /// Waits (at most a second) until a datagram waits for `a` or `b`.
+    fn wait_for_datagram(a: &UdpWire, b: &UdpWire) {
+        // SAFETY: the wires' epoll descriptors, open while they live,
+        // which they do through this call.
+        let (fa, fb) = unsafe { (BorrowedFd::borrow_raw(a.wait_fd()), BorrowedFd::borrow_raw(b.wait_fd())) };
+        let mut fds = [PollFd::new(&fa, PollFlags::IN), PollFd::new(&fb, PollFlags::IN)];
+        let second = rustix::time::Timespec { tv_sec: 1, tv_nsec: 0 };
+        let _ = poll(&mut fds, Some(&second));
+    }
+
+    /// A process that talked to a remote peer once polls as quietly as
+    /// one that never did once the exchange settled (`Port::quiet_until`
+    /// asks this): while its send waits for the ACK, until the engine's
+    /// next timer; afterwards, until the socket's turn only.
+    #[test]
+    fn a_wire_that_talked_goes_quiet_once_the_exchange_settled() {
+        let (mut a, mut b) = (wire(1), wire(2));
+        assert_eq!(a.quiet_until(), u64::MAX, "never used: no timers");
+        let data = *b"hello";
+        let hdr = MsgHdr {
+            tag: 7,
+            data: 0,
+            len: data.len() as u64,
+            flags: MsgHdr::TAGGED,
+        };
+        let send = SendOp {
+            peer: b.local_addr(),
+            op: 1,
+            hdr,
+            flags: SendFlags::default(),
+        };
+        // SAFETY: `data` outlives the send, which completes in this test.
+        let src = IovSource::new(unsafe { Iov::from_raw_parts(data.as_ptr() as usize, data.len()) });
+        let (mut ua, mut ub) = (Seen::default(), Seen::default());
+        assert_eq!(a.send(send, src, &mut ua, 0), Ok(Sent::Pending));
+        let t = a.quiet_until();
+        assert!(
+            t > 0 && t < u64::MAX,
+            "a send in flight: quiet until its timer, not {t}"
+        );
+        assert_eq!(Some(t), a.engine.poll_timeout());
+        // Virtual time, a millisecond a round (past the ACK delay), over
+        // real sockets on loopback.
+        let mut now = 0;
+        for _ in 0..100 {
+            now += 1_000_000;
+            pass(&mut b, now, &mut ub);
+            pass(&mut a, now, &mut ua);
+            if (ub.msgs, ua.sent) == (1, 1) && !a.has_unacked() && !b.has_unacked() {
+                break;
+            }
+            // A timer due by the next round moves things on without a
+            // datagram; otherwise one is on its way.
+            if a.quiet_until().min(b.quiet_until()) > now + 1_000_000 {
+                wait_for_datagram(&a, &b);
+            }
+        }
+        assert_eq!((ub.msgs, ua.sent), (1, 1), "delivered and acknowledged");
+        for (w, who) in [(&a, "sender"), (&b, "receiver")] {
+            assert!(w.quiet_until() > now, "the {who}, settled, has nothing due");
+        }
     }
 }

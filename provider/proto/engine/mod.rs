@@ -544,6 +544,11 @@ impl Engine {
         self.sh.events.pop_front()
     }
 
+    /// Events wait for `poll_event`.
+    pub fn has_events(&self) -> bool {
+        !self.sh.events.is_empty()
+    }
+
     /// The earliest deadline of any VC: O(number of VCs) once after each
     /// change, then kept (`deadline`).
     pub fn poll_timeout(&self) -> Option<u64> {
