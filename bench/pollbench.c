@@ -62,32 +62,56 @@ static double ns_since(const struct timespec *t0)
 	return (t1.tv_sec - t0->tv_sec) * 1e9 + (t1.tv_nsec - t0->tv_nsec);
 }
 
-/* The REMOTE=1 helper: an endpoint without shm (so reached over UDP) that
- * writes its name to fd `out`, takes the two messages that come, and waits
- * (without progressing) until its parent exits and `in` reads end-of-file. */
-static int remote_peer(int in, int out)
+/* The fabric, domain and AV (FI_AV_MAP) of an RDM, tagged endpoint of
+ * `prov` at 127.0.0.1 (its info returned); `manual`: FI_PROGRESS_MANUAL and FI_THREAD_DOMAIN,
+ * else the provider's defaults. */
+static struct fi_info *open_domain(const char *prov, int manual, struct fid_fabric **fab, struct fid_domain **dom,
+				   struct fid_av **av)
 {
 	struct fi_info *hints = fi_allocinfo(), *info;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_TAGGED;
 	hints->mode = FI_CONTEXT;
-	hints->fabric_attr->prov_name = strdup("gnix");
+	hints->fabric_attr->prov_name = strdup(prov);
+	if (manual) {
+		hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+		hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+		hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	}
 	CHK(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, 0, hints, &info));
+	fi_freeinfo(hints);
+	CHK(fi_fabric(info->fabric_attr, fab, NULL));
+	CHK(fi_domain(*fab, info, dom, NULL));
+	struct fi_av_attr aa = {.type = FI_AV_MAP};
+	CHK(fi_av_open(*dom, &aa, av, NULL));
+	return info;
+}
+
+/* An enabled endpoint of `dom` with its own CQ (tagged format, `depth`
+ * entries) for both directions. */
+static void open_ep(struct fid_domain *dom, struct fi_info *info, struct fid_av *av, size_t depth,
+		    struct fid_ep **ep, struct fid_cq **cq)
+{
+	struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .size = depth};
+	CHK(fi_cq_open(dom, &ca, cq, NULL));
+	CHK(fi_endpoint(dom, info, ep, NULL));
+	CHK(fi_ep_bind(*ep, &av->fid, 0));
+	CHK(fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV));
+	CHK(fi_enable(*ep));
+}
+
+/* The REMOTE=1 helper: an endpoint without shm (so reached over UDP) that
+ * writes its name to fd `out`, takes the two messages that come, and waits
+ * (without progressing) until its parent exits and `in` reads end-of-file. */
+static int remote_peer(int in, int out)
+{
 	struct fid_fabric *fab;
 	struct fid_domain *dom;
 	struct fid_av *av;
 	struct fid_ep *ep;
 	struct fid_cq *cq;
-	CHK(fi_fabric(info->fabric_attr, &fab, NULL));
-	CHK(fi_domain(fab, info, &dom, NULL));
-	struct fi_av_attr aa = {.type = FI_AV_MAP};
-	CHK(fi_av_open(dom, &aa, &av, NULL));
-	struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .size = 16};
-	CHK(fi_cq_open(dom, &ca, &cq, NULL));
-	CHK(fi_endpoint(dom, info, &ep, NULL));
-	CHK(fi_ep_bind(ep, &av->fid, 0));
-	CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
-	CHK(fi_enable(ep));
+	struct fi_info *info = open_domain("gnix", 0, &fab, &dom, &av);
+	open_ep(dom, info, av, 16, &ep, &cq);
 	char name[64], buf[64];
 	size_t nl = sizeof(name);
 	CHK(fi_getname(&ep->fid, name, &nl));
@@ -166,34 +190,15 @@ int main(int argc, char **argv)
 	long n = argc > 1 ? atol(argv[1]) : 10000;
 	size_t len = argc > 2 ? (size_t)atol(argv[2]) : 8;
 	int manual = argc > 3 && !strcmp(argv[3], "manual");
-	struct fi_info *hints = fi_allocinfo(), *info;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED;
-	hints->mode = FI_CONTEXT;
-	hints->fabric_attr->prov_name = strdup(getenv("PROV") ? getenv("PROV") : "gnix");
-	if (manual) {
-		hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
-		hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
-		hints->domain_attr->threading = FI_THREAD_DOMAIN;
-	}
-	CHK(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, 0, hints, &info));
 	struct fid_fabric *fab;
 	struct fid_domain *dom;
 	struct fid_av *av;
-	CHK(fi_fabric(info->fabric_attr, &fab, NULL));
-	CHK(fi_domain(fab, info, &dom, NULL));
-	struct fi_av_attr aa = {.type = FI_AV_MAP};
-	CHK(fi_av_open(dom, &aa, &av, NULL));
+	struct fi_info *info = open_domain(getenv("PROV") ? getenv("PROV") : "gnix", manual, &fab, &dom, &av);
 	struct fid_ep *ep[2];
 	struct fid_cq *cq[2];
 	fi_addr_t fa[2];
 	for (int i = 0; i < 2; i++) {
-		struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_TAGGED, .size = 1024};
-		CHK(fi_cq_open(dom, &ca, &cq[i], NULL));
-		CHK(fi_endpoint(dom, info, &ep[i], NULL));
-		CHK(fi_ep_bind(ep[i], &av->fid, 0));
-		CHK(fi_ep_bind(ep[i], &cq[i]->fid, FI_TRANSMIT | FI_RECV));
-		CHK(fi_enable(ep[i]));
+		open_ep(dom, info, av, 1024, &ep[i], &cq[i]);
 		char name[64];
 		size_t nl = sizeof(name);
 		CHK(fi_getname(&ep[i]->fid, name, &nl));
