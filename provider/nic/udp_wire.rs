@@ -79,10 +79,17 @@ impl UdpWire {
         if !self.hot {
             return u64::MAX;
         }
-        if self.engine.has_events() || !self.engine.transmit_idle() || self.txbuf.stalled() {
+        if self.engine.has_events() || !self.send_idle() {
             return 0;
         }
         self.engine.poll_timeout().unwrap_or(u64::MAX)
+    }
+
+    /// Nothing to send: the engine has no datagram ready and no batch
+    /// waits for room in the socket.
+    #[inline]
+    fn send_idle(&self) -> bool {
+        self.engine.transmit_idle() && !self.txbuf.stalled()
     }
 
     /// Timers due, events, and what the engine queued (a datagram the
@@ -301,13 +308,13 @@ impl UdpWire {
     /// path) leave as one GSO send; payloads go from the send buffers
     /// straight into the socket.
     pub(crate) fn flush(&mut self, now: u64) {
+        // The common case of a polling application: nothing to send.
+        if self.send_idle() {
+            return;
+        }
         let UdpWire {
             engine, sockets, txbuf, ..
         } = self;
-        // The common case of a polling application: nothing to send.
-        if engine.transmit_idle() && !txbuf.stalled() {
-            return;
-        }
         if txbuf.stalled() {
             if !sockets.send_batch(txbuf) {
                 return;
