@@ -20,6 +20,8 @@
 //! * MPICH (PyPI wheel) ch4:ofi, `MPIR_CVAR_NOLOCAL=1`, 2 and 4 ranks,
 //!   `FI_PROVIDER=gnix` | `FI_PROVIDER=tcp` (the wheel's libfabric 2.x
 //!   picks its native tcp RDM endpoint for that).
+//! * MPICH across the two "hosts", 2 ranks (hydra's rsh launcher through
+//!   `ip netns exec`), gnix on the veth | `FI_PROVIDER=tcp` on the veth.
 //!
 //! Every run has a hard timeout (`GNIX_MPI_TIMEOUT`, seconds, default 60)
 //! that kills the whole process group; inside it every program's phase
@@ -591,6 +593,30 @@ fn ompi_reference_4ranks() {
 
 // ------------------------------------------------ Open MPI across two hosts
 
+/// A directory of scripts for a job across the two namespaces of `h`
+/// (`flavour`: one per MPI library): `iface.sh`, the wrapper every rank
+/// runs through, which sets FI_GNIX_IFACE to the veth end of its
+/// namespace (the two ends have different names, so it cannot be one
+/// environment variable of the launcher).
+fn hosts_dir(h: &common::TwoHosts, flavour: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{flavour}-hosts-{}", h.ns[0]));
+    std::fs::create_dir_all(&dir).expect("hosts dir");
+    write_script(
+        &dir.join("iface.sh"),
+        &format!(
+            "#!/bin/sh\n# gnix on this namespace's end of the veth pair\nfor i in {} {}; do [ -e /sys/class/net/$i ] && export FI_GNIX_IFACE=$i; done\nexec \"$@\"\n",
+            h.veth[0], h.veth[1]
+        ),
+    );
+    dir
+}
+
+fn write_script(p: &Path, body: &str) {
+    std::fs::write(p, body).expect("write script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
 /// Open MPI across the two namespaces of `h`: mpirun runs in host A (its
 /// ranks are local to it), a hostfile names A as `localhost` and B as
 /// `gnixhostb`, and an rsh agent script starts B's orted with
@@ -605,26 +631,12 @@ struct OmpiHosts {
 
 impl OmpiHosts {
     fn new(h: &common::TwoHosts) -> OmpiHosts {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-hosts-{}", h.ns[0]));
-        std::fs::create_dir_all(&dir).expect("hosts dir");
-        let write = |name: &str, body: String| {
-            let p = dir.join(name);
-            std::fs::write(&p, body).expect("write script");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        };
-        write(
-            "agent.sh",
-            format!(
+        let dir = hosts_dir(h, "mpi");
+        write_script(
+            &dir.join("agent.sh"),
+            &format!(
                 "#!/bin/sh\n# rsh agent: the one remote host, gnixhostb, is namespace {ns}\nshift\nexec ip netns exec {ns} /bin/sh -c \"$*\"\n",
                 ns = h.ns[1]
-            ),
-        );
-        write(
-            "iface.sh",
-            format!(
-                "#!/bin/sh\n# gnix on this namespace's end of the veth pair\nfor i in {} {}; do [ -e /sys/class/net/$i ] && export FI_GNIX_IFACE=$i; done\nexec \"$@\"\n",
-                h.veth[0], h.veth[1]
             ),
         );
         std::fs::write(dir.join("hostfile"), "localhost slots=2\ngnixhostb slots=2\n").expect("hostfile");
@@ -795,8 +807,9 @@ fn mpich_bin(what: &str) -> Option<PathBuf> {
 
 /// MPICH ch4:ofi with every rank's traffic through libfabric
 /// (MPIR_CVAR_NOLOCAL=1) over `prov`: gnix (FI_PROVIDER_PATH) or a
-/// provider of the wheel's own libfabric (the reference: `tcp`).
-fn mpich_matrix(config: &str, np: u32, reference: bool) {
+/// provider of the wheel's own libfabric (the reference: `tcp`). On one
+/// host, or across the two namespaces of `hosts` (`MpichHosts`).
+fn mpich_matrix(config: &str, np: u32, reference: bool, hosts: Option<&MpichHosts>) {
     let Some(bin) = mpich_bin(config) else { return };
     let prov = if reference { "tcp".to_string() } else { provider() };
     let dir = if reference { None } else { provider_dir() };
@@ -841,7 +854,10 @@ fn mpich_matrix(config: &str, np: u32, reference: bool) {
         only: &[],
         except: &[],
         launch: &|p, exe| {
-            let mut cmd = Command::new(&mpiexec);
+            let mut cmd = match hosts {
+                Some(h) => h.mpiexec(&mpiexec),
+                None => Command::new(&mpiexec),
+            };
             cmd.env("MPICH_CH4_NETMOD", "ofi")
                 .env("MPIR_CVAR_NOLOCAL", "1")
                 .env("MPIR_CVAR_DEBUG_SUMMARY", "1")
@@ -851,7 +867,11 @@ fn mpich_matrix(config: &str, np: u32, reference: bool) {
                 Some(d) => cmd.env("FI_PROVIDER_PATH", d),
                 None => cmd.env_remove("FI_PROVIDER_PATH"),
             };
-            cmd.args(["-n", &np.to_string()]).arg(exe).args(p.args);
+            cmd.args(["-n", &np.to_string()]);
+            if let Some(h) = hosts {
+                cmd.arg(h.dir.join("iface.sh"));
+            }
+            cmd.arg(exe).args(p.args);
             cmd
         },
         check: &check,
@@ -860,22 +880,93 @@ fn mpich_matrix(config: &str, np: u32, reference: bool) {
 
 #[test]
 fn mpich_gnix_2ranks() {
-    mpich_matrix("MPICH ch4:ofi, gnix, 2 ranks", 2, false);
+    mpich_matrix("MPICH ch4:ofi, gnix, 2 ranks", 2, false, None);
 }
 
 #[test]
 fn mpich_gnix_4ranks() {
-    mpich_matrix("MPICH ch4:ofi, gnix, 4 ranks", 4, false);
+    mpich_matrix("MPICH ch4:ofi, gnix, 4 ranks", 4, false, None);
 }
 
 #[test]
 fn mpich_reference_2ranks() {
-    mpich_matrix("MPICH ch4:ofi reference (FI_PROVIDER=tcp), 2 ranks", 2, true);
+    mpich_matrix("MPICH ch4:ofi reference (FI_PROVIDER=tcp), 2 ranks", 2, true, None);
 }
 
 #[test]
 fn mpich_reference_4ranks() {
-    mpich_matrix("MPICH ch4:ofi reference (FI_PROVIDER=tcp), 4 ranks", 4, true);
+    mpich_matrix("MPICH ch4:ofi reference (FI_PROVIDER=tcp), 4 ranks", 4, true, None);
+}
+
+/// MPICH across the two namespaces of `h`: mpiexec runs in host A, its
+/// ranks alternating between the hosts (`-hosts A,B`, one slot each), and
+/// hydra's rsh launcher starts B's proxy through an agent that runs it
+/// with `ip netns exec`. Hydra's control connections use A's veth end
+/// (`-iface`); every rank runs through `iface.sh`.
+struct MpichHosts {
+    ns_a: String,
+    iface_a: String,
+    hosts: String,
+    dir: PathBuf,
+}
+
+impl MpichHosts {
+    fn new(h: &common::TwoHosts) -> MpichHosts {
+        let dir = hosts_dir(h, "mpich");
+        // Hydra calls the agent as `agent HOST COMMAND...`; A's proxy it
+        // starts itself.
+        write_script(
+            &dir.join("agent.sh"),
+            &format!(
+                "#!/bin/sh\n# rsh agent: host {ip} is namespace {ns}\nhost=$1; shift\n\
+                 [ \"$host\" = {ip} ] && exec ip netns exec {ns} /bin/sh -c \"$*\"\nexec /bin/sh -c \"$*\"\n",
+                ip = h.ip[1],
+                ns = h.ns[1]
+            ),
+        );
+        MpichHosts {
+            ns_a: h.ns[0].clone(),
+            iface_a: h.veth[0].clone(),
+            hosts: format!("{},{}", h.ip[0], h.ip[1]),
+            dir,
+        }
+    }
+
+    /// mpiexec in host A with the launcher's options; the caller adds
+    /// `-n`, the wrapper and the program.
+    fn mpiexec(&self, mpiexec: &Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns_a])
+            .arg(mpiexec)
+            .args(["-launcher", "rsh", "-launcher-exec"])
+            .arg(self.dir.join("agent.sh"))
+            .args(["-iface", &self.iface_a, "-hosts", &self.hosts]);
+        cmd
+    }
+}
+
+fn mpich_hosts_matrix(config: &str, reference: bool) {
+    // (TwoHosts::new applies the rule itself when there are no namespaces.)
+    if mpich_bin(config).is_none() {
+        return;
+    }
+    let Some(h) = common::TwoHosts::new(config) else {
+        return;
+    };
+    mpich_matrix(config, 2, reference, Some(&MpichHosts::new(&h)));
+}
+
+#[test]
+fn mpich_two_hosts_gnix_2ranks() {
+    mpich_hosts_matrix("MPICH ch4:ofi, gnix across two hosts (veth), 2 ranks", false);
+}
+
+#[test]
+fn mpich_two_hosts_reference_2ranks() {
+    mpich_hosts_matrix(
+        "MPICH ch4:ofi reference (FI_PROVIDER=tcp) across two hosts (veth), 2 ranks",
+        true,
+    );
 }
 
 /// MPI_Comm_connect / MPI_Comm_accept between two separately started
