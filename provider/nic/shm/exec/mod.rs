@@ -914,10 +914,11 @@ impl<P: Port> Wire for Exec<P> {
         self.take_claims();
         // The pass of an application waiting for a message, its every poll:
         // no ring has a slot, and neither the machine nor the doorbells
-        // have anything to do. It ends here, after one look at each ring,
+        // have anything to do (the quiet time the endpoint's polls go by
+        // reaches past now). It ends here, after one look at each ring,
         // rather than after the whole pass's steps each found nothing
         // (bench/pollbench-callgrind with EMPTY=1).
-        if !self.any_ready() && self.bells.is_empty() && self.m.idle(now) {
+        if !self.any_ready() && self.quiet_until(now) > now {
             return false;
         }
         let mut late = false;
