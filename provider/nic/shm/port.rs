@@ -77,6 +77,10 @@ pub(crate) trait Port {
     /// A hint: more posts to peer `ix` follow soon; the slots after the
     /// next may be made ready for writing. Changes nothing a peer sees.
     fn post_ahead(&self, _ix: PeerIx) {}
+    /// A hint: a post of `len` bytes to peer `ix` went out, and the next
+    /// may well be as long; the lines it would fill in the next slot may
+    /// be made ready for writing. Changes nothing a peer sees.
+    fn post_body_ahead(&self, _ix: PeerIx, _len: usize) {}
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
     /// The longest message the owner wants copied through its rings
@@ -308,6 +312,13 @@ impl Port for MailboxPort {
 
     fn freed(&self, ix: PeerIx) -> u64 {
         self.out(ix).map_or(0, Outbox::freed)
+    }
+
+    #[inline(always)]
+    fn post_body_ahead(&self, ix: PeerIx, len: usize) {
+        if let Some(o) = self.out(ix) {
+            o.prefetch_body(len);
+        }
     }
 
     #[inline(always)]

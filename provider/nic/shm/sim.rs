@@ -184,6 +184,8 @@ struct Host {
     bells: Vec<SocketAddr>,
     /// `Port::post_ahead` hints so far.
     hints: u64,
+    /// `Port::post_body_ahead` hints so far, with their lengths.
+    body_hints: Vec<usize>,
 }
 
 /// The simulated host: processes and their mailboxes.
@@ -292,6 +294,12 @@ impl World {
     /// How often a producer said more posts follow (`Port::post_ahead`).
     pub fn post_ahead_hints(&self) -> u64 {
         self.0.borrow().hints
+    }
+
+    /// The lengths of the posts after which a producer said the next may
+    /// be as long (`Port::post_body_ahead`).
+    pub fn post_body_ahead_hints(&self) -> Vec<usize> {
+        self.0.borrow().body_hints.clone()
     }
 
     /// Whether `owner`'s mailbox is flagged asleep.
@@ -466,6 +474,10 @@ impl Port for SimPort {
 
     fn post_ahead(&self, _ix: PeerIx) {
         self.world.0.borrow_mut().hints += 1;
+    }
+
+    fn post_body_ahead(&self, _ix: PeerIx, len: usize) {
+        self.world.0.borrow_mut().body_hints.push(len);
     }
 
     fn post(&mut self, ix: PeerIx, head: &SlotHead, fill: impl FnOnce(&mut [u8])) -> Option<bool> {

@@ -18,7 +18,7 @@ use super::choice::{CopyOrPull, Way};
 use super::frame::Frame;
 use super::machine;
 use super::machine::{Action, EagerStep, Machine, PeerIx, RingView};
-use super::mailbox::SlotHead;
+use super::mailbox::{SlotHead, LINE_PAYLOAD};
 use super::port::{Claim, MailboxPort, Port};
 use super::ShmConfig;
 use super::{ShmCredit, ShmStats};
@@ -397,6 +397,19 @@ impl<P: Port> Exec<P> {
         true
     }
 
+    /// After a post of `len` bytes to peer `ix`: a message past the
+    /// slot's first line has the next slot's lines it would need fetched
+    /// for writing now, while the sender waits for an answer, rather than
+    /// by the next send's stores (the first transfers of a size;
+    /// bench/README.md, "The next slot's lines fetched ahead"). The
+    /// 8-byte path passes by.
+    #[inline(always)]
+    fn body_ahead(&self, ix: PeerIx, len: usize) {
+        if len > LINE_PAYLOAD {
+            self.port.post_body_ahead(ix, len);
+        }
+    }
+
     /// An eager send as operation `op` (`Machine::eager_fits`): straight
     /// from `src` into the peer's ring when it has room and nothing waits
     /// ahead, else queued with a copy.
@@ -418,6 +431,7 @@ impl<P: Port> Exec<P> {
                     self.m.eager_queue(ix, op, hdr, src, delivery);
                     return EagerOutcome::Pending;
                 }
+                self.body_ahead(ix, src.len());
                 if self.m.eager_posted(ix, op, src.len(), delivery) {
                     EagerOutcome::Done
                 } else {
@@ -484,6 +498,7 @@ impl<P: Port> Exec<P> {
         if self.sent_since_pass {
             self.port.post_ahead(ix);
         }
+        self.body_ahead(ix, len);
         self.sent_since_pass = true;
         let done = self.m.eager_posted(ix, NOBODY, len, false);
         debug_assert!(done, "no delivery asked");

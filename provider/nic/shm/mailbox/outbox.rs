@@ -5,9 +5,9 @@
 
 use super::{
     cstr, encode_addr, euid, kind_len_word, msg_max, path_for, Geometry, Liveness, Mailbox, SlotHead, CACHE_OFF,
-    COPY_MAX_OFF, FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LOAN_OFF, MAGIC, MAX_RINGS,
-    OPEN, OWNERS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR, RING_HEAD, SLEEPING_OFF, SLOT_HDR,
-    SPAN_OFF, VERSION,
+    COPY_MAX_OFF, FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LINE, LOAN_OFF, MAGIC,
+    MAX_RINGS, OPEN, OWNERS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR, RING_HEAD, SLEEPING_OFF,
+    SLOT_HDR, SPAN_OFF, VERSION,
 };
 use crate::nic::shm::mapping::{Mapping, PAGE};
 use std::cell::Cell;
@@ -167,8 +167,7 @@ impl Outbox {
     /// back (on the first lap, every slot is).
     #[inline]
     fn free_at(&self, pos: u64) -> bool {
-        let depth = self.geo.depth as u64;
-        pos < self.head.get().saturating_add(depth) || pos < self.read_head().saturating_add(depth)
+        self.known_free(pos) || pos < self.read_head().saturating_add(self.geo.depth as u64)
     }
 
     /// Reads the consumer's `head` afresh. Its word is not trusted: a
@@ -259,6 +258,43 @@ impl Outbox {
             .prefetch_write(self.geo.slot_after(self.first_off, self.tail_off, 1));
     }
 
+    /// Starts fetching, for writing, the lines of the next slot that a
+    /// message of `len` bytes would fill after the first: the next send of
+    /// a ping-pong, likely of the same size, then finds them owned. Lines
+    /// a size has not used before are cold (the first transfers of every
+    /// `fi_pingpong -S all` size wrote them from memory, stores held back
+    /// behind the publish); lines used a lap ago sit in the consumer's
+    /// cache. Not the first line, which the consumer polls (see
+    /// `prefetch_ahead`), and only into a slot the last `head` read shows
+    /// free: the consumer is done with its lines. A hint: it reads and
+    /// writes nothing.
+    #[inline]
+    pub fn prefetch_body(&self, len: usize) {
+        for off in self.body_lines(len) {
+            self.map.prefetch_write(off);
+        }
+    }
+
+    /// Offsets of the lines `prefetch_body` fetches: from the next slot's
+    /// second line to the end of a `len`-byte message there, at most
+    /// `BODY_AHEAD` bytes into the slot; none for a message that spans
+    /// slots or when the slot is not known free.
+    pub(super) fn body_lines(&self, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+        let end = if len + SLOT_HDR > self.geo.slot_size || !self.known_free(self.tail) {
+            LINE
+        } else {
+            (SLOT_HDR + len).min(BODY_AHEAD)
+        };
+        (self.tail_off + LINE..self.tail_off + end.max(LINE)).step_by(LINE)
+    }
+
+    /// Whether the last `head` read shows position `pos` free (no read of
+    /// the consumer's word: `free_at` reads it when this says no).
+    #[inline]
+    fn known_free(&self, pos: u64) -> bool {
+        pos < self.head.get().saturating_add(self.geo.depth as u64)
+    }
+
     /// Credit bytes the owner lends this ring (0: no limit).
     pub fn loan(&self) -> u64 {
         self.loan
@@ -326,6 +362,10 @@ impl Outbox {
         self.map.u32_at(28).load(Ordering::Acquire) != OPEN || !self.owner.alive()
     }
 }
+
+/// How far into a slot `prefetch_body` fetches: a page, at most 63
+/// prefetches a send (bench/README.md: 2 KiB did about as well).
+const BODY_AHEAD: usize = 4096;
 
 impl Drop for Outbox {
     fn drop(&mut self) {

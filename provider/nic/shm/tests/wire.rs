@@ -113,6 +113,48 @@ fn a_burst_of_sends_hints_the_port_and_a_lone_send_does_not() {
     }
 }
 
+/// A message that fills more than a slot's first line tells the port the
+/// next may be as long (`Port::post_body_ahead`, a prefetch of the next
+/// slot's lines), whether it goes out with no operation of its own or as
+/// one waiting for delivery; one that fits the first line does not, nor
+/// one that waits in the queue. The hint changes nothing the receiver
+/// sees.
+#[test]
+fn a_send_past_the_first_line_hints_the_next_slots_lines() {
+    let (w, mut a, mut b) = pair(8, 256, 0);
+    let hdr = |i: u64, len: usize| MsgHdr {
+        tag: i,
+        data: 0,
+        len: len as u64,
+        flags: MsgHdr::TAGGED,
+    };
+    let lens = [8, 16, 17, 200];
+    for (i, &len) in lens.iter().enumerate() {
+        let i = i as u64;
+        assert!(a
+            .w
+            .send_now(&b.addr, &hdr(i, len), flags(|f| f.inject = true), &pattern(i, len)));
+    }
+    assert_eq!(
+        w.post_body_ahead_hints(),
+        vec![17, 200],
+        "past the first line's 16 bytes"
+    );
+    let delivered = a.send(b.addr, 4, &pattern(4, 100), flags(|f| f.delivery = true));
+    assert_eq!(
+        w.post_body_ahead_hints(),
+        vec![17, 200, 100],
+        "a send that waits for delivery"
+    );
+    let r: Vec<_> = [8, 16, 17, 200, 100].iter().map(|&len| b.post(len)).collect();
+    settle(&mut a, &mut b);
+    for (i, (op, len)) in r.iter().zip([8, 16, 17, 200, 100]).enumerate() {
+        assert_eq!(b.recv_result(*op), Some(Ok(len)));
+        assert_eq!((b.up.hdrs[op].tag, b.data(*op)), (i as u64, pattern(i as u64, len)));
+    }
+    assert_eq!(a.send_result(delivered), Some(Ok(())));
+}
+
 /// Messages longer than a slot span several: they go eagerly (nothing
 /// is pulled), wait for room like any eager message when the ring has too
 /// few slots free, and arrive whole and in order among shorter ones; a

@@ -1,0 +1,352 @@
+//! The mailbox's own tests: claims and warm rings, slots round the ring,
+//! spanning messages, what a producer reads of its owner and prefetches,
+//! lengths a consumer refuses, stale files.
+
+use super::*;
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 77)), port)
+}
+
+/// A mailbox of `geo` at port `me` (user id `uid_base` plus a bit of
+/// the pid), and a producer at port `from` whose claim it has seen.
+fn claimed_pair(uid_base: u32, me: u16, from: u16, geo: Geometry) -> (Mailbox, Outbox) {
+    let uid = uid_base + std::process::id() % 1000;
+    let mut mb = Mailbox::create(uid, &addr(me), geo, 0).unwrap();
+    let ob = Outbox::connect(uid, &addr(me), &addr(from)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new.len(), 1);
+    (mb, ob)
+}
+
+/// A slot header with its first two field bytes set.
+fn head(kind: u8, len: usize, f01: [u8; 2]) -> SlotHead {
+    let mut f = [0u8; 32];
+    f[..2].copy_from_slice(&f01);
+    f[31] = kind ^ 0x5a;
+    SlotHead {
+        kind,
+        len,
+        f: Fields::from_bytes(f),
+    }
+}
+
+/// A claim maps a ring's first pages at once and leaves the rest to
+/// the first lap or to `warm`; a freed ring is not warmed.
+#[test]
+fn claimed_rings_map_their_first_pages_and_warm_the_rest() {
+    let uid = 4_000_000_000 + std::process::id() % 1000;
+    let me = addr(11);
+    // Slots of a page each: 64 of them after the ring's header.
+    let geo = Geometry::new(2, 64, PAGE - SLOT_HDR);
+    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    let mut ob = Outbox::connect(uid, &me, &addr(12)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0]);
+    let ring_pages = (RING_HDR + 64 * geo.slot_size).div_ceil(PAGE);
+    let cold = |mb: &Mailbox| mb.cold.iter().map(|c| (c.2 - c.1).div_ceil(PAGE)).sum::<usize>();
+    assert_eq!(cold(&mb), ring_pages - WARM_FIRST_PAGES);
+    // Messages flow past the mapped pages, each faulting its own in.
+    for i in 0..10u8 {
+        let mut s = ob.slot().unwrap();
+        s.head(&head(1, 1, [i, 0]));
+        s.payload(1)[0] = i;
+        s.publish();
+        let (s, h) = mb.peek(0).unwrap();
+        assert_eq!(h, head(1, 1, [i, 0]));
+        assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i]);
+        mb.release(s);
+    }
+    mb.warm();
+    assert_eq!(cold(&mb), 0);
+    // A second claim, freed before it was warmed: dropped from the list.
+    let _ob2 = Outbox::connect(uid, &me, &addr(13)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![1]);
+    assert!(cold(&mb) > 0);
+    mb.free_ring(1);
+    assert_eq!(cold(&mb), 0);
+}
+
+#[test]
+fn the_spare_ring_is_the_next_claimed_and_comes_warm() {
+    let uid = 4_000_000_000 + std::process::id() % 1000;
+    let me = addr(21);
+    let geo = Geometry::new(3, 64, PAGE - SLOT_HDR);
+    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    mb.warm_spare();
+    assert_eq!(mb.spare, Some(0), "the lowest free ring");
+    mb.warm_spare();
+    assert_eq!(mb.spare, Some(0), "one spare at a time");
+    let _ob = Outbox::connect(uid, &me, &addr(22)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0]);
+    assert!(mb.cold.is_empty(), "nothing left to fault in");
+    assert_eq!(mb.spare, None);
+    // The next spare: ring 1, which the next producer claims.
+    mb.warm_spare();
+    assert_eq!(mb.spare, Some(1));
+    let _ob2 = Outbox::connect(uid, &me, &addr(23)).unwrap().unwrap();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0, 1]);
+    assert!(mb.cold.is_empty());
+    // A ring claimed while it was not the spare is mapped as before.
+    let _ob3 = Outbox::connect(uid, &me, &addr(24)).unwrap().unwrap();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0, 1, 2]);
+    assert_eq!(mb.cold.len(), 1);
+    // No free ring: nothing to warm.
+    mb.warm_spare();
+    assert_eq!(mb.spare, None);
+}
+
+#[test]
+fn ring_round_trip_and_wraparound() {
+    let uid = 4_000_000_000 + std::process::id() % 1000;
+    let me = addr(1);
+    let mut mb = Mailbox::create(uid, &me, Geometry::new(2, 4, 128), 0).unwrap();
+    let mut ob = Outbox::connect(uid, &me, &addr(2)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0]);
+    assert_eq!(mb.rings[0].unwrap().peer, addr(2));
+    for round in 0..10u8 {
+        for i in 0..4u8 {
+            let mut s = ob.slot().expect("a free slot");
+            s.head(&head(1, 3, [round, i]));
+            s.payload(3).copy_from_slice(&[i, round, 9]);
+            assert!(!s.publish());
+        }
+        assert!(ob.slot().is_none(), "ring of 4 is full");
+        for i in 0..4u8 {
+            assert!(mb.ready(0), "ready agrees with peek");
+            let (s, h) = mb.peek(0).unwrap();
+            assert_eq!(h, head(1, 3, [round, i]));
+            assert_eq!(mb.payload(&s).unwrap().to_vec(), &[i, round, 9]);
+            mb.release(s);
+        }
+        assert!(mb.peek(0).is_none());
+        assert!(!mb.ready(0));
+    }
+    // Sleeping consumer: the next publish asks for one doorbell.
+    assert!(mb.arm(&[0]));
+    let s = ob.slot().unwrap();
+    assert!(s.publish());
+    assert!(!mb.arm(&[0]), "a slot is waiting");
+    drop(ob);
+    let (s, _) = mb.peek(0).unwrap();
+    mb.release(s);
+    assert!(mb.ring_closed(0));
+    mb.free_ring(0);
+    // The ring can be claimed again.
+    let _ob2 = Outbox::connect(uid, &me, &addr(3)).unwrap().unwrap();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0]);
+    let path = mb.path().to_string();
+    drop(mb);
+    assert!(std::fs::metadata(&path).is_err(), "mailbox removed on close");
+}
+
+/// Messages spanning slots: a payload runs on over the slots after
+/// the first (into the overflow room where the ring wraps) and comes
+/// out whole; a sender waits until all the slots it needs are back,
+/// and lap after lap every length lands where the consumer looks.
+#[test]
+fn spanning_messages_round_trip_across_the_ring_end() {
+    let geo = Geometry::new(1, 8, 128).with_span(3);
+    assert_eq!((geo.slot_size, geo.msg_max()), (192, 3 * 192 - SLOT_HDR));
+    let (mut mb, mut ob) = claimed_pair(4_200_000_000, 7, 8, geo);
+    assert_eq!(ob.geometry().span, 3, "the producer reads the span from the header");
+    assert!(ob.slot_for(geo.msg_max() + 1).is_none(), "longer than a message may be");
+    // 1, 3, 2, 1, 3, ... slots: starts fall on every slot, and three
+    // slot messages start in the last two, running into the overflow.
+    let lens = [100, geo.msg_max(), 200, 0, 400];
+    let body = |n: usize, len: usize| (0..len).map(|i| (i * 7 + n) as u8).collect::<Vec<u8>>();
+    let mut sent = 0;
+    let mut got = 0;
+    while got < 200 {
+        // Fill what the ring takes, then take it all out.
+        loop {
+            let len = lens[sent % lens.len()];
+            let Some(mut s) = ob.slot_for(len) else { break };
+            s.head(&head(1, len, [sent as u8, 0]));
+            s.payload(len).copy_from_slice(&body(sent, len));
+            s.publish();
+            sent += 1;
+        }
+        assert!(!ob.has_room(lens[sent % lens.len()]));
+        assert!(sent > got, "an empty ring has room for any message");
+        while let Some((s, h)) = mb.peek(0) {
+            let len = lens[got % lens.len()];
+            assert_eq!(h, head(1, len, [got as u8, 0]));
+            assert_eq!(mb.payload(&s).unwrap().to_vec(), body(got, len), "message {got}");
+            mb.release(s);
+            got += 1;
+        }
+        assert_eq!(got, sent);
+    }
+}
+
+/// A spanning payload that carries, where the second slot's sequence
+/// word sits, the value that slot is published with a lap later: the
+/// consumer overwrites it when it hands the slots back, so the next
+/// lap does not read it as a message. The producer learns what was
+/// handed back from the ring's head (delivery completion).
+#[test]
+fn spanning_payload_is_not_read_as_a_later_lap() {
+    let geo = Geometry::new(1, 4, 128).with_span(2);
+    let (mut mb, mut ob) = claimed_pair(4_250_000_000, 14, 15, geo);
+    // Position 5 is slot 1 on the second lap, published as 6.
+    let len = geo.slot_size;
+    let mut body = vec![0u8; len];
+    let at = geo.slot_size - SLOT_HDR;
+    body[at..at + 8].copy_from_slice(&6u64.to_le_bytes());
+    let mut s = ob.slot_for(len).unwrap();
+    s.head(&head(1, len, [0, 0]));
+    s.payload(len).copy_from_slice(&body);
+    s.publish();
+    let (s, _) = mb.peek(0).unwrap();
+    assert_eq!(mb.payload(&s).unwrap().to_vec(), body);
+    assert!(!ob.consumed(0));
+    mb.release(s);
+    assert!(ob.consumed(0) && ob.consumed(1) && !ob.consumed(2));
+    // Positions 2, 3 and 4 (slots 2, 3, 0), then nothing at 5.
+    for i in 2..5u8 {
+        let mut s = ob.slot().unwrap();
+        s.head(&head(1, 0, [i, 0]));
+        s.publish();
+        let (s, h) = mb.peek(0).unwrap();
+        assert_eq!(h.f.to_bytes()[0], i);
+        mb.release(s);
+    }
+    assert!(mb.peek(0).is_none(), "a payload byte read as a message");
+    assert!(ob.consumed(4) && !ob.consumed(5));
+}
+
+#[test]
+fn the_owners_copy_limit_reaches_its_producers() {
+    let (mb, ob) = claimed_pair(4_260_000_000, 21, 22, Geometry::new(2, 8, 256));
+    assert_eq!(ob.copy_max(), 0, "not said: pull what spans slots");
+    mb.set_copy_max(512);
+    assert_eq!(ob.copy_max(), 512);
+    mb.set_copy_max(usize::MAX);
+    assert_eq!(ob.copy_max(), usize::MAX);
+    mb.set_copy_max(0);
+    assert_eq!(ob.copy_max(), 1, "said, never read as not said");
+}
+
+/// The lines a producer fetches ahead after a send (`prefetch_body`) are
+/// those of the slot the next message will take, from its second line
+/// (the consumer polls the first) to where a message of that length ends,
+/// at most a page; none for a message that spans slots, nor while the
+/// head the producer last read does not show that slot free.
+#[test]
+fn a_producer_fetches_ahead_the_next_slots_lines_a_message_would_fill() {
+    let geo = Geometry::new(1, 4, 256);
+    assert_eq!(geo.payload(), 272);
+    let (mut mb, mut ob) = claimed_pair(4_270_000_000, 31, 32, geo);
+    let send = |ob: &mut Outbox, len: usize| {
+        let mut s = ob.slot_for(len).expect("a free slot");
+        s.head(&head(1, len, [0, 0]));
+        s.payload(len).fill(7);
+        s.publish();
+    };
+    assert_eq!(ob.body_lines(8).count(), 0);
+    assert_eq!(ob.body_lines(16).count(), 0, "the first line holds 16 bytes");
+    send(&mut ob, 8);
+    let ahead: Vec<usize> = ob.body_lines(200).collect();
+    send(&mut ob, 200);
+    let (s, _) = mb.peek(0).unwrap();
+    mb.release(s);
+    let (s, _) = mb.peek(0).unwrap();
+    let next = s.off;
+    mb.release(s);
+    assert_eq!(
+        ahead,
+        vec![next + 64, next + 128, next + 192],
+        "the next slot's, to byte 48 + 200"
+    );
+    assert_eq!(ob.body_lines(17).count(), 1);
+    assert_eq!(ob.body_lines(272).count(), 4, "a whole slot");
+    assert_eq!(ob.body_lines(273).count(), 0, "spans two slots");
+    // Slots 2 and 3 fill the ring as the producer last saw it (head 0),
+    // though the consumer has handed 0 and 1 back meanwhile.
+    send(&mut ob, 8);
+    send(&mut ob, 8);
+    assert_eq!(ob.body_lines(100).count(), 0, "not known free");
+    send(&mut ob, 8); // reads the head: 2
+    assert_eq!(ob.body_lines(100).count(), 2);
+
+    let (_mb, ob) = claimed_pair(4_280_000_000, 33, 34, Geometry::new(1, 4, 8192));
+    assert_eq!(ob.body_lines(8192).count(), 4096 / 64 - 1, "a page at most");
+}
+
+#[test]
+fn garbage_length_is_rejected() {
+    let uid = 4_100_000_000 + std::process::id() % 1000;
+    let me = addr(5);
+    let mut mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).unwrap();
+    let mut ob = Outbox::connect(uid, &me, &addr(6)).unwrap().unwrap();
+    let mut s = ob.slot().unwrap();
+    s.head(&head(1, 0, [0, 0]));
+    // A producer that lies about the length.
+    s.set_len(u32::MAX as usize);
+    s.publish();
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    let (s, _) = mb.peek(0).unwrap();
+    assert!(mb.payload(&s).is_none());
+}
+
+/// With spans, a length up to the longest message is given its
+/// payload in one piece and one byte more is refused; either way the
+/// consumer moves on by the slots it counted from the length, so a
+/// producer that lies about it only garbles its own ring.
+#[test]
+fn spanning_length_beyond_the_longest_message_is_rejected() {
+    let geo = Geometry::new(1, 8, 128).with_span(2);
+    let (mut mb, mut ob) = claimed_pair(4_150_000_000, 9, 10, geo);
+    // A one-slot frame whose header claims `len` bytes.
+    let mut lie = |len: usize, tag: u8| {
+        let mut s = ob.slot_for(0).unwrap();
+        s.head(&head(1, 0, [tag, 0]));
+        s.set_len(len);
+        s.publish();
+    };
+    lie(geo.msg_max() + 1, 0);
+    let (s, _) = mb.peek(0).unwrap();
+    assert!(mb.payload(&s).is_none(), "longer than any message");
+    mb.release(s);
+    lie(geo.msg_max(), 1);
+    let (s, h) = mb.peek(0).unwrap();
+    assert_eq!((h.len, h.f.to_bytes()[0]), (geo.msg_max(), 1));
+    assert_eq!(mb.payload(&s).map(|p| p.len()), Some(geo.msg_max()));
+    mb.release(s);
+    // The consumer is at position 3 now, the producer at 2: what it
+    // publishes at 2 is not read, the next one is.
+    lie(0, 2);
+    assert!(mb.peek(0).is_none());
+    lie(0, 3);
+    let (_, h) = mb.peek(0).unwrap();
+    assert_eq!(h.f.to_bytes()[0], 3);
+}
+
+#[test]
+fn stale_mailbox_of_dead_process_is_reclaimed() {
+    let uid = 4_200_000_000 + std::process::id() % 1000;
+    let me = addr(7);
+    let path = path_for(uid, &me);
+    // A leftover whose owner pid does not exist.
+    let mut h = vec![0u8; 4096];
+    h[24..28].copy_from_slice(&(i32::MAX as u32 - 1).to_le_bytes());
+    std::fs::write(&path, &h).unwrap();
+    let mb = Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).unwrap();
+    assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_some());
+    drop(mb);
+    assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_none());
+}
