@@ -80,7 +80,7 @@ pub(crate) trait Port {
     /// A hint: a post of `len` bytes to peer `ix` went out, and the next
     /// may well be as long; the lines it would fill in the next slot may
     /// be made ready for writing. Changes nothing a peer sees.
-    fn post_body_ahead(&self, _ix: PeerIx, _len: usize) {}
+    fn post_body_ahead(&mut self, _ix: PeerIx, _len: usize) {}
     /// The owner took the slot published at `pos` out of its ring.
     fn consumed(&self, ix: PeerIx, pos: u64) -> bool;
     /// The longest message the owner wants copied through its rings
@@ -315,8 +315,8 @@ impl Port for MailboxPort {
     }
 
     #[inline(always)]
-    fn post_body_ahead(&self, ix: PeerIx, len: usize) {
-        if let Some(o) = self.out(ix) {
+    fn post_body_ahead(&mut self, ix: PeerIx, len: usize) {
+        if let Some(Some(o)) = self.outs.get_mut(ix) {
             o.prefetch_body(len);
         }
     }

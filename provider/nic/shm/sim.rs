@@ -476,7 +476,7 @@ impl Port for SimPort {
         self.world.0.borrow_mut().hints += 1;
     }
 
-    fn post_body_ahead(&self, _ix: PeerIx, len: usize) {
+    fn post_body_ahead(&mut self, _ix: PeerIx, len: usize) {
         self.world.0.borrow_mut().body_hints.push(len);
     }
 

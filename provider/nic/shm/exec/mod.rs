@@ -404,7 +404,7 @@ impl<P: Port> Exec<P> {
     /// bench/README.md, "The next slot's lines fetched ahead"). The
     /// 8-byte path passes by.
     #[inline(always)]
-    fn body_ahead(&self, ix: PeerIx, len: usize) {
+    fn body_ahead(&mut self, ix: PeerIx, len: usize) {
         if len > LINE_PAYLOAD {
             self.port.post_body_ahead(ix, len);
         }

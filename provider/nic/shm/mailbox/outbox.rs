@@ -35,6 +35,21 @@ pub struct Outbox {
     near: bool,
     /// Publishing needs no barrier of ours ("Doorbells").
     fenceless: bool,
+    /// How far into their slots this ring's messages have reached
+    /// (`prefetch_body`).
+    reach: Reach,
+}
+
+/// How far into a slot the messages of a ring have reached: `hw` bytes
+/// (header included) at most, since the message at position `at`, before
+/// which none had reached `cold_from` (a line boundary). So in every slot
+/// not written since `at`, the lines from `cold_from` on were never
+/// written: cold.
+#[derive(Clone, Copy, Default)]
+struct Reach {
+    hw: usize,
+    cold_from: usize,
+    at: u64,
 }
 
 impl Outbox {
@@ -160,6 +175,7 @@ impl Outbox {
             loan,
             near,
             fenceless,
+            reach: Reach::default(),
         }))
     }
 
@@ -258,34 +274,50 @@ impl Outbox {
             .prefetch_write(self.geo.slot_after(self.first_off, self.tail_off, 1));
     }
 
-    /// Starts fetching, for writing, the lines of the next slot that a
-    /// message of `len` bytes would fill after the first: the next send of
-    /// a ping-pong, likely of the same size, then finds them owned. Lines
-    /// a size has not used before are cold (the first transfers of every
-    /// `fi_pingpong -S all` size wrote them from memory, stores held back
-    /// behind the publish); lines used a lap ago sit in the consumer's
-    /// cache. Not the first line, which the consumer polls (see
-    /// `prefetch_ahead`), and only into a slot the last `head` read shows
-    /// free: the consumer is done with its lines. A hint: it reads and
-    /// writes nothing.
+    /// After a send of `len` bytes: starts fetching, for writing, the
+    /// lines of the next slot that a message as long would fill and that
+    /// no message of this ring has written yet (`Reach`). Such lines are
+    /// cold: the next send's stores would wait for them to come from
+    /// memory, and its publish behind them (the first transfers of every
+    /// `fi_pingpong -S all` size). Only within a lap of the message that
+    /// reached further than any before it (after that every slot has held
+    /// one as long), not lines written before (those sit in the consumer's
+    /// cache: fetching them away while it reads the message just sent
+    /// slowed Open MPI's 1 KiB ping-pong by a fifth), never the first line
+    /// (the consumer polls it), and only into a slot the last `head` read
+    /// shows free. A hint: it reads and writes nothing.
     #[inline]
-    pub fn prefetch_body(&self, len: usize) {
+    pub fn prefetch_body(&mut self, len: usize) {
+        let end = SLOT_HDR + len;
+        if end > self.geo.slot_size {
+            return;
+        }
+        if end > self.reach.hw {
+            self.reach = Reach {
+                hw: end,
+                cold_from: self.reach.hw.next_multiple_of(LINE).max(LINE),
+                at: self.tail - 1,
+            };
+        }
         for off in self.body_lines(len) {
             self.map.prefetch_write(off);
         }
     }
 
-    /// Offsets of the lines `prefetch_body` fetches: from the next slot's
-    /// second line to the end of a `len`-byte message there, at most
-    /// `BODY_AHEAD` bytes into the slot; none for a message that spans
-    /// slots or when the slot is not known free.
+    /// Offsets of the lines `prefetch_body` fetches in the next slot for
+    /// a message of `len` bytes: its cold lines up to the message's end,
+    /// at most `BODY_AHEAD` bytes into the slot.
     pub(super) fn body_lines(&self, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
-        let end = if len + SLOT_HDR > self.geo.slot_size || !self.known_free(self.tail) {
-            LINE
+        let cold = self.tail < self.reach.at + self.geo.depth as u64 && self.known_free(self.tail);
+        let (from, end) = if cold {
+            (
+                self.reach.cold_from.max(LINE),
+                (SLOT_HDR + len).min(BODY_AHEAD).min(self.geo.slot_size),
+            )
         } else {
-            (SLOT_HDR + len).min(BODY_AHEAD)
+            (0, 0)
         };
-        (self.tail_off + LINE..self.tail_off + end.max(LINE)).step_by(LINE)
+        (self.tail_off + from..self.tail_off + end.max(from)).step_by(LINE)
     }
 
     /// Whether the last `head` read shows position `pos` free (no read of

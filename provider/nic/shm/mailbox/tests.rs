@@ -241,49 +241,74 @@ fn the_owners_copy_limit_reaches_its_producers() {
 }
 
 /// The lines a producer fetches ahead after a send (`prefetch_body`) are
-/// those of the slot the next message will take, from its second line
-/// (the consumer polls the first) to where a message of that length ends,
-/// at most a page; none for a message that spans slots, nor while the
-/// head the producer last read does not show that slot free.
+/// those of the slot the next message will take that no message of the
+/// ring has written yet: past the furthest any reached before, from the
+/// second line (the consumer polls the first) to where a message as long
+/// ends, at most a page; for a lap after a message reached further than
+/// any before, and then no more; none for a message that spans slots, nor
+/// while the head the producer last read does not show that slot free.
 #[test]
-fn a_producer_fetches_ahead_the_next_slots_lines_a_message_would_fill() {
+fn a_producer_fetches_ahead_the_next_slots_lines_no_message_wrote() {
     let geo = Geometry::new(1, 4, 256);
     assert_eq!(geo.payload(), 272);
     let (mut mb, mut ob) = claimed_pair(4_270_000_000, 31, 32, geo);
+    // Sends as the wire does (`Exec::body_ahead`: past the first line).
     let send = |ob: &mut Outbox, len: usize| {
         let mut s = ob.slot_for(len).expect("a free slot");
         s.head(&head(1, len, [0, 0]));
         s.payload(len).fill(7);
         s.publish();
+        if len > LINE_PAYLOAD {
+            ob.prefetch_body(len);
+        }
     };
-    assert_eq!(ob.body_lines(8).count(), 0);
-    assert_eq!(ob.body_lines(16).count(), 0, "the first line holds 16 bytes");
+    let take = |mb: &mut Mailbox| {
+        let (s, _) = mb.peek(0).unwrap();
+        let off = s.off;
+        mb.release(s);
+        off
+    };
     send(&mut ob, 8);
-    let ahead: Vec<usize> = ob.body_lines(200).collect();
+    assert_eq!(ob.body_lines(8).count(), 0, "nothing reached past the first line");
     send(&mut ob, 200);
-    let (s, _) = mb.peek(0).unwrap();
-    mb.release(s);
-    let (s, _) = mb.peek(0).unwrap();
-    let next = s.off;
-    mb.release(s);
+    let ahead: Vec<usize> = ob.body_lines(200).collect();
+    take(&mut mb);
+    take(&mut mb);
+    send(&mut ob, 8); // into the slot `ahead` was for
+    let next = take(&mut mb);
+    assert_eq!(ahead, vec![next + 64, next + 128, next + 192], "to byte 48 + 200");
+    assert_eq!(ob.body_lines(100).count(), 2, "a shorter one");
+    // Past 248 bytes: the line from 256 on is cold, 64-192 are not.
+    send(&mut ob, 272);
+    take(&mut mb);
+    assert_eq!(ob.body_lines(272).count(), 0, "the head last read shows slot 0 taken");
+    assert!(ob.has_room(8)); // reads the head afresh
+                             // Position 4: the ring's first slot, two before `next`'s.
     assert_eq!(
-        ahead,
-        vec![next + 64, next + 128, next + 192],
-        "the next slot's, to byte 48 + 200"
+        ob.body_lines(272).collect::<Vec<_>>(),
+        vec![next - 2 * geo.slot_size + 256]
     );
-    assert_eq!(ob.body_lines(17).count(), 1);
-    assert_eq!(ob.body_lines(272).count(), 4, "a whole slot");
-    assert_eq!(ob.body_lines(273).count(), 0, "spans two slots");
-    // Slots 2 and 3 fill the ring as the producer last saw it (head 0),
-    // though the consumer has handed 0 and 1 back meanwhile.
-    send(&mut ob, 8);
-    send(&mut ob, 8);
-    assert_eq!(ob.body_lines(100).count(), 0, "not known free");
-    send(&mut ob, 8); // reads the head: 2
-    assert_eq!(ob.body_lines(100).count(), 2);
+    // A message that would span two slots reaches no further.
+    ob.prefetch_body(300);
+    assert_eq!(ob.body_lines(272).count(), 1);
+    // Three more sends: a lap since the 272-byte one.
+    for _ in 0..3 {
+        send(&mut ob, 8);
+        take(&mut mb);
+    }
+    assert_eq!(ob.body_lines(272).count(), 0, "every slot has held one as long");
 
-    let (_mb, ob) = claimed_pair(4_280_000_000, 33, 34, Geometry::new(1, 4, 8192));
-    assert_eq!(ob.body_lines(8192).count(), 4096 / 64 - 1, "a page at most");
+    // The last head read shows the next slot taken: nothing.
+    let (_mb2, mut ob2) = claimed_pair(4_280_000_000, 33, 34, geo);
+    for _ in 0..3 {
+        send(&mut ob2, 8);
+    }
+    send(&mut ob2, 100);
+    assert_eq!(ob2.body_lines(100).count(), 0, "not known free");
+
+    let (_mb3, mut ob3) = claimed_pair(4_290_000_000, 35, 36, Geometry::new(1, 4, 8192));
+    send(&mut ob3, 8192);
+    assert_eq!(ob3.body_lines(8192).count(), 4096 / 64 - 1, "a page at most");
 }
 
 #[test]
