@@ -283,9 +283,9 @@ impl Outbox {
     /// reached further than any before it (after that every slot has held
     /// one as long), not lines written before (those sit in the consumer's
     /// cache: fetching them away while it reads the message just sent
-    /// slowed Open MPI's 1 KiB ping-pong by a fifth), never the first line
-    /// (the consumer polls it), and only into a slot the last `head` read
-    /// shows free. A hint: it reads and writes nothing.
+    /// slowed Open MPI's 1 KiB ping-pong by a fifth to a third), never the
+    /// first line (the consumer polls it), and only into a slot the last
+    /// `head` read shows free. A hint: it reads and writes nothing.
     #[inline]
     pub fn prefetch_body(&mut self, len: usize) {
         let end = SLOT_HDR + len;
@@ -296,7 +296,7 @@ impl Outbox {
             self.reach = Reach {
                 hw: end,
                 cold_from: self.reach.hw.next_multiple_of(LINE).max(LINE),
-                at: self.tail - 1,
+                at: self.tail.saturating_sub(1),
             };
         }
         for off in self.body_lines(len) {
