@@ -44,8 +44,10 @@ pub struct Outbox {
 /// (header included) at most, since the message at position `at`, before
 /// which none had reached `cold_from` (a line boundary). So in every slot
 /// not written since `at`, the lines from `cold_from` on were never
-/// written: cold.
-#[derive(Clone, Copy, Default)]
+/// written: cold. A new ring counts its first line as reached (the
+/// consumer polls it; it is never fetched ahead), so `cold_from` is past
+/// it from the start.
+#[derive(Clone, Copy)]
 struct Reach {
     hw: usize,
     cold_from: usize,
@@ -175,7 +177,11 @@ impl Outbox {
             loan,
             near,
             fenceless,
-            reach: Reach::default(),
+            reach: Reach {
+                hw: LINE,
+                cold_from: LINE,
+                at: 0,
+            },
         }))
     }
 
@@ -295,7 +301,7 @@ impl Outbox {
         if end > self.reach.hw {
             self.reach = Reach {
                 hw: end,
-                cold_from: self.reach.hw.next_multiple_of(LINE).max(LINE),
+                cold_from: self.reach.hw.next_multiple_of(LINE),
                 at: self.tail.saturating_sub(1),
             };
         }
@@ -305,15 +311,13 @@ impl Outbox {
     }
 
     /// Offsets of the lines `prefetch_body` fetches in the next slot for
-    /// a message of `len` bytes: its cold lines up to the message's end,
-    /// at most `BODY_AHEAD` bytes into the slot.
+    /// a message of `len` bytes that fits one slot (`prefetch_body` sees to
+    /// it): its cold lines up to the message's end, at most `BODY_AHEAD`
+    /// bytes into the slot.
     pub(super) fn body_lines(&self, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
         let cold = self.tail < self.reach.at + self.geo.depth as u64 && self.known_free(self.tail);
         let (from, end) = if cold {
-            (
-                self.reach.cold_from.max(LINE),
-                (SLOT_HDR + len).min(BODY_AHEAD).min(self.geo.slot_size),
-            )
+            (self.reach.cold_from, (SLOT_HDR + len).min(BODY_AHEAD))
         } else {
             (0, 0)
         };
