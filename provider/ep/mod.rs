@@ -60,7 +60,7 @@ use crate::nic::shm::ShmWire;
 use crate::nic::udp::UdpSockets;
 use crate::nic::udp_wire::UdpWire;
 use crate::nic::AutoProgress;
-use crate::progress::{now_ns, PassClock, Progress};
+use crate::progress::{now_ns, PassClock, Progress, Quiet};
 use crate::proto::EngineConfig;
 use std::ffi::c_void;
 use std::net::SocketAddr;
@@ -134,12 +134,12 @@ struct EpState {
     /// The time of the application's progress passes (CQ and counter
     /// polls).
     clock: PassClock,
-    /// Until this time (`clock`'s), a poll that finds no slot in the shm
-    /// rings has nothing else to do: it ends after that look instead of
-    /// making a pass (`Ep::progress`). Set by a pass that found nothing
-    /// (`Port::quiet_until`); 0 after one that found something, and
-    /// after anything else took the lock (`Ep::lock`).
-    quiet_until: u64,
+    /// Until when a poll that finds no slot in the shm rings has nothing
+    /// else to do: it ends after that look instead of making a pass
+    /// (`Ep::progress`). Set by a pass that found nothing
+    /// (`Port::quiet_until`); ended by one that found something, and
+    /// when anything else took the lock (`Ep::lock`).
+    quiet: Quiet,
 }
 
 /// The last destination a send looked up: (fi_addr, AV generation,
@@ -341,7 +341,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         dest_cache: None,
         lanes: lanes::Lanes::default(),
         clock: PassClock::default(),
-        quiet_until: 0,
+        quiet: Quiet::default(),
     })
 }
 
@@ -423,7 +423,7 @@ impl Ep {
     #[inline(always)]
     fn lock(&self) -> GateGuard<'_, EpState> {
         let mut st = self.state.lock();
-        st.quiet_until = 0;
+        st.quiet.end();
         st
     }
 
@@ -546,11 +546,12 @@ impl Ep {
         // A pass that found nothing and left nothing to do: the polls
         // until `quiet_until` look at the rings only. (After one that
         // found something the next pass is whole, and asks.)
-        st.quiet_until = if found || !h.idle() {
+        let until = if found || !h.idle() {
             0
         } else {
             st.port.quiet_until(now)
         };
+        st.quiet.set(until, now);
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
@@ -587,10 +588,11 @@ impl Progress for Ep {
     fn progress(&self) {
         self.touch();
         if let Some(mut st) = self.state.try_lock() {
-            let now = st.clock.now();
             // The poll of an application waiting for a message: one look
-            // at the rings, not a pass (bench/pollbench-callgrind EMPTY=1).
-            if now >= st.quiet_until || st.port.arrived() {
+            // at the rings, not a pass (bench/pollbench-callgrind EMPTY=1),
+            // and mostly no clock read either (`Quiet::poll`).
+            let EpState { quiet, clock, port, .. } = &mut *st;
+            if let Some(now) = quiet.poll(clock, || port.arrived()) {
                 self.progress_locked(&mut st, now);
             }
         }
@@ -617,7 +619,7 @@ impl Progress for Ep {
         };
         let armed = st.port.arm();
         // The pass after the sleep takes the arming back.
-        st.quiet_until = 0;
+        st.quiet.end();
         self.watched.store(true, Ordering::Release);
         armed
     }
