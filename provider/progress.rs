@@ -163,25 +163,33 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
-    /// Virtual time, counting its reads.
+    /// Virtual time `t`, counting its reads and keeping the last.
     struct TestClock {
         t: u64,
+        read: u64,
         reads: u32,
+    }
+
+    impl TestClock {
+        fn at(t: u64) -> TestClock {
+            TestClock { t, read: 0, reads: 0 }
+        }
     }
 
     impl PollClock for TestClock {
         fn now(&mut self) -> u64 {
             self.reads += 1;
+            self.read = self.t;
             self.t
         }
         fn last(&self) -> u64 {
-            self.t
+            self.read
         }
     }
 
     #[test]
     fn quiet_polls_read_the_clock_once_in_so_many_and_still_see_arrivals() {
-        let mut c = TestClock { t: 1_000, reads: 0 };
+        let mut c = TestClock::at(1_000);
         let mut q = Quiet::default();
         let ring = Cell::new(false);
         // Not quiet: every poll passes, at a fresh time.
@@ -198,16 +206,23 @@ mod tests {
         c.t = 2_000;
         assert_eq!(q.poll(&mut c, || ring.get()), None);
         assert_eq!(c.reads, 2);
-        // A slot comes: the next poll passes at once, on the last time.
+        // A slot comes: the next poll passes at once, on the time last
+        // read (2 000), reading none.
         ring.set(true);
         c.t = 2_500;
-        assert_eq!(q.poll(&mut c, || ring.get()), Some(2_500));
+        assert_eq!(q.poll(&mut c, || ring.get()), Some(2_000));
         assert_eq!(c.reads, 2);
+        // That pass found it (no quiet time): the next poll reads the
+        // clock again.
+        q.set(0, 2_000);
+        ring.set(false);
+        assert_eq!(q.poll(&mut c, || ring.get()), Some(2_500));
+        assert_eq!(c.reads, 3);
     }
 
     #[test]
     fn a_quiet_time_ends_at_its_time_or_when_the_endpoint_is_taken() {
-        let mut c = TestClock { t: 1_000, reads: 0 };
+        let mut c = TestClock::at(1_000);
         let mut q = Quiet::default();
         q.set(5_000, 1_000);
         for _ in 0..QUIET_POLLS {
