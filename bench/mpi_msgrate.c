@@ -5,8 +5,11 @@
  * that rank 1 sends once its WINDOW MPI_Irecv (posted before the
  * acknowledgement of the previous window) have all completed.
  *
- * Usage: mpi_msgrate [-s size] [-w window] [-i windows]
+ * Usage: mpi_msgrate [-s size] [-w window] [-i windows] [-a 1]
  * Prints: MPI_RATE size=<bytes> window=<n> msgs_per_sec=<rate>
+ * With -a 1 every rank prints its own loop's rate too (MPI_RATE_RANK
+ * rank=<r> ...): over bench/nullprov.c, where no rank waits for the
+ * other, rank 1's is the receiving side's ceiling.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -15,7 +18,7 @@
 
 int main(int argc, char **argv)
 {
-	int rank, nprocs, size = 1, window = 64, windows = 20000;
+	int rank, nprocs, size = 1, window = 64, windows = 20000, all = 0;
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
@@ -26,6 +29,8 @@ int main(int argc, char **argv)
 			window = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-i"))
 			windows = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "-a"))
+			all = atoi(argv[i + 1]);
 	}
 	if (nprocs != 2 || window < 1 || window > 1024 || size < 0 || windows < 1) {
 		if (rank == 0)
@@ -54,6 +59,9 @@ int main(int argc, char **argv)
 			MPI_Send(NULL, 0, MPI_CHAR, 0, 101, MPI_COMM_WORLD);
 	}
 	double t = MPI_Wtime() - t0;
+	if (all)
+		printf("MPI_RATE_RANK rank=%d size=%d window=%d msgs_per_sec=%.0f\n", rank, size,
+		       window, (double)windows * window / t);
 	if (rank == 0)
 		printf("MPI_RATE size=%d window=%d msgs_per_sec=%.0f\n", size, window,
 		       (double)windows * window / t);

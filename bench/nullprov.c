@@ -1,0 +1,615 @@
+/*
+ * nullprov: a libfabric provider that does no work, to price the layers
+ * above a provider (Open MPI's pml cm and mtl ofi, fabtests) on their
+ * own. Every tagged or untagged send and receive completes at once, in
+ * the caller's thread: a send's entry goes into the CQ, a receive's entry
+ * says it filled its buffer (untouched) with a message of the tag it
+ * asked for (its ignored bits cleared) and remote data 0. No byte moves between processes, no rank
+ * ever waits for another, so a rate measured over it is what the
+ * client's own layers allow each rank alone: the ceiling no provider can
+ * pass under that client (bench/README.md, "Open MPI's own ceiling").
+ *
+ * Only what such a run calls is there: fabric, domain, an RDM endpoint,
+ * an AV (any address is accepted), a CQ of any format; the rest of every
+ * ops table answers -FI_ENOSYS. It advertises the attributes gnix does
+ * for the paths it has (caps, 8 bytes of CQ data, inject size, tag
+ * format), so that Open MPI chooses the same protocol over it as over
+ * gnix.
+ *
+ *   cc -O2 -shared -fPIC -o DIR/libnullprov-fi.so bench/nullprov.c
+ *   FI_PROVIDER_PATH=DIR mpirun ... --mca mtl_ofi_provider_include nullprov
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_prov.h>
+
+#define NAME "nullprov"
+#define CAPS (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | \
+	      FI_LOCAL_COMM | FI_REMOTE_COMM)
+#define CQ_DEPTH 65536 /* a power of two */
+
+/*
+ * Every entry of an ops table this provider does not serve. Called
+ * through pointers of other types: on x86-64 and aarch64 a callee that
+ * reads no arguments and returns in the integer register answers any of
+ * them alike (a measuring instrument, not a provider to ship).
+ */
+static long nosys(void)
+{
+	return -FI_ENOSYS;
+}
+#define NOSYS ((void *)nosys)
+
+struct cq {
+	struct fid_cq cq;
+	size_t size; /* of one entry in the CQ's format */
+	uint64_t head, tail;
+	struct fi_cq_tagged_entry e[CQ_DEPTH];
+};
+
+struct ep {
+	struct fid_ep ep;
+	struct cq *tx, *rx;
+	int tx_selective, rx_selective;
+};
+
+static struct fi_provider prov;
+
+static int close_free(struct fid *f)
+{
+	free(f);
+	return 0;
+}
+
+/* --- the CQ --- */
+
+static void cq_push(struct cq *cq, void *ctx, uint64_t flags, size_t len, void *buf, uint64_t data,
+		    uint64_t tag)
+{
+	/* A CQ that overflows loses its oldest entries: a run that reads its
+	 * CQ never has 65536 of them waiting. */
+	struct fi_cq_tagged_entry *e = &cq->e[cq->tail++ & (CQ_DEPTH - 1)];
+	e->op_context = ctx;
+	e->flags = flags;
+	e->len = len;
+	e->buf = buf;
+	e->data = data;
+	e->tag = tag;
+}
+
+static ssize_t cq_read(struct fid_cq *f, void *buf, size_t count)
+{
+	struct cq *cq = (struct cq *)f;
+	size_t n = 0;
+	while (n < count && cq->head != cq->tail) {
+		memcpy((char *)buf + n * cq->size, &cq->e[cq->head++ & (CQ_DEPTH - 1)], cq->size);
+		n++;
+	}
+	return n ? (ssize_t)n : -FI_EAGAIN;
+}
+
+static ssize_t cq_readfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t *src)
+{
+	ssize_t n = cq_read(f, buf, count);
+	for (ssize_t i = 0; i < n; i++)
+		src[i] = FI_ADDR_NOTAVAIL;
+	return n;
+}
+
+static ssize_t cq_readerr(struct fid_cq *f, struct fi_cq_err_entry *e, uint64_t flags)
+{
+	return -FI_EAGAIN;
+}
+
+static const char *cq_strerror(struct fid_cq *f, int prov_errno, const void *err_data, char *buf,
+			       size_t len)
+{
+	return "nullprov: no errors";
+}
+
+static struct fi_ops cq_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = NOSYS,
+	.control = NOSYS,
+	.ops_open = NOSYS,
+};
+
+static struct fi_ops_cq cq_ops = {
+	.size = sizeof(struct fi_ops_cq),
+	.read = cq_read,
+	.readfrom = cq_readfrom,
+	.readerr = cq_readerr,
+	.sread = NOSYS,
+	.sreadfrom = NOSYS,
+	.signal = NOSYS,
+	.strerror = cq_strerror,
+};
+
+static int cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq **out, void *ctx)
+{
+	size_t size;
+	switch (attr->format) {
+	case FI_CQ_FORMAT_UNSPEC:
+	case FI_CQ_FORMAT_CONTEXT:
+		size = sizeof(struct fi_cq_entry);
+		break;
+	case FI_CQ_FORMAT_MSG:
+		size = sizeof(struct fi_cq_msg_entry);
+		break;
+	case FI_CQ_FORMAT_DATA:
+		size = sizeof(struct fi_cq_data_entry);
+		break;
+	case FI_CQ_FORMAT_TAGGED:
+		size = sizeof(struct fi_cq_tagged_entry);
+		break;
+	default:
+		return -FI_ENOSYS;
+	}
+	if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC)
+		return -FI_ENOSYS;
+	struct cq *cq = calloc(1, sizeof *cq);
+	if (!cq)
+		return -FI_ENOMEM;
+	cq->cq.fid.fclass = FI_CLASS_CQ;
+	cq->cq.fid.context = ctx;
+	cq->cq.fid.ops = &cq_fi_ops;
+	cq->cq.ops = &cq_ops;
+	cq->size = size;
+	*out = &cq->cq;
+	return 0;
+}
+
+/* --- the AV: any address, its index --- */
+
+static int av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
+		     uint64_t flags, void *ctx)
+{
+	static fi_addr_t next;
+	for (size_t i = 0; i < count; i++)
+		if (fi_addr)
+			fi_addr[i] = next++;
+	return (int)count;
+}
+
+static int av_remove(struct fid_av *av, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+	return 0;
+}
+
+static struct fi_ops av_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = NOSYS,
+	.control = NOSYS,
+	.ops_open = NOSYS,
+};
+
+static struct fi_ops_av av_ops = {
+	.size = sizeof(struct fi_ops_av),
+	.insert = av_insert,
+	.insertsvc = NOSYS,
+	.insertsym = NOSYS,
+	.remove = av_remove,
+	.lookup = NOSYS,
+	.straddr = NOSYS,
+	.av_set = NOSYS,
+};
+
+static int av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **out, void *ctx)
+{
+	struct fid_av *av = calloc(1, sizeof *av);
+	if (!av)
+		return -FI_ENOMEM;
+	av->fid.fclass = FI_CLASS_AV;
+	av->fid.context = ctx;
+	av->fid.ops = &av_fi_ops;
+	av->ops = &av_ops;
+	*out = av;
+	return 0;
+}
+
+/* --- the endpoint: everything completes at once --- */
+
+static inline void tx_done(struct ep *ep, void *ctx, uint64_t flags, size_t len, uint64_t op_flags)
+{
+	if (ep->tx && (!ep->tx_selective || (op_flags & FI_COMPLETION)))
+		cq_push(ep->tx, ctx, flags | FI_SEND, 0, NULL, 0, 0);
+}
+
+static inline void rx_done(struct ep *ep, void *ctx, uint64_t flags, void *buf, size_t len,
+			   uint64_t tag, uint64_t ignore, uint64_t op_flags)
+{
+	if (ep->rx && (!ep->rx_selective || (op_flags & FI_COMPLETION)))
+		cq_push(ep->rx, ctx, flags | FI_RECV, len, buf, 0, tag & ~ignore);
+}
+
+static size_t iov_len(const struct iovec *iov, size_t count)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < count; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+static ssize_t t_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src,
+		      uint64_t tag, uint64_t ignore, void *ctx)
+{
+	rx_done((struct ep *)e, ctx, FI_TAGGED, buf, len, tag, ignore, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t t_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
+		       fi_addr_t src, uint64_t tag, uint64_t ignore, void *ctx)
+{
+	rx_done((struct ep *)e, ctx, FI_TAGGED, count ? iov[0].iov_base : NULL, iov_len(iov, count),
+		tag, ignore, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags)
+{
+	/* A peek finds nothing: nothing ever arrives. */
+	if (flags & FI_PEEK)
+		return -FI_ENOMSG;
+	rx_done((struct ep *)e, m->context, FI_TAGGED, m->iov_count ? m->msg_iov[0].iov_base : NULL,
+		iov_len(m->msg_iov, m->iov_count), m->tag, m->ignore, flags);
+	return 0;
+}
+
+static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
+		      uint64_t tag, void *ctx)
+{
+	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t t_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
+		       fi_addr_t dst, uint64_t tag, void *ctx)
+{
+	tx_done((struct ep *)e, ctx, FI_TAGGED, 0, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags)
+{
+	if (!(flags & FI_INJECT))
+		tx_done((struct ep *)e, m->context, FI_TAGGED, 0, flags);
+	return 0;
+}
+
+static ssize_t t_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst, uint64_t tag)
+{
+	return 0;
+}
+
+static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
+			  fi_addr_t dst, uint64_t tag, void *ctx)
+{
+	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t t_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data,
+			    fi_addr_t dst, uint64_t tag)
+{
+	return 0;
+}
+
+static struct fi_ops_tagged tagged_ops = {
+	.size = sizeof(struct fi_ops_tagged),
+	.recv = t_recv,
+	.recvv = t_recvv,
+	.recvmsg = t_recvmsg,
+	.send = t_send,
+	.sendv = t_sendv,
+	.sendmsg = t_sendmsg,
+	.inject = t_inject,
+	.senddata = t_senddata,
+	.injectdata = t_injectdata,
+};
+
+static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, void *ctx)
+{
+	rx_done((struct ep *)e, ctx, FI_MSG, buf, len, 0, 0, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t m_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
+		      void *ctx)
+{
+	tx_done((struct ep *)e, ctx, FI_MSG, len, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t m_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst)
+{
+	return 0;
+}
+
+static struct fi_ops_msg msg_ops = {
+	.size = sizeof(struct fi_ops_msg),
+	.recv = m_recv,
+	.recvv = NOSYS,
+	.recvmsg = NOSYS,
+	.send = m_send,
+	.sendv = NOSYS,
+	.sendmsg = NOSYS,
+	.inject = m_inject,
+	.senddata = NOSYS,
+	.injectdata = NOSYS,
+};
+
+static int ep_getname(fid_t f, void *addr, size_t *len)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)getpid()) };
+	a.sin_addr.s_addr = htonl(0x7f000001);
+	size_t want = sizeof a;
+	if (*len < want) {
+		*len = want;
+		return -FI_ETOOSMALL;
+	}
+	memcpy(addr, &a, want);
+	*len = want;
+	return 0;
+}
+
+static struct fi_ops_cm cm_ops = {
+	.size = sizeof(struct fi_ops_cm),
+	.setname = NOSYS,
+	.getname = ep_getname,
+	.getpeer = NOSYS,
+	.connect = NOSYS,
+	.listen = NOSYS,
+	.accept = NOSYS,
+	.reject = NOSYS,
+	.shutdown = NOSYS,
+	.join = NOSYS,
+};
+
+static ssize_t ep_cancel(fid_t f, void *ctx)
+{
+	return -FI_ENOENT; /* everything has completed already */
+}
+
+static int ep_getopt(fid_t f, int level, int name, void *val, size_t *len)
+{
+	return -FI_ENOPROTOOPT;
+}
+
+static int ep_setopt(fid_t f, int level, int name, const void *val, size_t len)
+{
+	return -FI_ENOPROTOOPT;
+}
+
+static struct fi_ops_ep ep_ops = {
+	.size = sizeof(struct fi_ops_ep),
+	.cancel = ep_cancel,
+	.getopt = ep_getopt,
+	.setopt = ep_setopt,
+	.tx_ctx = NOSYS,
+	.rx_ctx = NOSYS,
+	.rx_size_left = NOSYS,
+	.tx_size_left = NOSYS,
+};
+
+static struct fi_ops_rma rma_ops = {
+	.size = sizeof(struct fi_ops_rma),
+	.read = NOSYS, .readv = NOSYS, .readmsg = NOSYS, .write = NOSYS, .writev = NOSYS,
+	.writemsg = NOSYS, .inject = NOSYS, .writedata = NOSYS, .injectdata = NOSYS,
+};
+
+static struct fi_ops_atomic atomic_ops = {
+	.size = sizeof(struct fi_ops_atomic),
+	.write = NOSYS, .writev = NOSYS, .writemsg = NOSYS, .inject = NOSYS,
+	.readwrite = NOSYS, .readwritev = NOSYS, .readwritemsg = NOSYS,
+	.compwrite = NOSYS, .compwritev = NOSYS, .compwritemsg = NOSYS,
+	.writevalid = NOSYS, .readwritevalid = NOSYS, .compwritevalid = NOSYS,
+};
+
+static int ep_bind(struct fid *f, struct fid *bfid, uint64_t flags)
+{
+	struct ep *ep = (struct ep *)f;
+	if (bfid->fclass == FI_CLASS_CQ) {
+		struct cq *cq = (struct cq *)bfid;
+		if (flags & FI_TRANSMIT) {
+			ep->tx = cq;
+			ep->tx_selective = !!(flags & FI_SELECTIVE_COMPLETION);
+		}
+		if (flags & FI_RECV) {
+			ep->rx = cq;
+			ep->rx_selective = !!(flags & FI_SELECTIVE_COMPLETION);
+		}
+		return 0;
+	}
+	if (bfid->fclass == FI_CLASS_AV)
+		return 0;
+	return -FI_ENOSYS;
+}
+
+static int ep_control(struct fid *f, int cmd, void *arg)
+{
+	return cmd == FI_ENABLE ? 0 : -FI_ENOSYS;
+}
+
+static struct fi_ops ep_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = ep_bind,
+	.control = ep_control,
+	.ops_open = NOSYS,
+};
+
+static int ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *ctx)
+{
+	struct ep *ep = calloc(1, sizeof *ep);
+	if (!ep)
+		return -FI_ENOMEM;
+	ep->ep.fid.fclass = FI_CLASS_EP;
+	ep->ep.fid.context = ctx;
+	ep->ep.fid.ops = &ep_fi_ops;
+	ep->ep.ops = &ep_ops;
+	ep->ep.cm = &cm_ops;
+	ep->ep.msg = &msg_ops;
+	ep->ep.rma = &rma_ops;
+	ep->ep.tagged = &tagged_ops;
+	ep->ep.atomic = &atomic_ops;
+	*out = &ep->ep;
+	return 0;
+}
+
+/* --- domain and fabric --- */
+
+static struct fi_ops dom_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = NOSYS,
+	.control = NOSYS,
+	.ops_open = NOSYS,
+};
+
+static struct fi_ops_domain dom_ops = {
+	.size = sizeof(struct fi_ops_domain),
+	.av_open = av_open,
+	.cq_open = cq_open,
+	.endpoint = ep_open,
+	.scalable_ep = NOSYS,
+	.cntr_open = NOSYS,
+	.poll_open = NOSYS,
+	.stx_ctx = NOSYS,
+	.srx_ctx = NOSYS,
+	.query_atomic = NOSYS,
+	.query_collective = NOSYS,
+};
+
+static struct fi_ops_mr mr_ops = {
+	.size = sizeof(struct fi_ops_mr),
+	.reg = NOSYS,
+	.regv = NOSYS,
+	.regattr = NOSYS,
+};
+
+static int domain_open(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out,
+		       void *ctx)
+{
+	struct fid_domain *d = calloc(1, sizeof *d);
+	if (!d)
+		return -FI_ENOMEM;
+	d->fid.fclass = FI_CLASS_DOMAIN;
+	d->fid.context = ctx;
+	d->fid.ops = &dom_fi_ops;
+	d->ops = &dom_ops;
+	d->mr = &mr_ops;
+	*out = d;
+	return 0;
+}
+
+static struct fi_ops fab_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = NOSYS,
+	.control = NOSYS,
+	.ops_open = NOSYS,
+};
+
+static struct fi_ops_fabric fab_ops = {
+	.size = sizeof(struct fi_ops_fabric),
+	.domain = domain_open,
+	.passive_ep = NOSYS,
+	.eq_open = NOSYS,
+	.wait_open = NOSYS,
+	.trywait = NOSYS,
+};
+
+static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, void *ctx)
+{
+	struct fid_fabric *f = calloc(1, sizeof *f);
+	if (!f)
+		return -FI_ENOMEM;
+	f->fid.fclass = FI_CLASS_FABRIC;
+	f->fid.context = ctx;
+	f->fid.ops = &fab_fi_ops;
+	f->ops = &fab_ops;
+	f->api_version = FI_VERSION(1, 17);
+	*out = f;
+	return 0;
+}
+
+static int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+		   const struct fi_info *hints, struct fi_info **out)
+{
+	if (hints) {
+		if ((hints->caps & ~CAPS) != 0)
+			return -FI_ENODATA;
+		if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
+		    hints->ep_attr->type != FI_EP_RDM)
+			return -FI_ENODATA;
+	}
+	struct fi_info *i = fi_allocinfo();
+	if (!i)
+		return -FI_ENOMEM;
+	i->caps = CAPS;
+	i->addr_format = FI_SOCKADDR_IN;
+	i->tx_attr->caps = CAPS & ~(FI_RECV | FI_SOURCE | FI_DIRECTED_RECV);
+	i->tx_attr->msg_order = FI_ORDER_SAS;
+	i->tx_attr->inject_size = 4096;
+	i->tx_attr->size = 1024;
+	i->tx_attr->iov_limit = 16;
+	i->rx_attr->caps = CAPS & ~FI_SEND;
+	i->rx_attr->msg_order = FI_ORDER_SAS;
+	i->rx_attr->size = 16384;
+	i->rx_attr->iov_limit = 16;
+	i->ep_attr->type = FI_EP_RDM;
+	i->ep_attr->max_msg_size = 1ULL << 40;
+	i->ep_attr->mem_tag_format = 0xaaaaaaaaaaaaaaaaULL;
+	i->ep_attr->tx_ctx_cnt = 1;
+	i->ep_attr->rx_ctx_cnt = 1;
+	i->domain_attr->name = strdup(NAME);
+	i->domain_attr->threading = FI_THREAD_SAFE;
+	i->domain_attr->control_progress = FI_PROGRESS_AUTO;
+	i->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	i->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	i->domain_attr->av_type = FI_AV_UNSPEC;
+	i->domain_attr->cq_data_size = 8;
+	i->domain_attr->cq_cnt = 1024;
+	i->domain_attr->ep_cnt = 1024;
+	i->domain_attr->tx_ctx_cnt = 1024;
+	i->domain_attr->rx_ctx_cnt = 1024;
+	i->domain_attr->max_ep_tx_ctx = 1;
+	i->domain_attr->max_ep_rx_ctx = 1;
+	i->fabric_attr->name = strdup(NAME);
+	i->fabric_attr->prov_version = FI_VERSION(0, 1);
+	i->fabric_attr->api_version = FI_VERSION(1, 17);
+	*out = i;
+	return 0;
+}
+
+static void cleanup(void)
+{
+}
+
+static struct fi_provider prov = {
+	.version = FI_VERSION(0, 1),
+	.fi_version = FI_VERSION(1, 17),
+	.name = NAME,
+	.getinfo = getinfo,
+	.fabric = fabric_open,
+	.cleanup = cleanup,
+};
+
+struct fi_provider *fi_prov_ini(void)
+{
+	return &prov;
+}
