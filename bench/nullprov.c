@@ -18,6 +18,17 @@
  *
  *   cc -O2 -shared -fPIC -o DIR/libnullprov-fi.so bench/nullprov.c
  *   FI_PROVIDER_PATH=DIR mpirun ... --mca mtl_ofi_provider_include nullprov
+ *
+ * Built with -DLINE (as liblineprov-fi.so, provider "lineprov") it moves
+ * messages after all, in the least a shared-memory provider can do: a
+ * tagged message of up to 32 bytes is one 64-byte line in a ring the
+ * receiver polls (the sequence word written last, the consumer's head
+ * read back only when the ring looks full; vader's fast boxes are such a
+ * stream), matched on arrival against a list of posted receives (tag and
+ * ignore bits; the source is not looked at) or kept as unexpected, and
+ * completed through the same CQ. Two processes at most, one endpoint
+ * each; no larger messages, no probe: the floor of a real provider's
+ * small-message path under a client, not a provider.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -35,7 +46,14 @@
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
 
+#ifdef LINE
+#define NAME "lineprov"
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#else
 #define NAME "nullprov"
+#endif
 #define CAPS (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | \
 	      FI_LOCAL_COMM | FI_REMOTE_COMM)
 #define CQ_DEPTH 65536 /* a power of two */
@@ -67,6 +85,14 @@ struct ep {
 
 static struct fi_provider prov;
 
+#ifdef LINE
+#include <stdatomic.h>
+static void line_progress(void);
+static int line_insert(const struct sockaddr_in *a, fi_addr_t *out);
+static int line_open(struct ep *ep);
+static void line_close(void);
+#endif
+
 static int close_free(struct fid *f)
 {
 	free(f);
@@ -93,6 +119,9 @@ static ssize_t cq_read(struct fid_cq *f, void *buf, size_t count)
 {
 	struct cq *cq = (struct cq *)f;
 	size_t n = 0;
+#ifdef LINE
+	line_progress();
+#endif
 	while (n < count && cq->head != cq->tail) {
 		memcpy((char *)buf + n * cq->size, &cq->e[cq->head++ & (CQ_DEPTH - 1)], cq->size);
 		n++;
@@ -178,9 +207,16 @@ static int av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_
 		     uint64_t flags, void *ctx)
 {
 	static fi_addr_t next;
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; i < count; i++) {
+		fi_addr_t a = next++;
+#ifdef LINE
+		int err = line_insert((const struct sockaddr_in *)addr + i, &a);
+		if (err)
+			return err;
+#endif
 		if (fi_addr)
-			fi_addr[i] = next++;
+			fi_addr[i] = a;
+	}
 	return (int)count;
 }
 
@@ -244,9 +280,248 @@ static size_t iov_len(const struct iovec *iov, size_t count)
 	return n;
 }
 
+#ifdef LINE
+/* --- lineprov: one line a message --- */
+
+#define NLINES 256 /* a power of two */
+#define LINE_MAX 32
+#define POOL 16384
+#define SELF ((fi_addr_t)-2)
+
+struct line {
+	_Atomic uint64_t seq; /* its position + 1, written last */
+	uint64_t tag, data;
+	uint32_t len, pad;
+	char payload[LINE_MAX];
+};
+
+struct region {
+	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
+	char pad[56];
+	struct line ring[NLINES];
+};
+
+/* A posted receive or an unexpected message. */
+struct node {
+	struct node *next;
+	void *buf, *ctx;
+	size_t len;
+	uint64_t tag, ignore, data;
+	char payload[LINE_MAX];
+};
+
+struct list {
+	struct node *head, *tail;
+};
+
+static struct {
+	struct ep *ep;
+	struct region *mine, *peer;
+	pid_t peer_pid;
+	uint64_t head, tail, room_until;
+	struct list posted, unexpected, free;
+	struct node pool[POOL];
+	char name[64];
+} G;
+
+static void list_push(struct list *l, struct node *n)
+{
+	n->next = NULL;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+}
+
+static struct node *list_pop(struct list *l)
+{
+	struct node *n = l->head;
+	if (n && !(l->head = n->next))
+		l->tail = NULL;
+	return n;
+}
+
+/* The first node whose tag matches, unlinked. */
+static struct node *list_take(struct list *l, uint64_t tag, int by_node_ignore, uint64_t ignore)
+{
+	struct node *prev = NULL;
+	for (struct node *n = l->head; n; prev = n, n = n->next) {
+		uint64_t ig = by_node_ignore ? n->ignore : ignore;
+		if (((n->tag ^ tag) & ~ig) == 0) {
+			if (prev)
+				prev->next = n->next;
+			else
+				l->head = n->next;
+			if (l->tail == n)
+				l->tail = prev;
+			return n;
+		}
+	}
+	return NULL;
+}
+
+static void line_arrived(uint64_t tag, uint64_t data, uint32_t len, const char *payload)
+{
+	struct node *r = list_take(&G.posted, tag, 1, 0);
+	if (r) {
+		size_t n = len < r->len ? len : r->len;
+		memcpy(r->buf, payload, n);
+		if (G.ep->rx)
+			cq_push(G.ep->rx, r->ctx, FI_RECV | FI_TAGGED, n, r->buf, data, tag);
+		list_push(&G.free, r);
+		return;
+	}
+	struct node *u = list_pop(&G.free);
+	if (!u)
+		abort(); /* more unexpected messages than the pool: an instrument's limit */
+	u->tag = tag;
+	u->data = data;
+	u->len = len;
+	memcpy(u->payload, payload, len);
+	list_push(&G.unexpected, u);
+}
+
+static void line_progress(void)
+{
+	if (!G.mine)
+		return;
+	uint64_t h = G.head;
+	for (;;) {
+		struct line *l = &G.mine->ring[h & (NLINES - 1)];
+		if (atomic_load_explicit(&l->seq, memory_order_acquire) != h + 1)
+			break;
+		line_arrived(l->tag, l->data, l->len, l->payload);
+		h++;
+		if ((h & 31) == 0)
+			atomic_store_explicit(&G.mine->consumed, h, memory_order_release);
+	}
+	if (h != G.head) {
+		G.head = h;
+		atomic_store_explicit(&G.mine->consumed, h, memory_order_release);
+	}
+}
+
+static ssize_t line_send(struct ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dst,
+			 uint64_t tag, void *ctx, int complete)
+{
+	if (len > LINE_MAX)
+		return -FI_ENOSYS;
+	if (dst == SELF) {
+		line_arrived(tag, data, len, buf);
+	} else {
+		if (!G.peer)
+			return -FI_EINVAL;
+		while (G.tail >= G.room_until) {
+			G.room_until = atomic_load_explicit(&G.peer->consumed, memory_order_acquire) + NLINES;
+			if (G.tail >= G.room_until)
+				line_progress(); /* both full: take ours in meanwhile */
+		}
+		struct line *l = &G.peer->ring[G.tail & (NLINES - 1)];
+		l->tag = tag;
+		l->data = data;
+		l->len = len;
+		memcpy(l->payload, buf, len);
+		atomic_store_explicit(&l->seq, ++G.tail, memory_order_release);
+	}
+	if (complete)
+		tx_done(ep, ctx, FI_TAGGED, len, FI_COMPLETION);
+	return 0;
+}
+
+static ssize_t line_recv(void *buf, size_t len, uint64_t tag, uint64_t ignore, void *ctx)
+{
+	struct node *u = list_take(&G.unexpected, tag, 0, ignore);
+	if (u) {
+		size_t n = u->len < len ? u->len : len;
+		memcpy(buf, u->payload, n);
+		if (G.ep->rx)
+			cq_push(G.ep->rx, ctx, FI_RECV | FI_TAGGED, n, buf, u->data, u->tag);
+		list_push(&G.free, u);
+		return 0;
+	}
+	struct node *r = list_pop(&G.free);
+	if (!r)
+		return -FI_EAGAIN;
+	r->buf = buf;
+	r->len = len;
+	r->tag = tag;
+	r->ignore = ignore;
+	r->ctx = ctx;
+	list_push(&G.posted, r);
+	return 0;
+}
+
+static struct region *region_map(pid_t pid, int create);
+
+static int line_insert(const struct sockaddr_in *a, fi_addr_t *out)
+{
+	pid_t pid = (pid_t)ntohl(a->sin_addr.s_addr);
+	if (pid == getpid()) {
+		*out = SELF;
+		return 0;
+	}
+	if (G.peer && pid != G.peer_pid)
+		return -FI_ENOSYS; /* one peer at most */
+	if (!G.peer) {
+		G.peer = region_map(pid, 0);
+		if (!G.peer)
+			return -FI_EADDRNOTAVAIL;
+		G.peer_pid = pid;
+		G.room_until = NLINES;
+	}
+	*out = 0;
+	return 0;
+}
+
+static int line_open(struct ep *ep)
+{
+	if (G.ep)
+		return -FI_ENOSYS; /* one endpoint a process */
+	G.mine = region_map(getpid(), 1);
+	if (!G.mine)
+		return -FI_ENOMEM;
+	G.ep = ep;
+	for (int i = 0; i < POOL; i++)
+		list_push(&G.free, &G.pool[i]);
+	return 0;
+}
+
+static void line_close(void)
+{
+	shm_unlink(G.name);
+	munmap(G.mine, sizeof(struct region));
+	if (G.peer)
+		munmap(G.peer, sizeof(struct region));
+	G.mine = G.peer = NULL;
+	G.ep = NULL;
+}
+
+static struct region *region_map(pid_t pid, int create)
+{
+	char name[64];
+	snprintf(name, sizeof name, "/lineprov-%d", (int)pid);
+	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+	if (fd < 0)
+		return NULL;
+	if (create && ftruncate(fd, sizeof(struct region)) != 0) {
+		close(fd);
+		return NULL;
+	}
+	void *p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (create)
+		snprintf(G.name, sizeof G.name, "%s", name);
+	return p == MAP_FAILED ? NULL : p;
+}
+#endif
+
 static ssize_t t_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src,
 		      uint64_t tag, uint64_t ignore, void *ctx)
 {
+#ifdef LINE
+	return line_recv(buf, len, tag, ignore, ctx);
+#endif
 	rx_done((struct ep *)e, ctx, FI_TAGGED, buf, len, tag, ignore, FI_COMPLETION);
 	return 0;
 }
@@ -254,6 +529,9 @@ static ssize_t t_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_ad
 static ssize_t t_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
 		       fi_addr_t src, uint64_t tag, uint64_t ignore, void *ctx)
 {
+#ifdef LINE
+	return count == 1 ? line_recv(iov[0].iov_base, iov[0].iov_len, tag, ignore, ctx) : -FI_ENOSYS;
+#endif
 	rx_done((struct ep *)e, ctx, FI_TAGGED, count ? iov[0].iov_base : NULL, iov_len(iov, count),
 		tag, ignore, FI_COMPLETION);
 	return 0;
@@ -261,9 +539,14 @@ static ssize_t t_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, s
 
 static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags)
 {
-	/* A peek finds nothing: nothing ever arrives. */
+	/* A peek finds nothing: nothing ever arrives (lineprov: no probe). */
 	if (flags & FI_PEEK)
 		return -FI_ENOMSG;
+#ifdef LINE
+	return m->iov_count == 1 ? line_recv(m->msg_iov[0].iov_base, m->msg_iov[0].iov_len, m->tag,
+					     m->ignore, m->context)
+				 : -FI_ENOSYS;
+#endif
 	rx_done((struct ep *)e, m->context, FI_TAGGED, m->iov_count ? m->msg_iov[0].iov_base : NULL,
 		iov_len(m->msg_iov, m->iov_count), m->tag, m->ignore, flags);
 	return 0;
@@ -272,6 +555,9 @@ static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
 		      uint64_t tag, void *ctx)
 {
+#ifdef LINE
+	return line_send((struct ep *)e, buf, len, 0, dst, tag, ctx, 1);
+#endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
 	return 0;
 }
@@ -279,12 +565,23 @@ static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc,
 static ssize_t t_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
 		       fi_addr_t dst, uint64_t tag, void *ctx)
 {
+#ifdef LINE
+	return count == 1 ? line_send((struct ep *)e, iov[0].iov_base, iov[0].iov_len, 0, dst, tag, ctx, 1)
+			  : -FI_ENOSYS;
+#endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, 0, FI_COMPLETION);
 	return 0;
 }
 
 static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags)
 {
+#ifdef LINE
+	if (m->iov_count != 1)
+		return -FI_ENOSYS;
+	return line_send((struct ep *)e, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len,
+			 (flags & FI_REMOTE_CQ_DATA) ? m->data : 0, m->addr, m->tag, m->context,
+			 !(flags & FI_INJECT) && (flags & FI_COMPLETION));
+#endif
 	if (!(flags & FI_INJECT))
 		tx_done((struct ep *)e, m->context, FI_TAGGED, 0, flags);
 	return 0;
@@ -292,12 +589,18 @@ static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 
 static ssize_t t_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst, uint64_t tag)
 {
+#ifdef LINE
+	return line_send((struct ep *)e, buf, len, 0, dst, tag, NULL, 0);
+#endif
 	return 0;
 }
 
 static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
 			  fi_addr_t dst, uint64_t tag, void *ctx)
 {
+#ifdef LINE
+	return line_send((struct ep *)e, buf, len, data, dst, tag, ctx, 1);
+#endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
 	return 0;
 }
@@ -305,6 +608,9 @@ static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *d
 static ssize_t t_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data,
 			    fi_addr_t dst, uint64_t tag)
 {
+#ifdef LINE
+	return line_send((struct ep *)e, buf, len, data, dst, tag, NULL, 0);
+#endif
 	return 0;
 }
 
@@ -323,6 +629,9 @@ static struct fi_ops_tagged tagged_ops = {
 
 static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, void *ctx)
 {
+#ifdef LINE
+	return -FI_ENOSYS;
+#endif
 	rx_done((struct ep *)e, ctx, FI_MSG, buf, len, 0, 0, FI_COMPLETION);
 	return 0;
 }
@@ -330,12 +639,18 @@ static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_ad
 static ssize_t m_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
 		      void *ctx)
 {
+#ifdef LINE
+	return -FI_ENOSYS;
+#endif
 	tx_done((struct ep *)e, ctx, FI_MSG, len, FI_COMPLETION);
 	return 0;
 }
 
 static ssize_t m_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst)
 {
+#ifdef LINE
+	return -FI_ENOSYS;
+#endif
 	return 0;
 }
 
@@ -354,8 +669,9 @@ static struct fi_ops_msg msg_ops = {
 
 static int ep_getname(fid_t f, void *addr, size_t *len)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)getpid()) };
-	a.sin_addr.s_addr = htonl(0x7f000001);
+	/* The process id names the endpoint (lineprov maps its region by it). */
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	a.sin_addr.s_addr = htonl((uint32_t)getpid());
 	size_t want = sizeof a;
 	if (*len < want) {
 		*len = want;
@@ -444,9 +760,17 @@ static int ep_control(struct fid *f, int cmd, void *arg)
 	return cmd == FI_ENABLE ? 0 : -FI_ENOSYS;
 }
 
+static int ep_close(struct fid *f)
+{
+#ifdef LINE
+	line_close();
+#endif
+	return close_free(f);
+}
+
 static struct fi_ops ep_fi_ops = {
 	.size = sizeof(struct fi_ops),
-	.close = close_free,
+	.close = ep_close,
 	.bind = ep_bind,
 	.control = ep_control,
 	.ops_open = NOSYS,
@@ -466,6 +790,13 @@ static int ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **o
 	ep->ep.rma = &rma_ops;
 	ep->ep.tagged = &tagged_ops;
 	ep->ep.atomic = &atomic_ops;
+#ifdef LINE
+	int err = line_open(ep);
+	if (err) {
+		free(ep);
+		return err;
+	}
+#endif
 	*out = &ep->ep;
 	return 0;
 }
