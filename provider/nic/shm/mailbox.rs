@@ -19,7 +19,8 @@
 //!         (the longest message the owner wants copied through its
 //!         rings, `choice.rs`; 0 until it says)  64 sleeping u32
 //!         68 fenceless u32 (the owner arms with a global membarrier,
-//!         see "Doorbells" below)
+//!         see "Doorbells" below)  72 pid_ns u64 (the owner's pid
+//!         namespace, `pid_ns`; 0 not known)
 //!         128 owner[nrings] u64 (0 = free, else claimant pid)
 //! ring    0 state u32 (FREE/ACTIVE/CLOSED)  4 sender_pid u32
 //!         8 sender address (family u16, port u16, ip 16 B)  28 used u32
@@ -112,7 +113,7 @@ mod outbox;
 pub use outbox::Outbox;
 
 const MAGIC: u64 = 0x314d_4853_5849_4e47; // "GNIXSHM1"
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// Slot header: seq, kind, len and 32 bytes of kind fields; the payload
 /// follows at once, so the header and the first 16 payload bytes (a small
 /// message whole) share the slot's first cache line.
@@ -131,6 +132,7 @@ const CACHE_OFF: usize = 52;
 const COPY_MAX_OFF: usize = 56;
 const SLEEPING_OFF: usize = 64;
 const FENCELESS_OFF: usize = 68;
+const PID_NS_OFF: usize = 72;
 const RING_GRANTS: usize = 64;
 /// Grant words per ring: large receives from one sender that may be
 /// written into at once.
@@ -323,6 +325,27 @@ fn sweep_dead(uid: u32) {
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`; 0 if
+/// it cannot be read). Processes of one user may share /dev/shm from
+/// different pid namespaces (containers that share the host's shm, or
+/// `unshare --pid`): a pid in another's mailbox is not a pid here, so its
+/// liveness cannot be judged, nor its memory read, from here.
+pub fn pid_ns() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    })
+}
+
+/// Whether a mailbox of pid namespace `ns` (its header's word) is of
+/// ours: only then are its pids ours. (0 on either side: not known, and
+/// taken as ours, as before the word existed.)
+pub fn same_pid_ns(ns: u64) -> bool {
+    let ours = pid_ns();
+    ns == 0 || ours == 0 || ns == ours
 }
 
 /// Whether process `pid` exists (a process of another user still counts).
@@ -610,8 +633,8 @@ impl Mailbox {
         if fd < 0 {
             return false;
         }
-        let mut h = [0u8; 28];
-        // SAFETY: reads at most 28 bytes into a local buffer.
+        let mut h = [0u8; PID_NS_OFF + 8];
+        // SAFETY: reads at most h.len() bytes into a local buffer.
         let n = unsafe { libc::pread(fd, h.as_mut_ptr() as *mut libc::c_void, h.len(), 0) };
         // SAFETY: fstat into a zeroed stat buffer of our own descriptor.
         let mut stb: libc::stat = unsafe { std::mem::zeroed() };
@@ -619,7 +642,13 @@ impl Mailbox {
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(fd) };
         let pid = u32::from_le_bytes(h[24..28].try_into().unwrap());
-        if n != 28 || pid == 0 {
+        let ns = u64::from_le_bytes(h[PID_NS_OFF..].try_into().unwrap());
+        if n == h.len() as isize && !same_pid_ns(ns) {
+            // Another pid namespace's: its owner's pid means nothing here,
+            // and a live mailbox must not be taken from it.
+            return false;
+        }
+        if n < 28 || pid == 0 {
             // No owner written yet: a mailbox being created right now,
             // unless it has been like that for a while.
             let now = std::time::SystemTime::now()
@@ -674,6 +703,7 @@ impl Mailbox {
         }
         map.u32_at(FENCELESS_OFF)
             .store(GLOBAL.offered() as u32, Ordering::Relaxed);
+        map.u64_at(PID_NS_OFF).store(pid_ns(), Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,

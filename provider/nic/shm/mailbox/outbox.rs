@@ -4,10 +4,10 @@
 //! consumer's side is there too.
 
 use super::{
-    cstr, encode_addr, euid, kind_len_word, msg_max, path_for, Geometry, Liveness, Mailbox, SlotHead, CACHE_OFF,
-    COPY_MAX_OFF, FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LINE, LOAN_OFF, MAGIC,
-    MAX_RINGS, OPEN, OWNERS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR, RING_HEAD, SLEEPING_OFF,
-    SLOT_HDR, SPAN_OFF, VERSION,
+    cstr, encode_addr, euid, kind_len_word, msg_max, path_for, same_pid_ns, Geometry, Liveness, Mailbox, SlotHead,
+    CACHE_OFF, COPY_MAX_OFF, FENCELESS_OFF, GLOBAL, GRANTS, GRANT_ARMED, GRANT_DONE, GRANT_WRITING, LINE, LOAN_OFF,
+    MAGIC, MAX_RINGS, OPEN, OWNERS_OFF, PID_NS_OFF, RING_ACTIVE, RING_CLOSED, RING_FREED, RING_GRANTS, RING_HDR,
+    RING_HEAD, SLEEPING_OFF, SLOT_HDR, SPAN_OFF, VERSION,
 };
 use crate::nic::shm::mapping::{Mapping, PAGE};
 use std::cell::Cell;
@@ -109,6 +109,16 @@ impl Outbox {
             && (SLOT_HDR + 64..=(1 << 20)).contains(&geo.slot_size)
             && (1..=geo.depth.min(64)).contains(&geo.span)
             && geo.file_len() == flen;
+        if !same_pid_ns(head.u64_at(PID_NS_OFF).load(Ordering::Relaxed)) {
+            // Its owner's pid is of another pid namespace: neither its
+            // liveness nor cross-memory reads could name it from here.
+            crate::info!(
+                crate::ffi::FI_LOG_EP_CTRL,
+                "{}: a mailbox of another pid namespace; using UDP",
+                path
+            );
+            return Ok(None);
+        }
         let owner_pid = word(24) as u32;
         let owner = Liveness::watch(owner_pid);
         if !owner.alive() {

@@ -375,3 +375,35 @@ fn stale_mailbox_of_dead_process_is_reclaimed() {
     drop(mb);
     assert!(Outbox::connect(uid, &me, &addr(8)).unwrap().is_none());
 }
+
+#[test]
+fn a_mailbox_of_another_pid_namespace_is_neither_reclaimed_nor_used() {
+    use std::os::unix::fs::FileExt;
+    assert_ne!(pid_ns(), 0, "/proc/self/ns/pid readable");
+    let foreign = (pid_ns() ^ 1).to_le_bytes();
+    let uid = 4_200_000_000 + std::process::id() % 1000 + 1000;
+    let me = addr(9);
+    let path = path_for(uid, &me);
+    // A file whose owner pid does not exist here, written from another
+    // pid namespace (where it may well run): not ours to remove.
+    let mut h = vec![0u8; 4096];
+    h[24..28].copy_from_slice(&(i32::MAX as u32 - 1).to_le_bytes());
+    h[PID_NS_OFF..PID_NS_OFF + 8].copy_from_slice(&foreign);
+    std::fs::write(&path, &h).unwrap();
+    assert!(!Mailbox::reclaim(&path));
+    assert!(std::path::Path::new(&path).exists());
+    assert!(Mailbox::create(uid, &me, Geometry::new(1, 2, 64), 0).is_err());
+    // The same from our namespace is a leftover, and goes.
+    h[PID_NS_OFF..PID_NS_OFF + 8].copy_from_slice(&pid_ns().to_le_bytes());
+    std::fs::write(&path, &h).unwrap();
+    let mb = Mailbox::create(uid, &me, Geometry::new(3, 2, 64), 0).unwrap();
+    assert!(Outbox::connect(uid, &me, &addr(10)).unwrap().is_some());
+    // A live mailbox that says it is of another pid namespace: its pids
+    // are not ours, so no producer here claims a ring in it.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&foreign, PID_NS_OFF as u64).unwrap();
+    assert!(Outbox::connect(uid, &me, &addr(11)).unwrap().is_none());
+    f.write_all_at(&pid_ns().to_le_bytes(), PID_NS_OFF as u64).unwrap();
+    assert!(Outbox::connect(uid, &me, &addr(11)).unwrap().is_some());
+    drop(mb);
+}
