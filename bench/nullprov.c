@@ -99,6 +99,15 @@ static int close_free(struct fid *f)
 	return 0;
 }
 
+/* The fid ops of every class but the endpoint: closing frees it. */
+static struct fi_ops plain_fi_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = close_free,
+	.bind = NOSYS,
+	.control = NOSYS,
+	.ops_open = NOSYS,
+};
+
 /* --- the CQ --- */
 
 static void cq_push(struct cq *cq, void *ctx, uint64_t flags, size_t len, void *buf, uint64_t data,
@@ -148,14 +157,6 @@ static const char *cq_strerror(struct fid_cq *f, int prov_errno, const void *err
 	return "nullprov: no errors";
 }
 
-static struct fi_ops cq_fi_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = close_free,
-	.bind = NOSYS,
-	.control = NOSYS,
-	.ops_open = NOSYS,
-};
-
 static struct fi_ops_cq cq_ops = {
 	.size = sizeof(struct fi_ops_cq),
 	.read = cq_read,
@@ -194,7 +195,7 @@ static int cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq 
 		return -FI_ENOMEM;
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = ctx;
-	cq->cq.fid.ops = &cq_fi_ops;
+	cq->cq.fid.ops = &plain_fi_ops;
 	cq->cq.ops = &cq_ops;
 	cq->size = size;
 	*out = &cq->cq;
@@ -225,14 +226,6 @@ static int av_remove(struct fid_av *av, fi_addr_t *fi_addr, size_t count, uint64
 	return 0;
 }
 
-static struct fi_ops av_fi_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = close_free,
-	.bind = NOSYS,
-	.control = NOSYS,
-	.ops_open = NOSYS,
-};
-
 static struct fi_ops_av av_ops = {
 	.size = sizeof(struct fi_ops_av),
 	.insert = av_insert,
@@ -251,7 +244,7 @@ static int av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av 
 		return -FI_ENOMEM;
 	av->fid.fclass = FI_CLASS_AV;
 	av->fid.context = ctx;
-	av->fid.ops = &av_fi_ops;
+	av->fid.ops = &plain_fi_ops;
 	av->ops = &av_ops;
 	*out = av;
 	return 0;
@@ -803,14 +796,6 @@ static int ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **o
 
 /* --- domain and fabric --- */
 
-static struct fi_ops dom_fi_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = close_free,
-	.bind = NOSYS,
-	.control = NOSYS,
-	.ops_open = NOSYS,
-};
-
 static struct fi_ops_domain dom_ops = {
 	.size = sizeof(struct fi_ops_domain),
 	.av_open = av_open,
@@ -840,20 +825,12 @@ static int domain_open(struct fid_fabric *fab, struct fi_info *info, struct fid_
 		return -FI_ENOMEM;
 	d->fid.fclass = FI_CLASS_DOMAIN;
 	d->fid.context = ctx;
-	d->fid.ops = &dom_fi_ops;
+	d->fid.ops = &plain_fi_ops;
 	d->ops = &dom_ops;
 	d->mr = &mr_ops;
 	*out = d;
 	return 0;
 }
-
-static struct fi_ops fab_fi_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = close_free,
-	.bind = NOSYS,
-	.control = NOSYS,
-	.ops_open = NOSYS,
-};
 
 static struct fi_ops_fabric fab_ops = {
 	.size = sizeof(struct fi_ops_fabric),
@@ -871,7 +848,7 @@ static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
 		return -FI_ENOMEM;
 	f->fid.fclass = FI_CLASS_FABRIC;
 	f->fid.context = ctx;
-	f->fid.ops = &fab_fi_ops;
+	f->fid.ops = &plain_fi_ops;
 	f->ops = &fab_ops;
 	f->api_version = FI_VERSION(1, 17);
 	*out = f;
