@@ -688,6 +688,9 @@ impl Mailbox {
         h[16..20].copy_from_slice(&(geo.depth as u32).to_le_bytes());
         h[20..24].copy_from_slice(&(geo.slot_size as u32).to_le_bytes());
         h[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+        // The namespace before the pid: a reclaimer of another namespace
+        // that reads our pid must not take it for one of its own.
+        map.u64_at(PID_NS_OFF).store(pid_ns(), Ordering::Release);
         map.write(0, &h);
         map.u32_at(SPAN_OFF).store(geo.span as u32, Ordering::Relaxed);
         map.u32_at(CACHE_OFF)
@@ -703,7 +706,6 @@ impl Mailbox {
         }
         map.u32_at(FENCELESS_OFF)
             .store(GLOBAL.offered() as u32, Ordering::Relaxed);
-        map.u64_at(PID_NS_OFF).store(pid_ns(), Ordering::Relaxed);
         map.u32_at(28).store(OPEN, Ordering::Release);
         Ok(Mailbox {
             map,
