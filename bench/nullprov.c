@@ -83,8 +83,6 @@ struct ep {
 	int tx_selective, rx_selective;
 };
 
-static struct fi_provider prov;
-
 #ifdef LINE
 #include <stdatomic.h>
 static void line_progress(void);
