@@ -775,6 +775,26 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
     out
 }
 
+/// The owner pid written in gnix shm mailbox file `p`, if the file is of
+/// this pid namespace. The header's word at 72 names its owner's
+/// namespace (the inode of `/proc/self/ns/pid`; 0 in files made before
+/// it was written): a mailbox of another namespace (fabtests under
+/// `runfabtests.sh`'s `unshare --pid`, a container) has a pid that names
+/// some other process here, or none, and is not ours to judge.
+pub fn mailbox_owner(p: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    const PID_OFF: usize = 24;
+    const PID_NS_OFF: usize = 72;
+    let mut h = [0u8; PID_NS_OFF + 8];
+    std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut h)).ok()?;
+    let ns = u64::from_le_bytes(h[PID_NS_OFF..].try_into().unwrap());
+    let ours = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    if ns != 0 && ours != 0 && ns != ours {
+        return None;
+    }
+    Some(u32::from_le_bytes(h[PID_OFF..PID_OFF + 4].try_into().unwrap()))
+}
+
 /// gnix shm mailbox files (`/dev/shm/gnix-*`) owned by process `pid`.
 pub fn mailboxes_of(pid: u32) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
@@ -783,11 +803,7 @@ pub fn mailboxes_of(pid: u32) -> Vec<PathBuf> {
     dir.flatten()
         .map(|e| e.path())
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("gnix-")))
-        .filter(|p| {
-            let mut h = [0u8; 28];
-            std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut h)).is_ok()
-                && u32::from_le_bytes(h[24..28].try_into().unwrap()) == pid
-        })
+        .filter(|p| mailbox_owner(p) == Some(pid))
         .collect()
 }
 
