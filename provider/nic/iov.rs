@@ -141,6 +141,20 @@ impl Iov {
         }
     }
 
+    /// `read_at` into memory another core reads next (a peer's ring),
+    /// with streaming stores (`nic::stream`), fenced before it returns.
+    pub(crate) fn stream_at(&self, offset: usize, mut dst: &mut [u8]) {
+        for (at, n) in self.pieces(offset, dst.len()) {
+            // SAFETY: as in `read_at`: [at, at+n) lies in a range of the
+            // Iov, readable and not written while the send is in flight.
+            let src = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
+            let (now, rest) = dst.split_at_mut(n);
+            super::stream::copy(now, src);
+            dst = rest;
+        }
+        super::stream::fence();
+    }
+
     /// Where bytes `offset..offset + n` of the buffers are, in order, as
     /// (address, length) pieces of the ranges (fewer bytes if the buffers
     /// end first): what a copy into or out of them walks.
@@ -273,6 +287,9 @@ impl SendSource for IovView<'_> {
     fn read_at(&self, offset: usize, dst: &mut [u8]) {
         self.iov.read_at(offset, dst)
     }
+    fn stream_at(&self, offset: usize, dst: &mut [u8]) {
+        self.iov.stream_at(offset, dst)
+    }
 }
 
 impl SendSource for IovSource {
@@ -290,6 +307,17 @@ impl SendSource for IovSource {
         if !dst.is_empty() {
             self.iov.read_at(0, dst)
         }
+    }
+    fn stream_at(&self, offset: usize, mut dst: &mut [u8]) {
+        // The head (a few bytes a protocol put in front) plainly; the
+        // application's bytes streamed, and the whole fenced.
+        let head = self.head();
+        if offset < head.len() {
+            let k = (head.len() - offset).min(dst.len());
+            dst[..k].copy_from_slice(&head[offset..offset + k]);
+            dst = &mut dst[k..];
+        }
+        self.iov.stream_at(offset.saturating_sub(head.len()), dst)
     }
     fn ranges(&self) -> Option<MemRanges> {
         // The head is a heap allocation of this source, never written
@@ -485,6 +513,31 @@ mod tests {
         assert_eq!(out, [2, 3, 4, 5]);
         assert_eq!(src.contiguous(3, 2), Some(&[3u8, 4][..]));
         assert_eq!(src.contiguous(2, 2), None, "spans two ranges");
+    }
+
+    #[test]
+    fn a_streamed_read_is_the_read() {
+        // Two ranges long enough to stream (`nic::stream`) and a short
+        // one, behind a head of the source's own: every offset and
+        // length reads the same bytes both ways, and writes no further.
+        let a: Vec<u8> = (0..700).map(|i| i as u8).collect();
+        let b: Vec<u8> = (0..5).map(|i| 200 + i as u8).collect();
+        let c: Vec<u8> = (0..1000).map(|i| (i * 3) as u8).collect();
+        // SAFETY: `a`, `b` and `c` outlive the source, which only reads.
+        let iov = unsafe {
+            Iov::from_raw([
+                (a.as_ptr() as usize, a.len()),
+                (b.as_ptr() as usize, b.len()),
+                (c.as_ptr() as usize, c.len()),
+            ])
+        };
+        let src = IovSource::with_head(Box::new([7, 8, 9]), iov);
+        for (off, n) in [(0, 1708), (1, 1707), (3, 1705), (2, 800), (700, 400), (1707, 1)] {
+            let (mut read, mut streamed) = (vec![0xAAu8; n + 8], vec![0xAAu8; n + 8]);
+            src.read_at(off, &mut read[..n]);
+            src.stream_at(off, &mut streamed[..n]);
+            assert_eq!(read, streamed, "{off}+{n}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(crate) mod port;
 // (Crate-private, clippy now also sees its `to_*(&self)` on a Copy type.)
 pub mod shm;
 pub(crate) mod slab;
+pub(crate) mod stream;
 pub(crate) mod txdesc;
 pub mod udp;
 pub(crate) mod udp_wire;

@@ -144,6 +144,12 @@ pub type MemRanges = smallvec::SmallVec<[(u64, u64); 2]>;
 pub trait SendSource: Send + Sync {
     fn len(&self) -> usize;
     fn read_at(&self, offset: usize, dst: &mut [u8]);
+    /// `read_at` into memory another core reads next (the slots of a
+    /// peer's ring): with streaming stores where the source can
+    /// (`nic::stream`), all of them fenced before it returns.
+    fn stream_at(&self, offset: usize, dst: &mut [u8]) {
+        self.read_at(offset, dst)
+    }
     /// `len` bytes from `offset` as one slice, if they are contiguous in
     /// memory (lets the wire send them without a copy).
     fn contiguous(&self, _offset: usize, _len: usize) -> Option<&[u8]> {
@@ -167,6 +173,9 @@ impl<T: SendSource + ?Sized> SendSource for Box<T> {
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) {
         (**self).read_at(offset, dst)
+    }
+    fn stream_at(&self, offset: usize, dst: &mut [u8]) {
+        (**self).stream_at(offset, dst)
     }
     fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {
         (**self).contiguous(offset, len)
@@ -214,6 +223,12 @@ impl SendSource for SendPayload {
         match self {
             SendPayload::Copied(p) => dst.copy_from_slice(&p[offset..offset + dst.len()]),
             SendPayload::Source(s) => s.read_at(offset, dst),
+        }
+    }
+    fn stream_at(&self, offset: usize, dst: &mut [u8]) {
+        match self {
+            SendPayload::Copied(p) => dst.copy_from_slice(&p[offset..offset + dst.len()]),
+            SendPayload::Source(s) => s.stream_at(offset, dst),
         }
     }
     fn contiguous(&self, offset: usize, len: usize) -> Option<&[u8]> {

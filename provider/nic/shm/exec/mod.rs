@@ -369,12 +369,14 @@ impl<P: Port> Exec<P> {
     /// the copy into the ring took, for the owner's choice (`choice.rs`:
     /// the owner weighs what copies into its own ring cost, which ours
     /// into other rings need not tell). Apart, so that the small messages'
-    /// path stays as short as it was.
+    /// path stays as short as it was. Copied with streaming stores
+    /// (`nic::stream`: the lines are the owner's, and taking each from
+    /// its core first made this copy the dearest part of the copy way).
     #[inline(never)]
     fn publish_timed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
         let posted = self
             .port
-            .post_stamped(ix, head.len, |dst| src.read_at(0, dst), |ns| Frame::stamped(head, ns));
+            .post_stamped(ix, head.len, |dst| src.stream_at(0, dst), |ns| Frame::stamped(head, ns));
         self.published(ix, posted)
     }
 
