@@ -1,9 +1,9 @@
 //! Whether a message longer than one slot is copied through the ring or
 //! pulled, as this host's own costs say.
 //!
-//! A message that spans slots costs two copies that cross between cores
-//! (the sender writes lines the receiver read last lap, the receiver reads
-//! lines the sender just wrote); a pull costs a system call and one copy.
+//! A message that spans slots costs two copies (the sender's into the
+//! ring, with stores that go to memory, `nic::stream`, and the receiver's
+//! out of it); a pull costs a system call and one copy.
 //! Which is cheaper depends on the host far more than on its cache map:
 //! 64 KiB copied 2.2 µs against 5.5 pulled on one VM (an AMD EPYC, two
 //! cores under one L3), 8.5 against 3.7 on another (an Intel Xeon, two
@@ -24,14 +24,16 @@
 //! and go the other way once in `EXPLORE` spanning sends of a size class,
 //! so both costs stay known as they change (and are learnt at all: with
 //! nothing copied, nothing would be timed against the pulls); and the
-//! first of a class the owner wants pulled is copied, so that the owner
-//! knows both ways of a size after two messages (`copies`).
+//! first two of a class the owner wants pulled are copied, so that the
+//! owner knows both ways of a size after a few messages (`copies`,
+//! `FIRST_COPIES`: the first of each way at a size is dear).
 //!
 //! Samples are scaled to the top of their class (a 12 KiB copy that took
 //! 1.2 µs counts as 1.6 µs for 16 KiB) and a class's cost is the median
 //! of its last `SAMPLES` (`Median`): neither a preempted copy nor the
-//! odd fast one decides. The copy into a peer's ring is the way whose
-//! costs spread: at 64 KiB on the host of 2026-12-04 its least sample
+//! odd fast one decides. The copy into a peer's ring was the way whose
+//! costs spread, while it was a plain copy into lines the peer's core
+//! held: at 64 KiB on the host of 2026-12-04 its least sample
 //! was 1.7-2.6 µs, its lower quartile 2.9-6.0 and its median 4.7-6.5
 //! (Open MPI's and `fi_pingpong`'s ping-pongs, copies forced), while the
 //! copy out (least 1.4, median 1.5) and the pull (4.4 and 4.5) sit
@@ -57,6 +59,19 @@ const SAMPLES: usize = 32;
 /// A sender goes the other way than `copy_max` says once in this many
 /// spanning sends to a peer.
 pub const EXPLORE: u32 = 64;
+/// A sender copies this many of its first spanning sends of a class to a
+/// peer that asks for pulls (`copies`), so that the owner has copies to
+/// weigh after a few messages; and a class's pulls are known once this
+/// many more than its first were timed (`Class::copy_wins`). The first of
+/// each way at a new size pays for what it touches first, and one sample
+/// decided on that: in `fi_pingpong -S all` on the EPYC guest of
+/// 2026-12-05 the first 48 KiB pull took 7.8-19.9 us and the later ones
+/// 4.9-5.0, the first copy out 3.6-7.5 and the later ones 2.4-3.7, and
+/// the one pull made copies win for the class whatever they cost. Two
+/// copies give the lesser of two (`Median::get`). Pulls stayed dear
+/// longer: the first two of Open MPI's 64 KiB ping-pong took 23 and 14
+/// us, the later ones 5-7; the first is left out (`Class::pulls_seen`).
+pub const FIRST_COPIES: u32 = 2;
 
 /// What was timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,23 +135,35 @@ struct Class {
     copy_in: Median,
     copy_out: Median,
     pull: Median,
+    /// Pulls of the class ended, the first of which `pull` leaves out.
+    pulls_seen: u32,
 }
 
 impl Class {
     /// Whether two copies are known to cost no more than a pull (`Some`),
-    /// or more, or not known. Without a copy into our ring timed (by
-    /// senders that do not say), the copy in is taken to cost what the
-    /// copy out does. Without a pull timed, `floor` (the least a pull of
-    /// the class's longest message costs here beside copying its bytes,
-    /// `PullFloor::of`) bounds one from below together with the bytes'
-    /// own copy, which costs what the copy out of a ring does: copies win
-    /// if the copy in costs no more than the floor.
+    /// or more, or not known (pulls are known once `FIRST_COPIES` after
+    /// the first were timed). Without a copy into our ring timed (by senders that do not
+    /// say), the copy in is taken to cost what the copy out does. Without
+    /// a pull known, `floor` (the least a pull of the class's longest
+    /// message costs here beside copying its bytes, `PullFloor::of`)
+    /// bounds one from below: copies win if both cost no more than it.
+    ///
+    /// (Both: the floor once stood for a pull less its copy, and the copy
+    /// out for that copy, when the copy out read lines from the sender's
+    /// cache as a pull does. Copies into a ring now stream to memory
+    /// (`nic::stream`), and the copy out reads them there: 3.8 us at 64
+    /// KiB against 2.0 in on the EPYC guest of 2026-12-05, where a pull
+    /// took 4.8. Weighed by the copy in alone, 64 KiB was copied for good
+    /// on one rank of Open MPI's ping-pong, at 5.8 us a message.)
     fn copy_wins(&self, floor: Option<u64>) -> Option<bool> {
         let out = self.copy_out.get()?;
         let copy_in = self.copy_in.get().unwrap_or(out);
-        match self.pull.get() {
+        let pull = (self.pull.n >= FIRST_COPIES as usize)
+            .then(|| self.pull.get())
+            .flatten();
+        match pull {
             Some(pull) => Some(out + copy_in <= pull),
-            None => floor.is_some_and(|f| copy_in <= f).then_some(true),
+            None => floor.is_some_and(|f| copy_in + out <= f).then_some(true),
         }
     }
 }
@@ -232,7 +259,13 @@ impl CopyOrPull {
         match way {
             Way::CopyIn => class.copy_in.add(scaled),
             Way::CopyOut => class.copy_out.add(scaled),
-            Way::Pull => class.pull.add(scaled),
+            Way::Pull => {
+                class.pulls_seen = class.pulls_seen.saturating_add(1);
+                if class.pulls_seen == 1 {
+                    return false;
+                }
+                class.pull.add(scaled)
+            }
         }
         self.choose()
     }
@@ -306,11 +339,12 @@ pub fn class_of(len: usize, payload: usize) -> Option<usize> {
 /// Whether a sender copies a spanning message of `len` bytes into a ring
 /// whose owner wants at most `copy_max` copied, as its `n`th spanning
 /// send of that size class there (from 1): as asked, but the other way
-/// once in `EXPLORE`, and the first time when a pull is asked for.
+/// once in `EXPLORE`, and the first `FIRST_COPIES` times when a pull is
+/// asked for.
 ///
-/// The first: an owner that asks for pulls of a class has not seen a copy
-/// of it (or has, and copies lost), and a copy is what lets it compare
-/// the two ways after two messages of a size rather than after
+/// The first ones: an owner that asks for pulls of a class has not seen a
+/// copy of it (or has, and copies lost), and copies are what let it
+/// compare the two ways after a few messages of a size rather than after
 /// `EXPLORE`. An application that sends each size a few times
 /// (`fi_pingpong -S all` sends 10 of each) would otherwise pay the way
 /// nobody chose for all of them: 12-32 KiB pulled in 5-6 us one-way
@@ -322,7 +356,7 @@ pub fn copies(len: usize, copy_max: usize, n: u32) -> bool {
     let explore = if asked {
         copy_max != usize::MAX && n.is_multiple_of(EXPLORE)
     } else {
-        n == 1 || n.is_multiple_of(EXPLORE)
+        n <= FIRST_COPIES || n.is_multiple_of(EXPLORE)
     };
     asked != explore
 }
@@ -334,6 +368,14 @@ mod tests {
     const P: usize = 8192;
     /// A pull floor of a microsecond, nothing a page.
     const FLOOR: PullFloor = PullFloor { ns: 1000, page_ns: 0 };
+
+    /// Pulls of `len` bytes that took `ns`, as many as make them known
+    /// (the first of a class is not counted).
+    fn pulls(c: &mut CopyOrPull, len: usize, ns: u64) {
+        for _ in 0..=FIRST_COPIES {
+            c.record(Way::Pull, len, ns);
+        }
+    }
 
     #[test]
     fn classes_are_powers_of_two_of_slots() {
@@ -361,11 +403,18 @@ mod tests {
         }
         c.record(Way::CopyIn, 4 * P, 1000);
         assert_eq!(c.copy_max(), P);
-        // A pull of 32 KiB at 5 µs against copies of 3: copy up to 32 KiB
-        // (and the 16 KiB class, not known, with it).
+        // A first pull of 32 KiB, at 20 µs, is not counted (it paid for
+        // what it touched first); one more at 5 µs is not known.
+        assert!(!c.record(Way::Pull, 4 * P, 20_000));
+        assert_eq!(c.samples(Way::Pull, 4 * P), 0);
+        assert!(!c.record(Way::Pull, 4 * P, 5000));
+        assert_eq!(c.copy_max(), P);
+        // Two, against copies of 3: copy up to 32 KiB (and the 16 KiB
+        // class, not known, with it).
         assert!(c.record(Way::Pull, 4 * P, 5000));
         assert_eq!(c.copy_max(), 4 * P);
-        // One at 2.9 µs: with two samples the lesser counts, pull.
+        // Two at 2.9 µs: of four samples the lesser middle one counts, pull.
+        assert!(!c.record(Way::Pull, 4 * P, 2900));
         assert!(c.record(Way::Pull, 4 * P, 2900));
         assert_eq!(c.copy_max(), P);
     }
@@ -374,14 +423,14 @@ mod tests {
     fn the_first_class_a_pull_wins_bounds_the_copies() {
         let mut c = CopyOrPull::new(P);
         c.record(Way::CopyOut, 2 * P, 500);
-        c.record(Way::Pull, 2 * P, 2000);
+        pulls(&mut c, 2 * P, 2000);
         assert_eq!(c.copy_max(), 2 * P);
         // Class 1 (up to 32 KiB) pulls; class 2 would copy, but copying
         // stops below the first class that pulls.
         c.record(Way::CopyOut, 4 * P, 3000);
-        c.record(Way::Pull, 4 * P, 2000);
+        pulls(&mut c, 4 * P, 2000);
         c.record(Way::CopyOut, 8 * P, 1000);
-        c.record(Way::Pull, 8 * P, 9000);
+        pulls(&mut c, 8 * P, 9000);
         assert_eq!(c.copy_max(), 2 * P);
     }
 
@@ -391,7 +440,7 @@ mod tests {
         // 3 slots (class 1, top 4 slots) copied out in 1.5 µs: 2 µs at
         // the top; the copy in is taken as the same, so two copies 4 µs.
         c.record(Way::CopyOut, 3 * P, 1500);
-        c.record(Way::Pull, 4 * P, 3900);
+        pulls(&mut c, 4 * P, 3900);
         assert_eq!(c.copy_max(), P);
         c.record(Way::CopyIn, 4 * P, 1000);
         assert_eq!(c.copy_max(), 4 * P, "3 µs of copies against a 3.9 µs pull");
@@ -400,7 +449,7 @@ mod tests {
     #[test]
     fn an_estimate_follows_the_host() {
         let mut c = CopyOrPull::new(P);
-        c.record(Way::Pull, 2 * P, 1000);
+        pulls(&mut c, 2 * P, 1000);
         for _ in 0..SAMPLES {
             c.record(Way::CopyOut, 2 * P, 100);
         }
@@ -490,49 +539,62 @@ mod tests {
         let ways: Vec<bool> = (1..=2 * EXPLORE).map(|n| copies(4 * P, 8 * P, n)).collect();
         assert_eq!(ways.iter().filter(|&&w| !w).count(), 2);
         assert!(!ways[EXPLORE as usize - 1]);
-        // Pulls asked for: the first copied, and one in EXPLORE.
+        // Pulls asked for: the first two copied, and one in EXPLORE.
         let ways: Vec<bool> = (1..=EXPLORE).map(|n| copies(4 * P, 2 * P, n)).collect();
-        assert_eq!(ways.iter().filter(|&&w| w).count(), 2);
-        assert!(ways[0] && !ways[1], "the first copied, the second pulled");
+        assert_eq!(ways.iter().filter(|&&w| w).count(), 3);
+        assert!(ways[0] && ways[1] && !ways[2], "the first two copied, the third pulled");
         // An owner that cannot pull is never sent one.
         assert!((1..=2 * EXPLORE).all(|n| copies(4 * P, usize::MAX, n)));
     }
 
     #[test]
-    fn two_messages_of_a_class_teach_its_owner() {
+    fn five_messages_of_a_class_teach_its_owner() {
         // The owner knows nothing: it asks for pulls. The sender's first
-        // message of the class is copied (timed out), its second pulled
-        // (timed): the class is known after two.
+        // two messages of the class are copied (timed out), the next
+        // three pulled (timed, the first left out): the class is known
+        // after five, though the first of each way was dear.
         let mut owner = CopyOrPull::new(P);
         let len = 3 * P / 2;
-        for n in 1..=2 {
+        let mut ways = vec![];
+        for n in 1..=5 {
             let way = if copies(len, owner.copy_max(), n) {
                 Way::CopyOut
             } else {
                 Way::Pull
             };
-            owner.record(way, len, if way == Way::Pull { 5000 } else { 1500 });
+            let ns = match (way, ways.contains(&way)) {
+                (Way::Pull, false) => 20_000,
+                (Way::Pull, true) => 5000,
+                (_, false) => 4000,
+                (_, true) => 1500,
+            };
+            ways.push(way);
+            owner.record(way, len, ns);
         }
+        assert_eq!(ways, [Way::CopyOut, Way::CopyOut, Way::Pull, Way::Pull, Way::Pull]);
         assert_eq!(owner.copy_max(), 2 * P);
-        assert!(copies(len, owner.copy_max(), 3));
+        assert!(copies(len, owner.copy_max(), 6));
     }
 
     #[test]
     fn copies_cheaper_than_the_least_pull_win_before_any_pull() {
         let mut c = CopyOrPull::new(P);
         assert!(!c.set_pull_floor(FLOOR), "nothing timed: nothing changes");
-        // 12 KiB copied out in 600 ns (800 at the class's top, 16 KiB):
-        // a pull costs at least 1000 and the copy's 800.
-        assert!(c.record(Way::CopyOut, 3 * P / 2, 600));
+        // 12 KiB copied out in 300 ns (400 at the class's top, 16 KiB,
+        // and as much taken for the copy in, not timed): 800 for both,
+        // where a pull costs at least 1000 beside its own copy.
+        assert!(c.record(Way::CopyOut, 3 * P / 2, 300));
         assert_eq!(c.copy_max(), 2 * P);
         // 32 KiB copied in 1500 ns: more than the floor, not known until a
         // pull of that class is timed.
         assert!(!c.record(Way::CopyOut, 4 * P, 1500));
         assert_eq!(c.copy_max(), 2 * P);
+        assert!(!c.record(Way::Pull, 4 * P, 20_000), "the first is not counted");
+        assert!(!c.record(Way::Pull, 4 * P, 4000), "one pull is not known");
         assert!(c.record(Way::Pull, 4 * P, 4000));
         assert_eq!(c.copy_max(), 4 * P);
-        // A pull timed overrules the floor: 16 KiB pulled in 900 ns.
-        assert!(c.record(Way::Pull, 2 * P, 900));
+        // Pulls timed overrule the floor: 16 KiB pulled in 700 ns.
+        pulls(&mut c, 2 * P, 700);
         assert_eq!(c.copy_max(), P);
         // Without a floor, copies alone decide nothing.
         let mut c = CopyOrPull::new(P);
@@ -551,18 +613,18 @@ mod tests {
         assert_eq!(floor.of(8193, 16 << 10), 1800);
         assert_eq!(floor.of(16385, 32 << 10), 2600, "the class's shorter messages go whole");
         assert_eq!(floor.of(SPLIT_MIN + 1, 64 << 10), 2600, "split: half the pages read");
-        // 12 KiB copied in 1200 ns and out in 450 (1600 and 600 at the
-        // class's top, 16 KiB): more than the fixed part of a pull, less
-        // than a 16 KiB pull's floor. Copies win before any pull.
+        // 12 KiB copied in 600 ns and out in 450 (800 and 600 at the
+        // class's top, 16 KiB: 1400): more than the fixed part of a pull,
+        // less than a 16 KiB pull's floor. Copies win before any pull.
         let mut c = CopyOrPull::new(P);
         c.set_pull_floor(floor);
-        assert!(!c.record(Way::CopyIn, 3 * P / 2, 1200), "no copy out yet");
+        assert!(!c.record(Way::CopyIn, 3 * P / 2, 600), "no copy out yet");
         assert!(c.record(Way::CopyOut, 3 * P / 2, 450));
         assert_eq!(c.copy_max(), 2 * P);
         // Without the pages, the same is not known.
         let mut c = CopyOrPull::new(P);
         c.set_pull_floor(PullFloor { page_ns: 0, ..floor });
-        c.record(Way::CopyIn, 3 * P / 2, 1200);
+        c.record(Way::CopyIn, 3 * P / 2, 600);
         c.record(Way::CopyOut, 3 * P / 2, 450);
         assert_eq!(c.copy_max(), P);
     }

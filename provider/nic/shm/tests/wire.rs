@@ -220,12 +220,12 @@ fn spanning_is_bounded_by_the_receivers_mailbox() {
 /// A spanning message goes the way its receiver asks (`choice.rs`):
 /// copied up to the length the receiver published, pulled beyond; and one
 /// in `EXPLORE` the other way, so the receiver keeps learning both costs
-/// (and, where it asks for pulls, the first of a size class: it learns
-/// both costs after two messages).
+/// (and, where it asks for pulls, the first `FIRST_COPIES` of a size
+/// class: it learns both costs after a few messages).
 /// Injects are copied whatever it asks.
 #[test]
 fn spanning_messages_go_the_way_the_receiver_asks() {
-    use crate::nic::shm::choice::EXPLORE;
+    use crate::nic::shm::choice::{EXPLORE, FIRST_COPIES};
     use crate::nic::shm::port::Port;
     let (_w, mut a, mut b) = spanning_pair(4, 4);
     let (one, two) = (256, 2 * (256 + 48) - 48);
@@ -240,8 +240,8 @@ fn spanning_messages_go_the_way_the_receiver_asks() {
     }
     assert_eq!(
         b.w.stats().pulled,
-        n as u64 - 2,
-        "all pulled but the first and the one exploring"
+        n as u64 - u64::from(FIRST_COPIES) - 1,
+        "all pulled but the first ones and the one exploring"
     );
     // Asked to copy two slots' worth: copied, but one.
     b.w.port.set_copy_max(two);
@@ -251,7 +251,11 @@ fn spanning_messages_go_the_way_the_receiver_asks() {
         settle(&mut a, &mut b);
         assert_eq!(b.data(r)[..two], pattern(i as u64, two)[..]);
     }
-    assert_eq!(b.w.stats().pulled, n as u64 - 1, "one more pulled, exploring");
+    assert_eq!(
+        b.w.stats().pulled,
+        n as u64 - u64::from(FIRST_COPIES),
+        "one more pulled, exploring"
+    );
     // An inject is copied even where pulls are asked for.
     b.w.port.set_copy_max(one);
     for i in 0..n {
@@ -260,7 +264,11 @@ fn spanning_messages_go_the_way_the_receiver_asks() {
         settle(&mut a, &mut b);
         assert_eq!(b.data(r)[..two], pattern(i as u64, two)[..]);
     }
-    assert_eq!(b.w.stats().pulled, n as u64 - 1, "injects are never pulled");
+    assert_eq!(
+        b.w.stats().pulled,
+        n as u64 - u64::from(FIRST_COPIES),
+        "injects are never pulled"
+    );
 }
 
 /// A receiver the kernel does not let read its senders' memory asks for
@@ -274,7 +282,7 @@ fn a_receiver_that_cannot_pull_asks_for_copies() {
     b.w.port.set_copy_max(256);
     w.refuse_cma(true);
     let mut pushed = Vec::new();
-    for i in 0..3u64 {
+    for i in 0..4u64 {
         let r = b.post(4096);
         let op = a.send(b.addr, i, &pattern(i, two), PLAIN);
         settle(&mut a, &mut b);
@@ -283,9 +291,13 @@ fn a_receiver_that_cannot_pull_asks_for_copies() {
         pushed.push(a.w.stats().pushed);
     }
     assert_eq!(a.w.port.copy_max(0), usize::MAX);
-    assert_eq!(pushed[0], 0, "the first of its size was copied, exploring");
-    assert!(pushed[1] > 0, "the second was pushed after the refused pull");
-    assert_eq!(pushed[2], pushed[1], "the third was copied");
+    assert_eq!(
+        pushed[..2],
+        [0, 0],
+        "the first two of their size were copied, exploring"
+    );
+    assert!(pushed[2] > 0, "the third was pushed after the refused pull");
+    assert_eq!(pushed[3], pushed[2], "the fourth was copied");
 }
 
 #[test]
