@@ -142,20 +142,21 @@ struct Class {
 impl Class {
     /// Whether two copies are known to cost no more than a pull (`Some`),
     /// or more, or not known (pulls are known once `FIRST_COPIES` after
-    /// the first were timed). Without a copy into our ring timed (by senders that do not
-    /// say), the copy in is taken to cost what the copy out does. Without
-    /// a pull known, `floor` (the least a pull of the class's longest
-    /// message costs here beside copying its bytes, `PullFloor::of`)
-    /// bounds one from below: copies win if both cost no more than it.
+    /// the first were timed). Without a copy into our ring timed (by
+    /// senders that do not say), the copy in is taken to cost what the
+    /// copy out does. Without a pull known, `floor` (the least a pull of
+    /// the class's longest message costs here beside copying its bytes,
+    /// `PullFloor::of`) bounds one from below, together with the copy the
+    /// pull makes of the bytes it reads, which costs about what our copy
+    /// out of the ring does: all of them, or half when the class is split.
+    /// Copies win if what is left of them costs no more than the floor.
     ///
-    /// (Both: the floor once stood for a pull less its copy, and the copy
-    /// out for that copy, when the copy out read lines from the sender's
-    /// cache as a pull does. Copies into a ring now stream to memory
-    /// (`nic::stream`), and the copy out reads them there: 3.8 us at 64
-    /// KiB against 2.0 in on the EPYC guest of 2026-12-05, where a pull
-    /// took 4.8. Weighed by the copy in alone, 64 KiB was copied for good
-    /// on one rank of Open MPI's ping-pong, at 5.8 us a message.)
-    fn copy_wins(&self, floor: Option<u64>) -> Option<bool> {
+    /// (Half: the copy out reads memory since copies into a ring stream
+    /// there (`nic::stream`), 3.8 us at 64 KiB against 2.0 in on the EPYC
+    /// guest of 2026-12-05, where a split pull took 4.8. Weighed by the
+    /// copy in alone, 64 KiB was copied for good on one rank of Open
+    /// MPI's ping-pong, at 5.8 us a message.)
+    fn copy_wins(&self, floor: Option<Floor>) -> Option<bool> {
         let out = self.copy_out.get()?;
         let copy_in = self.copy_in.get().unwrap_or(out);
         let pull = (self.pull.n >= FIRST_COPIES as usize)
@@ -163,7 +164,12 @@ impl Class {
             .flatten();
         match pull {
             Some(pull) => Some(out + copy_in <= pull),
-            None => floor.is_some_and(|f| copy_in + out <= f).then_some(true),
+            None => floor
+                .is_some_and(|f| {
+                    let unshared = if f.split { out - out / 2 } else { 0 };
+                    copy_in + unshared <= f.ns
+                })
+                .then_some(true),
         }
     }
 }
@@ -179,16 +185,29 @@ pub struct PullFloor {
     pub page_ns: u64,
 }
 
+/// The least a pull of a class's longest message costs (`PullFloor::of`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Floor {
+    /// Beside copying its bytes, in ns.
+    ns: u64,
+    /// Every message of the class is split: a pull reads half its bytes.
+    split: bool,
+}
+
 impl PullFloor {
     /// The least a pull of the messages of a class costs beside copying
     /// them, at the class's top (`top` bytes, where its samples are
     /// scaled to): its pages, half of them when every message of the
     /// class is split (its shortest, `bottom` bytes, `SPLIT_MIN` and up:
     /// the receiver reads half while the sender writes the rest).
-    fn of(&self, bottom: usize, top: usize) -> u64 {
+    fn of(&self, bottom: usize, top: usize) -> Floor {
         let pages = (top / 4096) as u64;
-        let read = if bottom >= SPLIT_MIN { pages / 2 } else { pages };
-        self.ns.saturating_add(self.page_ns.saturating_mul(read))
+        let split = bottom >= SPLIT_MIN;
+        let read = if split { pages / 2 } else { pages };
+        Floor {
+            ns: self.ns.saturating_add(self.page_ns.saturating_mul(read)),
+            split,
+        }
     }
 }
 
@@ -580,10 +599,10 @@ mod tests {
     fn copies_cheaper_than_the_least_pull_win_before_any_pull() {
         let mut c = CopyOrPull::new(P);
         assert!(!c.set_pull_floor(FLOOR), "nothing timed: nothing changes");
-        // 12 KiB copied out in 300 ns (400 at the class's top, 16 KiB,
-        // and as much taken for the copy in, not timed): 800 for both,
-        // where a pull costs at least 1000 beside its own copy.
-        assert!(c.record(Way::CopyOut, 3 * P / 2, 300));
+        // 12 KiB copied out in 600 ns (800 at the class's top, 16 KiB,
+        // and as much taken for the copy in, not timed): a pull costs at
+        // least 1000 and a copy like the copy out.
+        assert!(c.record(Way::CopyOut, 3 * P / 2, 600));
         assert_eq!(c.copy_max(), 2 * P);
         // 32 KiB copied in 1500 ns: more than the floor, not known until a
         // pull of that class is timed.
@@ -593,8 +612,8 @@ mod tests {
         assert!(!c.record(Way::Pull, 4 * P, 4000), "one pull is not known");
         assert!(c.record(Way::Pull, 4 * P, 4000));
         assert_eq!(c.copy_max(), 4 * P);
-        // Pulls timed overrule the floor: 16 KiB pulled in 700 ns.
-        pulls(&mut c, 2 * P, 700);
+        // Pulls timed overrule the floor: 16 KiB pulled in 900 ns.
+        pulls(&mut c, 2 * P, 900);
         assert_eq!(c.copy_max(), P);
         // Without a floor, copies alone decide nothing.
         let mut c = CopyOrPull::new(P);
@@ -609,23 +628,52 @@ mod tests {
     #[test]
     fn the_pages_a_pull_reads_raise_its_floor() {
         let floor = PullFloor { ns: 1000, page_ns: 200 };
-        assert_eq!(floor.of(4001, 8000), 1200, "one whole page");
-        assert_eq!(floor.of(8193, 16 << 10), 1800);
-        assert_eq!(floor.of(16385, 32 << 10), 2600, "the class's shorter messages go whole");
-        assert_eq!(floor.of(SPLIT_MIN + 1, 64 << 10), 2600, "split: half the pages read");
-        // 12 KiB copied in 600 ns and out in 450 (800 and 600 at the
-        // class's top, 16 KiB: 1400): more than the fixed part of a pull,
-        // less than a 16 KiB pull's floor. Copies win before any pull.
+        let whole = |ns| Floor { ns, split: false };
+        assert_eq!(floor.of(4001, 8000), whole(1200), "one whole page");
+        assert_eq!(floor.of(8193, 16 << 10), whole(1800));
+        assert_eq!(
+            floor.of(16385, 32 << 10),
+            whole(2600),
+            "the class's shorter messages go whole"
+        );
+        assert_eq!(
+            floor.of(SPLIT_MIN + 1, 64 << 10),
+            Floor { ns: 2600, split: true },
+            "split: half the pages read"
+        );
+        // 12 KiB copied in 1200 ns and out in 450 (1600 and 600 at the
+        // class's top, 16 KiB): more than the fixed part of a pull, less
+        // than a 16 KiB pull's floor. Copies win before any pull.
         let mut c = CopyOrPull::new(P);
         c.set_pull_floor(floor);
-        assert!(!c.record(Way::CopyIn, 3 * P / 2, 600), "no copy out yet");
+        assert!(!c.record(Way::CopyIn, 3 * P / 2, 1200), "no copy out yet");
         assert!(c.record(Way::CopyOut, 3 * P / 2, 450));
         assert_eq!(c.copy_max(), 2 * P);
         // Without the pages, the same is not known.
         let mut c = CopyOrPull::new(P);
         c.set_pull_floor(PullFloor { page_ns: 0, ..floor });
-        c.record(Way::CopyIn, 3 * P / 2, 600);
+        c.record(Way::CopyIn, 3 * P / 2, 1200);
         c.record(Way::CopyOut, 3 * P / 2, 450);
+        assert_eq!(c.copy_max(), P);
+    }
+
+    #[test]
+    fn a_split_pull_copies_half_the_bytes() {
+        // 64 KiB (class 2, all split: a pull reads half and copies half):
+        // copied in 1000 ns, out 3000. A pull costs at least 2600 here
+        // and half the copy out, 1500: copies win before any pull.
+        let floor = PullFloor { ns: 1000, page_ns: 200 };
+        let mut c = CopyOrPull::new(P);
+        c.set_pull_floor(floor);
+        c.record(Way::CopyIn, 8 * P, 1000);
+        assert!(c.record(Way::CopyOut, 8 * P, 3000));
+        assert_eq!(c.copy_max(), 8 * P);
+        // Copied out in 4000: the half a pull does not copy, 2000, and
+        // the copy in are more than the floor. Not known.
+        let mut c = CopyOrPull::new(P);
+        c.set_pull_floor(floor);
+        c.record(Way::CopyIn, 8 * P, 1000);
+        c.record(Way::CopyOut, 8 * P, 4000);
         assert_eq!(c.copy_max(), P);
     }
 

@@ -99,6 +99,17 @@ pub(crate) struct Exec<P: Port> {
     pulls: Vec<(OpId, usize, u64)>,
 }
 
+/// Spanning messages longer than this are copied into a ring with
+/// streaming stores (`publish_timed`), shorter ones plainly. At 12 KiB the
+/// two cost the same on the EPYC guest of 2026-12-05 (a two-thread round
+/// trip of copies 3.5-3.7 us plain, 3.6-5.0 streamed), and the streamed
+/// copy out, read from memory, left copies of 12 KiB short of beating a
+/// pull's floor: `fi_pingpong -S all` ran 12 KiB at 4.00 us one-way
+/// against 1.75-2.25 with plain copies. From 24 KiB on streaming saves a
+/// fifth (`bench/README.md`, "Copies into a ring that stream past the
+/// cache").
+const STREAM_MIN: usize = 16 << 10;
+
 impl Exec<MailboxPort> {
     /// The mailbox of the endpoint at `me`; `Err` if it cannot be made
     /// (the endpoint then uses UDP for everyone).
@@ -369,14 +380,22 @@ impl<P: Port> Exec<P> {
     /// the copy into the ring took, for the owner's choice (`choice.rs`:
     /// the owner weighs what copies into its own ring cost, which ours
     /// into other rings need not tell). Apart, so that the small messages'
-    /// path stays as short as it was. Copied with streaming stores
-    /// (`nic::stream`: the lines are the owner's, and taking each from
-    /// its core first made this copy the dearest part of the copy way).
+    /// path stays as short as it was. Beyond `STREAM_MIN`, copied with
+    /// streaming stores (`nic::stream`: the lines are the owner's, and
+    /// taking each from its core first made this copy the dearest part
+    /// of the copy way).
     #[inline(never)]
     fn publish_timed<S: SendSource + ?Sized>(&mut self, ix: PeerIx, head: &SlotHead, src: &S) -> bool {
+        let fill = |dst: &mut [u8]| {
+            if dst.len() > STREAM_MIN {
+                src.stream_at(0, dst)
+            } else {
+                src.read_at(0, dst)
+            }
+        };
         let posted = self
             .port
-            .post_stamped(ix, head.len, |dst| src.stream_at(0, dst), |ns| Frame::stamped(head, ns));
+            .post_stamped(ix, head.len, fill, |ns| Frame::stamped(head, ns));
         self.published(ix, posted)
     }
 
