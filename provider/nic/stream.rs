@@ -111,7 +111,8 @@ mod tests {
 
     #[test]
     fn a_long_copy_streams_its_body() {
-        // 48 KiB from an odd offset: head, 768 lines' body, tail.
+        // 48 KiB to an odd address: plain stores up to its 16-byte
+        // boundary, streamed whole lines, a plain tail.
         let src: Vec<u8> = (0..48 << 10).map(|i| (i % 251) as u8).collect();
         let mut dst = vec![0u8; (48 << 10) + 3];
         copy(&mut dst[3..], &src);

@@ -227,7 +227,8 @@ impl SendSource for SendPayload {
     }
     fn stream_at(&self, offset: usize, dst: &mut [u8]) {
         match self {
-            SendPayload::Copied(p) => dst.copy_from_slice(&p[offset..offset + dst.len()]),
+            // The engine's own short copy: read plainly.
+            SendPayload::Copied(_) => self.read_at(offset, dst),
             SendPayload::Source(s) => s.stream_at(offset, dst),
         }
     }
