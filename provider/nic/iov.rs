@@ -262,6 +262,18 @@ impl IovSource {
     fn head(&self) -> &[u8] {
         self.head.as_deref().unwrap_or_default()
     }
+
+    /// The part of a read from `offset` into `dst` that the head holds,
+    /// copied; what is left of `dst`, and where in the iov it reads from.
+    fn read_head<'d>(&self, offset: usize, dst: &'d mut [u8]) -> (usize, &'d mut [u8]) {
+        let head = self.head();
+        if offset >= head.len() {
+            return (offset - head.len(), dst);
+        }
+        let k = (head.len() - offset).min(dst.len());
+        dst[..k].copy_from_slice(&head[offset..offset + k]);
+        (0, &mut dst[k..])
+    }
 }
 
 /// A send's buffers read where they are, without taking them: the source
@@ -296,28 +308,15 @@ impl SendSource for IovSource {
     fn len(&self) -> usize {
         self.len
     }
-    fn read_at(&self, offset: usize, mut dst: &mut [u8]) {
-        let head = self.head();
-        if offset >= head.len() {
-            return self.iov.read_at(offset - head.len(), dst);
-        }
-        let k = (head.len() - offset).min(dst.len());
-        dst[..k].copy_from_slice(&head[offset..offset + k]);
-        dst = &mut dst[k..];
-        if !dst.is_empty() {
-            self.iov.read_at(0, dst)
-        }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        let (offset, dst) = self.read_head(offset, dst);
+        self.iov.read_at(offset, dst)
     }
-    fn stream_at(&self, offset: usize, mut dst: &mut [u8]) {
+    fn stream_at(&self, offset: usize, dst: &mut [u8]) {
         // The head (a few bytes a protocol put in front) plainly; the
         // application's bytes streamed, and the whole fenced.
-        let head = self.head();
-        if offset < head.len() {
-            let k = (head.len() - offset).min(dst.len());
-            dst[..k].copy_from_slice(&head[offset..offset + k]);
-            dst = &mut dst[k..];
-        }
-        self.iov.stream_at(offset.saturating_sub(head.len()), dst)
+        let (offset, dst) = self.read_head(offset, dst);
+        self.iov.stream_at(offset, dst)
     }
     fn ranges(&self) -> Option<MemRanges> {
         // The head is a heap allocation of this source, never written
