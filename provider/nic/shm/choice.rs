@@ -70,7 +70,7 @@ pub const EXPLORE: u32 = 64;
 /// the one pull made copies win for the class whatever they cost. Two
 /// copies give the lesser of two (`Median::get`). Pulls stayed dear
 /// longer: the first two of Open MPI's 64 KiB ping-pong took 23 and 14
-/// us, the later ones 5-7; the first is left out (`Class::pulls_seen`).
+/// us, the later ones 5-7; the first is left out (`Class::first_pull_seen`).
 pub const FIRST_COPIES: u32 = 2;
 
 /// What was timed.
@@ -135,8 +135,8 @@ struct Class {
     copy_in: Median,
     copy_out: Median,
     pull: Median,
-    /// Pulls of the class ended, the first of which `pull` leaves out.
-    pulls_seen: u32,
+    /// A pull of the class ended: the first, which `pull` leaves out.
+    first_pull_seen: bool,
 }
 
 impl Class {
@@ -279,8 +279,8 @@ impl CopyOrPull {
             Way::CopyIn => class.copy_in.add(scaled),
             Way::CopyOut => class.copy_out.add(scaled),
             Way::Pull => {
-                class.pulls_seen = class.pulls_seen.saturating_add(1);
-                if class.pulls_seen == 1 {
+                if !class.first_pull_seen {
+                    class.first_pull_seen = true;
                     return false;
                 }
                 class.pull.add(scaled)
