@@ -17,6 +17,7 @@ mod junk;
 mod push;
 mod recovery;
 mod rndv;
+mod run;
 
 #[derive(Default)]
 struct Log {

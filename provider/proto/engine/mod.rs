@@ -27,6 +27,7 @@
 mod handshake;
 mod msg;
 mod rndv;
+mod run;
 mod sched;
 mod source;
 mod vc;
@@ -130,6 +131,9 @@ pub struct Engine {
     /// and `wants_match_now` (which change no VC) forgets it (`changed`);
     /// the unit tests check every cached answer against a fresh one.
     deadline: Cell<Option<Option<u64>>>,
+    /// Bulk segments go in runs (run.rs); off only in the tests that
+    /// compare runs with the general way, datagram for datagram.
+    runs: bool,
 }
 
 impl Engine {
@@ -165,7 +169,15 @@ impl Engine {
             first_contact: VecDeque::new(),
             failing: Vec::new(),
             deadline: Cell::new(None),
+            runs: true,
         }
+    }
+
+    /// Frames bulk segments one at a time, the general way (run.rs): the
+    /// tests' reference for the runs.
+    #[cfg(test)]
+    pub fn no_runs(&mut self) {
+        self.runs = false;
     }
 
     /// An engine whose randomness replays from `seed` (the simulated

@@ -53,6 +53,13 @@ impl TxScratch {
         }
     }
 
+    /// `remember`, and the source itself, borrowed from the scratch (which
+    /// keeps it alive for the rest of the call).
+    pub(super) fn hold(&mut self, key: MsgId, src: &Arc<dyn SendSource>) -> &dyn SendSource {
+        self.remember(key, src);
+        &*self.src.as_ref().expect("just remembered").1
+    }
+
     /// The segment just built by `vc` into a datagram of `len` bytes: its
     /// header length and, if its payload was left in its source, where.
     /// Clears the deferred payload for the next segment.
