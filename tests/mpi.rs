@@ -252,20 +252,14 @@ fn run_with_timeout(mut cmd: Command, limit: Duration) -> Outcome {
 
 /// Removes the gnix shm mailboxes (`/dev/shm/gnix-*`) of processes that no
 /// longer exist: ranks killed by a timeout or an abort leave theirs. Not
-/// those of another pid namespace (`common::mailbox_owner`): their
-/// owners may well live (fabtests under `unshare --pid` beside this
+/// those of another pid namespace (`common::mailboxes` leaves them out):
+/// their owners may well live (fabtests under `unshare --pid` beside this
 /// suite lost theirs to this sweep, `fi_ubertest` failing with
 /// `FI_EHOSTUNREACH`).
 fn sweep_dead_mailboxes() {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
-    for p in dir.flatten().map(|e| e.path()) {
-        if !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("gnix-")) {
-            continue;
-        }
-        if let Some(pid) = common::mailbox_owner(&p) {
-            if pid != 0 && !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_file(&p);
-            }
+    for (p, pid) in common::mailboxes() {
+        if pid != 0 && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(&p);
         }
     }
 }

@@ -781,7 +781,7 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
 /// it was written): a mailbox of another namespace (fabtests under
 /// `runfabtests.sh`'s `unshare --pid`, a container) has a pid that names
 /// some other process here, or none, and is not ours to judge.
-pub fn mailbox_owner(p: &Path) -> Option<u32> {
+fn mailbox_owner(p: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     const PID_OFF: usize = 24;
     const PID_NS_OFF: usize = 72;
@@ -795,16 +795,22 @@ pub fn mailbox_owner(p: &Path) -> Option<u32> {
     Some(u32::from_le_bytes(h[PID_OFF..PID_OFF + 4].try_into().unwrap()))
 }
 
-/// gnix shm mailbox files (`/dev/shm/gnix-*`) owned by process `pid`.
-pub fn mailboxes_of(pid: u32) -> Vec<PathBuf> {
+/// gnix shm mailbox files (`/dev/shm/gnix-*`) of this pid namespace,
+/// each with its owner's pid (`mailbox_owner`).
+pub fn mailboxes() -> Vec<(PathBuf, u32)> {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return Vec::new();
     };
     dir.flatten()
         .map(|e| e.path())
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("gnix-")))
-        .filter(|p| mailbox_owner(p) == Some(pid))
+        .filter_map(|p| mailbox_owner(&p).map(|pid| (p, pid)))
         .collect()
+}
+
+/// gnix shm mailbox files (`/dev/shm/gnix-*`) owned by process `pid`.
+pub fn mailboxes_of(pid: u32) -> Vec<PathBuf> {
+    mailboxes().into_iter().filter(|m| m.1 == pid).map(|m| m.0).collect()
 }
 
 /// Run a single-process scenario.
