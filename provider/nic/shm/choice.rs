@@ -159,9 +159,7 @@ impl Class {
     fn copy_wins(&self, floor: Option<Floor>) -> Option<bool> {
         let out = self.copy_out.get()?;
         let copy_in = self.copy_in.get().unwrap_or(out);
-        let pull = (self.pull.n >= FIRST_COPIES as usize)
-            .then(|| self.pull.get())
-            .flatten();
+        let pull = self.pull.get().filter(|_| self.pull.n >= FIRST_COPIES as usize);
         match pull {
             Some(pull) => Some(out + copy_in <= pull),
             None => floor

@@ -72,7 +72,7 @@ impl Vc {
     }
 
     /// The peer's connection id, if nothing `transmit` sends ahead of new
-    /// segments is pending and the window has room.
+    /// segments is pending (the window's room is `Emit::segment`'s to see).
     fn run_ready(&self, sh: &Shared) -> Option<u64> {
         let ahead = !matches!(self.hs, Handshake::Established)
             || self.challenge_due.is_some()
@@ -81,7 +81,7 @@ impl Vc {
             || (self.credit_due && sh.bank.is_some())
             || !self.snd.rtx.is_empty()
             || !self.ctrl.is_empty();
-        if ahead || !self.snd.has_room(&sh.cfg) {
+        if ahead {
             return None;
         }
         self.peer_nonce
@@ -141,7 +141,6 @@ impl Vc {
         // The scratch keeps the source alive for the whole call, past the
         // job's end below (the batch sends from it after this returns).
         let src = scratch.hold(job.key, &job.src);
-        let mut sent = 0;
         while job.next < job.end {
             let (offset, len) = (job.next, (job.end - job.next).min(room));
             let frame = SegFrame::RData {
@@ -158,7 +157,6 @@ impl Vc {
                 break;
             }
             job.next += len;
-            sent += 1;
             if emit.run.stop {
                 break;
             }
@@ -172,7 +170,8 @@ impl Vc {
             ..
         }) = tx.get_mut(&key)
         {
-            *unacked += sent;
+            // The run is this range's alone: every segment it sent.
+            *unacked += emit.run.sent as u32;
         }
     }
 }

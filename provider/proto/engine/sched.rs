@@ -58,9 +58,10 @@ impl Engine {
             let (mut sent, mut idle, mut stop) = (0, false, false);
             while sent < BURST {
                 // Bulk data: a message's segments in a row (run.rs).
-                let run = match self.runs {
-                    true => vc.transmit_run(&mut self.sh, &mut self.scratch, now, out, BURST - sent),
-                    false => None,
+                let run = if self.runs {
+                    vc.transmit_run(&mut self.sh, &mut self.scratch, now, out, BURST - sent)
+                } else {
+                    None
                 };
                 if let Some(run) = run {
                     sent += run.sent;
