@@ -30,6 +30,11 @@ use std::sync::Arc;
 /// Reassembly of an eager message never reserves more than this up front,
 /// whatever total length the first segment claims.
 const REASM_RESERVE_MAX: u64 = 1 << 20;
+/// A held eager message (`RxEager`) reserves at most this for the rest of
+/// it at once, however long it says it is: the default eager maximum.
+/// A forged header followed by one more segment costs us no more; a
+/// longer message grows from there as any Vec does.
+const HELD_RESERVE_MAX: u64 = 64 << 10;
 /// Largest eager message we agree to reassemble.
 pub const MAX_EAGER_LEN: u64 = 1 << 30;
 
@@ -457,7 +462,17 @@ impl Vc {
                             sink.write_at(offset as usize, &payload[..len.min(*want - offset) as usize]);
                         }
                     }
-                    None => e.buf.extend_from_slice(payload),
+                    None => {
+                        if e.buf.capacity() - e.buf.len() < payload.len() {
+                            // Held past its first segment (its receive was
+                            // not posted in time): room for the rest at once.
+                            // Grown by doubling, each step copied all that came
+                            // before: some 88 KiB more for a 64 KiB message.
+                            let rest = e.total - e.buf.len() as u64;
+                            e.buf.reserve(rest.min(HELD_RESERVE_MAX) as usize);
+                        }
+                        e.buf.extend_from_slice(payload);
+                    }
                 }
                 if last && e.sink.is_some() {
                     self.rx_active -= 1;
