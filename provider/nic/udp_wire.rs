@@ -30,6 +30,20 @@ const DIRECT_COPY_MAX: usize = 4096;
 
 type IdMap<V> = HashMap<u64, V, crate::hash::KeyedState>;
 
+/// Where `feed` stopped: the rest of the receive batch, from byte `at` of
+/// slot `slot` (none if that is past its end), and the sockets after it,
+/// wait for a later pass.
+#[derive(Clone, Copy, Debug)]
+struct RxLeft {
+    slot: usize,
+    at: usize,
+    /// The peer whose message no receive had taken.
+    from: SocketAddr,
+    /// A pass went by with the message still unclaimed (`progress_timers`
+    /// leaves the application one).
+    waited: bool,
+}
+
 pub(crate) struct UdpWire {
     pub(crate) sockets: UdpSockets,
     pub(crate) engine: Engine,
@@ -44,6 +58,12 @@ pub(crate) struct UdpWire {
     hot: bool,
     /// Monotonic ns of the last datagram in or out.
     pub(crate) last_active: u64,
+    /// Where `feed` left the receive batch: the next passes take the rest
+    /// first, and read the sockets only after it.
+    rx_left: Option<RxLeft>,
+    /// Completions of sends and receives handed to the endpoint, counted
+    /// (`feed` looks whether a datagram brought one).
+    completions: u64,
 }
 
 impl UdpWire {
@@ -58,6 +78,8 @@ impl UdpWire {
             recvs: IdMap::with_hasher(crate::hash::KeyedState(seed ^ 1)),
             hot: false,
             last_active: 0,
+            rx_left: None,
+            completions: 0,
         }
     }
 
@@ -79,7 +101,7 @@ impl UdpWire {
         if !self.hot {
             return u64::MAX;
         }
-        if self.engine.has_events() || !self.send_idle() {
+        if self.engine.has_events() || !self.send_idle() || self.rx_left.is_some() {
             return 0;
         }
         self.engine.poll_timeout().unwrap_or(u64::MAX)
@@ -104,10 +126,23 @@ impl UdpWire {
     }
 
     fn progress_timers_hot(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
+        let mut any = false;
+        if let Some(left) = self.rx_left {
+            if !left.waited && self.engine.holds_unclaimed(left.from) {
+                // One pass for the application to answer the completion it
+                // was just handed: Open MPI reads its CQ until it finds
+                // nothing before its `MPI_Send` returns and it posts the
+                // receive that takes the rest in place.
+                self.rx_left = Some(RxLeft { waited: true, ..left });
+            } else {
+                self.rx_left = None;
+                any = self.feed_from(left.slot, left.at, now, up);
+            }
+        }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
-        let any = self.handle_events(now, up);
+        any |= self.handle_events(now, up);
         self.flush(now);
         any
     }
@@ -122,6 +157,10 @@ impl UdpWire {
         let mut placed = 0;
         let mut any = false;
         for _ in 0..8 {
+            // The batch is not done with (`feed`): nothing new until it is.
+            if self.rx_left.is_some() {
+                break;
+            }
             // Rendezvous data is being pulled: receive the next datagram
             // with its payload straight into the receive buffer it is
             // probably for (see Engine::rdata_placement), one per call.
@@ -162,10 +201,7 @@ impl UdpWire {
                 now = crate::progress::now_ns();
             }
             self.sockets.tune_gro(&self.rx, n);
-            let mut produced = false;
-            for i in 0..n {
-                produced |= self.feed(i, now, up);
-            }
+            let mut produced = self.feed_from(0, 0, now, up);
             produced |= self.handle_events(now, up);
             self.flush(now);
             // A completion for the application: hand it over now rather
@@ -188,6 +224,7 @@ impl UdpWire {
                 Event::Msg { peer, hdr, body } => self.arrived(peer, hdr, body, now, up),
                 Event::RecvDone { rid, written, .. } => {
                     if let Some(op) = self.recvs.remove(&rid) {
+                        self.completions += 1;
                         up.event(WireEvent::RecvDone { op, written });
                     }
                 }
@@ -202,6 +239,7 @@ impl UdpWire {
                 }
                 Event::SendDone { id } => {
                     if let Some(op) = self.sends.remove(&id) {
+                        self.completions += 1;
                         up.event(WireEvent::SendDone { op });
                     }
                 }
@@ -356,34 +394,72 @@ impl UdpWire {
         } else {
             rx.gather(region);
             engine.placement_missed();
-            self.feed(0, now, up);
+            self.feed_from(0, 0, now, up);
         }
         Some(true)
     }
 
-    /// Hands the engine what slot `i` of the receive batch holds (one
-    /// datagram, or a GRO run of equal-sized ones). Right after an RTS
-    /// with pushed data behind it, the engine's events are handled, so
-    /// the message is matched, and its receive accepted, before that data
-    /// is handled (`Engine::wants_match_now`). Whether events were handled.
-    fn feed(&mut self, i: usize, now: u64, up: &mut dyn Upcall) -> bool {
-        let mut at = 0;
+    /// Hands the engine what slot `i` of the receive batch holds from byte
+    /// `at` on (one datagram, or a GRO run of equal-sized ones). Right
+    /// after an RTS with pushed data behind it, or the first segment of a
+    /// long eager message, the engine's events are handled, so the message
+    /// is matched, and its receive accepted, before the data behind it is
+    /// handled (`Engine::wants_match_now`). Whether events were handled,
+    /// and where it stopped early: there, if that handed the application
+    /// a completion and no receive took the message
+    /// (`Engine::holds_unclaimed`). The application, told (say) that its
+    /// send is done, may post that receive before the next pass, and the
+    /// rest of the message then lands in place rather than being kept and
+    /// copied again. That is Open MPI's ping-pong across hosts: a blocking
+    /// `MPI_Send` completes when the answer's first segment brings its
+    /// ACK, and only then is the receive for the answer posted.
+    fn feed(&mut self, i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> (bool, Option<usize>) {
         let mut handled = false;
         loop {
             let Some((bytes, from, seg)) = self.rx.get(i) else {
-                return handled;
+                return (handled, None);
             };
-            if at == 0 && shm::is_doorbell(bytes) {
-                return handled;
+            // (An empty datagram is the engine's to count, once.)
+            if (at > 0 && at >= bytes.len()) || (at == 0 && shm::is_doorbell(bytes)) {
+                return (handled, None);
             }
             self.hot = true;
             self.last_active = now;
             at += self.engine.handle_run(from, &bytes[at..], seg, now);
             if !self.engine.wants_match_now() {
+                return (handled, None);
+            }
+            let done = self.completions;
+            handled |= self.handle_events(now, up);
+            if self.completions != done && self.engine.holds_unclaimed(from) {
+                return (handled, Some(at));
+            }
+        }
+    }
+
+    /// `feed` from slot `i`, byte `at`, to the end of the batch, or to
+    /// where `feed` stops: what is left then, in the batch and in the
+    /// sockets, waits (`rx_left`). Whether events were handled.
+    fn feed_from(&mut self, mut i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> bool {
+        let mut handled = false;
+        while let Some((bytes, from, _)) = self.rx.get(i) {
+            let len = bytes.len();
+            let (h, stop) = self.feed(i, at, now, up);
+            handled |= h;
+            if let Some(at) = stop {
+                let (slot, at) = if at < len { (i, at) } else { (i + 1, 0) };
+                self.rx_left = Some(RxLeft {
+                    slot,
+                    at,
+                    from,
+                    waited: false,
+                });
                 return handled;
             }
-            handled |= self.handle_events(now, up);
+            i += 1;
+            at = 0;
         }
+        handled
     }
 
     /// Closing: the ACKs still owed go out now.
@@ -507,6 +583,10 @@ impl Wire for UdpWire {
     }
 
     fn next_deadline(&self, now: u64) -> Option<u64> {
+        // The rest of a receive batch waits for the next pass (`feed`).
+        if self.rx_left.is_some() {
+            return Some(now);
+        }
         // A stalled datagram needs another try soon even without input.
         if self.txbuf.stalled() {
             return Some(now + 50_000);
@@ -527,6 +607,10 @@ impl Wire for UdpWire {
     }
 
     fn arm(&mut self) -> bool {
+        // The rest of a receive batch waits (`feed`): no sleeping on it.
+        if self.rx_left.is_some() {
+            return false;
+        }
         if let Err(e) = self.sockets.watch() {
             crate::warn!(FI_LOG_EP_CTRL, "cannot watch the endpoint's sockets: {}", e);
             return false;
@@ -609,7 +693,7 @@ impl TxOut for FlushOut<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::iov::Iov;
+    use crate::nic::iov::{Iov, IovSink};
     use crate::nic::wire::SendFlags;
     use crate::proto::EngineConfig;
     use rustix::event::{poll, PollFd, PollFlags};
@@ -635,11 +719,15 @@ mod tests {
     }
 
     fn wire(seed: u64) -> UdpWire {
+        wire_of(seed, EngineConfig::default())
+    }
+
+    fn wire_of(seed: u64, cfg: EngineConfig) -> UdpWire {
         let s = UdpSockets::bind("127.0.0.1:0".parse().unwrap(), "lo", 1 << 20, 0, 0).unwrap();
         s.watch().unwrap();
         let cfg = EngineConfig {
-            max_datagram: s.max_datagram,
-            ..EngineConfig::default()
+            max_datagram: s.max_datagram.min(cfg.max_datagram),
+            ..cfg
         };
         UdpWire::new(s, cfg, seed)
     }
@@ -652,12 +740,164 @@ mod tests {
 
     /// Waits (at most a second) until a datagram waits for `a` or `b`.
     fn wait_for_datagram(a: &UdpWire, b: &UdpWire) {
+        wait_until(a, b, u64::MAX);
+    }
+
+    /// `wait_for_datagram`, or until `deadline` on the real clock
+    /// (`progress::now_ns`), whichever comes first.
+    fn wait_until(a: &UdpWire, b: &UdpWire, deadline: u64) {
         // SAFETY: the wires' epoll descriptors, open while they live,
         // which they do through this call.
         let (fa, fb) = unsafe { (BorrowedFd::borrow_raw(a.wait_fd()), BorrowedFd::borrow_raw(b.wait_fd())) };
         let mut fds = [PollFd::new(&fa, PollFlags::IN), PollFd::new(&fb, PollFlags::IN)];
-        let second = rustix::time::Timespec { tv_sec: 1, tv_nsec: 0 };
-        let _ = poll(&mut fds, Some(&second));
+        let ns = deadline.saturating_sub(crate::progress::now_ns()).min(1_000_000_000);
+        let wait = rustix::time::Timespec {
+            tv_sec: (ns / 1_000_000_000) as i64,
+            tv_nsec: (ns % 1_000_000_000) as i64,
+        };
+        let _ = poll(&mut fds, Some(&wait));
+    }
+
+    /// An application that keeps long messages for a receive it posts
+    /// later (`Take::Kept`), and sees its operations complete.
+    #[derive(Default)]
+    struct App {
+        held: Vec<Held>,
+        eager: usize,
+        sent: usize,
+        recvd: Vec<(OpId, usize)>,
+    }
+
+    impl Upcall for App {
+        fn arrived(&mut self, a: Arrival<'_>) -> Take {
+            match a.body {
+                Body::Rndv(h) => {
+                    self.held.push(h);
+                    Take::Kept
+                }
+                _ => {
+                    self.eager += 1;
+                    Take::Done
+                }
+            }
+        }
+        fn event(&mut self, e: WireEvent) {
+            match e {
+                WireEvent::SendDone { .. } => self.sent += 1,
+                WireEvent::RecvDone { op, written } => self.recvd.push((op, written)),
+                _ => {}
+            }
+        }
+    }
+
+    fn app_pass(w: &mut UdpWire, now: u64, up: &mut App) {
+        w.progress_timers(now, up);
+        w.progress_rx(now, up);
+    }
+
+    /// `from` sends `len` bytes of `data` to `to` as operation `op`.
+    fn send_bytes(from: &mut UdpWire, to: &UdpWire, op: OpId, data: &[u8], up: &mut App, now: u64) {
+        let hdr = MsgHdr {
+            tag: 1,
+            data: 0,
+            len: data.len() as u64,
+            flags: MsgHdr::TAGGED,
+        };
+        let send = SendOp {
+            peer: to.local_addr(),
+            op,
+            hdr,
+            flags: SendFlags::default(),
+        };
+        // SAFETY: `data` outlives the send, which completes in the test
+        // that calls this.
+        let src = IovSource::new(unsafe { Iov::from_raw_parts(data.as_ptr() as usize, data.len()) });
+        assert_eq!(from.send(send, src, up, now), Ok(Sent::Pending));
+    }
+
+    /// `a`'s send completes on the first segment of `b`'s answer, a long
+    /// eager message no receive waits for yet (Open MPI's ping-pong: its
+    /// blocking `MPI_Send` returns then, and its `MPI_Recv` is posted
+    /// after). The pass that hands `a` the completion stops there; the
+    /// next leaves the rest alone while the message is unclaimed; and a
+    /// receive posted meanwhile takes the rest in place. Without that
+    /// receive, the pass after takes the rest and holds it, and a receive
+    /// posted later gets all of it. Real sockets on loopback and the real
+    /// clock (the wire reads it between batches); datagrams of an Ethernet
+    /// path's size, and an ACK delay long enough that `b`'s ACK of the
+    /// ping rides on its answer.
+    #[test]
+    fn a_completion_is_handed_over_before_the_rest_of_an_unclaimed_message() {
+        let answer: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let cfg = EngineConfig {
+            max_datagram: 1472,
+            ack_delay_ns: 10_000_000_000,
+            ..EngineConfig::default()
+        };
+        let now = crate::progress::now_ns;
+        for post in [true, false] {
+            let (mut a, mut b) = (wire_of(5, cfg.clone()), wire_of(6, cfg.clone()));
+            let (mut ua, mut ub) = (App::default(), App::default());
+            send_bytes(&mut a, &b, 1, b"ping", &mut ua, now());
+            for _ in 0..50 {
+                if ub.eager == 1 {
+                    break;
+                }
+                wait_for_datagram(&a, &b);
+                app_pass(&mut b, now(), &mut ub);
+                app_pass(&mut a, now(), &mut ua);
+            }
+            assert_eq!(
+                (ub.eager, ua.sent),
+                (1, 0),
+                "post {post}: b has the ping, a's send waits"
+            );
+            send_bytes(&mut b, &a, 2, &answer, &mut ub, now());
+            wait_for_datagram(&a, &b);
+            app_pass(&mut a, now(), &mut ua);
+            assert_eq!(
+                (ua.sent, ua.held.len()),
+                (1, 1),
+                "post {post}: the send done, the answer held"
+            );
+            assert!(a.rx_left.is_some(), "post {post}: the rest waits");
+            let t = now();
+            assert_eq!(a.next_deadline(t), Some(t), "post {post}: no sleeping on it");
+            assert!(!a.arm(), "post {post}: no sleeping on it");
+            let mut buf = vec![0u8; answer.len()];
+            if post {
+                // SAFETY: `buf` outlives the receive, which completes below.
+                let sink = IovSink::new(unsafe { Iov::from_raw_parts(buf.as_mut_ptr() as usize, buf.len()) });
+                a.accept(ua.held[0], 9, Box::new(sink), MemRanges::new(), &mut ua, now());
+            } else {
+                app_pass(&mut a, now(), &mut ua);
+                assert!(a.rx_left.is_some_and(|l| l.waited), "one pass left to the application");
+            }
+            for _ in 0..200 {
+                app_pass(&mut a, now(), &mut ua);
+                app_pass(&mut b, now(), &mut ub);
+                if ub.sent == 1 && (!post || !ua.recvd.is_empty()) {
+                    break;
+                }
+                // Until a datagram comes, or a timer of either is due.
+                wait_until(&a, &b, a.quiet_until().min(b.quiet_until()));
+            }
+            assert_eq!(ub.sent, 1, "post {post}: the answer acknowledged");
+            if !post {
+                assert!(ua.recvd.is_empty());
+                // SAFETY: as above.
+                let sink = IovSink::new(unsafe { Iov::from_raw_parts(buf.as_mut_ptr() as usize, buf.len()) });
+                a.accept(ua.held[0], 9, Box::new(sink), MemRanges::new(), &mut ua, now());
+            }
+            assert_eq!(ua.recvd, [(9, answer.len())], "post {post}");
+            assert!(buf == answer, "post {post}: the answer's bytes");
+            let st = a.engine.stats();
+            assert_eq!(
+                (st.eager_held, st.eager_placed, st.dropped_malformed),
+                (1, u64::from(post), 0),
+                "post {post}: in place only when the receive came first"
+            );
+        }
     }
 
     /// A process that talked to a remote peer once polls as quietly as

@@ -207,6 +207,22 @@ pub(super) struct RxEager {
     pub(super) sink: Option<(Box<dyn RecvSink>, u64)>,
 }
 
+impl super::Engine {
+    /// Whether `peer` is amid a long eager message surfaced at its first
+    /// segment that no receive has taken yet: its next segments would be
+    /// kept here, and copied again once a receive takes it. (A caller that
+    /// just handed the application a completion may leave them for its
+    /// next pass, so that a receive posted in answer takes them in place:
+    /// `UdpWire::feed`.)
+    pub fn holds_unclaimed(&self, peer: SocketAddr) -> bool {
+        let Some(vc) = self.vcs.get(&peer) else { return false };
+        match vc.reasm {
+            Some(Reasm::Held { rid, .. }) => self.sh.rx_eager.get(&rid).is_some_and(|e| e.sink.is_none()),
+            _ => false,
+        }
+    }
+}
+
 /// Longest message sent eagerly: the rendezvous threshold, but never more
 /// than a receiver reassembles, nor more credits than a peer may ever hold
 /// (such a message would wait for credits forever).
