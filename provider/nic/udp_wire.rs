@@ -733,7 +733,7 @@ mod tests {
     }
 
     /// A pass as `Port` makes it: timers, then the socket.
-    fn pass(w: &mut UdpWire, now: u64, up: &mut Seen) {
+    fn pass(w: &mut UdpWire, now: u64, up: &mut dyn Upcall) {
         w.progress_timers(now, up);
         w.progress_rx(now, up);
     }
@@ -790,13 +790,8 @@ mod tests {
         }
     }
 
-    fn app_pass(w: &mut UdpWire, now: u64, up: &mut App) {
-        w.progress_timers(now, up);
-        w.progress_rx(now, up);
-    }
-
-    /// `from` sends `len` bytes of `data` to `to` as operation `op`.
-    fn send_bytes(from: &mut UdpWire, to: &UdpWire, op: OpId, data: &[u8], up: &mut App, now: u64) {
+    /// `from` sends `data` to `to` as operation `op`, which is pending.
+    fn send_bytes(from: &mut UdpWire, to: &UdpWire, op: OpId, data: &[u8], up: &mut dyn Upcall, now: u64) {
         let hdr = MsgHdr {
             tag: 1,
             data: 0,
@@ -844,8 +839,8 @@ mod tests {
                     break;
                 }
                 wait_for_datagram(&a, &b);
-                app_pass(&mut b, now(), &mut ub);
-                app_pass(&mut a, now(), &mut ua);
+                pass(&mut b, now(), &mut ub);
+                pass(&mut a, now(), &mut ua);
             }
             assert_eq!(
                 (ub.eager, ua.sent),
@@ -854,7 +849,7 @@ mod tests {
             );
             send_bytes(&mut b, &a, 2, &answer, &mut ub, now());
             wait_for_datagram(&a, &b);
-            app_pass(&mut a, now(), &mut ua);
+            pass(&mut a, now(), &mut ua);
             assert_eq!(
                 (ua.sent, ua.held.len()),
                 (1, 1),
@@ -870,12 +865,12 @@ mod tests {
                 let sink = IovSink::new(unsafe { Iov::from_raw_parts(buf.as_mut_ptr() as usize, buf.len()) });
                 a.accept(ua.held[0], 9, Box::new(sink), MemRanges::new(), &mut ua, now());
             } else {
-                app_pass(&mut a, now(), &mut ua);
+                pass(&mut a, now(), &mut ua);
                 assert!(a.rx_left.is_some_and(|l| l.waited), "one pass left to the application");
             }
             for _ in 0..200 {
-                app_pass(&mut a, now(), &mut ua);
-                app_pass(&mut b, now(), &mut ub);
+                pass(&mut a, now(), &mut ua);
+                pass(&mut b, now(), &mut ub);
                 if ub.sent == 1 && (!post || !ua.recvd.is_empty()) {
                     break;
                 }
@@ -908,23 +903,8 @@ mod tests {
     fn a_wire_that_talked_goes_quiet_once_the_exchange_settled() {
         let (mut a, mut b) = (wire(1), wire(2));
         assert_eq!(a.quiet_until(), u64::MAX, "never used: no timers");
-        let data = *b"hello";
-        let hdr = MsgHdr {
-            tag: 7,
-            data: 0,
-            len: data.len() as u64,
-            flags: MsgHdr::TAGGED,
-        };
-        let send = SendOp {
-            peer: b.local_addr(),
-            op: 1,
-            hdr,
-            flags: SendFlags::default(),
-        };
-        // SAFETY: `data` outlives the send, which completes in this test.
-        let src = IovSource::new(unsafe { Iov::from_raw_parts(data.as_ptr() as usize, data.len()) });
         let (mut ua, mut ub) = (Seen::default(), Seen::default());
-        assert_eq!(a.send(send, src, &mut ua, 0), Ok(Sent::Pending));
+        send_bytes(&mut a, &b, 1, b"hello", &mut ua, 0);
         let t = a.quiet_until();
         assert!(
             t > 0 && t < u64::MAX,
