@@ -699,21 +699,35 @@ mod tests {
     use rustix::event::{poll, PollFd, PollFlags};
     use std::os::fd::BorrowedFd;
 
-    /// What passes hand up: messages, and sends completed.
+    /// What passes hand up, as an application sees it: eager messages
+    /// taken at once, long ones kept for a receive it posts later
+    /// (`Take::Kept`), and its operations complete.
     #[derive(Default)]
-    struct Seen {
-        msgs: usize,
+    struct App {
+        held: Vec<Held>,
+        eager: usize,
         sent: usize,
+        recvd: Vec<(OpId, usize)>,
     }
 
-    impl Upcall for Seen {
-        fn arrived(&mut self, _a: Arrival<'_>) -> Take {
-            self.msgs += 1;
-            Take::Done
+    impl Upcall for App {
+        fn arrived(&mut self, a: Arrival<'_>) -> Take {
+            match a.body {
+                Body::Rndv(h) => {
+                    self.held.push(h);
+                    Take::Kept
+                }
+                _ => {
+                    self.eager += 1;
+                    Take::Done
+                }
+            }
         }
         fn event(&mut self, e: WireEvent) {
-            if let WireEvent::SendDone { .. } = e {
-                self.sent += 1;
+            match e {
+                WireEvent::SendDone { .. } => self.sent += 1,
+                WireEvent::RecvDone { op, written } => self.recvd.push((op, written)),
+                _ => {}
             }
         }
     }
@@ -756,38 +770,6 @@ mod tests {
             tv_nsec: (ns % 1_000_000_000) as i64,
         };
         let _ = poll(&mut fds, Some(&wait));
-    }
-
-    /// An application that keeps long messages for a receive it posts
-    /// later (`Take::Kept`), and sees its operations complete.
-    #[derive(Default)]
-    struct App {
-        held: Vec<Held>,
-        eager: usize,
-        sent: usize,
-        recvd: Vec<(OpId, usize)>,
-    }
-
-    impl Upcall for App {
-        fn arrived(&mut self, a: Arrival<'_>) -> Take {
-            match a.body {
-                Body::Rndv(h) => {
-                    self.held.push(h);
-                    Take::Kept
-                }
-                _ => {
-                    self.eager += 1;
-                    Take::Done
-                }
-            }
-        }
-        fn event(&mut self, e: WireEvent) {
-            match e {
-                WireEvent::SendDone { .. } => self.sent += 1,
-                WireEvent::RecvDone { op, written } => self.recvd.push((op, written)),
-                _ => {}
-            }
-        }
     }
 
     /// `from` sends `data` to `to` as operation `op`, which is pending.
@@ -903,7 +885,7 @@ mod tests {
     fn a_wire_that_talked_goes_quiet_once_the_exchange_settled() {
         let (mut a, mut b) = (wire(1), wire(2));
         assert_eq!(a.quiet_until(), u64::MAX, "never used: no timers");
-        let (mut ua, mut ub) = (Seen::default(), Seen::default());
+        let (mut ua, mut ub) = (App::default(), App::default());
         send_bytes(&mut a, &b, 1, b"hello", &mut ua, 0);
         let t = a.quiet_until();
         assert!(
@@ -918,7 +900,7 @@ mod tests {
             now += 1_000_000;
             pass(&mut b, now, &mut ub);
             pass(&mut a, now, &mut ua);
-            if (ub.msgs, ua.sent) == (1, 1) && !a.has_unacked() && !b.has_unacked() {
+            if (ub.eager, ua.sent) == (1, 1) && !a.has_unacked() && !b.has_unacked() {
                 break;
             }
             // A timer due by the next round moves things on without a
@@ -927,7 +909,7 @@ mod tests {
                 wait_for_datagram(&a, &b);
             }
         }
-        assert_eq!((ub.msgs, ua.sent), (1, 1), "delivered and acknowledged");
+        assert_eq!((ub.eager, ua.sent), (1, 1), "delivered and acknowledged");
         for (w, who) in [(&a, "sender"), (&b, "receiver")] {
             assert!(w.quiet_until() > now, "the {who}, settled, has nothing due");
         }
