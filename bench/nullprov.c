@@ -28,7 +28,11 @@
  * ignore bits; the source is not looked at) or kept as unexpected, and
  * completed through the same CQ. Two processes at most, one endpoint
  * each; no larger messages, no probe: the floor of a real provider's
- * small-message path under a client, not a provider.
+ * small-message path under a client, not a provider. With -DSTRIDE=N
+ * (a multiple of 64) its lines sit N bytes apart instead of one after
+ * the other: -DSTRIDE=8192 lays them out as gnix's ring lays out the
+ * first lines of its 8 KiB slots (bench/README.md, "What is left of the
+ * 8-byte gap").
  */
 #include <errno.h>
 #include <stdint.h>
@@ -275,6 +279,10 @@ static size_t iov_len(const struct iovec *iov, size_t count)
 /* --- lineprov: one line a message --- */
 
 #define NLINES 256 /* a power of two */
+#ifndef STRIDE
+#define STRIDE 64
+#endif
+#define RING_AT(r, i) ((struct line *)((r)->ring + ((i) & (NLINES - 1)) * STRIDE))
 #define LINE_MAX 32
 #define POOL 16384
 #define SELF ((fi_addr_t)-2)
@@ -289,7 +297,7 @@ struct line {
 struct region {
 	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
 	char pad[56];
-	struct line ring[NLINES];
+	_Alignas(64) char ring[NLINES * STRIDE];
 };
 
 /* A posted receive or an unexpected message. */
@@ -379,7 +387,7 @@ static void line_progress(void)
 		return;
 	uint64_t h = G.head;
 	for (;;) {
-		struct line *l = &G.mine->ring[h & (NLINES - 1)];
+		struct line *l = RING_AT(G.mine, h);
 		if (atomic_load_explicit(&l->seq, memory_order_acquire) != h + 1)
 			break;
 		line_arrived(l->tag, l->data, l->len, l->payload);
@@ -408,7 +416,7 @@ static ssize_t line_send(struct ep *ep, const void *buf, size_t len, uint64_t da
 			if (G.tail >= G.room_until)
 				line_progress(); /* both full: take ours in meanwhile */
 		}
-		struct line *l = &G.peer->ring[G.tail & (NLINES - 1)];
+		struct line *l = RING_AT(G.peer, G.tail);
 		l->tag = tag;
 		l->data = data;
 		l->len = len;

@@ -22,6 +22,13 @@
  *                         completion), then both CQs read 100 entries at
  *                         a time until all 2W completions are in; the
  *                         cost per message is then per N*W.
+ *   WAIT=K pollbench N    the ping-pong with K fi_cq_read calls on B's
+ *                         empty CQ before each send, as a receiver of a
+ *                         ping-pong between two processes polls while the
+ *                         message is on its way: the message is then taken
+ *                         by a poll of the quiet time, not by the whole
+ *                         pass that follows a delivery. Every count then
+ *                         includes the K empty polls.
  *   PROV=name             another provider (default gnix).
  *   REMOTE=1              both endpoints first send a message to a peer
  *                         over the udp wire (a helper process, this program
@@ -259,11 +266,18 @@ int main(int argc, char **argv)
 		printf("%.1f ns per message\n", ns_since(&t0) / (n * w));
 		return 0;
 	}
+	int waits = getenv("WAIT") ? atoi(getenv("WAIT")) : 0;
 	/* 100 untimed messages first (connection set-up) */
 	for (long i = -100; i < n; i++) {
 		if (i == 0)
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 		CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
+		for (int k = 0; k < waits; k++) {
+			if ((r = (int)fi_cq_read(cq[1], &e, 1)) != -FI_EAGAIN) {
+				fprintf(stderr, "fi_cq_read of an empty CQ: %d\n", r);
+				return 2;
+			}
+		}
 		if (rndv) {
 			/* past the inject size: a send, completed by its peer */
 			CHK(fi_tsend(ep[0], sbuf, len, NULL, fa[1], 7, &sctx));
