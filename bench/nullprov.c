@@ -294,6 +294,8 @@ struct line {
 	char payload[LINE_MAX];
 };
 
+_Static_assert(STRIDE % 64 == 0 && STRIDE >= sizeof(struct line), "STRIDE: a multiple of 64, a line at least");
+
 struct region {
 	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
 	char pad[56];
