@@ -121,6 +121,21 @@ pub struct Quiet {
     polls: u32,
 }
 
+/// What a poll asks for (`Quiet::poll`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// Nothing: the quiet time holds and no slot came.
+    Skip,
+    /// The whole pass, at this time.
+    Whole(u64),
+    /// A pass for what came in the rings only, at this time: a look of the
+    /// quiet time found a slot before anything else was due (the timers,
+    /// the UDP socket's turn). It takes the messages and leaves the rest
+    /// to the next poll, which is whole: a message's way to the
+    /// application does not go through the rest of a pass.
+    Rings(u64),
+}
+
 impl Quiet {
     /// The next poll makes a pass.
     #[inline]
@@ -136,25 +151,28 @@ impl Quiet {
         self.polls = if until > now { QUIET_POLLS } else { 0 };
     }
 
-    /// A poll: the time to make a pass at, or `None` to skip it.
+    /// A poll: the pass to make, and the time to make it at.
     /// `arrived` looks at the rings. A slot found by a poll that reads no
     /// clock is taken on the last time read: a read there would be on
     /// every message's way.
     #[inline]
-    pub fn poll(&mut self, clock: &mut impl PollClock, arrived: impl Fn() -> bool) -> Option<u64> {
+    pub fn poll(&mut self, clock: &mut impl PollClock, arrived: impl Fn() -> bool) -> Pass {
         if self.polls > 0 {
             if arrived() {
-                return Some(clock.last());
+                return Pass::Rings(clock.last());
             }
             self.polls -= 1;
-            return None;
+            return Pass::Skip;
         }
         let now = clock.now();
-        if now >= self.until || arrived() {
-            return Some(now);
+        if now >= self.until {
+            return Pass::Whole(now);
+        }
+        if arrived() {
+            return Pass::Rings(now);
         }
         self.polls = QUIET_POLLS;
-        None
+        Pass::Skip
     }
 }
 
@@ -193,31 +211,59 @@ mod tests {
         let mut q = Quiet::default();
         let ring = Cell::new(false);
         // Not quiet: every poll passes, at a fresh time.
-        assert_eq!(q.poll(&mut c, || ring.get()), Some(1_000));
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(1_000));
         assert_eq!(c.reads, 1);
         // A pass that went quiet until 5 000: the next QUIET_POLLS polls
         // read no clock and skip.
         q.set(5_000, 1_000);
         for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || ring.get()), None);
+            assert_eq!(q.poll(&mut c, || ring.get()), Pass::Skip);
         }
         assert_eq!(c.reads, 1);
         // Then one reads it, finds the quiet time on, and skips again.
         c.t = 2_000;
-        assert_eq!(q.poll(&mut c, || ring.get()), None);
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Skip);
         assert_eq!(c.reads, 2);
         // A slot comes: the next poll passes at once, on the time last
-        // read (2 000), reading none.
+        // read (2 000), reading none, for the rings only.
         ring.set(true);
         c.t = 2_500;
-        assert_eq!(q.poll(&mut c, || ring.get()), Some(2_000));
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(2_000));
         assert_eq!(c.reads, 2);
         // That pass found it (no quiet time): the next poll reads the
         // clock again.
         q.set(0, 2_000);
         ring.set(false);
-        assert_eq!(q.poll(&mut c, || ring.get()), Some(2_500));
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(2_500));
         assert_eq!(c.reads, 3);
+    }
+
+    #[test]
+    fn a_pass_is_for_the_rings_only_while_nothing_else_is_due() {
+        let mut c = TestClock::at(1_000);
+        let mut q = Quiet::default();
+        let ring = Cell::new(true);
+        // Quiet until 5 000: a slot found by a poll that reads the clock,
+        // before then, asks for the rings only.
+        q.set(5_000, 1_000);
+        for _ in 0..QUIET_POLLS {
+            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
+        }
+        c.t = 4_000;
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(4_000));
+        // Once the quiet time is over the pass is whole, slot or not.
+        q.set(5_000, 4_000);
+        for _ in 0..QUIET_POLLS {
+            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
+        }
+        c.t = 5_000;
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(5_000));
+        // And after a pass for the rings, which ends the quiet time
+        // (`end`), the next poll is whole too.
+        q.set(9_000, 5_000);
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(5_000));
+        q.end();
+        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(5_000));
     }
 
     #[test]
@@ -226,17 +272,17 @@ mod tests {
         let mut q = Quiet::default();
         q.set(5_000, 1_000);
         for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || false), None);
+            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
         }
         // Its time is up: the first poll that reads the clock passes.
         c.t = 5_000;
-        assert_eq!(q.poll(&mut c, || false), Some(5_000));
+        assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));
         // A pass that found something leaves no quiet time.
         q.set(0, 5_000);
-        assert_eq!(q.poll(&mut c, || false), Some(5_000));
+        assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));
         // Taken (a send, a post): the next poll passes.
         q.set(9_000, 5_000);
         q.end();
-        assert_eq!(q.poll(&mut c, || false), Some(5_000));
+        assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));
     }
 }

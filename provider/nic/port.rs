@@ -178,6 +178,16 @@ impl Port {
         any
     }
 
+    /// The messages waiting in the shm rings, taken and handed up, and
+    /// nothing else (`Ep::take_arrivals`).
+    #[inline]
+    pub(crate) fn take_arrivals<U: Upcall>(&mut self, up: &mut U) {
+        let Port { shm, txds, .. } = self;
+        if let Some(s) = shm {
+            s.take_arrivals(&mut TxMap { up, txds });
+        }
+    }
+
     /// Until when a poll that finds nothing `arrived` has nothing to do:
     /// while only local peers talk to us (the UDP socket read on its own
     /// schedule, `UdpTurn::due`), up to the socket's next turn, the UDP

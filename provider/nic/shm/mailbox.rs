@@ -844,7 +844,8 @@ impl Mailbox {
     }
 
     /// The next published slot of ring `r`, if any, and its header.
-    #[inline]
+    /// (Always inlined, as `Exec::poll_one` is.)
+    #[inline(always)]
     pub fn peek(&self, r: usize) -> Option<(InSlot, SlotHead)> {
         let c = self.cursors[r];
         let off = c.next;

@@ -692,6 +692,16 @@ impl<P: Port> Exec<P> {
         }
     }
 
+    /// A pass for the rings only (`Port::take_arrivals`): the rings
+    /// claimed since the last pass, their messages, and what those
+    /// finished; the machine's other steps wait for the next whole pass.
+    pub(crate) fn take_arrivals(&mut self, up: &mut dyn Upcall) {
+        self.sent_since_pass = false;
+        self.take_claims();
+        self.receive(up);
+        self.settle(up);
+    }
+
     /// Publishes what waits for ring space, completes deliveries the peers
     /// took, and checks on peers every `CHECK_EVERY_NS`.
     pub(crate) fn pump(&mut self, now: u64) {

@@ -387,6 +387,12 @@ impl<P: Port, M: Memory> Node<P, M> {
         self.progress_after(1_000)
     }
 
+    /// A pass for the rings only (`Exec::take_arrivals`).
+    pub fn take_arrivals(&mut self) {
+        self.w.take_arrivals(&mut self.up);
+        self.give_back();
+    }
+
     fn give_back(&mut self) {
         for c in std::mem::take(&mut self.up.credits) {
             self.w.give_back(c);

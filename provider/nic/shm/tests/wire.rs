@@ -313,6 +313,48 @@ fn delivery_complete_waits_until_the_receiver_took_the_message() {
     assert_eq!(a.send_result(op), Some(Ok(())));
 }
 
+#[test]
+fn a_pass_for_the_rings_takes_messages_and_leaves_the_rest() {
+    let (_w, mut a, mut b) = pair(4, 512, 0);
+    // Eager messages: one matched, one kept for later, by that pass alone.
+    let r = b.post(300);
+    let s1 = a.send(b.addr, 1, &pattern(1, 100), PLAIN);
+    a.send(b.addr, 2, &pattern(2, 50), PLAIN);
+    b.take_arrivals();
+    assert_eq!(b.recv_result(r), Some(Ok(100)));
+    assert_eq!(b.data(r)[..100], pattern(1, 100)[..]);
+    assert_eq!(b.unexpected(), 1);
+    assert_eq!(a.send_result(s1), Some(Ok(())));
+    // (The kept one goes to the next receive posted.)
+    let ru = b.post(300);
+    b.take_arrivals();
+    assert_eq!(b.recv_result(ru), Some(Ok(50)));
+    // A rendezvous: the receiver's passes for the rings take it, pull it
+    // and complete its receive.
+    let r2 = b.post(5000);
+    let s3 = a.send(b.addr, 3, &pattern(3, 5000), PLAIN);
+    for _ in 0..100 {
+        if b.recv_result(r2).is_some() {
+            break;
+        }
+        a.progress();
+        b.take_arrivals();
+    }
+    assert_eq!(b.recv_result(r2), Some(Ok(5000)));
+    assert_eq!(b.data(r2), pattern(3, 5000));
+    a.progress();
+    assert_eq!(a.send_result(s3), Some(Ok(())));
+    // What it leaves to the whole pass: a delivery-complete send ends when
+    // its sender's pass sees the slot taken, not in a pass for the rings.
+    let s4 = a.send(b.addr, 4, &[4, 4], flags(|f| f.delivery = true));
+    b.take_arrivals();
+    assert_eq!(b.unexpected(), 1);
+    a.take_arrivals();
+    assert_eq!(a.send_result(s4), None);
+    a.progress();
+    assert_eq!(a.send_result(s4), Some(Ok(())));
+}
+
 /// A rendezvous of `len` bytes, A to B, the receive posted first.
 fn rendezvous(len: usize, refuse: bool) -> (SimNode, SimNode) {
     let (w, mut a, mut b) = pair(4, 512, 0);
