@@ -113,8 +113,9 @@ pub const QUIET_POLLS: u32 = 8;
 /// nothing and left nothing to do says until when that holds (`set`);
 /// until then a poll only looks whether something arrived in the shm
 /// rings, and for `QUIET_POLLS` polls after a look that read the clock it
-/// does not read it again. Anything else that takes the endpoint ends it
-/// (`end`): the next poll makes a pass.
+/// does not read it again; a look that finds something asks for a pass
+/// for the rings only (`Pass::Rings`). Anything else that takes the
+/// endpoint ends it (`end`): the next poll makes the whole pass.
 #[derive(Default)]
 pub struct Quiet {
     until: u64,

@@ -555,7 +555,7 @@ impl Ep {
     }
 
     /// A pass for what came in the shm rings, asked by a poll of the quiet
-    /// time (`Quiet::rings_only`): the messages are taken and handed up,
+    /// time (`Pass::Rings`): the messages are taken and handed up,
     /// and the next poll makes the whole pass (timers, the UDP socket's
     /// turn, the shm wire's own steps), so that none of it lies between a
     /// message's arrival and its completion. Answers to one-sided
