@@ -539,10 +539,7 @@ impl Ep {
     fn progress_locked(&self, st: &mut EpState, now: u64) {
         let (port, mut h) = st.split(self);
         let found = port.progress(now, &mut h);
-        // Answers to peers' one-sided requests, queued while the wires
-        // were calling us; collectives' next rounds.
-        h.send_replies(port, now);
-        h.coll_advance(port, now);
+        h.end_pass(port, now);
         // A pass that found nothing and left nothing to do: the polls
         // until `quiet_until` look at the rings only. (After one that
         // found something the next pass is whole, and asks.)
@@ -565,10 +562,7 @@ impl Ep {
     fn take_arrivals(&self, st: &mut EpState, now: u64) {
         let (port, mut h) = st.split(self);
         port.take_arrivals(&mut h);
-        if !h.idle() {
-            h.send_replies(port, now);
-            h.coll_advance(port, now);
-        }
+        h.end_pass(port, now);
         st.quiet.end();
     }
 

@@ -582,9 +582,18 @@ impl<F: super::Face> Handler<'_, F> {
         self.send_replies_now(wires, now)
     }
 
+    /// What every progress pass ends with: answers to peers' one-sided
+    /// requests, queued while the wires were calling us, and collectives'
+    /// next rounds.
+    #[inline]
+    pub(super) fn end_pass(&mut self, wires: &mut dyn Wires, now: u64) {
+        self.send_replies(wires, now);
+        self.coll_advance(wires, now);
+    }
+
     /// Nothing for the end of a pass to do: no answer, credit or discard
     /// owed for one-sided requests, no lane to run, no collective round
-    /// (`send_replies` and `coll_advance` would return at once).
+    /// (`end_pass` would return at once).
     pub(super) fn idle(&self) -> bool {
         !self.os.lanes_free && self.os.owes_nothing() && self.coll.idle()
     }
