@@ -29,6 +29,13 @@
  *                         by a poll of the quiet time, not by the whole
  *                         pass that follows a delivery. Every count then
  *                         includes the K empty polls.
+ *   DRAIN=1 pollbench N   (with or without WAIT) after each delivering
+ *                         read, one more fi_cq_read of B's CQ, which finds
+ *                         it empty, before the next fi_trecv: Open MPI's
+ *                         mtl ofi reads its CQ until it finds nothing
+ *                         before MPI_Recv returns and the rank answers,
+ *                         so that read lies between each message and its
+ *                         answer.
  *   PROV=name             another provider (default gnix).
  *   REMOTE=1              both endpoints first send a message to a peer
  *                         over the udp wire (a helper process, this program
@@ -267,6 +274,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	int waits = getenv("WAIT") ? atoi(getenv("WAIT")) : 0;
+	int drain = getenv("DRAIN") ? atoi(getenv("DRAIN")) : 0;
 	/* 100 untimed messages first (connection set-up) */
 	for (long i = -100; i < n; i++) {
 		if (i == 0)
@@ -290,6 +298,10 @@ int main(int argc, char **argv)
 			;
 		if (r != 1) {
 			fprintf(stderr, "fi_cq_read: %d\n", r);
+			return 2;
+		}
+		if (drain && (r = (int)fi_cq_read(cq[1], &e, 1)) != -FI_EAGAIN) {
+			fprintf(stderr, "fi_cq_read after the delivery: %d\n", r);
 			return 2;
 		}
 		while (rndv && (r = fi_cq_read(cq[0], &e, 1)) == -FI_EAGAIN)
