@@ -225,6 +225,15 @@ mod tests {
         }
     }
 
+    /// A pass at `now` left `q` quiet until `until`, and the
+    /// `QUIET_POLLS` polls after it, which read no clock, found nothing.
+    fn quiet_polls(q: &mut Quiet, c: &mut TestClock, until: u64, now: u64) {
+        q.set(until, now);
+        for _ in 0..QUIET_POLLS {
+            assert_eq!(q.poll(c, || false), Pass::Skip);
+        }
+    }
+
     #[test]
     fn quiet_polls_read_the_clock_once_in_so_many_and_still_see_arrivals() {
         let mut c = TestClock::at(1_000);
@@ -235,10 +244,7 @@ mod tests {
         assert_eq!(c.reads, 1);
         // A pass that went quiet until 5 000: the next QUIET_POLLS polls
         // read no clock and skip.
-        q.set(5_000, 1_000);
-        for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || ring.get()), Pass::Skip);
-        }
+        quiet_polls(&mut q, &mut c, 5_000, 1_000);
         assert_eq!(c.reads, 1);
         // Then one reads it, finds the quiet time on, and skips again.
         c.t = 2_000;
@@ -265,17 +271,11 @@ mod tests {
         let ring = Cell::new(true);
         // Quiet until 5 000: a slot found by a poll that reads the clock,
         // before then, asks for the rings only.
-        q.set(5_000, 1_000);
-        for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
-        }
+        quiet_polls(&mut q, &mut c, 5_000, 1_000);
         c.t = 4_000;
         assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(4_000));
         // Once the quiet time is over the pass is whole, slot or not.
-        q.set(5_000, 4_000);
-        for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
-        }
+        quiet_polls(&mut q, &mut c, 5_000, 4_000);
         c.t = 5_000;
         assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(5_000));
         // And after a pass for the rings, which ends the quiet time
@@ -291,10 +291,7 @@ mod tests {
         let mut c = TestClock::at(1_000);
         let mut q = Quiet::default();
         let ring = Cell::new(true);
-        q.set(5_000, 1_000);
-        for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
-        }
+        quiet_polls(&mut q, &mut c, 5_000, 1_000);
         c.t = 2_000;
         assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(2_000));
         // The pass took the slot. The next poll (Open MPI's read until
@@ -323,10 +320,7 @@ mod tests {
     fn a_quiet_time_ends_at_its_time_or_when_the_endpoint_is_taken() {
         let mut c = TestClock::at(1_000);
         let mut q = Quiet::default();
-        q.set(5_000, 1_000);
-        for _ in 0..QUIET_POLLS {
-            assert_eq!(q.poll(&mut c, || false), Pass::Skip);
-        }
+        quiet_polls(&mut q, &mut c, 5_000, 1_000);
         // Its time is up: the first poll that reads the clock passes.
         c.t = 5_000;
         assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));

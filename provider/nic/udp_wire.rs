@@ -793,6 +793,21 @@ mod tests {
         let _ = poll(&mut fds, Some(&wait));
     }
 
+    /// `a` sends `data` to `b` as operation 1, and both pass until `b`
+    /// has it (the first contact's handshake takes passes of both).
+    fn first_message(a: &mut UdpWire, b: &mut UdpWire, ua: &mut App, ub: &mut App, data: &[u8]) {
+        let now = crate::progress::now_ns;
+        send_bytes(a, b, 1, data, ua, now());
+        for _ in 0..50 {
+            if ub.eager == 1 {
+                break;
+            }
+            wait_for_datagram(a, b);
+            pass(b, now(), ub);
+            pass(a, now(), ua);
+        }
+    }
+
     /// `from` sends `data` to `to` as operation `op`, which is pending.
     fn send_bytes(from: &mut UdpWire, to: &UdpWire, op: OpId, data: &[u8], up: &mut dyn Upcall, now: u64) {
         let hdr = MsgHdr {
@@ -836,15 +851,7 @@ mod tests {
         for post in [true, false] {
             let (mut a, mut b) = (wire_of(5, cfg.clone()), wire_of(6, cfg.clone()));
             let (mut ua, mut ub) = (App::default(), App::default());
-            send_bytes(&mut a, &b, 1, b"ping", &mut ua, now());
-            for _ in 0..50 {
-                if ub.eager == 1 {
-                    break;
-                }
-                wait_for_datagram(&a, &b);
-                pass(&mut b, now(), &mut ub);
-                pass(&mut a, now(), &mut ua);
-            }
+            first_message(&mut a, &mut b, &mut ua, &mut ub, b"ping");
             assert_eq!(
                 (ub.eager, ua.sent),
                 (1, 0),
@@ -908,16 +915,7 @@ mod tests {
         let now = crate::progress::now_ns;
         let (mut a, mut b) = (wire(7), wire(8));
         let (mut ua, mut ub) = (App::default(), App::default());
-        send_bytes(&mut a, &b, 1, b"one", &mut ua, now());
-        for _ in 0..50 {
-            if ub.eager == 1 {
-                break;
-            }
-            // (The first contact's handshake takes passes of both.)
-            wait_for_datagram(&a, &b);
-            pass(&mut b, now(), &mut ub);
-            pass(&mut a, now(), &mut ua);
-        }
+        first_message(&mut a, &mut b, &mut ua, &mut ub, b"one");
         assert_eq!(ub.eager, 1, "the first message, handed over");
         send_bytes(&mut a, &b, 2, b"two", &mut ua, now());
         wait_until(&b, &b, u64::MAX);
