@@ -156,6 +156,9 @@ impl Quiet {
     /// apart however fast messages come.
     #[inline]
     pub fn after_rings(&mut self) {
+        // A pass for the rings is asked only while a quiet time holds
+        // (`until` past the poll's time) or by the look this leaves
+        // (`until` 0): so `until` 0 here means that look found more.
         if self.until == 0 {
             self.end();
         } else {
