@@ -16,6 +16,13 @@
 //! The completions such a pass makes for the CQ being read, on the reading
 //! thread, go straight back to the caller (`Handoff`): a ping-pong's every
 //! message would otherwise take the queue's lock twice, in and out.
+//!
+//! The read after one whose pass handed completions back makes no pass
+//! (`handed`): it returns what is queued, or -FI_EAGAIN. Open MPI reads
+//! its CQ until it finds nothing before it answers a message
+//! (`ompi_mtl_ofi_progress`), so that read lay between every message and
+//! its answer; a pass there, even one that only looks at the rings, cost
+//! the message more than the rest of the read.
 
 use crate::domain::Domain;
 use crate::ffi::*;
@@ -231,6 +238,11 @@ pub struct Cq {
     /// Entries queued, as of the last change under the queue lock: lets a
     /// polling fi_cq_read find out the queue is empty without the lock.
     queued: AtomicUsize,
+    /// The last read handed completions back from its own pass: the next
+    /// makes none (module comment). Loaded and stored, never swapped: a
+    /// read-modify-write would cost every poll a locked instruction, and
+    /// two threads reading at once only move which read skips.
+    handed: AtomicBool,
     /// Entries ever queued, stored after `queued` under the queue lock: a
     /// read's pass tells by it whether another thread queued meanwhile.
     pushed: AtomicU64,
@@ -309,6 +321,7 @@ impl Cq {
             signals: AtomicU64::new(0),
             signal_pending: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
+            handed: AtomicBool::new(false),
             pushed: AtomicU64::new(0),
             domain,
         });
@@ -557,12 +570,17 @@ impl Cq {
 
     /// fi_cq_read / fi_cq_readfrom. `out` holds at least `count` entries of
     /// this CQ's format; `src`, if given, at least `count` addresses.
-    /// Returns the number read, -FI_EAGAIN or -FI_EAVAIL.
+    /// Returns the number read, -FI_EAGAIN or -FI_EAVAIL. The read after
+    /// one that found completions in its pass makes no pass (`handed`).
     pub fn read(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>) -> isize {
         if count == 0 {
             // A zero count is the documented way to just drive progress.
             self.sources.progress();
             return self.status();
+        }
+        let handed = self.handed.load(Ordering::Relaxed);
+        if handed {
+            self.handed.store(false, Ordering::Relaxed);
         }
         // Polling an empty CQ is the hot loop of every ping-pong: skip the
         // lock when there is certainly nothing (a push racing this load is
@@ -573,16 +591,26 @@ impl Cq {
                 return r;
             }
         }
+        if handed {
+            return -FI_EAGAIN as isize;
+        }
         let n = self.progress_handoff(count, |i, e| self.put(i, e, out, src.as_deref_mut()));
         if n > 0 {
             // What the pass queued for this CQ (an error, the overflow)
             // came after these: the next read finds it.
+            self.handed.store(true, Ordering::Relaxed);
             return n as isize;
         }
         if self.queued.load(Ordering::Acquire) == 0 {
             return -FI_EAGAIN as isize;
         }
-        self.take(out, count, src, 1)
+        // More than the handoff held, or another thread's: the next read
+        // skips its pass as after a handoff.
+        let r = self.take(out, count, src, 1);
+        if r > 0 {
+            self.handed.store(true, Ordering::Relaxed);
+        }
+        r
     }
 
     /// fi_cq_sread / fi_cq_sreadfrom. `threshold` is the FI_CQ_COND_THRESHOLD
@@ -1210,9 +1238,38 @@ mod tests {
         cq.add_source(Arc::downgrade(&src));
         let all: Vec<usize> = (1..=HANDOFF + 5).collect();
         assert_eq!(read_ctx(&cq, 100), Ok(all), "all of them, in order");
+        assert_eq!(read_ctx(&cq, 100), Err(EAGAIN), "the read after makes no pass");
         assert_eq!(read_ctx(&cq, 100), Ok(vec![100]), "a pass of one");
         assert_eq!(read_ctx(&cq, 100), Err(EAGAIN));
         cq.remove_source(&Arc::downgrade(&src));
+    }
+
+    /// The read after one whose pass found completions makes no pass
+    /// (Open MPI's read until empty, before it answers): it still returns
+    /// what is queued, and it is only the one read; a read that took
+    /// queued entries, or found nothing, leaves the next one its pass.
+    #[test]
+    fn the_read_after_a_pass_that_found_completions_makes_none() {
+        let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
+        let wcq = Arc::downgrade(&cq);
+        let src = Arc::new(FakeSrc::new(move |s| {
+            let cq = wcq.upgrade().unwrap();
+            match s.calls.load(SeqCst) {
+                1 | 3 => cq.push(ok(s.calls.load(SeqCst))),
+                _ => {}
+            }
+        }));
+        let dyn_src: Arc<dyn Progress> = src.clone();
+        cq.add_source(Arc::downgrade(&dyn_src));
+        let passes = || src.calls.load(SeqCst);
+        assert_eq!(read_ctx(&cq, 4), Ok(vec![1]));
+        assert_eq!((read_ctx(&cq, 4), passes()), (Err(EAGAIN), 1), "no pass");
+        assert_eq!((read_ctx(&cq, 4), passes()), (Err(EAGAIN), 2), "a pass again");
+        assert_eq!((read_ctx(&cq, 4), passes()), (Ok(vec![3]), 3));
+        cq.push(ok(7));
+        assert_eq!((read_ctx(&cq, 4), passes()), (Ok(vec![7]), 3), "queued: taken, no pass");
+        assert_eq!((read_ctx(&cq, 4), passes()), (Err(EAGAIN), 4), "after a take: a pass");
+        cq.remove_source(&Arc::downgrade(&dyn_src));
     }
 
     /// Another thread queues for the CQ while a read's pass runs (the

@@ -132,9 +132,8 @@ pub enum Pass {
     /// A pass for what came in the rings only, at this time: a look of the
     /// quiet time found a slot before anything else was due (the timers,
     /// the UDP socket's turn). It takes the messages and leaves the rest
-    /// to a later poll (`Quiet::after_rings`): a message's way to the
-    /// application, and from it to the answer, does not go through the
-    /// rest of a pass.
+    /// to the next poll, which is whole: a message's way to the
+    /// application does not go through the rest of a pass.
     Rings(u64),
 }
 
@@ -144,27 +143,6 @@ impl Quiet {
     pub fn end(&mut self) {
         self.until = 0;
         self.polls = 0;
-    }
-
-    /// A pass for the rings was made (`Pass::Rings`): the next poll only
-    /// looks at them again, and the one after is whole. An application
-    /// that reads its CQ until it finds nothing before it answers a
-    /// message (Open MPI does) makes that next poll right after the
-    /// message's completion, and a whole pass there lay between every
-    /// message and its answer. If that look finds more, its pass for the
-    /// rings ends the quiet time: whole passes are at most two polls
-    /// apart however fast messages come.
-    #[inline]
-    pub fn after_rings(&mut self) {
-        // A pass for the rings is asked only while a quiet time holds
-        // (`until` past the poll's time) or by the look this leaves
-        // (`until` 0): so `until` 0 here means that look found more.
-        if self.until == 0 {
-            self.end();
-        } else {
-            self.until = 0;
-            self.polls = 1;
-        }
     }
 
     /// A pass at `now` left nothing to do until `until` (0: it did).
@@ -287,36 +265,6 @@ mod tests {
         assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(5_000));
         q.end();
         assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(5_000));
-    }
-
-    #[test]
-    fn after_a_pass_for_the_rings_one_look_then_a_whole_pass() {
-        let mut c = TestClock::at(1_000);
-        let mut q = Quiet::default();
-        let ring = Cell::new(true);
-        quiet_polls(&mut q, &mut c, 5_000, 1_000);
-        c.t = 2_000;
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(2_000));
-        // The pass took the slot. The next poll (Open MPI's read until
-        // the CQ is empty, right after the completion) only looks, and
-        // reads no clock; the one after is whole.
-        q.after_rings();
-        ring.set(false);
-        c.t = 2_500;
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Skip);
-        assert_eq!(c.reads, 1);
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(2_500));
-        // Slots keep coming: the look takes the next for the rings, and
-        // then the quiet time is over; the poll after is whole, slot or
-        // not.
-        q.set(5_000, 2_500);
-        c.t = 3_000;
-        ring.set(true);
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(2_500));
-        q.after_rings();
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Rings(2_500));
-        q.after_rings();
-        assert_eq!(q.poll(&mut c, || ring.get()), Pass::Whole(3_000));
     }
 
     #[test]

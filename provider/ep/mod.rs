@@ -552,11 +552,12 @@ impl Ep {
     }
 
     /// A pass for what came in the shm rings, asked by a poll of the quiet
-    /// time (`Pass::Rings`): the messages are taken and handed up, and
-    /// the poll after next makes the whole pass (timers, the UDP socket's
-    /// turn, the shm wire's own steps; `Quiet::after_rings`), so that none
-    /// of it lies between a message's arrival and its completion, nor
-    /// between the completion and an answer. Answers to one-sided
+    /// time (`Pass::Rings`): the messages are taken and handed up,
+    /// and the next poll makes the whole pass (timers, the UDP socket's
+    /// turn, the shm wire's own steps), so that none of it lies between a
+    /// message's arrival and its completion. (Nor between the completion
+    /// and an answer: the read after one that found completions makes no
+    /// pass, `Cq::read`.) Answers to one-sided
     /// requests and collectives' next rounds are not left for it. (Out
     /// of line: inlined, it made every empty poll longer.)
     #[inline(never)]
@@ -564,7 +565,7 @@ impl Ep {
         let (port, mut h) = st.split(self);
         port.take_arrivals(&mut h);
         h.end_pass(port, now);
-        st.quiet.after_rings();
+        st.quiet.end();
     }
 
     /// Closing: send the ACKs still owed, then wait (bounded) until what we

@@ -64,9 +64,6 @@ pub(crate) struct UdpWire {
     /// Completions of sends and receives handed to the endpoint, counted
     /// (`feed` looks whether a datagram brought one).
     completions: u64,
-    /// The last read of the sockets handed the application a completion:
-    /// the next pass leaves them (`progress_rx`).
-    handed: bool,
 }
 
 impl UdpWire {
@@ -83,7 +80,6 @@ impl UdpWire {
             last_active: 0,
             rx_left: None,
             completions: 0,
-            handed: false,
         }
     }
 
@@ -156,18 +152,7 @@ impl UdpWire {
     /// finds the socket empty almost every time, and that is the cheapest
     /// way to find out. Once something arrived, batches of recvmmsg, a few
     /// at most so one call stays short under a flood.
-    ///
-    /// A pass right after one whose read handed the application a
-    /// completion leaves the sockets: Open MPI reads its CQ until it finds
-    /// nothing before it answers a message, and that read's recvfrom
-    /// (which finds nothing: the peer is waiting for our answer) sat
-    /// between every arrival and its answer, a syscall each way of an
-    /// 8-byte ping-pong. The pass after it reads them again, and so does
-    /// one about to sleep (`arm`).
     pub(crate) fn progress_rx(&mut self, mut now: u64, up: &mut dyn Upcall) -> bool {
-        if std::mem::take(&mut self.handed) {
-            return false;
-        }
         let mut first = true;
         let mut placed = 0;
         let mut any = false;
@@ -188,7 +173,6 @@ impl UdpWire {
                         let produced = self.handle_events(now, up);
                         self.flush(now);
                         if produced {
-                            self.handed = true;
                             break;
                         }
                         continue;
@@ -223,7 +207,6 @@ impl UdpWire {
             // A completion for the application: hand it over now rather
             // than spend another syscall between it and the application.
             if produced {
-                self.handed = true;
                 break;
             }
             if !first && n < RX_BATCH {
@@ -627,7 +610,6 @@ impl Wire for UdpWire {
     }
 
     fn arm(&mut self) -> bool {
-        self.handed = false;
         // The rest of a receive batch waits (`feed`): no sleeping on it.
         if self.rx_left.is_some() {
             return false;
@@ -903,31 +885,6 @@ mod tests {
                 "post {post}: in place only when the receive came first"
             );
         }
-    }
-
-    /// The pass after one whose read handed the application a completion
-    /// leaves the sockets (Open MPI reads its CQ until it is empty before
-    /// it answers a message, and the peer sends nothing until then); the
-    /// pass after that reads them, and so does the next pass of a wire
-    /// that was armed for sleep in between. Real sockets on loopback.
-    #[test]
-    fn the_pass_after_a_completion_leaves_the_sockets() {
-        let now = crate::progress::now_ns;
-        let (mut a, mut b) = (wire(7), wire(8));
-        let (mut ua, mut ub) = (App::default(), App::default());
-        first_message(&mut a, &mut b, &mut ua, &mut ub, b"one");
-        assert_eq!(ub.eager, 1, "the first message, handed over");
-        send_bytes(&mut a, &b, 2, b"two", &mut ua, now());
-        wait_until(&b, &b, u64::MAX);
-        pass(&mut b, now(), &mut ub);
-        assert_eq!(ub.eager, 1, "the pass right after the hand-over leaves the socket");
-        pass(&mut b, now(), &mut ub);
-        assert_eq!(ub.eager, 2, "the next reads it");
-        send_bytes(&mut a, &b, 3, b"three", &mut ua, now());
-        wait_until(&b, &b, u64::MAX);
-        assert!(b.arm(), "nothing left in a batch: the wire may sleep");
-        pass(&mut b, now(), &mut ub);
-        assert_eq!(ub.eager, 3, "a wire armed for sleep reads its socket on the next pass");
     }
 
     /// A process that talked to a remote peer once polls as quietly as
