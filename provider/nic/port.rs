@@ -22,6 +22,14 @@ const UDP_HOT_NS: u64 = 1_000_000;
 /// While only local peers talk to us over shm, the UDP socket is read at
 /// most this often (a recvfrom costs more than a whole shm message).
 const UDP_IDLE_POLL_NS: u64 = 50_000;
+/// The same while no datagram ever came or went (doorbells aside): a job
+/// on one host, or a rank whose remote peers have not spoken yet. An
+/// empty recvfrom costs 0.3-0.6 us on the VMs this runs on, and at 50 us
+/// it landed in one round trip of 40 of a pinned 8-byte ping-pong
+/// (bench/README.md, "The read after a hand-over makes no pass"). A
+/// remote peer's first datagram waits up to this long, once; its sender
+/// retransmits only after `EngineConfig::rto_init_ns` (5 ms).
+const UDP_UNUSED_POLL_NS: u64 = 1_000_000;
 /// Passes in a row that found shm work after which the UDP socket is read
 /// anyway: a local peer that keeps our rings full must not starve the
 /// remote ones (their messages, and the ACKs and credit our own UDP sends
@@ -44,7 +52,8 @@ pub(crate) struct Port {
 /// When a progress pass reads the UDP socket: after the shm wire unless
 /// that produced something (hand it to the application first), but at
 /// least once every `SHM_BUSY_RUN` busy passes; and while only shm peers
-/// are active, at most once every `UDP_IDLE_POLL_NS`.
+/// are active, at most once every `UDP_IDLE_POLL_NS`, or every
+/// `UDP_UNUSED_POLL_NS` while the socket has not been used.
 #[derive(Default)]
 struct UdpTurn {
     /// Passes in a row whose shm wire found work.
@@ -63,15 +72,14 @@ impl UdpTurn {
     }
 
     /// Whether this pass reads the socket, unless `busy` said it leaves
-    /// it. `shm_only`: local peers are active and UDP has been quiet for
-    /// a while.
+    /// it. `every`: how often at most (`shm_only`), or None: every pass.
     #[inline]
-    fn due(&mut self, shm_only: bool, now: u64) -> bool {
-        if shm_only && now < self.next {
+    fn due(&mut self, every: Option<u64>, now: u64) -> bool {
+        if every.is_some() && now < self.next {
             return false;
         }
         self.busy_run = 0;
-        self.next = now + UDP_IDLE_POLL_NS;
+        self.next = now + every.unwrap_or(UDP_IDLE_POLL_NS);
         true
     }
 
@@ -82,11 +90,19 @@ impl UdpTurn {
     }
 }
 
-/// Local peers are active over shm and UDP has been quiet for a while:
-/// the socket is read on `UdpTurn`'s schedule, not every pass.
+/// How often at most a pass reads the UDP socket (`UdpTurn`): while local
+/// peers are active over shm and UDP has been quiet for a while, every
+/// `UDP_IDLE_POLL_NS`, or `UDP_UNUSED_POLL_NS` if it never spoke; else
+/// every pass (None).
 #[inline]
-fn shm_only(shm: Option<&ShmWire>, udp: &UdpWire, now: u64) -> bool {
-    shm.is_some_and(|s| s.in_use()) && now.saturating_sub(udp.last_active) > UDP_HOT_NS
+fn socket_every(shm: Option<&ShmWire>, udp: &UdpWire, now: u64) -> Option<u64> {
+    if !shm.is_some_and(|s| s.in_use()) {
+        return None;
+    }
+    if !udp.talked() {
+        return Some(UDP_UNUSED_POLL_NS);
+    }
+    (now.saturating_sub(udp.last_active) > UDP_HOT_NS).then_some(UDP_IDLE_POLL_NS)
 }
 
 /// A wire's upcall seen through the port: the wire names its sends by
@@ -172,7 +188,7 @@ impl Port {
             }
             any = true;
         }
-        if udp_turn.due(shm_only(shm.as_ref(), udp, now), now) {
+        if udp_turn.due(socket_every(shm.as_ref(), udp, now), now) {
             any |= udp.progress_rx(now, up);
         }
         any
@@ -195,7 +211,7 @@ impl Port {
     /// pass reads the socket). Asked at the end of a pass.
     pub(crate) fn quiet_until(&self, now: u64) -> u64 {
         let Some(shm) = &self.shm else { return 0 };
-        if !shm_only(Some(shm), &self.udp, now) {
+        if socket_every(Some(shm), &self.udp, now).is_none() {
             return 0;
         }
         self.udp_turn.next.min(self.udp.quiet_until()).min(shm.quiet_until(now))
@@ -361,8 +377,13 @@ mod tests {
     /// The passes of `n` in which the socket is read, the clock
     /// advancing `step` ns a pass.
     fn reads(turn: &mut UdpTurn, n: u64, step: u64, shm_busy: bool, shm_only: bool) -> Vec<u64> {
+        let every = shm_only.then_some(UDP_IDLE_POLL_NS);
+        reads_every(turn, n, step, shm_busy, every)
+    }
+
+    fn reads_every(turn: &mut UdpTurn, n: u64, step: u64, shm_busy: bool, every: Option<u64>) -> Vec<u64> {
         (0..n)
-            .filter(|&i| !(shm_busy && turn.busy()) && turn.due(shm_only, 1_000_000 + i * step))
+            .filter(|&i| !(shm_busy && turn.busy()) && turn.due(every, 1_000_000 + i * step))
             .collect()
     }
 
@@ -396,6 +417,14 @@ mod tests {
         let mut t = UdpTurn::default();
         let got = reads(&mut t, 2 * SHM_BUSY_RUN as u64, UDP_IDLE_POLL_NS, true, true);
         assert_eq!(got, vec![SHM_BUSY_RUN as u64 - 1, 2 * SHM_BUSY_RUN as u64 - 1]);
+    }
+
+    #[test]
+    fn a_socket_that_never_spoke_is_read_once_a_millisecond() {
+        let mut t = UdpTurn::default();
+        let step = UDP_UNUSED_POLL_NS / 10;
+        let got = reads_every(&mut t, 25, step, false, Some(UDP_UNUSED_POLL_NS));
+        assert_eq!(got, vec![0, 10, 20]);
     }
 
     #[test]

@@ -87,6 +87,12 @@ impl UdpWire {
         self.sockets.local_addr()
     }
 
+    /// Whether a datagram ever went out or came in (a shm doorbell does
+    /// not count): a job on one host never uses its socket.
+    pub(crate) fn talked(&self) -> bool {
+        self.hot
+    }
+
     pub(crate) fn wait_fd(&self) -> RawFd {
         self.sockets.wait_fd()
     }
@@ -885,6 +891,24 @@ mod tests {
                 "post {post}: in place only when the receive came first"
             );
         }
+    }
+
+    /// A wire has talked once a datagram went out or came in; a shm
+    /// doorbell on its socket does not count (`Port` reads a socket that
+    /// never talked less often).
+    #[test]
+    fn a_doorbell_is_not_talk() {
+        let now = crate::progress::now_ns;
+        let (mut a, mut b) = (wire(3), wire(4));
+        let (mut ua, mut ub) = (App::default(), App::default());
+        assert!(!a.talked() && !b.talked());
+        let bell = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        bell.send_to(shm::DOORBELL, b.local_addr()).unwrap();
+        wait_for_datagram(&a, &b);
+        pass(&mut b, now(), &mut ub);
+        assert!(!b.talked(), "a doorbell read");
+        first_message(&mut a, &mut b, &mut ua, &mut ub, b"hi");
+        assert!(a.talked() && b.talked());
     }
 
     /// A process that talked to a remote peer once polls as quietly as
