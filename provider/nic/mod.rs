@@ -8,9 +8,10 @@
 //! thread takes at its next pass), the thread only sleeps on a timer, so it
 //! neither steals datagrams from the polling thread nor adds a wakeup to
 //! every packet; the longer the application keeps every endpoint busy, the
-//! longer that timer (`busy_sleep_ms`). Once the application goes quiet (blocked in `fi_cq_sread`,
-//! computing, or waiting on something else) the thread sleeps in epoll on
-//! every endpoint's socket and progresses them as data arrives.
+//! longer that timer (`busy_sleep_ms`). Once the application goes quiet
+//! (blocked in `fi_cq_sread`, computing, or waiting on something else) the
+//! thread sleeps in epoll on every endpoint's socket and progresses them
+//! as data arrives.
 
 pub(crate) mod atomic;
 pub(crate) mod fabreq;

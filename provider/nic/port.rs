@@ -72,7 +72,8 @@ impl UdpTurn {
     }
 
     /// Whether this pass reads the socket, unless `busy` said it leaves
-    /// it. `every`: how often at most (`shm_only`), or None: every pass.
+    /// it. `every`: how often at most (`socket_every`), or None: every
+    /// pass.
     #[inline]
     fn due(&mut self, every: Option<u64>, now: u64) -> bool {
         if every.is_some() && now < self.next {
