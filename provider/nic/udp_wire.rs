@@ -212,10 +212,7 @@ impl UdpWire {
             self.flush(now);
             // A completion for the application: hand it over now rather
             // than spend another syscall between it and the application.
-            if produced {
-                break;
-            }
-            if !first && n < RX_BATCH {
+            if produced || (!first && n < RX_BATCH) {
                 break;
             }
             first = false;
