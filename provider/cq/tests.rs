@@ -51,6 +51,23 @@ fn read_ctx(cq: &Cq, n: usize) -> Result<Vec<usize>, isize> {
 const EAGAIN: isize = -FI_EAGAIN as isize;
 const EAVAIL: isize = -FI_EAVAIL as isize;
 
+/// A fake endpoint bound to `cq` whose `n`th pass (from 1) runs
+/// `pass(cq, n)`; its `calls` count the passes. `unbind` lets it go.
+fn bound_source(cq: &Arc<Cq>, pass: impl Fn(&Arc<Cq>, usize) + Send + Sync + 'static) -> Arc<FakeSrc> {
+    let wcq = Arc::downgrade(cq);
+    let src = Arc::new(FakeSrc::new(move |s| {
+        pass(&wcq.upgrade().unwrap(), s.calls.load(SeqCst))
+    }));
+    let weak: Weak<dyn Progress> = Arc::downgrade(&src) as Weak<FakeSrc>;
+    cq.add_source(weak);
+    src
+}
+
+fn unbind(cq: &Cq, src: &Arc<FakeSrc>) {
+    let weak: Weak<dyn Progress> = Arc::downgrade(src) as Weak<FakeSrc>;
+    cq.remove_source(&weak);
+}
+
 /// A read's own progress pass hands its completions straight back, up
 /// to what the read takes; the rest, and everything after an error,
 /// queue behind them in order; other CQs' completions queue as usual.
@@ -96,22 +113,17 @@ fn a_reads_own_pass_hands_back_in_order() {
 #[test]
 fn a_pass_longer_than_the_handoff_queues_the_rest_in_order() {
     let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
-    let wcq = Arc::downgrade(&cq);
-    let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(move |s| {
-        let cq = wcq.upgrade().unwrap();
-        match s.calls.load(SeqCst) {
-            1 => (1..=HANDOFF + 5).for_each(|i| cq.push(ok(i))),
-            2 => cq.push(ok(100)),
-            _ => {}
-        }
-    }));
-    cq.add_source(Arc::downgrade(&src));
+    let src = bound_source(&cq, |cq, pass| match pass {
+        1 => (1..=HANDOFF + 5).for_each(|i| cq.push(ok(i))),
+        2 => cq.push(ok(100)),
+        _ => {}
+    });
     let all: Vec<usize> = (1..=HANDOFF + 5).collect();
     assert_eq!(read_ctx(&cq, 100), Ok(all), "all of them, in order");
     assert_eq!(read_ctx(&cq, 100), Err(EAGAIN), "the read after makes no pass");
     assert_eq!(read_ctx(&cq, 100), Ok(vec![100]), "a pass of one");
     assert_eq!(read_ctx(&cq, 100), Err(EAGAIN));
-    cq.remove_source(&Arc::downgrade(&src));
+    unbind(&cq, &src);
 }
 
 /// The read after one whose pass found completions makes no pass
@@ -121,16 +133,11 @@ fn a_pass_longer_than_the_handoff_queues_the_rest_in_order() {
 #[test]
 fn the_read_after_a_pass_that_found_completions_makes_none() {
     let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
-    let wcq = Arc::downgrade(&cq);
-    let src = Arc::new(FakeSrc::new(move |s| {
-        let cq = wcq.upgrade().unwrap();
-        match s.calls.load(SeqCst) {
-            1 | 3 => cq.push(ok(s.calls.load(SeqCst))),
-            _ => {}
+    let src = bound_source(&cq, |cq, pass| {
+        if pass == 1 || pass == 3 {
+            cq.push(ok(pass));
         }
-    }));
-    let dyn_src: Arc<dyn Progress> = src.clone();
-    cq.add_source(Arc::downgrade(&dyn_src));
+    });
     let passes = || src.calls.load(SeqCst);
     assert_eq!(read_ctx(&cq, 4), Ok(vec![1]));
     assert_eq!((read_ctx(&cq, 4), passes()), (Err(EAGAIN), 1), "no pass");
@@ -139,7 +146,7 @@ fn the_read_after_a_pass_that_found_completions_makes_none() {
     cq.push(ok(7));
     assert_eq!((read_ctx(&cq, 4), passes()), (Ok(vec![7]), 3), "queued: taken, no pass");
     assert_eq!((read_ctx(&cq, 4), passes()), (Err(EAGAIN), 4), "after a take: a pass");
-    cq.remove_source(&Arc::downgrade(&dyn_src));
+    unbind(&cq, &src);
 }
 
 /// Another thread queues for the CQ while a read's pass runs (the
@@ -149,10 +156,8 @@ fn the_read_after_a_pass_that_found_completions_makes_none() {
 #[test]
 fn another_threads_completions_during_a_pass_keep_their_place() {
     let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 16);
-    let wcq = Arc::downgrade(&cq);
-    let src: Arc<dyn Progress> = Arc::new(FakeSrc::new(move |s| {
-        let cq = wcq.upgrade().unwrap();
-        if s.calls.load(SeqCst) == 1 {
+    let src = bound_source(&cq, |cq, pass| {
+        if pass == 1 {
             let other = cq.clone();
             std::thread::spawn(move || (1..=3).for_each(|i| other.push(ok(i))))
                 .join()
@@ -160,11 +165,10 @@ fn another_threads_completions_during_a_pass_keep_their_place() {
             cq.push(ok(4));
             cq.push(ok(5));
         }
-    }));
-    cq.add_source(Arc::downgrade(&src));
+    });
     assert_eq!(read_ctx(&cq, 10), Ok(vec![1, 2, 3, 4, 5]));
     assert_eq!(read_ctx(&cq, 10), Err(EAGAIN));
-    cq.remove_source(&Arc::downgrade(&src));
+    unbind(&cq, &src);
 }
 
 #[test]
