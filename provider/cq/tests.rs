@@ -245,6 +245,67 @@ fn formats_write_their_prefix_only() {
     }
 }
 
+/// Reads of every format and many counts take entries from wherever the
+/// queue's ring holds them (across its wrap, in two pieces) in order,
+/// with their sources, and write nothing past what they return.
+#[test]
+fn reads_take_entries_across_the_queues_wrap_in_every_format() {
+    for (fmt, sz) in [
+        (FI_CQ_FORMAT_CONTEXT, 8),
+        (FI_CQ_FORMAT_MSG, 24),
+        (FI_CQ_FORMAT_DATA, 40),
+        (FI_CQ_FORMAT_TAGGED, 48),
+    ] {
+        let cq = cq(fmt, FI_WAIT_NONE, 8);
+        let (mut pushed, mut read) = (0usize, 0usize);
+        for round in 0..40 {
+            for _ in 0..(round * 5 % 7 + 1) {
+                pushed += 1;
+                cq.push(ok(pushed));
+            }
+            let want = round * 3 % 9 + 1;
+            let mut out = vec![0xAAu8; 10 * 48];
+            let mut src = [0u64; 10];
+            let r = cq.read(&mut out, want, Some(&mut src));
+            let n = if r == EAGAIN { 0 } else { r as usize };
+            assert_eq!(n, want.min(pushed - read), "format {fmt}, round {round}");
+            for (i, e) in out.chunks(sz).take(n).enumerate() {
+                let c = read + i + 1;
+                let words: Vec<u64> = e.chunks(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap())).collect();
+                let want = [c as u64, FI_RECV, c as u64 * 10, 0, c as u64 + 1, c as u64 + 2];
+                assert_eq!(words, want[..sz / 8], "format {fmt}, entry {c}");
+                assert_eq!(src[i], c as u64 + 3, "format {fmt}, entry {c}'s source");
+            }
+            assert!(
+                out[n * sz..].iter().all(|&b| b == 0xAA),
+                "format {fmt} wrote past its entries"
+            );
+            read += n;
+        }
+    }
+}
+
+/// A send that completed in the application's call queues its entry
+/// (its context and flags, nothing else) in order with the others.
+#[test]
+fn a_completion_made_in_the_call_queues_in_order() {
+    let cq = cq(FI_CQ_FORMAT_TAGGED, FI_WAIT_NONE, 8);
+    cq.push(ok(1));
+    cq.push_op_in_call(2, FI_SEND | FI_TAGGED);
+    cq.push_op(3, FI_SEND | FI_MSG);
+    let mut out = vec![0u8; 3 * 48];
+    let mut src = [0u64; 3];
+    assert_eq!(cq.read(&mut out, 3, Some(&mut src)), 3);
+    let words: Vec<u64> = out
+        .chunks(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(&words[..6], &[1, FI_RECV, 10, 0, 2, 3]);
+    assert_eq!(&words[6..12], &[2, FI_SEND | FI_TAGGED, 0, 0, 0, 0]);
+    assert_eq!(&words[12..], &[3, FI_SEND | FI_MSG, 0, 0, 0, 0]);
+    assert_eq!(src, [4, FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL]);
+}
+
 #[test]
 fn readerr_err_data_rules() {
     let cq = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 0);

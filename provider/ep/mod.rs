@@ -682,14 +682,7 @@ impl Face for Ep {
     // out of line.
     #[inline(always)]
     fn tx_complete(&self, r: &SendReq, err: Option<i32>) {
-        if !self.at_endpoint(r.ctx, err) {
-            return;
-        }
-        let b = self.binds();
-        count(&b.send_cntr, err);
-        if !r.silent {
-            push_tx(b, r.ctx, r.flags, FI_SEND | FI_MSG | FI_TAGGED, r.len, err);
-        }
+        self.tx_complete_at(r, err, Within::Pass)
     }
 
     #[inline(always)]
@@ -724,7 +717,15 @@ impl Face for Ep {
             err,
         );
         if !r.silent {
-            push_tx(b, r.ctx, r.flags, FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE, r.len, err);
+            push_tx(
+                b,
+                r.ctx,
+                r.flags,
+                FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE,
+                r.len,
+                err,
+                Within::Pass,
+            );
         }
     }
 
@@ -755,7 +756,15 @@ impl Face for Ep {
     }
 
     fn coll_complete(&self, ctx: usize, flags: u64, err: Option<i32>) {
-        push_tx(self.binds(), ctx, flags | FI_COLLECTIVE, FI_COLLECTIVE, 0, err);
+        push_tx(
+            self.binds(),
+            ctx,
+            flags | FI_COLLECTIVE,
+            FI_COLLECTIVE,
+            0,
+            err,
+            Within::Pass,
+        );
     }
 
     fn join_complete(&self, mc: u64, ctx: usize, err: Option<i32>) {
@@ -789,15 +798,43 @@ impl Face for Ep {
     }
 }
 
+/// Where a completion is made: in a progress pass (or anywhere a pass
+/// may be under way on this thread), or in the application's own call
+/// into the provider, which no pass of this thread encloses
+/// (`Cq::push_op_in_call`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Within {
+    Pass,
+    Call,
+}
+
+impl Ep {
+    /// `Face::tx_complete`, made `at` a pass or in the application's call.
+    #[inline(always)]
+    fn tx_complete_at(&self, r: &SendReq, err: Option<i32>, at: Within) {
+        if !self.at_endpoint(r.ctx, err) {
+            return;
+        }
+        let b = self.binds();
+        count(&b.send_cntr, err);
+        if !r.silent {
+            push_tx(b, r.ctx, r.flags, FI_SEND | FI_MSG | FI_TAGGED, r.len, err, at);
+        }
+    }
+}
+
 /// A transmit operation's entry in the tx CQ (context `ctx`, its `flags`
 /// as far as `shown` lets the CQ see them), or its error entry: a success
 /// only if the CQ is not selective or the operation asked for one.
-fn push_tx(b: &Bindings, ctx: usize, flags: u64, shown: u64, len: usize, err: Option<i32>) {
+fn push_tx(b: &Bindings, ctx: usize, flags: u64, shown: u64, len: usize, err: Option<i32>, at: Within) {
     let Some(cq) = &b.tx_cq else { return };
     match err {
         None => {
             if !b.tx_selective || flags & FI_COMPLETION != 0 {
-                cq.push_op(ctx, flags & shown);
+                match at {
+                    Within::Pass => cq.push_op(ctx, flags & shown),
+                    Within::Call => cq.push_op_in_call(ctx, flags & shown),
+                }
             }
         }
         // Errors are always reported, selective or not (fi_cq(3)).

@@ -158,7 +158,8 @@ impl Ep {
         if !shm.send_to(ix, &hdr, send_flags(flags), &IovView::new(iov, len)) {
             return None;
         }
-        super::Face::tx_complete(self, &send_req(ctx, flags, tagged, len, silent), None);
+        // Completed in the application's call, not in a pass.
+        self.tx_complete_at(&send_req(ctx, flags, tagged, len, silent), None, super::Within::Call);
         Some(0)
     }
 
