@@ -93,6 +93,20 @@ fn ordering_and_unexpected_across_and_within_a_cache() {
     }
 }
 
+/// Sends of up to the inject size try the short way first
+/// (`Ep::send_small`); to a peer whose slots are smaller than the message
+/// (FI_GNIX_SHM_EAGER=64) or whose ring is full (FI_GNIX_SHM_DEPTH=4)
+/// they go the general way, and every size still arrives whole and in
+/// order, matched or not.
+#[test]
+fn sends_the_short_way_refuses_go_the_general_way() {
+    for (var, val) in [("FI_GNIX_SHM_EAGER", "64"), ("FI_GNIX_SHM_DEPTH", "4")] {
+        for scenario in ["ordering", "unexpected"] {
+            Scenario::new(scenario, 2).env(var, val).run();
+        }
+    }
+}
+
 #[test]
 fn ten_thousand_posted_tagged_receives() {
     Scenario::new("many_recvs", 2).timeout(90).run();

@@ -34,9 +34,12 @@ pub(super) struct SendArgs {
 /// The flags a send may carry and still take `send_small`: none that asks
 /// more of its completion than a message in the peer's ring gives.
 const SMALL_FLAGS: u64 = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
-/// The longest message `send_small` takes: what a slot of any peer's ring
-/// holds, with room to spare (a slot holds at least 64 bytes).
-const SMALL_MAX: usize = 64;
+/// The longest message `send_small` tries: the inject size. Whether it
+/// fits the peer's slots (or ring, or credit) is `Exec::send_to`'s to
+/// say; what it refuses goes `send`'s way. Up to 64 bytes (what any slot
+/// holds) only, the medium sizes took `send`'s longer way, some 120
+/// instructions more a message (`fi_tinject` of 512 bytes 654 -> 532).
+const SMALL_MAX: usize = crate::getinfo::MAX_INJECT;
 
 const SEND_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT
