@@ -131,6 +131,17 @@ impl CqEntry {
         tag: 0,
         src: FI_ADDR_NOTAVAIL,
     };
+
+    /// The entry of an operation that has only its context and flags (a
+    /// send's, an RMA's).
+    #[inline(always)]
+    fn op(ctx: usize, flags: u64) -> CqEntry {
+        CqEntry {
+            op_context: ctx as *mut c_void,
+            flags,
+            ..CqEntry::EMPTY
+        }
+    }
 }
 
 impl Default for CqEntry {
@@ -406,11 +417,7 @@ impl Cq {
     /// sender, the ring slot just written for another core).
     #[inline]
     pub fn push_op(&self, ctx: usize, flags: u64) {
-        self.push_made(move || CqEntry {
-            op_context: ctx as *mut c_void,
-            flags,
-            ..CqEntry::EMPTY
-        })
+        self.push_made(move || CqEntry::op(ctx, flags))
     }
 
     /// `push_op` from the application's own call into the provider (a
@@ -420,11 +427,7 @@ impl Cq {
     /// `__tls_get_addr` in a shared library, some 20 instructions a send).
     #[inline]
     pub fn push_op_in_call(&self, ctx: usize, flags: u64) {
-        self.enqueue_made(move || CqEntry {
-            op_context: ctx as *mut c_void,
-            flags,
-            ..CqEntry::EMPTY
-        })
+        self.enqueue_made(move || CqEntry::op(ctx, flags))
     }
 
     #[inline(always)]
