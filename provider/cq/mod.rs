@@ -132,6 +132,20 @@ impl CqEntry {
         src: FI_ADDR_NOTAVAIL,
     };
 
+    /// Its fields in the order of the widest entry format (each format
+    /// writes a prefix of them).
+    #[inline(always)]
+    fn words(&self) -> [u64; 6] {
+        [
+            self.op_context as u64,
+            self.flags,
+            self.len as u64,
+            self.buf as u64,
+            self.data,
+            self.tag,
+        ]
+    }
+
     /// The entry of an operation that has only its context and flags (a
     /// send's, an RMA's).
     #[inline(always)]
@@ -277,7 +291,7 @@ pub fn entry_size(format: fi_cq_format) -> usize {
 
 #[inline(always)]
 fn encode(e: &CqEntry, out: &mut [u8]) {
-    let words = [e.op_context as u64, e.flags, e.len as u64, e.buf as u64, e.data, e.tag];
+    let words = e.words();
     // One arm a format, each a fixed number of stores: a loop over
     // `out`'s words cost every entry read about 20 instructions
     // (bench/pollbench-callgrind).
@@ -309,10 +323,7 @@ fn put_run<const W: usize>(
     let mut n = 0;
     for (s, o) in slots.iter().take(max).zip(out[at * 8 * W..].chunks_exact_mut(8 * W)) {
         let Slot::Ok(e) = s else { break };
-        let words = [e.op_context as u64, e.flags, e.len as u64, e.buf as u64, e.data, e.tag];
-        for (w, d) in words[..W].iter().zip(o.chunks_exact_mut(8)) {
-            d.copy_from_slice(&w.to_ne_bytes());
-        }
+        put_words::<W>(&e.words(), o);
         if let Some(s) = src.as_deref_mut() {
             s[at + n] = e.src;
         }
