@@ -11,6 +11,7 @@
 
 use crate::ffi::*;
 use std::any::Any;
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// `abi_guard!("name", default, || body)`: `guard` with the entry point
@@ -85,9 +86,36 @@ pub(crate) unsafe fn app_array<'a, T>(p: *const T, count: usize) -> Option<&'a [
     Some(unsafe { std::slice::from_raw_parts(p, count) })
 }
 
+/// The buffer an fi_cq_err_entry or fi_eq_err_entry offers for error
+/// data (`err_data`, `err_data_size`): None when it offers none (a size
+/// of 0 or a NULL pointer; the provider's own buffer is then lent).
+///
+/// # Safety
+/// With a nonzero `size` and a non-NULL `p`, `p` must be the
+/// application's writable buffer of `size` bytes, left to us for `'a`
+/// (fi_cq(3), fi_eq(3): the readerr call).
+pub(crate) unsafe fn app_err_data<'a>(p: *mut c_void, size: usize) -> Option<&'a mut [u8]> {
+    (size > 0 && !p.is_null())
+        // SAFETY: the caller's contract: `p` (non-NULL) is a writable buffer of `size` bytes.
+        .then(|| unsafe { std::slice::from_raw_parts_mut(p as *mut u8, size) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_data_is_offered_only_with_a_buffer_and_a_size() {
+        let mut mine = [0u8; 4];
+        let p = mine.as_mut_ptr() as *mut c_void;
+        // SAFETY: NULL or size 0 is never dereferenced; `mine` holds 4 bytes.
+        unsafe {
+            assert!(app_err_data(std::ptr::null_mut(), 4).is_none());
+            assert!(app_err_data(p, 0).is_none());
+            let b = app_err_data(p, 4).expect("a buffer of 4");
+            assert_eq!((b.as_ptr(), b.len()), (p as *const u8, 4));
+        }
+    }
 
     #[test]
     fn a_panic_becomes_the_default() {

@@ -425,10 +425,7 @@ unsafe extern "C" fn eq_readerr(e: *mut fid_eq, buf: *mut fi_eq_err_entry, flags
         }
         // SAFETY: `buf` is the application's fi_eq_err_entry; with a nonzero
         // err_data_size, err_data is its buffer of that size (fi_eq(3)).
-        let b = unsafe { &mut *buf };
-        let user = (b.err_data_size > 0 && !b.err_data.is_null())
-            // SAFETY: with a nonzero err_data_size, err_data is the application's buffer of that size (fi_cq(3), fi_eq(3)).
-            .then(|| unsafe { std::slice::from_raw_parts_mut(b.err_data as *mut u8, b.err_data_size) });
+        let user = unsafe { crate::abi::app_err_data((*buf).err_data, (*buf).err_data_size) };
         match eq.readerr(user) {
             Ok(entry) => {
                 // SAFETY: `buf` is the application's error entry (non-NULL, checked above); only the 1.17 fields are written.

@@ -1142,10 +1142,7 @@ unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, flags
         }
         // SAFETY: `buf` points to the application's fi_cq_err_entry; with a
         // nonzero err_data_size, err_data is its buffer of that size (fi_cq(3)).
-        let e = unsafe { &mut *buf };
-        let user = (e.err_data_size > 0 && !e.err_data.is_null())
-            // SAFETY: with a nonzero err_data_size, err_data is the application's buffer of that size (fi_cq(3), fi_eq(3)).
-            .then(|| unsafe { std::slice::from_raw_parts_mut(e.err_data as *mut u8, e.err_data_size) });
+        let user = unsafe { crate::abi::app_err_data((*buf).err_data, (*buf).err_data_size) };
         match cq.readerr(user) {
             Ok(entry) => {
                 // Writes the 1.17 fields only: a newer core's larger struct
