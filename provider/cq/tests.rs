@@ -355,6 +355,17 @@ fn wobj(cq: &Cq) -> &crate::wait::WaitObj {
     cq.wait.own().expect("a CQ with its own wait object")
 }
 
+/// A blocking read of `cq` slept (one to three times: a signal may cut a
+/// sleep short) and progressed `fake` at most once more than it slept,
+/// before and after each sleep: it did not spin over the source.
+fn assert_slept_not_spun(cq: &Cq, fake: &FakeSrc) {
+    let (sleeps, calls) = (wobj(cq).sleeps(), fake.calls.load(SeqCst));
+    assert!(
+        (1..=3).contains(&sleeps) && calls <= sleeps + 1,
+        "{sleeps} sleeps, {calls} progress calls: spinning"
+    );
+}
+
 /// A reader blocked in fi_cq_sread without a timeout (so that only a
 /// wake-up ends it) on another thread, once it sleeps in the CQ's wait
 /// object: (what sread returned, the first entry's context).
@@ -381,11 +392,7 @@ fn sread_times_out_without_spinning() {
     assert!(t0.elapsed() >= Duration::from_millis(200), "{:?}", t0.elapsed());
     // Slept through the timeout instead of polling the source: one
     // sleep (a signal could interrupt it), progress before and after.
-    let (sleeps, calls) = (wobj(&cq).sleeps(), fake.calls.load(SeqCst));
-    assert!(
-        (1..=3).contains(&sleeps) && calls <= sleeps + 1,
-        "{sleeps} sleeps, {calls} progress calls: spinning"
-    );
+    assert_slept_not_spun(&cq, &fake);
 }
 
 #[test]
@@ -436,11 +443,7 @@ fn sread_sleeps_until_the_source_deadline() {
     assert_eq!(u64::from_ne_bytes(out), 77);
     // It slept until the source's deadline, then progressed it: a few
     // rounds, not a spin over the source until the timer expired.
-    let (sleeps, calls) = (wobj(&cq).sleeps(), fake.calls.load(SeqCst));
-    assert!(
-        (1..=3).contains(&sleeps) && calls <= sleeps + 1,
-        "{sleeps} sleeps, {calls} progress calls: spinning"
-    );
+    assert_slept_not_spun(&cq, &fake);
 }
 
 #[test]
