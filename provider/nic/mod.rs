@@ -7,11 +7,9 @@
 //! last `BUSY_WINDOW_NS` (as the thread sees it: a call raises a flag the
 //! thread takes at its next pass), the thread only sleeps on a timer, so it
 //! neither steals datagrams from the polling thread nor adds a wakeup to
-//! every packet; the longer the application keeps every endpoint busy, the
-//! longer that timer (`busy_sleep_ms`). Once the application goes quiet
-//! (blocked in `fi_cq_sread`, computing, or waiting on something else) the
-//! thread sleeps in epoll on every endpoint's socket and progresses them
-//! as data arrives.
+//! every packet. Once the application goes quiet (blocked in `fi_cq_sread`,
+//! computing, or waiting on something else) the thread sleeps in epoll on
+//! every endpoint's socket and progresses them as data arrives.
 
 pub(crate) mod atomic;
 pub(crate) mod fabreq;
@@ -38,22 +36,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 const BUSY_WINDOW_NS: u64 = 2_000_000;
-/// The longest the thread sleeps between its looks while the application
-/// keeps every endpoint busy (`busy_sleep_ms`).
-const BUSY_SLEEP_MAX_MS: u64 = 16;
-
-/// How long the thread sleeps before it looks again whether the
-/// application still calls in, when it has called every endpoint for
-/// `busy_for` ns: `BUSY_WINDOW_NS`, growing with an eighth of that time
-/// up to `BUSY_SLEEP_MAX_MS`. Each look takes the application's CPU for
-/// a context switch there and back (3-15 us on the VMs this runs on; the
-/// thread shares the rank's core when Open MPI binds it), 500 a second
-/// at 2 ms; an application that has polled for a while is likely to go
-/// on, and one that stops after long polling is taken over within twice
-/// the sleep (32 ms at most).
-fn busy_sleep_ms(busy_for: u64) -> u64 {
-    (busy_for / 8 / 1_000_000).clamp((BUSY_WINDOW_NS / 1_000_000).max(1), BUSY_SLEEP_MAX_MS)
-}
 
 /// What the progress thread needs from an endpoint.
 pub trait AutoProgress: Progress {
@@ -223,8 +205,6 @@ fn run(shared: Arc<Shared>) {
         data: epoll::EventData::new_u64(0),
     };
     let mut events = [empty; 16];
-    // Since when the application has kept every endpoint busy.
-    let mut busy_since: Option<u64> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let pass = shared.pass.lock().unwrap();
         let gen = shared.generation.load(Ordering::Acquire);
@@ -293,20 +273,13 @@ fn run(shared: Arc<Shared>) {
                 ep.auto_progress();
             }
             let now = now_ns();
-            let since = if idle.iter().any(|&i| i) {
-                busy_since = None;
-                now
-            } else {
-                *busy_since.get_or_insert(now)
-            };
-            let busy_ms = busy_sleep_ms(now - since);
+            let busy_ms = (BUSY_WINDOW_NS / 1_000_000).max(1);
             let t = match idle_eps().filter_map(|e| e.next_deadline()).min() {
                 Some(d) => (d.saturating_sub(now).div_ceil(1_000_000)).clamp(1, busy_ms),
                 None => busy_ms,
             };
             (&timer_set, t)
         } else {
-            busy_since = None;
             for ep in &eps {
                 ep.auto_progress();
             }
@@ -326,20 +299,5 @@ fn run(shared: Arc<Shared>) {
         drop(stolen);
         drop(pass);
         sleep_in(set.as_ref(), wake, &mut events, timeout_ms);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_thread_looks_less_often_the_longer_the_application_polls() {
-        const MS: u64 = 1_000_000;
-        assert_eq!(busy_sleep_ms(0), 2, "at first, every busy window");
-        assert_eq!(busy_sleep_ms(16 * MS), 2);
-        assert_eq!(busy_sleep_ms(40 * MS), 5);
-        assert_eq!(busy_sleep_ms(128 * MS), BUSY_SLEEP_MAX_MS);
-        assert_eq!(busy_sleep_ms(3_600_000 * MS), BUSY_SLEEP_MAX_MS, "never longer");
     }
 }
