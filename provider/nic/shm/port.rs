@@ -316,7 +316,7 @@ impl Port for MailboxPort {
 
     #[inline(always)]
     fn post_body_ahead(&mut self, ix: PeerIx, len: usize) {
-        if let Some(Some(o)) = self.outs.get_mut(ix) {
+        if let Some(o) = self.out(ix) {
             o.prefetch_body(len);
         }
     }

@@ -35,23 +35,16 @@ pub struct Outbox {
     near: bool,
     /// Publishing needs no barrier of ours ("Doorbells").
     fenceless: bool,
-    /// How far into their slots this ring's messages have reached
-    /// (`prefetch_body`).
-    reach: Reach,
-}
-
-/// How far into a slot the messages of a ring have reached: `hw` bytes
-/// (header included) at most, since the message at position `at`, before
-/// which none had reached `cold_from` (a line boundary). So in every slot
-/// not written since `at`, the lines from `cold_from` on were never
-/// written: cold. A new ring counts its first line as reached (the
-/// consumer polls it; it is never fetched ahead), so `cold_from` is past
-/// it from the start.
-#[derive(Clone, Copy)]
-struct Reach {
-    hw: usize,
-    cold_from: usize,
-    at: u64,
+    /// For each slot, the bytes from its start (header included) that
+    /// some message of ours has written there: the lines past them were
+    /// never written, and are cold (`prefetch_body`). A slot's first line
+    /// counts as written from the start (the consumer polls it; it is
+    /// never fetched ahead).
+    written: Box<[u32]>,
+    /// The slot at `tail_off` when it was last worked out (by
+    /// `note_written`): `(tail_off, slot)`, which spares `body_lines`
+    /// a division in the send that follows.
+    tail_ix: Cell<(usize, usize)>,
 }
 
 impl Outbox {
@@ -187,11 +180,8 @@ impl Outbox {
             loan,
             near,
             fenceless,
-            reach: Reach {
-                hw: LINE,
-                cold_from: LINE,
-                at: 0,
-            },
+            written: vec![LINE as u32; geo.depth].into_boxed_slice(),
+            tail_ix: Cell::new((usize::MAX, 0)),
         }))
     }
 
@@ -247,6 +237,7 @@ impl Outbox {
             off: self.tail_off,
             out: self,
             span,
+            end: 0,
         })
     }
 
@@ -292,46 +283,76 @@ impl Outbox {
 
     /// After a send of `len` bytes: starts fetching, for writing, the
     /// lines of the next slot that a message as long would fill and that
-    /// no message of this ring has written yet (`Reach`). Such lines are
-    /// cold: the next send's stores would wait for them to come from
-    /// memory, and its publish behind them (the first transfers of every
-    /// `fi_pingpong -S all` size). Only within a lap of the message that
-    /// reached further than any before it (after that every slot has held
-    /// one as long), not lines written before (those sit in the consumer's
-    /// cache: fetching them away while it reads the message just sent
-    /// slowed Open MPI's 1 KiB ping-pong by a fifth to a third), never the
-    /// first line (the consumer polls it), and only into a slot the last
-    /// `head` read shows free. A hint: it reads and writes nothing.
+    /// no message of ours has written in that slot yet (`written`). Such
+    /// lines are cold: the next send's stores would wait for them to come
+    /// from memory, and its publish behind them. A slot is taken again only
+    /// a lap later, so a size the ring has not carried for a lap (every
+    /// row of `fi_pingpong -S all`, whose ten round trips a size take ten
+    /// of the 64 slots, all last used by shorter messages) meets them in
+    /// every send, not only in the first (bench/README.md, "Cold lines
+    /// are a slot's, not the ring's"). Not lines written before: those
+    /// sit in the consumer's cache, and fetching them away while it reads
+    /// the message just sent slowed Open MPI's 1 KiB ping-pong by a fifth
+    /// to a third. Never the first line (the consumer polls it), and only
+    /// into a slot the last `head` read shows free. A hint: it reads and
+    /// writes nothing.
     #[inline]
-    pub fn prefetch_body(&mut self, len: usize) {
-        let end = SLOT_HDR + len;
-        if end > self.geo.slot_size {
-            return;
-        }
-        if end > self.reach.hw {
-            self.reach = Reach {
-                hw: end,
-                cold_from: self.reach.hw.next_multiple_of(LINE),
-                at: self.tail.saturating_sub(1),
-            };
-        }
+    pub fn prefetch_body(&self, len: usize) {
         for off in self.body_lines(len) {
             self.map.prefetch_write(off);
         }
     }
 
-    /// Offsets of the lines `prefetch_body` fetches in the next slot for
-    /// a message of `len` bytes that fits one slot (`prefetch_body` sees to
-    /// it): its cold lines up to the message's end, at most `BODY_AHEAD`
-    /// bytes into the slot.
+    /// Offsets of the lines `prefetch_body` fetches in the next slot for a
+    /// message of `len` bytes: its cold lines up to the message's end, at
+    /// most `BODY_AHEAD` bytes into the slot; none for a message that
+    /// would span slots.
     pub(super) fn body_lines(&self, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
-        let cold = self.tail < self.reach.at + self.geo.depth as u64 && self.known_free(self.tail);
-        let (from, end) = if cold {
-            (self.reach.cold_from, (SLOT_HDR + len).min(BODY_AHEAD))
+        let end = SLOT_HDR + len;
+        let (from, end) = if end <= self.geo.slot_size && self.known_free(self.tail) {
+            let ix = match self.tail_ix.get() {
+                (off, ix) if off == self.tail_off => ix,
+                _ => self.slot_ix(self.tail_off),
+            };
+            let w = self.written[ix] as usize;
+            (w.next_multiple_of(LINE), end.min(BODY_AHEAD))
         } else {
             (0, 0)
         };
         (self.tail_off + from..self.tail_off + end.max(from)).step_by(LINE)
+    }
+
+    /// Which slot starts at `off` (a division: only for messages past a
+    /// slot's first line, not on the 8-byte path).
+    fn slot_ix(&self, off: usize) -> usize {
+        (off - self.first_off) / self.geo.slot_size
+    }
+
+    /// A message of `end` bytes (header included) was published from the
+    /// start of the `span` slots at `off`: counts what it wrote in each.
+    #[inline]
+    fn note_written(&mut self, off: usize, span: usize, end: usize) {
+        let ix = self.slot_ix(off);
+        if span != 1 {
+            return self.note_span(ix, span, end);
+        }
+        // At most a slot's size, which a u32 holds (`connect`).
+        self.written[ix] = self.written[ix].max(end as u32);
+        let next = if ix + 1 == self.geo.depth { 0 } else { ix + 1 };
+        self.tail_ix.set((self.tail_off, next));
+    }
+
+    #[cold]
+    fn note_span(&mut self, ix: usize, span: usize, end: usize) {
+        let size = self.geo.slot_size;
+        for j in 0..span {
+            // A message that starts in the ring's last slots runs on into
+            // the overflow slots; the positions that wrap onto the first
+            // ones carry nothing.
+            if let Some(w) = self.written.get_mut(ix + j) {
+                *w = (*w).max(end.saturating_sub(j * size).min(size) as u32);
+            }
+        }
     }
 
     /// Whether the last `head` read shows position `pos` free (no read of
@@ -428,11 +449,14 @@ pub struct SlotWriter<'a> {
     out: &'a mut Outbox,
     off: usize,
     span: usize,
+    /// Where the message ends (header included), once `head` said.
+    end: usize,
 }
 
 impl SlotWriter<'_> {
     pub fn head(&mut self, head: &SlotHead) {
         debug_assert!(head.len <= msg_max(self.span, self.out.geo.slot_size));
+        self.end = SLOT_HDR + head.len;
         let [f0, f1, f2, f3] = head.f.0;
         self.out
             .map
@@ -451,7 +475,7 @@ impl SlotWriter<'_> {
     }
     /// Makes the slot visible to the consumer. Returns whether the
     /// consumer asked to be woken (it is asleep and wants a doorbell).
-    #[inline]
+    #[inline(always)]
     pub fn publish(self) -> bool {
         let pos = self.out.tail;
         self.out.tail += self.span as u64;
@@ -464,6 +488,11 @@ impl SlotWriter<'_> {
             compiler_fence(Ordering::SeqCst);
         } else {
             fence(Ordering::SeqCst);
+        }
+        // Counted after the slot is out: the consumer need not wait for it.
+        // A message within the first line adds nothing (`written`).
+        if self.end > LINE {
+            self.out.note_written(self.off, self.span, self.end);
         }
         let sleeping = self.out.map.u32_at(SLEEPING_OFF);
         sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0

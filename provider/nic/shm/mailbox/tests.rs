@@ -241,14 +241,15 @@ fn the_owners_copy_limit_reaches_its_producers() {
 }
 
 /// The lines a producer fetches ahead after a send (`prefetch_body`) are
-/// those of the slot the next message will take that no message of the
-/// ring has written yet: past the furthest any reached before, from the
-/// second line (the consumer polls the first) to where a message as long
-/// ends, at most a page; for a lap after a message reached further than
-/// any before, and then no more; none for a message that spans slots, nor
-/// while the head the producer last read does not show that slot free.
+/// those of the slot the next message will take that no message has
+/// written in that slot: from the second line (the consumer polls the
+/// first) to where a message as long ends, at most a page. Each slot
+/// keeps its own count, so a slot that only ever held short messages is
+/// cold however far others reached. None for a message that would span
+/// slots, nor while the head the producer last read does not show the
+/// slot free.
 #[test]
-fn a_producer_fetches_ahead_the_next_slots_lines_no_message_wrote() {
+fn a_producer_fetches_ahead_the_next_slots_lines_no_message_wrote_there() {
     let geo = Geometry::new(1, 4, 256);
     assert_eq!(geo.payload(), 272);
     let (mut mb, mut ob) = claimed_pair(4_270_000_000, 31, 32, geo);
@@ -268,35 +269,38 @@ fn a_producer_fetches_ahead_the_next_slots_lines_no_message_wrote() {
         mb.release(s);
         off
     };
-    send(&mut ob, 8);
-    assert_eq!(ob.body_lines(8).count(), 0, "nothing reached past the first line");
-    send(&mut ob, 200);
+    send(&mut ob, 8); // slot 0
+    assert_eq!(ob.body_lines(8).count(), 0, "nothing past the first line");
+    send(&mut ob, 200); // slot 1
     let ahead: Vec<usize> = ob.body_lines(200).collect();
+    let s0 = take(&mut mb);
     take(&mut mb);
-    take(&mut mb);
-    send(&mut ob, 8); // into the slot `ahead` was for
-    let next = take(&mut mb);
-    assert_eq!(ahead, vec![next + 64, next + 128, next + 192], "to byte 48 + 200");
+    send(&mut ob, 8); // slot 2, the one `ahead` was for
+    let s2 = take(&mut mb);
+    assert_eq!(ahead, vec![s2 + 64, s2 + 128, s2 + 192], "to byte 48 + 200");
     assert_eq!(ob.body_lines(100).count(), 2, "a shorter one");
-    // Past 248 bytes: the line from 256 on is cold, 64-192 are not.
-    send(&mut ob, 272);
+    send(&mut ob, 272); // slot 3, all of it
     take(&mut mb);
     assert_eq!(ob.body_lines(272).count(), 0, "the head last read shows slot 0 taken");
     assert!(ob.has_room(8)); // reads the head afresh
-                             // Position 4: the ring's first slot, two before `next`'s.
     assert_eq!(
         ob.body_lines(272).collect::<Vec<_>>(),
-        vec![next - 2 * geo.slot_size + 256]
+        vec![s0 + 64, s0 + 128, s0 + 192, s0 + 256],
+        "slot 0 only ever held 8 bytes, however far slot 3 reached"
     );
-    // A message that would span two slots reaches no further.
-    ob.prefetch_body(300);
-    assert_eq!(ob.body_lines(272).count(), 1);
-    // Three more sends: a lap since the 272-byte one.
-    for _ in 0..3 {
-        send(&mut ob, 8);
-        take(&mut mb);
-    }
-    assert_eq!(ob.body_lines(272).count(), 0, "every slot has held one as long");
+    assert_eq!(ob.body_lines(300).count(), 0, "a message that would span two slots");
+    send(&mut ob, 8); // slot 0
+    take(&mut mb);
+    assert_eq!(
+        ob.body_lines(272).collect::<Vec<_>>(),
+        vec![s0 + geo.slot_size + 256],
+        "slot 1 held 200 bytes: only the line past them"
+    );
+    send(&mut ob, 8); // slot 1
+    send(&mut ob, 8); // slot 2
+    take(&mut mb);
+    take(&mut mb);
+    assert_eq!(ob.body_lines(272).count(), 0, "slot 3 has held one as long");
 
     // The last head read shows the next slot taken: nothing.
     let (_mb2, mut ob2) = claimed_pair(4_280_000_000, 33, 34, geo);
@@ -309,6 +313,54 @@ fn a_producer_fetches_ahead_the_next_slots_lines_no_message_wrote() {
     let (_mb3, mut ob3) = claimed_pair(4_290_000_000, 35, 36, Geometry::new(1, 4, 8192));
     send(&mut ob3, 8192);
     assert_eq!(ob3.body_lines(8192).count(), 4096 / 64 - 1, "a page at most");
+}
+
+/// A message that spans slots counts, in each, the bytes it wrote there;
+/// one that runs on into the overflow slots counts none in the ring's
+/// first slot, which its second position only wraps onto.
+#[test]
+fn a_spanning_message_counts_what_it_wrote_in_each_slot() {
+    let geo = Geometry::new(1, 4, 256).with_span(2);
+    let (mut mb, mut ob) = claimed_pair(4_230_000_000, 37, 38, geo);
+    let mut send = |ob: &mut Outbox, len: usize| {
+        let mut s = ob.slot_for(len).expect("free slots");
+        s.head(&head(1, len, [0, 0]));
+        s.payload(len).fill(7);
+        s.publish();
+        let (s, _) = mb.peek(0).unwrap();
+        let off = s.off;
+        mb.release(s);
+        off
+    };
+    let s0 = send(&mut ob, 8); // position 0: slot 0
+    send(&mut ob, 8);
+    send(&mut ob, 8);
+    // 48 + 400 bytes from position 3: slot 3 and the overflow slot behind
+    // the ring; position 4 wraps onto slot 0.
+    send(&mut ob, 400);
+    for _ in 0..3 {
+        send(&mut ob, 8); // slots 1, 2, 3
+    }
+    assert!(ob.has_room(8));
+    assert_eq!(
+        ob.body_lines(272).collect::<Vec<_>>(),
+        vec![s0 + 64, s0 + 128, s0 + 192, s0 + 256],
+        "slot 0 holds no more than its first line"
+    );
+    // From position 8: all of slot 0 (320 bytes) and 128 of slot 1.
+    send(&mut ob, 400);
+    send(&mut ob, 8); // slot 2
+    send(&mut ob, 8); // slot 3
+    assert!(ob.has_room(8));
+    assert_eq!(ob.body_lines(272).count(), 0, "slot 0 was written whole");
+    send(&mut ob, 8); // slot 0
+    assert!(ob.has_room(8));
+    assert_eq!(ob.body_lines(80).count(), 0, "slot 1 holds 48 + 80 bytes");
+    let s1 = s0 + geo.slot_size;
+    assert_eq!(
+        ob.body_lines(272).collect::<Vec<_>>(),
+        vec![s1 + 128, s1 + 192, s1 + 256]
+    );
 }
 
 #[test]
