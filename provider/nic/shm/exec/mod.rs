@@ -419,11 +419,12 @@ impl<P: Port> Exec<P> {
     }
 
     /// After a post of `len` bytes to peer `ix`: a message past the
-    /// slot's first line has the next slot's lines it would need fetched
-    /// for writing now, while the sender waits for an answer, rather than
-    /// by the next send's stores (the first transfers of a size;
-    /// bench/README.md, "The next slot's lines fetched ahead"). The
-    /// 8-byte path passes by.
+    /// slot's first line has the lines of the next slot that it would
+    /// need and no message wrote there yet fetched for writing now, while
+    /// the sender waits for an answer, rather than by the next send's
+    /// stores (each slot's first transfer of a size; bench/README.md,
+    /// "The next slot's lines fetched ahead" and "Cold lines are a
+    /// slot's, not the ring's"). The 8-byte path passes by.
     #[inline(always)]
     fn body_ahead(&mut self, ix: PeerIx, len: usize) {
         if len > LINE_PAYLOAD {
