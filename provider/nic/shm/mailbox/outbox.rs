@@ -41,10 +41,6 @@ pub struct Outbox {
     /// counts as written from the start (the consumer polls it; it is
     /// never fetched ahead).
     written: Box<[u32]>,
-    /// The slot at `tail_off` when it was last worked out (by
-    /// `note_written`): `(tail_off, slot)`, which spares `body_lines`
-    /// a division in the send that follows.
-    tail_ix: Cell<(usize, usize)>,
 }
 
 impl Outbox {
@@ -181,7 +177,6 @@ impl Outbox {
             near,
             fenceless,
             written: vec![LINE as u32; geo.depth].into_boxed_slice(),
-            tail_ix: Cell::new((usize::MAX, 0)),
         }))
     }
 
@@ -310,11 +305,7 @@ impl Outbox {
     pub(super) fn body_lines(&self, len: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
         let end = SLOT_HDR + len;
         let (from, end) = if end <= self.geo.slot_size && self.known_free(self.tail) {
-            let ix = match self.tail_ix.get() {
-                (off, ix) if off == self.tail_off => ix,
-                _ => self.slot_ix(self.tail_off),
-            };
-            let w = self.written[ix] as usize;
+            let w = self.written[self.slot_ix(self.tail_off)] as usize;
             (w.next_multiple_of(LINE), end.min(BODY_AHEAD))
         } else {
             (0, 0)
@@ -330,28 +321,14 @@ impl Outbox {
 
     /// A message of `end` bytes (header included) was published from the
     /// start of the `span` slots at `off`: counts what it wrote in each.
-    #[inline]
+    /// A message that starts in the ring's last slots runs on into the
+    /// overflow slots; the positions that wrap onto the first ones carry
+    /// nothing.
     fn note_written(&mut self, off: usize, span: usize, end: usize) {
-        let ix = self.slot_ix(off);
-        if span != 1 {
-            return self.note_span(ix, span, end);
-        }
-        // At most a slot's size, which a u32 holds (`connect`).
-        self.written[ix] = self.written[ix].max(end as u32);
-        let next = if ix + 1 == self.geo.depth { 0 } else { ix + 1 };
-        self.tail_ix.set((self.tail_off, next));
-    }
-
-    #[cold]
-    fn note_span(&mut self, ix: usize, span: usize, end: usize) {
-        let size = self.geo.slot_size;
-        for j in 0..span {
-            // A message that starts in the ring's last slots runs on into
-            // the overflow slots; the positions that wrap onto the first
-            // ones carry nothing.
-            if let Some(w) = self.written.get_mut(ix + j) {
-                *w = (*w).max(end.saturating_sub(j * size).min(size) as u32);
-            }
+        let (ix, size) = (self.slot_ix(off), self.geo.slot_size);
+        for (j, w) in self.written.iter_mut().skip(ix).take(span).enumerate() {
+            // At most a slot's size, which a u32 holds (`connect`).
+            *w = (*w).max(end.saturating_sub(j * size).min(size) as u32);
         }
     }
 
