@@ -771,14 +771,24 @@ impl UdpSockets {
     }
 
     /// After a receive of `n` slots into `batch`: turns GRO on (for good)
-    /// once a receive brings `GRO_MIN` datagrams at once (a message of
-    /// several segments, or a stream). Each then reaches us as one
-    /// datagram per GSO run of its sender rather than one per segment: a
-    /// 16 KiB ping-pong across a veth pair took 15-20 µs one-way without
+    /// once a receive brings `GRO_MIN` datagrams of bulk data at once
+    /// (segments of a message longer than a datagram, or a stream of
+    /// them: `GRO_SEG_MIN` bytes or more each). Each then reaches us as
+    /// one datagram per GSO run of its sender rather than one per segment:
+    /// a 16 KiB ping-pong across a veth pair took 15-20 µs one-way without
     /// and 9-10 with. Until then single datagrams are read with recvfrom,
-    /// ~0.25 µs cheaper than the recvmsg GRO needs.
+    /// ~0.25 µs cheaper than the recvmsg GRO needs. A burst of small ones
+    /// (a collective's messages and ACKs from several peers, handshakes)
+    /// does not count: GRO coalesces nothing of them, and with it on
+    /// every later receive, each small message's included, would pay for
+    /// recvmsg.
     pub fn tune_gro(&self, batch: &RecvBatch, n: usize) {
-        if self.gro_capable && !self.gro.get() && n >= GRO_MIN.min(batch.slots) && set_udp_gro(self.fd()) {
+        if self.gro_capable
+            && !self.gro.get()
+            && n >= GRO_MIN.min(batch.slots)
+            && batch.bulk_datagrams(n) >= GRO_MIN.min(batch.slots)
+            && set_udp_gro(self.fd())
+        {
             // All or none: recv_one picks recvfrom or recvmsg for all.
             for c in &self.connected {
                 set_udp_gro(c.sock.as_fd());
@@ -798,8 +808,13 @@ impl UdpSockets {
     }
 }
 
-/// Datagrams one receive must bring for GRO to be turned on (`tune_gro`).
+/// Datagrams of bulk data one receive must bring for GRO to be turned on
+/// (`tune_gro`).
 const GRO_MIN: usize = 4;
+/// Bytes from which a datagram counts as a segment of bulk data: a full
+/// one on any IP path (IPv6 guarantees an MTU of 1280), more than a 1 KiB
+/// message with its headers.
+const GRO_SEG_MIN: usize = 1200;
 
 /// Storage for one `recvmmsg`: buffers big enough for any datagram.
 pub struct RecvBatch {
@@ -896,6 +911,15 @@ impl RecvBatch {
             bytes.len().max(1)
         };
         Some((bytes, from, seg))
+    }
+
+    /// How many of the first `n` slots of the last `recv_batch` hold a
+    /// datagram of bulk data (`GRO_SEG_MIN` bytes or more).
+    fn bulk_datagrams(&self, n: usize) -> usize {
+        self.hdrs[..n.min(self.filled)]
+            .iter()
+            .filter(|h| h.msg_len as usize >= GRO_SEG_MIN)
+            .count()
     }
 
     /// Whether the last `recv_split` datagram was several coalesced ones.
@@ -1122,19 +1146,39 @@ mod tests {
         assert_eq!(r, Ok(1), "nothing arrived");
     }
 
-    /// GRO goes on for good once one receive brings `GRO_MIN` datagrams
-    /// (a message of several segments), not for fewer.
+    /// `count` datagrams of `len` bytes from `a` to `b`, then one receive
+    /// of what `b` holds (all of them: they are on loopback when the send
+    /// returns). How many the receive brought.
+    fn send_and_receive(a: &UdpSockets, b: &UdpSockets, count: usize, len: usize, rx: &mut RecvBatch) -> usize {
+        for i in 0..count {
+            a.sock.send_to(&vec![i as u8; len], b.local_addr()).unwrap();
+        }
+        wait_readable(b);
+        b.recv_batch(rx).unwrap()
+    }
+
+    /// GRO goes on for good once one receive brings `GRO_MIN` datagrams of
+    /// bulk data (a message of several segments), not for fewer, and not
+    /// for a burst of small ones.
     #[test]
-    fn gro_goes_on_once_a_receive_brings_several_datagrams() {
-        let mut b = bind_lo(0);
+    fn gro_goes_on_once_a_receive_brings_several_segments() {
+        let (a, mut b) = (bind_lo(0), bind_lo(0));
         // Loopback never coalesces; the rule is the same on any address.
         b.gro_capable = true;
-        let batch = RecvBatch::new(16);
-        b.tune_gro(&batch, GRO_MIN - 1);
-        assert!(!b.gro.get());
-        b.tune_gro(&batch, GRO_MIN);
+        let mut rx = RecvBatch::new(16);
+        let n = send_and_receive(&a, &b, 8, 68, &mut rx);
+        assert_eq!(n, 8);
+        b.tune_gro(&rx, n);
+        assert!(!b.gro.get(), "eight small datagrams at once are no bulk data");
+        let n = send_and_receive(&a, &b, GRO_MIN - 1, 1472, &mut rx);
+        assert_eq!(n, GRO_MIN - 1);
+        b.tune_gro(&rx, n);
+        assert!(!b.gro.get(), "fewer than GRO_MIN segments");
+        let n = send_and_receive(&a, &b, GRO_MIN, GRO_SEG_MIN, &mut rx);
+        assert_eq!(n, GRO_MIN);
+        b.tune_gro(&rx, n);
         assert!(b.gro.get());
-        b.tune_gro(&batch, 1);
+        b.tune_gro(&rx, 1);
         assert!(b.gro.get(), "for good");
     }
 
