@@ -1,0 +1,101 @@
+/*
+ * mpi_manypeers: the 8-byte ping-pong of two ranks on different hosts
+ * inside a job whose every rank has talked to every other: what a rank
+ * pays for its small messages across hosts when it has many remote peers
+ * rather than one. Any even number of ranks, placed alternately on two
+ * hosts (mpirun --map-by node): ranks 0 and 1 are on different hosts.
+ * Every rank first takes part in an MPI_Alltoall (each pair of ranks
+ * exchanges a message directly) and a few allreduces; then ranks 0 and 1
+ * ping-pong while the others sleep outside MPI (they look for a file
+ * rank 0 creates when it is done, ten times a second), so that on a small
+ * machine neither they nor their transport's threads take the measured
+ * pair's CPUs, as on hosts with a core a rank.
+ *
+ * Usage: mpi_manypeers [-i iters]
+ * Prints (rank 0): MPI_LAT size=8 iters=<n> usec=<one-way> ranks=<n>
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	int rank, nprocs, iters = 20000;
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+	for (int i = 1; i + 1 < argc; i += 2)
+		if (!strcmp(argv[i], "-i"))
+			iters = atoi(argv[i + 1]);
+	if (nprocs < 2 || nprocs % 2 || iters < 1) {
+		if (rank == 0)
+			fprintf(stderr, "mpi_manypeers: an even number of ranks, -i >= 1\n");
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	}
+	int *out = malloc(sizeof(int) * nprocs), *in = malloc(sizeof(int) * nprocs);
+	for (int r = 0; r < nprocs; r++)
+		out[r] = rank * nprocs + r;
+	MPI_Alltoall(out, 1, MPI_INT, in, 1, MPI_INT, MPI_COMM_WORLD);
+	for (int r = 0; r < nprocs; r++)
+		if (in[r] != r * nprocs + rank) {
+			fprintf(stderr, "mpi_manypeers: alltoall gave %d from %d\n", in[r], r);
+			MPI_Abort(MPI_COMM_WORLD, 1);
+		}
+	int v = rank, sum = 0;
+	for (int i = 0; i < 10; i++)
+		MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (sum != nprocs * (nprocs - 1) / 2) {
+		fprintf(stderr, "mpi_manypeers: allreduce gave %d\n", sum);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	/* The file that ends the others' sleep, named by rank 0. */
+	char done[64];
+	snprintf(done, sizeof done, "/tmp/mpi_manypeers.%ld.done", (long)getpid());
+	MPI_Bcast(done, sizeof done, MPI_CHAR, 0, MPI_COMM_WORLD);
+	char buf[8] = {0};
+	if (rank >= 2) {
+		struct stat st;
+		while (stat(done, &st) != 0)
+			usleep(100000);
+		MPI_Finalize();
+		return 0;
+	}
+	int peer = 1 - rank;
+	double t0 = 0;
+	for (int i = -iters / 10; i < iters; i++) {
+		if (i == 0)
+			t0 = MPI_Wtime();
+		if (rank == 0) {
+			buf[0] = (char)i;
+			MPI_Send(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+			MPI_Recv(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (buf[0] != (char)(i + 1)) {
+				fprintf(stderr, "mpi_manypeers: round %d came back as %d\n", i, buf[0]);
+				MPI_Abort(MPI_COMM_WORLD, 1);
+			}
+		} else {
+			MPI_Recv(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			buf[0]++;
+			MPI_Send(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+		}
+	}
+	double usec = (MPI_Wtime() - t0) / iters / 2 * 1e6;
+	if (rank == 0) {
+		FILE *f = fopen(done, "w");
+		if (!f) {
+			perror(done);
+			MPI_Abort(MPI_COMM_WORLD, 1);
+		}
+		fclose(f);
+		printf("MPI_LAT size=8 iters=%d usec=%.3f ranks=%d\n", iters, usec, nprocs);
+	}
+	free(out);
+	free(in);
+	MPI_Finalize();
+	if (rank == 0)
+		unlink(done);
+	return 0;
+}
