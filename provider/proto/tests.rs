@@ -14,6 +14,7 @@ mod failure;
 mod first_contact;
 mod handshake;
 mod junk;
+mod many;
 mod push;
 mod recovery;
 mod rndv;

@@ -30,6 +30,7 @@ mod rndv;
 mod run;
 mod sched;
 mod source;
+mod timers;
 mod vc;
 
 pub use msg::MAX_EAGER_LEN;
@@ -48,9 +49,9 @@ use msg::{RxEager, TxMsg};
 use rndv::RxRndv;
 use sched::mark_ready;
 use source::{PayloadMode, TxScratch};
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use timers::Timers;
 use vc::{SegIn, Tick, Vc};
 
 use crate::hash::KeyedState;
@@ -124,13 +125,11 @@ pub struct Engine {
     /// VCs that timed out in `handle_timeout`: failed, or (true) unproven
     /// ones expired.
     failing: Vec<(SocketAddr, bool)>,
-    /// `poll_timeout`'s answer, kept until the engine next changes (None:
-    /// not known). A polling application asks for it on every pass, and
-    /// working it out walks every VC: with many peers that walk was most
-    /// of an empty poll. Every `&mut self` entry point but `poll_event`
-    /// and `wants_match_now` (which change no VC) forgets it (`changed`);
-    /// the unit tests check every cached answer against a fresh one.
-    deadline: Cell<Option<Option<u64>>>,
+    /// Each VC's next deadline, in a heap (timers.rs): `poll_timeout`
+    /// without a walk of every VC. Every `&mut self` entry point rearms
+    /// the VCs it changed (or all, `changed`); the unit tests check every
+    /// answer against a walk.
+    timers: Timers,
     /// Bulk segments go in runs (run.rs); off only in the tests that
     /// compare runs with the general way, datagram for datagram.
     runs: bool,
@@ -168,7 +167,7 @@ impl Engine {
             ready: VecDeque::new(),
             first_contact: VecDeque::new(),
             failing: Vec::new(),
-            deadline: Cell::new(None),
+            timers: Timers::default(),
             runs: true,
         }
     }
@@ -330,7 +329,6 @@ impl Engine {
         now: u64,
         buf: Option<&mut [u8]>,
     ) -> Result<(MsgId, Option<usize>), EngineError> {
-        self.changed();
         if peer.ip().is_unspecified() || peer.port() == 0 {
             return Err(EngineError::InvalidAddress);
         }
@@ -367,6 +365,7 @@ impl Engine {
         if sent.is_none() || vc.may_transmit(now) {
             mark_ready(&mut self.ready, vc);
         }
+        self.timers.rearm(vc, &sh.cfg);
         Ok((id, sent))
     }
 
@@ -436,8 +435,7 @@ impl Engine {
             at += d.len();
         }
         if at > start {
-            // As `changed` (which would borrow all of self, the VC with it).
-            self.deadline.set(None);
+            self.timers.rearm(vc, &sh.cfg);
             if vc.may_transmit(now) {
                 mark_ready(&mut self.ready, vc);
             }
@@ -446,7 +444,6 @@ impl Engine {
     }
 
     pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
-        self.changed();
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += bytes.len() as u64;
         let pkt = match Packet::parse(bytes) {
@@ -456,6 +453,11 @@ impl Engine {
                 return;
             }
         };
+        if !matches!(pkt, Packet::Ack { .. } | Packet::Seg { .. }) {
+            // A handshake may make or replace a VC, a CREDIT tick the
+            // bank for all: every VC's deadline is worked out again.
+            self.changed();
+        }
         match pkt {
             Packet::ConnReq {
                 nonce,
@@ -476,6 +478,7 @@ impl Engine {
                     return;
                 };
                 vc.on_ack(sh, ack, sack, now);
+                self.timers.rearm(vc, &sh.cfg);
                 if vc.may_transmit(now) {
                     mark_ready(&mut self.ready, vc);
                 }
@@ -530,6 +533,7 @@ impl Engine {
         };
         vc.on_ack(sh, ack, sack, now);
         vc.on_seg(sh, seq, seg, now);
+        self.timers.rearm(vc, &sh.cfg);
         // Not for a delayed ACK alone: its timer marks the VC when it is due,
         // and a reply sent before then carries it anyway.
         if vc.may_transmit(now) {
@@ -561,27 +565,28 @@ impl Engine {
         !self.sh.events.is_empty()
     }
 
-    /// The earliest deadline of any VC: O(number of VCs) once after each
-    /// change, then kept (`deadline`).
+    /// The earliest deadline of any VC (timers.rs: no walk of the VCs).
     pub fn poll_timeout(&self) -> Option<u64> {
-        if let Some(t) = self.deadline.get() {
-            #[cfg(test)]
-            assert_eq!(t, self.earliest_deadline(), "a change left poll_timeout's cache stale");
-            return t;
-        }
-        let t = self.earliest_deadline();
-        self.deadline.set(Some(t));
+        let t = self.timers.next(&self.vcs, &self.sh.cfg);
+        #[cfg(test)]
+        assert_eq!(
+            t,
+            self.earliest_deadline(),
+            "a change left a VC's deadline out of the timer heap"
+        );
         t
     }
 
+    #[cfg(test)]
     fn earliest_deadline(&self) -> Option<u64> {
         self.vcs.values().filter_map(|v| v.next_deadline(&self.sh.cfg)).min()
     }
 
-    /// Something may have moved a deadline: `poll_timeout` works it out
-    /// afresh.
+    /// Something may have moved any VC's deadline: `poll_timeout` works
+    /// them all out afresh (for the changes that may touch many VCs; one
+    /// VC's change rearms it alone, `Timers::rearm`).
     fn changed(&mut self) {
-        *self.deadline.get_mut() = None;
+        self.timers.rearm_all();
     }
 
     /// Credits of messages the application has not taken yet, and the
@@ -601,7 +606,6 @@ impl Engine {
     /// for something else going to the peer (a ping-pong's answer) and
     /// goes behind it; half the loan, or a stalled peer, is told at once.
     pub fn release(&mut self, peer: SocketAddr, len: u64, now: u64) {
-        self.changed();
         let Some(bank) = &mut self.sh.bank else { return };
         let Some(vc) = self.vcs.get_mut(&peer) else { return };
         bank.on_freed(&mut vc.lender, bank.cfg.cost(len.min(usize::MAX as u64) as usize));
@@ -615,30 +619,34 @@ impl Engine {
         } else if vc.lender.has_news() && vc.credit_news.is_none() {
             vc.credit_news = Some(now.saturating_add(CREDIT_NEWS_NS));
         }
+        self.timers.rearm(vc, &self.sh.cfg);
     }
 
+    /// The timers due at `now`, of the VCs whose deadline has come
+    /// (timers.rs): the others have nothing due.
     pub fn handle_timeout(&mut self, now: u64) {
-        self.changed();
         let mut failing = std::mem::take(&mut self.failing);
         if let Some(bank) = &mut self.sh.bank {
-            tick_bank(bank, &mut self.vcs, &mut self.ready, now);
+            if tick_bank(bank, &mut self.vcs, &mut self.ready, now) {
+                self.timers.rearm_all();
+            }
         }
         let rto = self.sh.cfg.rto_min_ns;
-        for vc in self.vcs.values_mut() {
+        for addr in self.timers.take_due(&self.vcs, &self.sh.cfg, now) {
+            let Some(vc) = self.vcs.get_mut(&addr) else { continue };
             // A stalled request is repeated: CREDIT datagrams can be lost.
             if vc.borrower.stalled() && now >= vc.credit_retry_at && vc.established() {
                 vc.credit_due = true;
                 vc.credit_retry_at = now + rto.max(1_000_000);
                 mark_ready(&mut self.ready, vc);
             }
-        }
-        for vc in self.vcs.values_mut() {
             match vc.on_timeout(&mut self.sh, now) {
                 Tick::Idle => {}
                 Tick::Ready => mark_ready(&mut self.ready, vc),
                 Tick::Fail => failing.push((vc.peer, false)),
                 Tick::Expire => failing.push((vc.peer, true)),
             }
+            self.timers.rearm(vc, &self.sh.cfg);
         }
         for (addr, expired) in failing.drain(..) {
             // An expired VC never announced anything, and holds nothing.
@@ -719,9 +727,10 @@ impl Engine {
 
 /// The bank's epoch bookkeeping; the peers it asks to give credits back
 /// are told.
-fn tick_bank(bank: &mut CreditBank, vcs: &mut Map<SocketAddr, Vc>, ready: &mut VecDeque<SocketAddr>, now: u64) {
+/// Whether an epoch passed (VCs may have changed).
+fn tick_bank(bank: &mut CreditBank, vcs: &mut Map<SocketAddr, Vc>, ready: &mut VecDeque<SocketAddr>, now: u64) -> bool {
     if !bank.tick(now, vcs.values_mut().map(|v| &mut v.lender)) {
-        return;
+        return false;
     }
     for v in vcs.values_mut() {
         if v.lender.asked_to_give_back() {
@@ -729,4 +738,5 @@ fn tick_bank(bank: &mut CreditBank, vcs: &mut Map<SocketAddr, Vc>, ready: &mut V
             mark_ready(ready, v);
         }
     }
+    true
 }

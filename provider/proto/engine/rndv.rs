@@ -327,7 +327,6 @@ impl Engine {
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
-        self.changed();
         let sh = &mut self.sh;
         if let Some(peer) = sh.rx_eager.get(&rid).map(|e| e.peer) {
             // Until its last segment the VC waits for its peer (keepalives:
@@ -335,6 +334,7 @@ impl Engine {
             if accept_held(sh, rid, sink) {
                 if let Some(vc) = self.vcs.get_mut(&peer) {
                     vc.rx_active += 1;
+                    self.timers.rearm(vc, &sh.cfg);
                 }
             }
             return;
@@ -391,6 +391,7 @@ impl Engine {
             pump_gets(&mut vc.ctrl, &sh.cfg, rid, key, acc);
         }
         mark_ready(&mut self.ready, vc);
+        self.timers.rearm(vc, &sh.cfg);
     }
 
     /// Completes the sender (FIN) without moving any more data. Discarding
@@ -398,7 +399,6 @@ impl Engine {
     /// `RecvDone` with the bytes written so far; data still in flight for
     /// it is dropped on arrival.
     pub fn discard(&mut self, rid: RndvId, _now: u64) {
-        self.changed();
         let sh = &mut self.sh;
         // A held eager message: nothing to tell its sender, whose segments
         // are acknowledged as they come.
@@ -406,6 +406,7 @@ impl Engine {
             if let Some((sink, want)) = e.sink {
                 if let Some(vc) = self.vcs.get_mut(&e.peer) {
                     vc.rx_active -= 1;
+                    self.timers.rearm(vc, &sh.cfg);
                 }
                 sh.events.push_back(Event::RecvDone {
                     rid,
@@ -430,6 +431,7 @@ impl Engine {
             });
         }
         mark_ready(&mut self.ready, vc);
+        self.timers.rearm(vc, &sh.cfg);
     }
 
     /// The accepted receives of `peer`, whose VC failed with `err`: their
@@ -459,7 +461,6 @@ impl Engine {
     /// scribbles on bytes nobody has received yet (at or above the
     /// receive's high mark), which the right data overwrites later.
     pub fn rdata_placement(&mut self) -> Option<(Placement, &mut [u8])> {
-        self.changed();
         let sh = &mut self.sh;
         while let Some(&rid) = sh.pull_order.front() {
             if sh.rx.get(&rid).is_some_and(|r| r.accepted.is_some()) {
@@ -496,7 +497,6 @@ impl Engine {
     /// The datagram received after `rdata_placement` was not the guessed
     /// segment (counted; the caller hands it to `handle_datagram`).
     pub fn placement_missed(&mut self) {
-        self.changed();
         self.sh.stats.placement_misses += 1;
     }
 
@@ -517,7 +517,7 @@ impl Engine {
         let Some(h) = p.matches(head, len) else {
             return false;
         };
-        self.changed();
+        // (`on_seg_packet` rearms the VC it changes.)
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += (head.len() + len) as u64;
         self.sh.stats.rdata_placed += 1;

@@ -43,7 +43,6 @@ impl Engine {
     /// per-datagram round through the ready queue cost as much as the
     /// segment itself.
     pub fn poll_transmit_burst(&mut self, now: u64, out: &mut dyn TxOut) {
-        self.changed();
         // A source found in one call is never trusted in the next: after
         // its FIN it must not be read again.
         self.scratch.reset();
@@ -93,6 +92,8 @@ impl Engine {
                     break;
                 }
             }
+            // Its turn moved its timers (an RTO armed, an ACK sent).
+            self.timers.rearm(vc, &self.sh.cfg);
             if stop && sent == 0 {
                 break;
             }

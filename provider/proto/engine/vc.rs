@@ -17,6 +17,7 @@ use crate::proto::credit::{Borrower, CreditBank, Lender};
 use crate::proto::rel::{Ooo, RecvWindow, RtoTick, SendWindow, Slot, SEQ_BASE};
 use crate::proto::wire::{Frame, Packet};
 use crate::proto::{EngineConfig, MsgId, RndvId};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -88,6 +89,8 @@ pub(super) struct Vc {
     pub(super) last_heard: u64,
     /// Queued in the engine's ready queue (sched.rs).
     pub(super) in_ready: bool,
+    /// The deadline the engine's timer heap holds for this VC (timers.rs).
+    pub(super) armed: Cell<Option<u64>>,
 }
 
 /// What a VC's timers say (`Vc::on_timeout`).
@@ -173,6 +176,7 @@ impl Vc {
             credit_news: None,
             last_heard: now,
             in_ready: false,
+            armed: Cell::new(None),
         }
     }
 
