@@ -36,6 +36,16 @@
  *                         before MPI_Recv returns and the rank answers,
  *                         so that read lies between each message and its
  *                         answer.
+ *   PEERS=K pollbench N   (the ping-pong) K more endpoints of the domain,
+ *                         each of which first sends B one message: B then
+ *                         has K + 1 peers, K of them idle, as a rank of a
+ *                         job has after hearing from the others once. The
+ *                         counts (of the main thread: callgrind
+ *                         --separate-threads=yes; the progress thread
+ *                         serves the idle endpoints on its timer) show
+ *                         what an idle peer costs each message. With
+ *                         FI_GNIX_SHM=0 in the environment every peer is
+ *                         reached over the udp wire (loopback).
  *   PROV=name             another provider (default gnix).
  *   REMOTE=1              both endpoints first send a message to a peer
  *                         over the udp wire (a helper process, this program
@@ -148,6 +158,33 @@ static int remote_peer(int in, int out)
 	return 0;
 }
 
+/* PEERS=K: K endpoints more, each sending `b` (whose CQ is `bcq`) one
+ * message that it takes; then left idle, open until the process exits. */
+static void idle_peers(long k, struct fid_domain *dom, struct fi_info *info, struct fid_av *av, fi_addr_t b,
+		       struct fid_ep *bep, struct fid_cq *bcq)
+{
+	char m[8] = "idle", buf[8];
+	struct fi_context rctx, sctx;
+	struct fi_cq_tagged_entry e;
+	for (long i = 0; i < k; i++) {
+		struct fid_ep *ep;
+		struct fid_cq *cq;
+		open_ep(dom, info, av, 16, &ep, &cq);
+		CHK(fi_trecv(bep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 9, 0, &rctx));
+		CHK(fi_tsend(ep, m, sizeof m, NULL, b, 9, &sctx));
+		for (int got = 0; got < 2;) {
+			int r = (int)fi_cq_read(cq, &e, 1);
+			got += r == 1;
+			r = (int)fi_cq_read(bcq, &e, 1);
+			got += r == 1;
+			if (r < 0 && r != -FI_EAGAIN) {
+				fprintf(stderr, "PEERS: fi_cq_read %d\n", r);
+				exit(2);
+			}
+		}
+	}
+}
+
 /* Starts the REMOTE=1 helper and has each endpoint send it a message and
  * see it acknowledged (the send's completion, on the udp wire). */
 static void reach_remote(const char *self, struct fid_av *av, struct fid_ep **ep, struct fid_cq **cq)
@@ -223,6 +260,8 @@ int main(int argc, char **argv)
 	}
 	if (getenv("REMOTE"))
 		reach_remote(argv[0], av, ep, cq);
+	if (getenv("PEERS"))
+		idle_peers(atol(getenv("PEERS")), dom, info, av, fa[1], ep[1], cq[1]);
 	char *sbuf = calloc(1, len + 1), *rbuf = calloc(1, len + 1);
 	struct fi_context ctx, sctx;
 	int rndv = len > info->tx_attr->inject_size;
