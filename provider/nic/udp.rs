@@ -786,7 +786,7 @@ impl UdpSockets {
         if self.gro_capable
             && !self.gro.get()
             && n >= GRO_MIN.min(batch.slots)
-            && batch.bulk_datagrams(n) >= GRO_MIN.min(batch.slots)
+            && batch.bulk_datagrams(n, GRO_SEG_MIN.min(self.max_datagram * 3 / 4)) >= GRO_MIN.min(batch.slots)
             && set_udp_gro(self.fd())
         {
             // All or none: recv_one picks recvfrom or recvmsg for all.
@@ -813,7 +813,8 @@ impl UdpSockets {
 const GRO_MIN: usize = 4;
 /// Bytes from which a datagram counts as a segment of bulk data: a full
 /// one on any IP path (IPv6 guarantees an MTU of 1280), more than a 1 KiB
-/// message with its headers.
+/// message with its headers; three quarters of a full one where
+/// FI_GNIX_UDP_MTU makes them shorter.
 const GRO_SEG_MIN: usize = 1200;
 
 /// Storage for one `recvmmsg`: buffers big enough for any datagram.
@@ -914,11 +915,11 @@ impl RecvBatch {
     }
 
     /// How many of the first `n` slots of the last `recv_batch` hold a
-    /// datagram of bulk data (`GRO_SEG_MIN` bytes or more).
-    fn bulk_datagrams(&self, n: usize) -> usize {
+    /// datagram of bulk data (`seg_min` bytes or more).
+    fn bulk_datagrams(&self, n: usize, seg_min: usize) -> usize {
         self.hdrs[..n.min(self.filled)]
             .iter()
-            .filter(|h| h.msg_len as usize >= GRO_SEG_MIN)
+            .filter(|h| h.msg_len as usize >= seg_min)
             .count()
     }
 
