@@ -6,10 +6,10 @@
  * hosts (mpirun --map-by node): ranks 0 and 1 are on different hosts.
  * Every rank first takes part in an MPI_Alltoall (each pair of ranks
  * exchanges a message directly) and a few allreduces; then ranks 0 and 1
- * ping-pong while the others sleep outside MPI (they look for a file
- * rank 0 creates when it is done, ten times a second), so that on a small
- * machine neither they nor their transport's threads take the measured
- * pair's CPUs, as on hosts with a core a rank.
+ * ping-pong while the others sleep, looking for rank 0's word that it is
+ * done ten times a second (MPI_Iprobe), so that on a small machine
+ * neither they nor their transport's threads take the measured pair's
+ * CPUs, as on hosts with a core a rank.
  *
  * Usage: mpi_manypeers [-i iters]
  * Prints (rank 0): MPI_LAT size=8 iters=<n> usec=<one-way> ranks=<n>
@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -51,15 +50,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpi_manypeers: allreduce gave %d\n", sum);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	/* The file that ends the others' sleep, named by rank 0. */
-	char done[64];
-	snprintf(done, sizeof done, "/tmp/mpi_manypeers.%ld.done", (long)getpid());
-	MPI_Bcast(done, sizeof done, MPI_CHAR, 0, MPI_COMM_WORLD);
 	char buf[8] = {0};
 	if (rank >= 2) {
-		struct stat st;
-		while (stat(done, &st) != 0)
+		int flag = 0;
+		while (!flag) {
 			usleep(100000);
+			MPI_Iprobe(0, 9, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+		}
+		MPI_Recv(buf, 8, MPI_CHAR, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 		MPI_Finalize();
 		return 0;
 	}
@@ -84,18 +82,12 @@ int main(int argc, char **argv)
 	}
 	double usec = (MPI_Wtime() - t0) / iters / 2 * 1e6;
 	if (rank == 0) {
-		FILE *f = fopen(done, "w");
-		if (!f) {
-			perror(done);
-			MPI_Abort(MPI_COMM_WORLD, 1);
-		}
-		fclose(f);
+		for (int r = 2; r < nprocs; r++)
+			MPI_Send(buf, 8, MPI_CHAR, r, 9, MPI_COMM_WORLD);
 		printf("MPI_LAT size=8 iters=%d usec=%.3f ranks=%d\n", iters, usec, nprocs);
 	}
 	free(out);
 	free(in);
 	MPI_Finalize();
-	if (rank == 0)
-		unlink(done);
 	return 0;
 }
