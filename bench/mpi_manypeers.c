@@ -14,11 +14,9 @@
  * Usage: mpi_manypeers [-i iters]
  * Prints (rank 0): MPI_LAT size=8 iters=<n> usec=<one-way> ranks=<n>
  */
-#include <mpi.h>
-#include <stdio.h>
+#include "mpi_pair.h"
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -50,42 +48,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpi_manypeers: allreduce gave %d\n", sum);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	char buf[8] = {0};
 	if (rank >= 2) {
-		int flag = 0;
-		while (!flag) {
-			usleep(100000);
-			MPI_Iprobe(0, 9, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-		}
-		MPI_Recv(buf, 8, MPI_CHAR, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		pair_sleep_until_done(100000);
+		free(out);
+		free(in);
 		MPI_Finalize();
 		return 0;
 	}
-	int peer = 1 - rank;
-	double t0 = 0;
-	for (int i = -iters / 10; i < iters; i++) {
-		if (i == 0)
-			t0 = MPI_Wtime();
-		if (rank == 0) {
-			buf[0] = (char)i;
-			MPI_Send(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
-			MPI_Recv(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			if (buf[0] != (char)(i + 1)) {
-				fprintf(stderr, "mpi_manypeers: round %d came back as %d\n", i, buf[0]);
-				MPI_Abort(MPI_COMM_WORLD, 1);
-			}
-		} else {
-			MPI_Recv(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			buf[0]++;
-			MPI_Send(buf, 8, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
-		}
-	}
-	double usec = (MPI_Wtime() - t0) / iters / 2 * 1e6;
-	if (rank == 0) {
-		for (int r = 2; r < nprocs; r++)
-			MPI_Send(buf, 8, MPI_CHAR, r, 9, MPI_COMM_WORLD);
+	double usec = pair_pingpong(rank, nprocs, iters, "mpi_manypeers");
+	if (rank == 0)
 		printf("MPI_LAT size=8 iters=%d usec=%.3f ranks=%d\n", iters, usec, nprocs);
-	}
 	free(out);
 	free(in);
 	MPI_Finalize();
