@@ -128,13 +128,17 @@ impl Timers {
     /// (not armed until the caller rearms each after its timeout).
     pub(super) fn take_due(&self, vcs: &Map<SocketAddr, Vc>, cfg: &EngineConfig, now: u64) -> Vec<SocketAddr> {
         let mut due = Vec::new();
-        if self.next(vcs, cfg).is_some() && !self.kept.get() {
-            due.extend(
-                vcs.values()
-                    .filter(|vc| vc.next_deadline(cfg).is_some_and(|t| t <= now))
-                    .map(|vc| vc.peer),
-            );
-            self.top.set(None);
+        let first = self.next(vcs, cfg);
+        if !self.kept.get() {
+            // Few VCs (`next` walked them): the due ones by another walk.
+            if first.is_some_and(|t| t <= now) {
+                due.extend(
+                    vcs.values()
+                        .filter(|vc| vc.next_deadline(cfg).is_some_and(|t| t <= now))
+                        .map(|vc| vc.peer),
+                );
+                self.top.set(None);
+            }
             return due;
         }
         while self.next(vcs, cfg).is_some_and(|t| t <= now) {
