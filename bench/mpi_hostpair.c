@@ -17,18 +17,11 @@
  * Prints (rank 0): MPI_LAT size=8 iters=<n> usec=<one-way>
  */
 #include "mpi_pair.h"
-#include <stdlib.h>
-#include <string.h>
 
 int main(int argc, char **argv)
 {
-	int rank, nprocs, iters = 20000;
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-	for (int i = 1; i + 1 < argc; i += 2)
-		if (!strcmp(argv[i], "-i"))
-			iters = atoi(argv[i + 1]);
+	int rank, nprocs;
+	int iters = pair_init(&argc, &argv, &rank, &nprocs);
 	if (nprocs != 4 || iters < 1) {
 		if (rank == 0)
 			fprintf(stderr, "mpi_hostpair: 4 ranks, -i >= 1\n");

@@ -7,7 +7,23 @@
 #define GNIX_BENCH_MPI_PAIR_H
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+/* MPI_Init, this rank and the job's size; the iterations `-i N` asks for
+ * (default 20 000). */
+static int pair_init(int *argc, char ***argv, int *rank, int *nprocs)
+{
+	int iters = 20000;
+	MPI_Init(argc, argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, rank);
+	MPI_Comm_size(MPI_COMM_WORLD, nprocs);
+	for (int i = 1; i + 1 < *argc; i += 2)
+		if (!strcmp((*argv)[i], "-i"))
+			iters = atoi((*argv)[i + 1]);
+	return iters;
+}
 
 /* A rank left out of the ping-pong: sleeps, looking every `usec` for
  * rank 0's word that it is done (tag 9), and takes it. */
