@@ -133,6 +133,8 @@ impl UdpWire {
 
     fn progress_timers_hot(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         let mut any = false;
+        // What the last pass's arrivals left for later (engine/later.rs).
+        self.engine.settle();
         if let Some(left) = self.rx_left {
             if !left.waited && self.engine.holds_unclaimed(left.from) {
                 // One pass for the application to answer the completion it
@@ -485,6 +487,25 @@ impl UdpWire {
     }
 }
 
+/// What the engine keeps of a send's payload `src`: its own copy of a
+/// quiet one (completed already; inline up to INLINE_PAYLOAD bytes) or of
+/// an inject's (the buffer goes back now, the completion comes on
+/// delivery), else the source itself, read at each transmission.
+fn send_payload(src: IovSource, quiet: bool, inject: bool) -> SendPayload {
+    let len = src.len();
+    if quiet {
+        let mut copy = Payload::from_elem(0, len);
+        src.read_at(0, &mut copy);
+        SendPayload::Copied(copy)
+    } else if inject {
+        let mut copy = vec![0u8; len];
+        src.read_at(0, &mut copy);
+        SendPayload::Source(Box::new(copy))
+    } else {
+        SendPayload::Source(Box::new(src))
+    }
+}
+
 impl Wire for UdpWire {
     fn kind(&self) -> WireKind {
         WireKind::Udp
@@ -502,37 +523,42 @@ impl Wire for UdpWire {
         // retransmission; only a send whose buffer is the application's
         // again before it is acknowledged needs a copy.
         let quiet = !flags.delivery && (flags.inject || (eager && flags.inject_complete));
-        let src = if quiet {
-            // Inline in the message up to INLINE_PAYLOAD bytes.
-            let mut copy = Payload::from_elem(0, len);
-            src.read_at(0, &mut copy);
-            SendPayload::Copied(copy)
-        } else if flags.inject {
-            // The buffer goes back now, the completion comes on delivery.
-            let mut copy = vec![0u8; len];
-            src.read_at(0, &mut copy);
-            SendPayload::Source(Box::new(copy))
-        } else {
-            SendPayload::Source(Box::new(src))
-        };
         // A send that is not batched (FI_MORE) may go to the socket at once
         // (Engine::send_now: if nothing else waits), except bulk eager
         // data, which the flush sends from the application's buffer.
         let at_once = !flags.more && (!eager || len <= DIRECT_COPY_MAX) && !self.txbuf.stalled();
-        let r = if at_once {
+        // One segment with nothing ahead of it: on the wire first, then
+        // recorded (engine/express.rs).
+        let express = if at_once && eager {
             let UdpWire {
                 engine, sockets, txbuf, ..
             } = self;
             engine
-                .send_now(peer, hdr, src, SendMode::Eager, now, txbuf.slot())
-                .map(|(id, n)| {
-                    if let Some(n) = n {
-                        sockets.send_slot(txbuf, peer, n);
-                    }
-                    id
-                })
+                .prepare(peer, &hdr, len, |b| src.read_at(0, b), txbuf.slot())
+                .inspect(|x| sockets.send_slot(txbuf, peer, x.datagram_len()))
         } else {
-            self.engine.send(peer, hdr, src, SendMode::Eager, now)
+            None
+        };
+        let r = match express {
+            Some(x) => Ok(self.engine.commit(x, hdr, send_payload(src, quiet, flags.inject), now)),
+            None if at_once => {
+                let UdpWire {
+                    engine, sockets, txbuf, ..
+                } = self;
+                let src = send_payload(src, quiet, flags.inject);
+                engine
+                    .send_now(peer, hdr, src, SendMode::Eager, now, txbuf.slot())
+                    .map(|(id, n)| {
+                        if let Some(n) = n {
+                            sockets.send_slot(txbuf, peer, n);
+                        }
+                        id
+                    })
+            }
+            None => {
+                let src = send_payload(src, quiet, flags.inject);
+                self.engine.send(peer, hdr, src, SendMode::Eager, now)
+            }
         };
         let id: MsgId = match r {
             Ok(id) => id,
@@ -544,6 +570,9 @@ impl Wire for UdpWire {
         if !flags.more {
             self.flush(now);
         }
+        // The datagram is out: now what its peer's last message left for
+        // later (engine/later.rs), while the answer is on its way.
+        self.engine.settle();
         if quiet {
             // The engine counts it until acknowledged (quiet_in_flight).
             return Ok(Sent::Done);

@@ -257,7 +257,9 @@ impl Sim {
                     let run = self.take_run(first);
                     self.deliver_run(run);
                 } else {
-                    self.nodes[dst].engine.handle_datagram(from, &first.4, now);
+                    // One datagram, the way the endpoint hands each over.
+                    let len = first.4.len();
+                    self.nodes[dst].engine.handle_run(from, &first.4, len, now);
                 }
                 let e = &mut self.nodes[dst].engine;
                 // As the endpoint does: the message is matched (`run`

@@ -18,13 +18,17 @@
 //! | `rndv.rs` | rendezvous: accept (of held eager messages too), pull (GETs), serving GETs, placement of data and the in-place guess |
 //! | `source.rs` | transmit sources: segments encoded by reference, payload copied or left for gather I/O |
 //! | `sched.rs` | scheduling: the ready queue and the burst loop |
+//! | `express.rs` | a one-segment message sent before it is recorded |
+//! | `later.rs` | what an arriving message leaves until it is handed out (its ACK, its credits) |
 //!
 //! Mode flags are arguments: whether a payload is copied or gathered
 //! (`PayloadMode`) is passed down from `poll_transmit_burst` and
 //! `send_now`, and whether rendezvous data is already in its sink
 //! (`SegIn::Placed`) from `handle_datagram_placed`.
 
+mod express;
 mod handshake;
+mod later;
 mod msg;
 mod rndv;
 mod run;
@@ -42,9 +46,10 @@ pub use source::{Transmit, TxOut};
 use super::conn::CookieKey;
 use super::credit::{CreditBank, STALLED};
 use super::entropy::Entropy;
-use super::wire::{self, Packet};
-use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload};
+use super::wire::{self, Frame, Packet};
+use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload, SendSource};
 use handshake::{live_vc, vc_for_send};
+use later::{Later, LaterAck};
 use msg::{RxEager, TxMsg};
 use rndv::RxRndv;
 use sched::mark_ready;
@@ -133,6 +138,8 @@ pub struct Engine {
     /// Bulk segments go in runs (run.rs); off only in the tests that
     /// compare runs with the general way, datagram for datagram.
     runs: bool,
+    /// What an arriving message left for later (later.rs).
+    later: Later,
 }
 
 impl Engine {
@@ -169,6 +176,7 @@ impl Engine {
             failing: Vec::new(),
             timers: Timers::default(),
             runs: true,
+            later: Later::default(),
         }
     }
 
@@ -296,6 +304,7 @@ impl Engine {
         mode: SendMode,
         now: u64,
     ) -> Result<MsgId, EngineError> {
+        self.settle();
         self.submit(peer, hdr, src.into(), mode, now, None).map(|(id, _)| id)
     }
 
@@ -317,7 +326,15 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
     ) -> Result<(MsgId, Option<usize>), EngineError> {
-        self.submit(peer, hdr, src.into(), mode, now, Some(buf))
+        let src = src.into();
+        if mode == SendMode::Eager {
+            // One segment with nothing ahead of it (express.rs).
+            if let Some(x) = self.prepare(peer, &hdr, src.len(), |b| src.read_at(0, b), buf) {
+                let n = x.datagram_len();
+                return Ok((self.commit(x, hdr, src, now), Some(n)));
+            }
+        }
+        self.submit(peer, hdr, src, mode, now, Some(buf))
     }
 
     fn submit(
@@ -378,6 +395,7 @@ impl Engine {
     /// `wants_match_now` true; returns the bytes it handled (a multiple of
     /// `seg`, or all of them).
     pub fn handle_run(&mut self, from: SocketAddr, bytes: &[u8], seg: usize, now: u64) -> usize {
+        self.settle();
         if bytes.is_empty() {
             // An empty datagram: counted and dropped as malformed.
             self.handle_datagram(from, bytes, now);
@@ -411,6 +429,7 @@ impl Engine {
             return at;
         };
         let sh = &mut self.sh;
+        let later = &mut self.later;
         let start = at;
         while at < bytes.len() && !sh.match_now {
             let d = &bytes[at..(at + seg).min(bytes.len())];
@@ -430,9 +449,23 @@ impl Engine {
             sh.stats.datagrams_in += 1;
             sh.stats.bytes_in += d.len() as u64;
             vc.heard(sh, now);
-            vc.on_ack(sh, ack, sack, now);
-            vc.on_seg(sh, seq, SegIn::of_datagram(d, frame), now);
             at += d.len();
+            if at == bytes.len() && matches!(frame, Frame::Msg { .. }) && vc.ack_frees_only(ack, sack) {
+                // The run's last datagram brings a message, and its ACK
+                // completes no send the application waits for: the ACK
+                // waits until the message is on its way to the application
+                // (later.rs; `handle_run` settled what waited before).
+                later.hold_ack(LaterAck {
+                    peer: from,
+                    conn,
+                    ack,
+                    sack,
+                    at: now,
+                });
+            } else {
+                vc.on_ack(sh, ack, sack, now);
+            }
+            vc.on_seg(sh, seq, SegIn::of_datagram(d, frame), now);
         }
         if at > start {
             self.timers.rearm(vc, &sh.cfg);
@@ -444,6 +477,7 @@ impl Engine {
     }
 
     pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
+        self.settle();
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += bytes.len() as u64;
         let pkt = match Packet::parse(bytes) {
@@ -574,6 +608,10 @@ impl Engine {
             self.earliest_deadline(),
             "a change left a VC's deadline out of the timer heap"
         );
+        // Work left for later (later.rs) is due at once.
+        if !self.later.is_empty() {
+            return Some(0);
+        }
         t
     }
 
@@ -597,34 +635,10 @@ impl Engine {
         Some((self.vcs.values().map(|v| v.lender.held()).sum(), bank.cfg.total))
     }
 
-    /// The application took a message from `peer` (matched on arrival, or
-    /// later out of the unexpected queue) that was charged `len` bytes
-    /// (an eager message's length, a rendezvous one's `rts_charge`): its
-    /// credits go back to the peer.
-    ///
-    /// News of a quarter of the peer's loan waits up to `CREDIT_NEWS_NS`
-    /// for something else going to the peer (a ping-pong's answer) and
-    /// goes behind it; half the loan, or a stalled peer, is told at once.
-    pub fn release(&mut self, peer: SocketAddr, len: u64, now: u64) {
-        let Some(bank) = &mut self.sh.bank else { return };
-        let Some(vc) = self.vcs.get_mut(&peer) else { return };
-        bank.on_freed(&mut vc.lender, bank.cfg.cost(len.min(usize::MAX as u64) as usize));
-        if vc.credit_due {
-            return;
-        }
-        if vc.lender.wants_news() {
-            vc.credit_news = None;
-            vc.credit_due = true;
-            mark_ready(&mut self.ready, vc);
-        } else if vc.lender.has_news() && vc.credit_news.is_none() {
-            vc.credit_news = Some(now.saturating_add(CREDIT_NEWS_NS));
-        }
-        self.timers.rearm(vc, &self.sh.cfg);
-    }
-
     /// The timers due at `now`, of the VCs whose deadline has come
     /// (timers.rs): the others have nothing due.
     pub fn handle_timeout(&mut self, now: u64) {
+        self.settle();
         let mut failing = std::mem::take(&mut self.failing);
         if let Some(bank) = &mut self.sh.bank {
             if tick_bank(bank, &mut self.vcs, &mut self.ready, now) {
@@ -658,12 +672,16 @@ impl Engine {
 
     #[cfg(test)]
     pub fn has_pending_work(&self) -> bool {
-        !self.ready.is_empty() || !self.sh.events.is_empty() || self.vcs.values().any(Vc::has_pending_work)
+        !self.ready.is_empty()
+            || !self.sh.events.is_empty()
+            || !self.later.is_empty()
+            || self.vcs.values().any(Vc::has_pending_work)
     }
 
     /// Before closing: acknowledge everything received at once, so no peer
     /// waits for a delayed ACK that would never leave.
     pub fn flush_acks(&mut self) {
+        self.settle();
         self.changed();
         let Engine { vcs, ready, .. } = self;
         for vc in vcs.values_mut() {
@@ -677,15 +695,19 @@ impl Engine {
     /// Whether some VC still has sent data its peer has not acknowledged
     /// (what a closing endpoint lingers for).
     pub fn has_unacked(&self) -> bool {
-        self.vcs
-            .values()
-            .any(|vc| vc.established() && !vc.snd.unacked.is_empty())
+        // (An ACK left for later may acknowledge all of it: not yet.)
+        self.later.has_ack()
+            || self
+                .vcs
+                .values()
+                .any(|vc| vc.established() && !vc.snd.unacked.is_empty())
     }
 
     /// Drops the VC; its operations fail with `PeerForgotten` (no
     /// `PeerFailed`: the caller asked for it).
     #[cfg(test)]
     pub fn forget_peer(&mut self, peer: SocketAddr) {
+        self.settle();
         self.fail_vc(peer, EngineError::PeerForgotten, false);
     }
 

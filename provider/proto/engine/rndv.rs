@@ -327,6 +327,7 @@ impl Engine {
     }
 
     pub fn accept(&mut self, rid: RndvId, sink: Box<dyn RecvSink>, _now: u64) {
+        self.settle();
         let sh = &mut self.sh;
         if let Some(peer) = sh.rx_eager.get(&rid).map(|e| e.peer) {
             // Until its last segment the VC waits for its peer (keepalives:
@@ -399,6 +400,7 @@ impl Engine {
     /// `RecvDone` with the bytes written so far; data still in flight for
     /// it is dropped on arrival.
     pub fn discard(&mut self, rid: RndvId, _now: u64) {
+        self.settle();
         let sh = &mut self.sh;
         // A held eager message: nothing to tell its sender, whose segments
         // are acknowledged as they come.
@@ -518,6 +520,7 @@ impl Engine {
             return false;
         };
         // (`on_seg_packet` rearms the VC it changes.)
+        self.settle();
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += (head.len() + len) as u64;
         self.sh.stats.rdata_placed += 1;

@@ -43,6 +43,7 @@ impl Engine {
     /// per-datagram round through the ready queue cost as much as the
     /// segment itself.
     pub fn poll_transmit_burst(&mut self, now: u64, out: &mut dyn TxOut) {
+        self.settle();
         // A source found in one call is never trusted in the next: after
         // its FIN it must not be read again.
         self.scratch.reset();

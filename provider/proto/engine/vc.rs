@@ -472,6 +472,16 @@ impl Vc {
         self.next_rdata_frame(scratch)
     }
 
+    /// Whether the ACK fields `ack`, `sack` only free what a quiet message
+    /// held (engine/later.rs): they acknowledge one segment, of a message
+    /// whose send is complete already, so no send the application may be
+    /// waiting for completes by them.
+    pub(super) fn ack_frees_only(&self, ack: u32, sack: u64) -> bool {
+        sack == 0
+            && matches!(self.snd.acks_one(ack), Some(SegFrame::Msg { id, .. })
+                if self.tx.get(id).is_some_and(|m| m.quiet))
+    }
+
     /// The ACK fields of a datagram from the peer: the segments they
     /// newly acknowledge complete their messages.
     pub(super) fn on_ack(&mut self, sh: &mut Shared, ack: u32, sack: u64, now: u64) {

@@ -153,6 +153,15 @@ impl<F: Copy> SendWindow<F> {
     /// segment whose arrival made the peer send this ACK; the others may
     /// have waited at the receiver behind a hole, which says nothing about
     /// the path.
+    /// The frame of the one segment a cumulative `ack` newly
+    /// acknowledges, if it acknowledges exactly one (a ping-pong's).
+    pub fn acks_one(&self, ack: u32) -> Option<&F> {
+        if seq_delta(ack, self.una) != 1 {
+            return None;
+        }
+        self.unacked.front().filter(|s| !s.sacked).map(|s| &s.frame)
+    }
+
     pub fn on_ack(
         &mut self,
         cfg: &EngineConfig,

@@ -65,11 +65,16 @@ fn rts_holds_its_tail_not_its_length() {
     let cost = |len: usize| credit_config(4096, 2048).credits.unwrap().cost(len);
     let held = |sim: &Sim| sim.nodes[1].engine.credit_usage().unwrap().0;
     assert_eq!(held(&sim), cost(eager_len) + cost(tail as usize));
-    // The application takes the RTS first: the eager message keeps its credits.
+    // The application takes the RTS first: the eager message keeps its
+    // credits. (A release waits for the engine's next entry point, or
+    // `settle`: engine/later.rs.)
     let now = sim.now;
     sim.eng(1).release(addr(0), tail, now);
+    assert_eq!(held(&sim), cost(eager_len) + cost(tail as usize));
+    sim.eng(1).settle();
     assert_eq!(held(&sim), cost(eager_len));
     sim.eng(1).release(addr(0), eager_len as u64, now);
+    sim.eng(1).settle();
     assert_eq!(held(&sim), 0);
 }
 

@@ -162,6 +162,95 @@ fn ping_pong_piggybacks_acks() {
     }
 }
 
+/// A ping-pong's answer brings a message and the ACK of ours: when ours
+/// was an inject (quiet, complete already) the message is handed out
+/// first, and the ACK applied at the next entry point or `settle`
+/// (engine/later.rs); until then our message counts as in flight and
+/// `poll_timeout` says that work is due now. An ACK that completes a send
+/// the application waits for is applied at once, before the message.
+#[test]
+fn an_answers_ack_waits_until_its_message_is_out_unless_it_completes_a_send() {
+    for quiet in [true, false] {
+        let (a, b) = (addr(0), addr(1));
+        let mut e = [Engine::seeded(test_config(), a, 1), Engine::seeded(test_config(), b, 2)];
+        let mut buf = vec![0u8; 2048];
+        let addrs = [a, b];
+        // Everything either side has to send, handed over as the endpoint
+        // does, until neither has more.
+        let mut pump = |e: &mut [Engine; 2], now: u64| loop {
+            let mut moved = false;
+            for s in 0..2 {
+                while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
+                    assert_eq!(dst, addrs[1 - s]);
+                    e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
+                    moved = true;
+                }
+                while e[s].poll_event().is_some() {}
+            }
+            if !moved {
+                return;
+            }
+        };
+        // Connected, a message each way, every ACK in (the delayed ones by
+        // their timers).
+        for (s, d) in [(0, b), (1, a)] {
+            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0).unwrap();
+            pump(&mut e, 0);
+        }
+        let mut now = 1_000_000_000;
+        for x in e.iter_mut() {
+            x.handle_timeout(now);
+        }
+        pump(&mut e, now);
+        assert!(!e[0].has_unacked() && !e[1].has_unacked());
+
+        // A sends; B takes the message and answers.
+        now += 1_000;
+        let body = vec![1u8; 8];
+        let src = if quiet {
+            SendPayload::Copied(Payload::from_vec(body))
+        } else {
+            SendPayload::Source(Box::new(body))
+        };
+        let (id, n) = e[0].send_now(b, hdr(1), src, SendMode::Eager, now, &mut buf).unwrap();
+        let n = n.expect("A's message goes at once");
+        e[1].handle_run(a, &buf[..n], n, now);
+        assert!(matches!(e[1].poll_event(), Some(Event::Msg { .. })));
+        e[1].send(a, hdr(2), Box::new(vec![2u8; 8]), SendMode::Eager, now).unwrap();
+        let (_, n) = e[1].poll_transmit(now, &mut buf).expect("B's answer");
+        assert!(e[1].poll_transmit(now, &mut buf).is_none(), "the ACK rode on the answer");
+
+        now += 1_000;
+        e[0].handle_run(b, &buf[..n], n, now);
+        let tags = |e: &mut Engine| {
+            std::iter::from_fn(|| e.poll_event())
+                .map(|ev| match ev {
+                    Event::Msg { hdr: h, .. } => format!("msg {}", h.tag),
+                    Event::SendDone { id: done } if done == id => "done".to_string(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        if !quiet {
+            // Completed at once, before the answer is handed out.
+            assert_eq!(tags(&mut e[0]), ["done", "msg 2"]);
+            assert!(!e[0].has_unacked());
+            continue;
+        }
+        // The answer is out; the ACK it carried waits.
+        assert_eq!(tags(&mut e[0]), ["msg 2"]);
+        assert_eq!(e[0].quiet_in_flight(), 1);
+        assert!(e[0].has_unacked());
+        assert_eq!(e[0].poll_timeout(), Some(0));
+        e[0].settle();
+        assert!(tags(&mut e[0]).is_empty());
+        assert_eq!(e[0].quiet_in_flight(), 0);
+        assert!(!e[0].has_unacked());
+        assert!(e[0].poll_timeout().is_none_or(|t| t > now));
+        assert_eq!(e[0].stats().retransmits, 0);
+    }
+}
+
 /// `Engine::send_now` in a lossy ping-pong: the datagram it hands back is
 /// the caller's to send, most messages leave that way, nothing is sent
 /// twice by poll_transmit, and delivery stays exactly-once and in order
