@@ -453,6 +453,9 @@ pub struct EngineStats {
     pub ooo_segments: u64,
     /// Standalone ACK datagrams.
     pub acks_sent: u64,
+    /// ACKs a message's datagram brought that waited until the message
+    /// was handed out (engine/later.rs).
+    pub acks_held: u64,
     pub conn_reqs_sent: u64,
     pub conn_resps_sent: u64,
     pub peers_failed: u64,

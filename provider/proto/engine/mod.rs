@@ -455,6 +455,7 @@ impl Engine {
                 // completes no send the application waits for: the ACK
                 // waits until the message is on its way to the application
                 // (later.rs; `handle_run` settled what waited before).
+                sh.stats.acks_held += 1;
                 later.hold_ack(LaterAck {
                     peer: from,
                     conn,

@@ -304,6 +304,9 @@ fn send_now_hands_back_the_datagram() {
         let s = n.engine.stats();
         assert!(s.datagrams_out <= rounds / 2 + s.retransmits + s.acks_sent + 3, "{s:?}");
         assert_eq!(n.engine.quiet_in_flight(), 0);
+        // Most answers' ACKs waited until the answer was out (later.rs),
+        // losses and all.
+        assert!(s.acks_held > rounds / 4, "{s:?}");
     }
     // Node 2 has something queued: node 0's next message waits its turn.
     let now = sim.now;
