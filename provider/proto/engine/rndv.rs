@@ -519,8 +519,8 @@ impl Engine {
         let Some(h) = p.matches(head, len) else {
             return false;
         };
-        // (`on_seg_packet` rearms the VC it changes.)
         self.settle();
+        // (`on_seg_packet` rearms the VC it changes.)
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += (head.len() + len) as u64;
         self.sh.stats.rdata_placed += 1;

@@ -144,15 +144,6 @@ impl<F: Copy> SendWindow<F> {
         self.arm_rto(cfg, now);
     }
 
-    /// Applies the cumulative ACK and SACK bitmap a datagram carries;
-    /// `delivered` gets the frame of every segment newly known to have
-    /// arrived, in the order they are found.
-    ///
-    /// RTT: only the most recently transmitted of the newly delivered
-    /// segments gives a sample, and only if it was sent once. That is the
-    /// segment whose arrival made the peer send this ACK; the others may
-    /// have waited at the receiver behind a hole, which says nothing about
-    /// the path.
     /// The frame of the one segment a cumulative `ack` newly
     /// acknowledges, if it acknowledges exactly one (a ping-pong's).
     pub fn acks_one(&self, ack: u32) -> Option<&F> {
@@ -162,6 +153,15 @@ impl<F: Copy> SendWindow<F> {
         self.unacked.front().filter(|s| !s.sacked).map(|s| &s.frame)
     }
 
+    /// Applies the cumulative ACK and SACK bitmap a datagram carries;
+    /// `delivered` gets the frame of every segment newly known to have
+    /// arrived, in the order they are found.
+    ///
+    /// RTT: only the most recently transmitted of the newly delivered
+    /// segments gives a sample, and only if it was sent once. That is the
+    /// segment whose arrival made the peer send this ACK; the others may
+    /// have waited at the receiver behind a hole, which says nothing about
+    /// the path.
     pub fn on_ack(
         &mut self,
         cfg: &EngineConfig,
