@@ -19,12 +19,21 @@
  *   ping-pong does): on a host that stalls its VM now and then, a median
  *   leaves out the stalls a mean counts, and the difference is the host's.
  *
+ * With UDPFLOOR_THREAD=1 each side first starts a second thread that
+ * only sleeps, as every Open MPI rank has two besides its main one (the
+ * runtime's): a process whose threads share its descriptor table makes
+ * the kernel take and drop a reference on the socket's file in every
+ * call, which the single-threaded floor does not pay (0.1-0.4 us one-way
+ * more on the namespaces' veth, 2026-12-06). gnix's progress thread does
+ * the same to a single-threaded application.
+ *
  * Exits 3 when a datagram does not come back within a second.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +58,24 @@ static ssize_t recv_spin(int s, char *buf, size_t cap)
 	}
 }
 
+/* The second thread of UDPFLOOR_THREAD: it never touches a descriptor. */
+static void *sleeper(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[65536];
+	const char *th = getenv("UDPFLOOR_THREAD");
+	pthread_t t;
+	if (th && atoi(th) && pthread_create(&t, NULL, sleeper, NULL)) {
+		fprintf(stderr, "udpfloor: no second thread\n");
+		return 2;
+	}
 	int s = socket(AF_INET, SOCK_DGRAM, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	if (argc == 3 && !strcmp(argv[1], "server")) {
