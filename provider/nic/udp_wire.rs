@@ -546,8 +546,10 @@ impl Wire for UdpWire {
                     engine, sockets, txbuf, ..
                 } = self;
                 let src = send_payload(src, quiet, flags.inject);
+                // (Not the express way again: `prepare` refused the
+                // message above, or it is past the eager size.)
                 engine
-                    .send_now(peer, hdr, src, SendMode::Eager, now, txbuf.slot())
+                    .send_now_general(peer, hdr, src, SendMode::Eager, now, txbuf.slot())
                     .map(|(id, n)| {
                         if let Some(n) = n {
                             sockets.send_slot(txbuf, peer, n);

@@ -23,7 +23,7 @@ use super::msg::{eager_max, SegFrame, TxBody, TxMsg};
 use super::sched::mark_ready;
 use super::Engine;
 use crate::proto::wire::{self, FrameHead};
-use crate::proto::{MsgHdr, MsgId, SendPayload};
+use crate::proto::{MsgHdr, MsgId, SendPayload, SendSource};
 use std::net::SocketAddr;
 
 /// A datagram `prepare` built, waiting for its `commit`.
@@ -78,6 +78,8 @@ impl Engine {
         }
         if let Some(c) = sh.cfg.credits {
             let cost = c.cost(len);
+            // (A failed `try_spend` records a want: checked first, so a
+            // message that cannot go this way leaves nothing behind.)
             if vc.borrower.available() < cost || !vc.borrower.try_spend(cost) {
                 return None;
             }
@@ -106,7 +108,7 @@ impl Engine {
     /// `payload`, read again for a retransmission), once its datagram is
     /// sent: what `submit` would have recorded.
     pub fn commit(&mut self, x: Express, hdr: MsgHdr, payload: SendPayload, now: u64) -> MsgId {
-        debug_assert_eq!(payload_len(&payload), x.payload);
+        debug_assert_eq!(payload.len(), x.payload);
         let sh = &mut self.sh;
         let Some(vc) = self.vcs.get_mut(&x.peer) else {
             unreachable!("the VC of a prepared message stays until its commit")
@@ -144,9 +146,4 @@ impl Engine {
         self.timers.rearm(vc, &sh.cfg);
         x.id
     }
-}
-
-fn payload_len(p: &SendPayload) -> usize {
-    use crate::proto::SendSource;
-    p.len()
 }

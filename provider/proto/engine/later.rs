@@ -74,9 +74,11 @@ impl Later {
 
 impl Engine {
     /// Applies what arrivals left for later (see the module): every
-    /// `&mut self` entry point but `send_now`, `release` and the ones
-    /// that hand events out calls this first, and so may the caller,
-    /// once what the application waited for is on its way.
+    /// `&mut self` entry point calls this first but the sending ones
+    /// (`send_now`, `send_now_general`, `prepare`, `commit`), `release`,
+    /// the ones that hand events out and the rendezvous placement guess
+    /// (`rdata_placement`, `placement_missed`); so may the caller, once
+    /// what the application waited for is on its way.
     #[inline]
     pub fn settle(&mut self) {
         if !self.later.is_empty() {

@@ -47,7 +47,7 @@ use super::conn::CookieKey;
 use super::credit::{CreditBank, STALLED};
 use super::entropy::Entropy;
 use super::wire::{self, Frame, Packet};
-use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload, SendSource};
+use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload};
 use handshake::{live_vc, vc_for_send};
 use later::{Later, LaterAck};
 use msg::{RxEager, TxMsg};
@@ -316,7 +316,10 @@ impl Engine {
     /// written into `buf`, if any: usually the message itself, or what was
     /// due ahead of it (a retransmission, a CONN_REQ). What the VC still has
     /// queued is left for `poll_transmit`. Meant for small payloads (the
-    /// copy) and rendezvous requests.
+    /// copy) and rendezvous requests. (The endpoint makes the same two
+    /// tries itself, with its syscall between `prepare` and `commit`:
+    /// `UdpWire::send`.)
+    #[cfg(test)]
     pub fn send_now(
         &mut self,
         peer: SocketAddr,
@@ -326,6 +329,7 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
     ) -> Result<(MsgId, Option<usize>), EngineError> {
+        use super::SendSource;
         let src = src.into();
         if mode == SendMode::Eager {
             // One segment with nothing ahead of it (express.rs).
@@ -334,6 +338,20 @@ impl Engine {
                 return Ok((self.commit(x, hdr, src, now), Some(n)));
             }
         }
+        self.submit(peer, hdr, src, mode, now, Some(buf))
+    }
+
+    /// `send_now` without its try of the express way (express.rs), for a
+    /// caller whose own `prepare` of the message just refused it.
+    pub fn send_now_general(
+        &mut self,
+        peer: SocketAddr,
+        hdr: MsgHdr,
+        src: SendPayload,
+        mode: SendMode,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Result<(MsgId, Option<usize>), EngineError> {
         self.submit(peer, hdr, src, mode, now, Some(buf))
     }
 
