@@ -194,7 +194,8 @@ fn an_answers_ack_waits_until_its_message_is_out_unless_it_completes_a_send() {
         // Connected, a message each way, every ACK in (the delayed ones by
         // their timers).
         for (s, d) in [(0, b), (1, a)] {
-            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0).unwrap();
+            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
+                .unwrap();
             pump(&mut e, 0);
         }
         let mut now = 1_000_000_000;
@@ -216,9 +217,13 @@ fn an_answers_ack_waits_until_its_message_is_out_unless_it_completes_a_send() {
         let n = n.expect("A's message goes at once");
         e[1].handle_run(a, &buf[..n], n, now);
         assert!(matches!(e[1].poll_event(), Some(Event::Msg { .. })));
-        e[1].send(a, hdr(2), Box::new(vec![2u8; 8]), SendMode::Eager, now).unwrap();
+        e[1].send(a, hdr(2), Box::new(vec![2u8; 8]), SendMode::Eager, now)
+            .unwrap();
         let (_, n) = e[1].poll_transmit(now, &mut buf).expect("B's answer");
-        assert!(e[1].poll_transmit(now, &mut buf).is_none(), "the ACK rode on the answer");
+        assert!(
+            e[1].poll_transmit(now, &mut buf).is_none(),
+            "the ACK rode on the answer"
+        );
 
         now += 1_000;
         e[0].handle_run(b, &buf[..n], n, now);
