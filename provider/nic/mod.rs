@@ -95,6 +95,11 @@ impl Nic {
         }
     }
 
+    /// Whether the domain has a progress thread (FI_PROGRESS_AUTO).
+    pub fn is_auto(&self) -> bool {
+        self.auto
+    }
+
     /// An enabled endpoint joins the progress thread (started on first use).
     pub fn add(&self, ep: Weak<dyn AutoProgress>) {
         if !self.auto {

@@ -534,7 +534,7 @@ impl Wire for UdpWire {
                 engine, sockets, txbuf, ..
             } = self;
             engine
-                .prepare(peer, &hdr, len, |b| src.read_at(0, b), txbuf.slot())
+                .prepare(peer, &hdr, len, !quiet, |b| src.read_at(0, b), txbuf.slot())
                 .inspect(|x| sockets.send_slot(txbuf, peer, x.datagram_len()))
         } else {
             None

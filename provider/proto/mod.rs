@@ -57,6 +57,15 @@ pub struct EngineConfig {
     pub rndv_threshold: usize,
     /// Delay of an ACK that has no outgoing data to ride on.
     pub ack_delay_ns: u64,
+    /// An ACK that completes a send its peer waits for (a rendezvous
+    /// message, or an eager one marked wire::MSG_AWAITED: not an inject)
+    /// leaves in the pass that took the segment, rather than wait for the
+    /// application's next call, where its answer would carry it. For
+    /// manual progress, where there may be no next call: a receiver that
+    /// goes on to wait elsewhere (fi_pingpong's control socket, a
+    /// computation) would leave its peer's send pending until it came
+    /// back, or until the peer gave it up for dead.
+    pub ack_completions_now: bool,
     pub rto_init_ns: u64,
     pub rto_min_ns: u64,
     pub rto_max_ns: u64,
@@ -103,6 +112,7 @@ impl Default for EngineConfig {
             window_bytes: 4 << 20,
             rndv_threshold: 64 << 10,
             ack_delay_ns: 50_000,
+            ack_completions_now: false,
             rto_init_ns: 5_000_000,
             // A floor well above loopback and LAN round trips: on a loaded
             // host a peer is descheduled for a time slice (ms) now and

@@ -20,7 +20,9 @@
 //!                  credits its sender gave back)  20 credit byte u8          = 21
 //!                  (unreliable: every field is cumulative; see credit.rs)
 //! segment kinds:   ACK fields, then 24 seq u32                               = 28 + body
-//!   MSG       tag u64, data u64, flags u32, reserved u32, total u64 | payload   (first segment of an eager message)
+//!   MSG       tag u64, data u64, flags u32, bits u32, total u64 | payload   (first segment of an eager message)
+//!             `bits`: MSG_AWAITED (1), the sender's completion waits for
+//!             the message's ACK; the others zero, ignored
 //!   MSG_CONT  offset u64 | payload                                             (later segments, in order)
 //!   RTS       tag u64, data u64, flags u32, push u32, total u64, key u64
 //!             | tail   (the message's last bytes, fewer than total: what
@@ -113,7 +115,7 @@ pub mod field {
     pub const TAG: Field = 0..8;
     pub const DATA: Field = 8..16;
     pub const FLAGS: Field = 16..20;
-    /// MSG: reserved (zero); RTS: push.
+    /// MSG: bits (`MSG_AWAITED`); RTS: push.
     pub const PUSH: Field = 20..24;
     pub const TOTAL: Field = 24..32;
     /// RTS.
@@ -146,6 +148,11 @@ pub const FIN_BODY_LEN: usize = 8;
 
 /// Smallest `max_datagram` that can carry every frame with at least one
 /// payload byte.
+/// MSG bits: the sender's completion of this message waits for its ACK
+/// (not an inject): the receiver acknowledges it as soon as it has it all
+/// when it cannot count on being called again (manual progress).
+pub const MSG_AWAITED: u32 = 1 << 0;
+
 pub const MIN_DATAGRAM: usize = SEG_HDR_LEN + RTS_BODY_LEN + 1;
 
 /// Bytes of an RDATA (or PDATA) segment before its payload.
@@ -210,6 +217,8 @@ pub enum Frame<'a> {
         tag: u64,
         data: u64,
         flags: u32,
+        /// MSG_AWAITED.
+        awaited: bool,
         total: u64,
         payload: &'a [u8],
     },
@@ -257,6 +266,7 @@ pub enum FrameHead {
         tag: u64,
         data: u64,
         flags: u32,
+        awaited: bool,
         total: u64,
     },
     MsgCont {
@@ -542,6 +552,7 @@ impl<'a> Frame<'a> {
                     tag: get_u64(b, TAG),
                     data: get_u64(b, DATA),
                     flags: get_u32(b, FLAGS),
+                    awaited: get_u32(b, PUSH) & MSG_AWAITED != 0,
                     total,
                     payload,
                 })
@@ -632,6 +643,7 @@ impl<'a> Frame<'a> {
                 tag,
                 data,
                 flags,
+                awaited,
                 total,
                 payload,
             } => (
@@ -639,6 +651,7 @@ impl<'a> Frame<'a> {
                     tag,
                     data,
                     flags,
+                    awaited,
                     total,
                 },
                 payload,
@@ -697,11 +710,13 @@ impl FrameHead {
                 tag,
                 data,
                 flags,
+                awaited,
                 total,
             } => Frame::Msg {
                 tag,
                 data,
                 flags,
+                awaited,
                 total,
                 payload,
             },
@@ -802,12 +817,13 @@ impl FrameHead {
                 tag,
                 data,
                 flags,
+                awaited,
                 total,
             } => {
                 put_u64(b, TAG, tag);
                 put_u64(b, DATA, data);
                 put_u32(b, FLAGS, flags);
-                put_u32(b, PUSH, 0);
+                put_u32(b, PUSH, if awaited { MSG_AWAITED } else { 0 });
                 put_u64(b, TOTAL, total);
             }
             FrameHead::MsgCont { offset } => put_u64(b, CONT_OFFSET, offset),
@@ -979,6 +995,7 @@ mod tests {
                     tag: 1,
                     data: 2,
                     flags: 3,
+                    awaited: true,
                     total: 10,
                 },
                 b"abc",
@@ -986,6 +1003,7 @@ mod tests {
                     tag: 1,
                     data: 2,
                     flags: 3,
+                    awaited: true,
                     total: 10,
                     payload: b"abc",
                 },
@@ -1152,12 +1170,14 @@ mod tests {
                     tag,
                     data,
                     flags,
+                    awaited,
                     total,
                     payload,
                 } => Frame::Msg {
                     tag,
                     data,
                     flags,
+                    awaited,
                     total,
                     payload: &payload[..short],
                 },
@@ -1224,6 +1244,7 @@ mod tests {
                 tag: 0,
                 data: 0,
                 flags: 0,
+                awaited: false,
                 total: 2,
             },
             b"abc",
@@ -1236,6 +1257,7 @@ mod tests {
                     tag: 0,
                     data: 0,
                     flags: 0,
+                    awaited: false,
                     total,
                 },
                 b"",

@@ -1318,6 +1318,56 @@ static void scn_progress_auto(void)
 	finish(&c);
 }
 
+/* Manual progress: a receiver that has its messages and then stops calling
+ * (it waits elsewhere, as fi_pingpong waits on its control socket) does not
+ * hold up the sends it took: an eager send (one segment or several) and a
+ * rendezvous send complete while it waits. Each rank receives in turn. */
+static void scn_quiet_receiver(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.progress = FI_PROGRESS_MANUAL;
+	pair_open(&c, &o, "FI_PROGRESS_MANUAL");
+	EXPECT(c.info->domain_attr->data_progress == FI_PROGRESS_MANUAL, "data_progress %d",
+	       c.info->domain_attr->data_progress);
+	enum { N = 3 };
+	const size_t len[N] = { 100, 6000, 8 << 20 };
+	char *b[N];
+	void *d[N];
+	for (int i = 0; i < N; i++) {
+		b[i] = xmalloc(len[i]);
+		d[i] = reg(&c, b[i], len[i]);
+	}
+	struct fi_context2 x[N];
+	for (int phase = 0; phase < 2; phase++) {
+		if (g_rank == phase) {
+			for (int i = 0; i < N; i++)
+				POST(fi_trecv(c.ep, b[i], len[i], d[i], FI_ADDR_UNSPEC, i, 0, &x[i]));
+			oob_send(1 - g_rank, "posted");
+			for (int k = 0; k < N; k++) {
+				struct comp e = cqw_ok(&c.rx);
+				EXPECT(e.tag < N && e.ctx == &x[e.tag] && e.len == len[e.tag], "tag %" PRIu64 " len %zu",
+				       e.tag, e.len);
+			}
+			for (int i = 0; i < N; i++)
+				check("quiet receiver", b[i], len[i], 30 + 10 * phase + i);
+			/* From here on this rank calls nothing of libfabric's
+			 * until the sender has seen its sends complete. */
+			oob_wait(1 - g_rank, "done");
+		} else {
+			for (int i = 0; i < N; i++)
+				fill(b[i], len[i], 30 + 10 * phase + i);
+			oob_wait_progress(1 - g_rank, "posted");
+			for (int i = 0; i < N; i++)
+				POST(fi_tsend(c.ep, b[i], len[i], d[i], c.addr[1 - g_rank], i, &x[i]));
+			for (int k = 0; k < N; k++)
+				(void)cqw_ok(&c.tx);
+			oob_send(1 - g_rank, "done");
+		}
+	}
+	finish(&c);
+}
+
 /* arg: "auto", "manual", or "completion" (manual progress with
  * FI_THREAD_COMPLETION): the model asked for is the one granted. */
 static void scn_pingpong(void)
@@ -2062,6 +2112,7 @@ static void scn_wire_mix(void)
 	{ "peek", scn_peek }, \
 	{ "threads", scn_threads }, \
 	{ "progress_auto", scn_progress_auto }, \
+	{ "quiet_receiver", scn_quiet_receiver }, \
 	{ "pingpong", scn_pingpong }, \
 	{ "large", scn_large }, \
 	{ "peer_fail", scn_peer_fail }, \

@@ -45,13 +45,15 @@ impl Express {
 impl Engine {
     /// The datagram of an eager message of `len` bytes for `peer` into
     /// `buf`, if it can go now in one segment with nothing ahead of it;
-    /// `read` fills in its payload. None: nothing was done (the general
-    /// way takes it).
+    /// `read` fills in its payload; `awaited`: the sender's completion
+    /// waits for its ACK (not an inject; wire::MSG_AWAITED). None: nothing
+    /// was done (the general way takes it).
     pub fn prepare(
         &mut self,
         peer: SocketAddr,
         hdr: &MsgHdr,
         len: usize,
+        awaited: bool,
         read: impl FnOnce(&mut [u8]),
         buf: &mut [u8],
     ) -> Option<Express> {
@@ -90,6 +92,7 @@ impl Engine {
             tag: hdr.tag,
             data: hdr.data,
             flags: hdr.flags,
+            awaited,
             total: len as u64,
         };
         let at = head.emit_seg(buf, conn, ack, sack, vc.snd.nxt as u32);

@@ -333,7 +333,8 @@ impl Engine {
         let src = src.into();
         if mode == SendMode::Eager {
             // One segment with nothing ahead of it (express.rs).
-            if let Some(x) = self.prepare(peer, &hdr, src.len(), |b| src.read_at(0, b), buf) {
+            let awaited = !matches!(src, SendPayload::Copied(_));
+            if let Some(x) = self.prepare(peer, &hdr, src.len(), awaited, |b| src.read_at(0, b), buf) {
                 let n = x.datagram_len();
                 return Ok((self.commit(x, hdr, src, now), Some(n)));
             }

@@ -182,12 +182,18 @@ impl TxMsg {
 
 /// An eager message on its way in, segment by segment (the sender never
 /// interleaves two on a VC, and the VC hands them over in order).
+/// `awaited`: its sender waits for the ACK (wire::MSG_AWAITED).
 pub(super) enum Reasm {
     /// Reassembled here, surfaced whole at its last segment.
-    Whole { hdr: MsgHdr, buf: Vec<u8> },
+    Whole { hdr: MsgHdr, buf: Vec<u8>, awaited: bool },
     /// Surfaced at its first segment as held message `rid` (`RxEager`,
     /// `EngineConfig::eager_place_min`): the next byte due, of `total`.
-    Held { rid: RndvId, next: u64, total: u64 },
+    Held {
+        rid: RndvId,
+        next: u64,
+        total: u64,
+        awaited: bool,
+    },
 }
 
 /// A long eager message surfaced at its first segment, as a rendezvous
@@ -388,8 +394,19 @@ impl Vc {
     }
 
     /// The first segment of an eager message: delivered whole, or the start
-    /// of a reassembly.
-    pub(super) fn on_msg(&mut self, sh: &mut Shared, tag: u64, data: u64, flags: u32, total: u64, payload: &[u8]) {
+    /// of a reassembly. True: it was all there, and its sender waits for
+    /// the ACK (`awaited`).
+    #[allow(clippy::too_many_arguments)] // the MSG's fields, as the wire decodes them
+    pub(super) fn on_msg(
+        &mut self,
+        sh: &mut Shared,
+        tag: u64,
+        data: u64,
+        flags: u32,
+        awaited: bool,
+        total: u64,
+        payload: &[u8],
+    ) -> bool {
         if let Some(r) = self.reasm.take() {
             // The sender never interleaves eager messages.
             sh.stats.dropped_malformed += 1;
@@ -406,7 +423,7 @@ impl Vc {
             flags,
         };
         if !admit(sh, &mut self.lender, total) {
-            return;
+            return false;
         }
         if payload.len() as u64 == total {
             sh.events.push_back(Event::Msg {
@@ -414,6 +431,7 @@ impl Vc {
                 hdr,
                 body: MsgBody::Eager(Payload::from_slice(payload)),
             });
+            return awaited;
         } else if total > MAX_EAGER_LEN {
             sh.stats.dropped_malformed += 1;
         } else if total >= sh.cfg.eager_place_min {
@@ -431,7 +449,12 @@ impl Vc {
                     sink: None,
                 },
             );
-            self.reasm = Some(Reasm::Held { rid, next, total });
+            self.reasm = Some(Reasm::Held {
+                rid,
+                next,
+                total,
+                awaited,
+            });
             sh.events.push_back(Event::Msg {
                 peer: self.peer,
                 hdr,
@@ -442,18 +465,20 @@ impl Vc {
         } else {
             let mut buf = Vec::with_capacity(total.min(REASM_RESERVE_MAX) as usize);
             buf.extend_from_slice(payload);
-            self.reasm = Some(Reasm::Whole { hdr, buf });
+            self.reasm = Some(Reasm::Whole { hdr, buf, awaited });
         }
+        false
     }
 
-    /// A later segment of the eager message being reassembled.
-    pub(super) fn on_msg_cont(&mut self, sh: &mut Shared, offset: u64, payload: &[u8]) {
+    /// A later segment of the eager message being reassembled. True: it
+    /// was the last, and the sender waits for the ACK (`Reasm`'s `awaited`).
+    pub(super) fn on_msg_cont(&mut self, sh: &mut Shared, offset: u64, payload: &[u8]) -> bool {
         let len = payload.len() as u64;
         match &mut self.reasm {
-            Some(Reasm::Whole { hdr, buf }) if offset == buf.len() as u64 && offset + len <= hdr.len => {
+            Some(Reasm::Whole { hdr, buf, .. }) if offset == buf.len() as u64 && offset + len <= hdr.len => {
                 buf.extend_from_slice(payload);
                 if buf.len() as u64 == hdr.len {
-                    let Some(Reasm::Whole { hdr, buf }) = self.reasm.take() else {
+                    let Some(Reasm::Whole { hdr, buf, awaited }) = self.reasm.take() else {
                         unreachable!("reassembly in progress")
                     };
                     sh.events.push_back(Event::Msg {
@@ -461,16 +486,25 @@ impl Vc {
                         hdr,
                         body: MsgBody::Eager(Payload::from_vec(buf)),
                     });
+                    return awaited;
                 }
+                false
             }
-            Some(Reasm::Held { rid, next, total }) if offset == *next && offset + len <= *total => {
+            Some(Reasm::Held {
+                rid,
+                next,
+                total,
+                awaited,
+            }) if offset == *next && offset + len <= *total => {
                 *next += len;
-                let (rid, last) = (*rid, *next == *total);
+                let (rid, last, awaited) = (*rid, *next == *total, *awaited);
                 if last {
                     self.reasm = None;
                 }
                 // Gone: discarded, its bytes are not wanted.
-                let Some(e) = sh.rx_eager.get_mut(&rid) else { return };
+                let Some(e) = sh.rx_eager.get_mut(&rid) else {
+                    return last && awaited;
+                };
                 e.received += len;
                 match &mut e.sink {
                     Some((sink, want)) => {
@@ -500,8 +534,12 @@ impl Vc {
                         written: want as usize,
                     });
                 }
+                last && awaited
             }
-            _ => sh.stats.dropped_malformed += 1,
+            _ => {
+                sh.stats.dropped_malformed += 1;
+                false
+            }
         }
     }
 

@@ -185,7 +185,7 @@ impl Vc {
                 let Some(TxMsg {
                     hdr,
                     body: TxBody::Eager { payload, .. },
-                    ..
+                    quiet,
                 }) = self.tx.get(&id)
                 else {
                     return nop(buf);
@@ -195,6 +195,7 @@ impl Vc {
                         tag: hdr.tag,
                         data: hdr.data,
                         flags: hdr.flags,
+                        awaited: !quiet,
                         total: payload.len() as u64,
                     }
                 } else {

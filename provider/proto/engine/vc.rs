@@ -538,11 +538,14 @@ impl Vc {
         match slot {
             Slot::Done => {}
             Slot::Ahead { seq, ahead, dup } => {
+                let mut completed = false;
                 if !dup {
                     if let Some(data) = data {
                         // Completing here needs no ACK of its own: the SACK
-                        // for this segment is sent at once just below.
-                        self.on_data(sh, data);
+                        // for this segment is sent at once just below (or
+                        // with the delay if it is far ahead, unless nothing
+                        // may call us again).
+                        completed = self.on_data(sh, data);
                         self.rcv.consumed(&mut sh.stats, seq);
                     } else if let SegIn::Frame { kind, body, .. } = seg {
                         if !self.rcv.park(&sh.cfg, &mut sh.stats, seq, kind, body) {
@@ -550,42 +553,50 @@ impl Vc {
                         }
                     }
                 }
-                self.rcv.ahead_arrived(&sh.cfg, ahead, now);
+                self.rcv.ahead_arrived(&sh.cfg, ahead, completed, now);
             }
             Slot::Next => {
-                let completed = match (data, seg) {
-                    (Some(data), _) => self.on_data(sh, data),
-                    (None, SegIn::Frame { frame, .. }) => {
-                        self.deliver(sh, frame);
-                        false
+                // A rendezvous receive completed, or an eager message its
+                // sender waits for (the rendezvous sender always does).
+                let (mut completed, mut awaited) = match (data, seg) {
+                    (Some(data), _) => {
+                        let c = self.on_data(sh, data);
+                        (c, c)
                     }
+                    (None, SegIn::Frame { frame, .. }) => (false, self.deliver(sh, frame)),
                     (None, SegIn::Placed { .. }) => unreachable!("placed segments are data"),
                 };
                 let filled_hole = self.rcv.advance(body_len);
                 while let Some(entry) = self.rcv.pop_parked() {
                     if let Ooo::Stored { kind, body } = entry {
                         match Frame::parse(kind, &body) {
-                            Ok(f) => self.deliver(sh, f),
+                            Ok(f) => awaited |= self.deliver(sh, f),
                             Err(_) => sh.stats.dropped_malformed += 1,
                         }
                     }
+                }
+                if sh.cfg.ack_completions_now {
+                    completed |= awaited;
                 }
                 self.rcv.in_order_arrived(&sh.cfg, filled_hole, completed, now);
             }
         }
     }
 
-    /// In-order delivery of one frame to the message layer.
-    fn deliver(&mut self, sh: &mut Shared, frame: Frame<'_>) {
+    /// In-order delivery of one frame to the message layer. True: it
+    /// completed an eager message whose sender waits for the ACK, or a
+    /// rendezvous receive.
+    fn deliver(&mut self, sh: &mut Shared, frame: Frame<'_>) -> bool {
         match frame {
             Frame::Msg {
                 tag,
                 data,
                 flags,
+                awaited,
                 total,
                 payload,
-            } => self.on_msg(sh, tag, data, flags, total, payload),
-            Frame::MsgCont { offset, payload } => self.on_msg_cont(sh, offset, payload),
+            } => return self.on_msg(sh, tag, data, flags, awaited, total, payload),
+            Frame::MsgCont { offset, payload } => return self.on_msg_cont(sh, offset, payload),
             Frame::Rts {
                 tag,
                 data,
@@ -604,11 +615,12 @@ impl Vc {
             } => self.on_get(sh, key, rid, offset, len, last),
             Frame::RData { .. } | Frame::PData { .. } => {
                 if let Some(data) = Data::of_frame(&frame) {
-                    self.on_data(sh, data);
+                    return self.on_data(sh, data);
                 }
             }
             Frame::Fin { key } => self.on_fin(sh, key),
             Frame::Nop => {}
         }
+        false
     }
 }

@@ -137,10 +137,11 @@ impl RecvWindow {
     /// ACK policy after a segment arrived `ahead` beyond the next expected
     /// one (parked, consumed, or a duplicate of either): tell the sender
     /// about the hole now rather than after the ACK delay, when the SACK
-    /// bitmap can show this segment.
-    pub fn ahead_arrived(&mut self, cfg: &EngineConfig, ahead: u64, now: u64) {
+    /// bitmap can show this segment, or when it `completed` a receive
+    /// and nothing may call us again (`ack_completions_now`).
+    pub fn ahead_arrived(&mut self, cfg: &EngineConfig, ahead: u64, completed: bool, now: u64) {
         self.ack_pending = true;
-        if ahead <= 64 {
+        if ahead <= 64 || (completed && cfg.ack_completions_now) {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + cfg.ack_delay_ns);
@@ -170,12 +171,13 @@ impl RecvWindow {
     }
 
     /// ACK policy after in-order delivery: at once when a hole was filled
-    /// or enough arrived since the last ACK; right after the application
-    /// had its chance to answer when the segment `completed` a receive;
-    /// otherwise after the ACK delay.
+    /// or enough arrived since the last ACK; when the segment `completed`
+    /// a receive, at once if nothing may call us again
+    /// (`ack_completions_now`), else right after the application had its
+    /// chance to answer; otherwise after the ACK delay.
     pub fn in_order_arrived(&mut self, cfg: &EngineConfig, filled_hole: bool, completed: bool, now: u64) {
         self.ack_pending = true;
-        if filled_hole {
+        if filled_hole || (completed && cfg.ack_completions_now) {
             self.ack_now = true;
         } else if completed {
             // This ACK completes the peer's send. It waits for the next

@@ -256,6 +256,104 @@ fn an_answers_ack_waits_until_its_message_is_out_unless_it_completes_a_send() {
     }
 }
 
+/// Manual progress (`ack_completions_now`): the ACK that completes a send
+/// its sender waits for leaves in the pass that took the message's last
+/// segment (eager in one segment or several, or rendezvous), so a
+/// receiver that is not called again does not hold the send up; an
+/// inject's ACK still waits for an answer to ride on, or its delay.
+#[test]
+fn an_awaited_message_is_acknowledged_in_the_pass_that_completes_it() {
+    let cfg = EngineConfig {
+        ack_completions_now: true,
+        ..test_config()
+    };
+    for (len, mode, quiet) in [
+        (8, SendMode::Eager, false),
+        (8, SendMode::Eager, true),
+        (5000, SendMode::Eager, false),
+        (5000, SendMode::Eager, true),
+        (200_000, SendMode::Rendezvous, false),
+    ] {
+        let what = format!("{len} B {mode:?}, quiet {quiet}");
+        let (a, b) = (addr(0), addr(1));
+        let mut e = [Engine::seeded(cfg.clone(), a, 1), Engine::seeded(cfg.clone(), b, 2)];
+        let mut buf = vec![0u8; 2048];
+        let addrs = [a, b];
+        // Everything either side has to send, handed over at `now` (no
+        // timer fires), until neither has more; B accepts a rendezvous as
+        // it is announced. Returns whether B got the message and whether
+        // A's send completed.
+        let mut pump = |e: &mut [Engine; 2], now: u64, id: Option<MsgId>| {
+            let (mut got, mut sent) = (false, false);
+            loop {
+                let mut moved = false;
+                for s in 0..2 {
+                    while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
+                        assert_eq!(dst, addrs[1 - s]);
+                        e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
+                        moved = true;
+                    }
+                    while let Some(ev) = e[s].poll_event() {
+                        match ev {
+                            Event::Msg {
+                                body: MsgBody::Rndv(rid),
+                                ..
+                            } => e[s].accept(
+                                rid,
+                                Box::new(PatternSink {
+                                    cap: len,
+                                    salt: 0,
+                                    written: 0,
+                                }),
+                                now,
+                            ),
+                            Event::Msg { .. } | Event::RecvDone { .. } => got = true,
+                            Event::SendDone { id: done } => sent |= Some(done) == id,
+                            Event::PeerUp { .. } => {}
+                            other => panic!("{what}: {other:?}"),
+                        }
+                    }
+                }
+                if !moved {
+                    return (got, sent);
+                }
+            }
+        };
+        // Connected, a message each way, every ACK in (by its timer).
+        for (s, d) in [(0, b), (1, a)] {
+            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
+                .unwrap();
+            pump(&mut e, 0, None);
+        }
+        let mut now = 1_000_000_000;
+        for x in e.iter_mut() {
+            x.handle_timeout(now);
+        }
+        pump(&mut e, now, None);
+        assert!(!e[0].has_unacked() && !e[1].has_unacked());
+
+        now += 1_000;
+        let src = if quiet {
+            SendPayload::Copied(Payload::from_vec(vec![1u8; len]))
+        } else {
+            SendPayload::Source(Box::new(PatternSource { len, salt: 0 }))
+        };
+        let id = e[0].send(b, hdr(1), src, mode, now).unwrap();
+        let (got, sent) = pump(&mut e, now, Some(id));
+        assert!(got, "{what}: B has the message");
+        assert_eq!(sent, !quiet, "{what}: A's send completed at once");
+        assert_eq!(e[0].has_unacked(), quiet, "{what}");
+        if quiet {
+            // The inject's ACK goes with its delay.
+            let t = e[1].poll_timeout().expect("B's ACK timer");
+            assert!(t > now, "{what}");
+            e[1].handle_timeout(t);
+            pump(&mut e, t, None);
+            assert!(!e[0].has_unacked(), "{what}");
+        }
+    }
+}
+
 /// `Engine::send_now` in a lossy ping-pong: the datagram it hands back is
 /// the caller's to send, most messages leave that way, nothing is sent
 /// twice by poll_transmit, and delivery stays exactly-once and in order
