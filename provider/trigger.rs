@@ -392,6 +392,9 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
             };
             at_ep = flags & FI_COMPLETION != 0;
             ctx = c;
+            if let Some(cn) = &completion {
+                e.progress_through(cn);
+            }
             Some(e.clone())
         }
     };

@@ -70,6 +70,14 @@ fn deferred_work_queue_chains_on_counters() {
     pair("deferred_work", None);
 }
 
+/// The same under manual progress: a wait on the chain's last completion
+/// counter, which no endpoint is bound to, progresses the endpoint the
+/// work runs on.
+#[test]
+fn deferred_work_under_manual_progress() {
+    pair("deferred_work", Some("manual"));
+}
+
 /// Both ranks flood each other with 5000 inject writes through a transmit
 /// budget of 64: the answers to the peer's writes still leave (they once
 /// waited for the budget their own writes held, on both sides at once).

@@ -776,10 +776,14 @@ static void scn_rma_peer_killed(void)
  * transfers complete on their completion counters only (no CQ entry
  * without FI_COMPLETION). FI_CANCEL_WORK and FI_FLUSH_WORK take back work
  * that has not fired. */
+/* arg "manual": FI_PROGRESS_MANUAL, where rank 1's wait on the last
+ * completion counter, bound to no endpoint, is all that progresses it. */
 static void scn_deferred_work(void)
 {
 	struct ctx c;
 	struct opts o = rma_opts(FI_RMA | FI_TRIGGER);
+	if (!strcmp(g_arg, "manual"))
+		o.progress = FI_PROGRESS_MANUAL;
 	pair_open(&c, &o, "FI_RMA | FI_TRIGGER");
 	static char got[64], msg[64];
 	if (g_rank == 0) {
