@@ -251,6 +251,8 @@ tunables! {
         "A peer that acknowledges nothing for this many milliseconds while data is outstanding is declared dead: its operations complete in error.";
     max_retrans: u32 = Int(25, Range::AtLeast(1)),
         "Retransmissions of one segment before its peer is declared dead.";
+    manual_peer_timeout_ms: u64 = Int(900_000, Range::AtLeast(1)),
+        "Under FI_PROGRESS_MANUAL, where a process answers only while its application calls in, this replaces FI_GNIX_PEER_TIMEOUT_MS and the retransmission limit: a peer is declared dead after this many milliseconds without a word from it (default 15 minutes, about when TCP gives up retransmitting).";
     udp_mtu: usize = Size(0, Range::ZeroOr(576, 65507)),
         "Largest UDP datagram the udp wire sends; 0 = the interface MTU minus IP/UDP headers.";
     udp_connect: usize = Int(16, Range::Span(0, 1024)),
@@ -440,8 +442,20 @@ pub struct LinkFacts {
 /// here from `p` and the domain's `t`, so `EngineConfig::default` supplies
 /// only what no tunable covers (window, ACK delay, RTO bounds, pull window,
 /// GET chunk, handshake limits).
-pub fn engine_config(p: &Params, t: Tunables, link: LinkFacts) -> EngineConfig {
+/// The udp wire's engine settings for an endpoint of a domain with the
+/// progress thread, or without it (`manual`): then only the application's
+/// calls answer for the process, so a peer that is away from libfabric
+/// is not to be taken for dead by its silence alone within the usual
+/// timeout (a process that computes for a minute after taking our
+/// message is well), and an ACK that completes a send its sender waits
+/// for cannot wait for a next call.
+pub fn engine_config(p: &Params, t: Tunables, link: LinkFacts, manual: bool) -> EngineConfig {
     let engine = EngineConfig::default();
+    let (peer_timeout_ms, max_retrans) = if manual {
+        (p.manual_peer_timeout_ms, u32::MAX)
+    } else {
+        (t.peer_timeout_ms, t.max_retrans)
+    };
     EngineConfig {
         max_datagram: link.max_datagram,
         local_ips: link.local_ips,
@@ -451,8 +465,9 @@ pub fn engine_config(p: &Params, t: Tunables, link: LinkFacts) -> EngineConfig {
         // than it holds is lost in bursts (an unprivileged process gets
         // net.core.rmem_max, 208 KiB on a stock kernel, under the 4 MiB default).
         window_bytes: engine.window_bytes.min(link.rcvbuf.max(64 << 10)),
-        max_retrans: t.max_retrans,
-        peer_timeout_ns: t.peer_timeout_ms * 1_000_000,
+        max_retrans,
+        peer_timeout_ns: peer_timeout_ms.saturating_mul(1_000_000),
+        ack_completions_now: manual,
         rndv_push: p.rndv_push,
         credits: p.credit_config(),
         ..engine
@@ -575,9 +590,14 @@ mod tests {
     #[test]
     fn engine_config_comes_from_params() {
         let p = Params::default();
-        let cfg = engine_config(&p, p.domain_tunables(), link());
+        let cfg = engine_config(&p, p.domain_tunables(), link(), false);
         assert_eq!(cfg.peer_timeout_ns, 10_000_000_000);
         assert_eq!(cfg.max_retrans, 25);
+        assert!(!cfg.ack_completions_now);
+        // Manual progress: silence alone, 15 minutes of it.
+        let m = engine_config(&p, p.domain_tunables(), link(), true);
+        assert_eq!((m.peer_timeout_ns, m.max_retrans), (900_000_000_000, u32::MAX));
+        assert!(m.ack_completions_now);
         assert_eq!(cfg.rndv_threshold, 65536);
         assert_eq!(cfg.rndv_push, 128 << 10);
         assert_eq!(cfg.max_datagram, 1472);
@@ -600,7 +620,7 @@ mod tests {
             peer_timeout_ms: 7,
             max_retrans: 2,
         };
-        let cfg = engine_config(&q, t, LinkFacts { rcvbuf: 1, ..link() });
+        let cfg = engine_config(&q, t, LinkFacts { rcvbuf: 1, ..link() }, false);
         assert_eq!(cfg.peer_timeout_ns, 7_000_000, "the domain's value wins");
         assert_eq!((cfg.rndv_threshold, cfg.max_retrans, cfg.rndv_push), (100, 2, 0));
         assert_eq!(cfg.credits, None);

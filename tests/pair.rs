@@ -172,6 +172,15 @@ fn manual_progress_sends_complete_while_the_receiver_waits_elsewhere() {
     pair("quiet_receiver", None);
 }
 
+/// Manual progress: a process that takes an inject and then stays away
+/// from libfabric for longer than FI_GNIX_PEER_TIMEOUT_MS is not taken
+/// for dead by its peer, which polls meanwhile (under manual progress
+/// silence fails a peer only after FI_GNIX_MANUAL_PEER_TIMEOUT_MS).
+#[test]
+fn manual_progress_a_peer_away_longer_than_the_timeout_is_not_dead() {
+    Scenario::new("away", 2).env("FI_GNIX_PEER_TIMEOUT_MS", "1000").run();
+}
+
 #[test]
 fn pingpong_progress_manual() {
     pair("pingpong", Some("manual"));

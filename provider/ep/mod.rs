@@ -280,11 +280,8 @@ fn engine_config(dom: &Domain, wire: &UdpSockets) -> EngineConfig {
         rcvbuf: wire.rcvbuf,
         local_ips: crate::getinfo::interfaces().iter().map(|i| i.ip).collect(),
     };
-    let mut cfg = crate::params::engine_config(crate::params::params(), *dom.tunables.lock().unwrap(), link);
-    // Without the progress thread nothing sends an ACK the application
-    // leaves owed when it stops calling (proto/mod.rs).
-    cfg.ack_completions_now = !dom.nic.is_auto();
-    cfg
+    let manual = !dom.nic.is_auto();
+    crate::params::engine_config(crate::params::params(), *dom.tunables.lock().unwrap(), link, manual)
 }
 
 /// A key for the wires' hash maps, which peers' addresses and ids fill:

@@ -1368,6 +1368,43 @@ static void scn_quiet_receiver(void)
 	finish(&c);
 }
 
+/* Manual progress: a process that takes a peer's inject and then stays
+ * away from libfabric for longer than FI_GNIX_PEER_TIMEOUT_MS (the test
+ * sets 1000 ms), as one that computes or writes a checkpoint does, is not
+ * taken for dead by that peer, which polls for its answer meanwhile: the
+ * conversation goes on when it comes back. */
+static void scn_away(void)
+{
+	struct ctx c;
+	struct opts o = defopts();
+	o.progress = FI_PROGRESS_MANUAL;
+	pair_open(&c, &o, "FI_PROGRESS_MANUAL");
+	int peer = 1 - g_rank;
+	uint64_t v = 0, w = 0;
+	struct fi_context2 x;
+	for (int round = 0; round < 2; round++) {
+		if (g_rank == 1) {
+			v = 100 + round;
+			POST(fi_trecv(c.ep, &w, sizeof w, NULL, c.addr[peer], 2, 0, &x));
+			POST(fi_tinject(c.ep, &v, sizeof v, c.addr[peer], 1));
+			struct comp e = cqw_ok(&c.rx); /* polls all the while */
+			EXPECT(e.ctx == &x && w == 200 + (uint64_t)round, "answer %" PRIu64, w);
+		} else {
+			POST(fi_trecv(c.ep, &w, sizeof w, NULL, c.addr[peer], 1, 0, &x));
+			(void)cqw_ok(&c.rx);
+			EXPECT(w == 100 + (uint64_t)round, "got %" PRIu64, w);
+			if (round == 0) {
+				/* Away, not a synchronisation: the scenario is a
+				 * process that does not call in for 2.5 s. */
+				usleep(2500 * 1000);
+			}
+			v = 200 + round;
+			POST(fi_tinject(c.ep, &v, sizeof v, c.addr[peer], 2));
+		}
+	}
+	finish(&c);
+}
+
 /* arg: "auto", "manual", or "completion" (manual progress with
  * FI_THREAD_COMPLETION): the model asked for is the one granted. */
 static void scn_pingpong(void)
@@ -2113,6 +2150,7 @@ static void scn_wire_mix(void)
 	{ "threads", scn_threads }, \
 	{ "progress_auto", scn_progress_auto }, \
 	{ "quiet_receiver", scn_quiet_receiver }, \
+	{ "away", scn_away }, \
 	{ "pingpong", scn_pingpong }, \
 	{ "large", scn_large }, \
 	{ "peer_fail", scn_peer_fail }, \
