@@ -162,6 +162,50 @@ fn ping_pong_piggybacks_acks() {
     }
 }
 
+/// Hands over everything either engine has to send, at `now` (no timer
+/// fires unless the caller fired it), as the endpoint does, until
+/// neither has more; `on_event` sees each engine's events (its index, the
+/// engine, the event).
+fn pump_pair(e: &mut [Engine; 2], now: u64, mut on_event: impl FnMut(usize, &mut Engine, Event)) {
+    let addrs = [addr(0), addr(1)];
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let mut moved = false;
+        for s in 0..2 {
+            while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
+                assert_eq!(dst, addrs[1 - s]);
+                e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
+                moved = true;
+            }
+            while let Some(ev) = e[s].poll_event() {
+                on_event(s, &mut e[s], ev);
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// Two engines at `addr(0)` and `addr(1)`, connected: a message each way,
+/// every ACK in (the delayed ones by their timers). Returns them and the
+/// time they are at.
+fn connected_pair(cfg: EngineConfig) -> ([Engine; 2], u64) {
+    let mut e = [Engine::seeded(cfg.clone(), addr(0), 1), Engine::seeded(cfg, addr(1), 2)];
+    for (s, d) in [(0, addr(1)), (1, addr(0))] {
+        e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
+            .unwrap();
+        pump_pair(&mut e, 0, |_, _, _| {});
+    }
+    let now = 1_000_000_000;
+    for x in e.iter_mut() {
+        x.handle_timeout(now);
+    }
+    pump_pair(&mut e, now, |_, _, _| {});
+    assert!(!e[0].has_unacked() && !e[1].has_unacked());
+    (e, now)
+}
+
 /// A ping-pong's answer brings a message and the ACK of ours: when ours
 /// was an inject (quiet, complete already) the message is handed out
 /// first, and the ACK applied at the next entry point or `settle`
@@ -172,38 +216,8 @@ fn ping_pong_piggybacks_acks() {
 fn an_answers_ack_waits_until_its_message_is_out_unless_it_completes_a_send() {
     for quiet in [true, false] {
         let (a, b) = (addr(0), addr(1));
-        let mut e = [Engine::seeded(test_config(), a, 1), Engine::seeded(test_config(), b, 2)];
+        let (mut e, mut now) = connected_pair(test_config());
         let mut buf = vec![0u8; 2048];
-        let addrs = [a, b];
-        // Everything either side has to send, handed over as the endpoint
-        // does, until neither has more.
-        let mut pump = |e: &mut [Engine; 2], now: u64| loop {
-            let mut moved = false;
-            for s in 0..2 {
-                while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
-                    assert_eq!(dst, addrs[1 - s]);
-                    e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
-                    moved = true;
-                }
-                while e[s].poll_event().is_some() {}
-            }
-            if !moved {
-                return;
-            }
-        };
-        // Connected, a message each way, every ACK in (the delayed ones by
-        // their timers).
-        for (s, d) in [(0, b), (1, a)] {
-            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
-                .unwrap();
-            pump(&mut e, 0);
-        }
-        let mut now = 1_000_000_000;
-        for x in e.iter_mut() {
-            x.handle_timeout(now);
-        }
-        pump(&mut e, now);
-        assert!(!e[0].has_unacked() && !e[1].has_unacked());
 
         // A sends; B takes the message and answers.
         now += 1_000;
@@ -275,71 +289,33 @@ fn an_awaited_message_is_acknowledged_in_the_pass_that_completes_it() {
         (200_000, SendMode::Rendezvous, false),
     ] {
         let what = format!("{len} B {mode:?}, quiet {quiet}");
-        let (a, b) = (addr(0), addr(1));
-        let mut e = [Engine::seeded(cfg.clone(), a, 1), Engine::seeded(cfg.clone(), b, 2)];
-        let mut buf = vec![0u8; 2048];
-        let addrs = [a, b];
-        // Everything either side has to send, handed over at `now` (no
-        // timer fires), until neither has more; B accepts a rendezvous as
-        // it is announced. Returns whether B got the message and whether
-        // A's send completed.
-        let mut pump = |e: &mut [Engine; 2], now: u64, id: Option<MsgId>| {
-            let (mut got, mut sent) = (false, false);
-            loop {
-                let mut moved = false;
-                for s in 0..2 {
-                    while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
-                        assert_eq!(dst, addrs[1 - s]);
-                        e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
-                        moved = true;
-                    }
-                    while let Some(ev) = e[s].poll_event() {
-                        match ev {
-                            Event::Msg {
-                                body: MsgBody::Rndv(rid),
-                                ..
-                            } => e[s].accept(
-                                rid,
-                                Box::new(PatternSink {
-                                    cap: len,
-                                    salt: 0,
-                                    written: 0,
-                                }),
-                                now,
-                            ),
-                            Event::Msg { .. } | Event::RecvDone { .. } => got = true,
-                            Event::SendDone { id: done } => sent |= Some(done) == id,
-                            Event::PeerUp { .. } => {}
-                            other => panic!("{what}: {other:?}"),
-                        }
-                    }
-                }
-                if !moved {
-                    return (got, sent);
-                }
-            }
-        };
-        // Connected, a message each way, every ACK in (by its timer).
-        for (s, d) in [(0, b), (1, a)] {
-            e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
-                .unwrap();
-            pump(&mut e, 0, None);
-        }
-        let mut now = 1_000_000_000;
-        for x in e.iter_mut() {
-            x.handle_timeout(now);
-        }
-        pump(&mut e, now, None);
-        assert!(!e[0].has_unacked() && !e[1].has_unacked());
-
-        now += 1_000;
+        let (mut e, now) = connected_pair(cfg.clone());
+        let now = now + 1_000;
         let src = if quiet {
             SendPayload::Copied(Payload::from_vec(vec![1u8; len]))
         } else {
             SendPayload::Source(Box::new(PatternSource { len, salt: 0 }))
         };
-        let id = e[0].send(b, hdr(1), src, mode, now).unwrap();
-        let (got, sent) = pump(&mut e, now, Some(id));
+        let id = e[0].send(addr(1), hdr(1), src, mode, now).unwrap();
+        // B accepts a rendezvous as it is announced.
+        let (mut got, mut sent) = (false, false);
+        pump_pair(&mut e, now, |_, eng, ev| match ev {
+            Event::Msg {
+                body: MsgBody::Rndv(rid),
+                ..
+            } => eng.accept(
+                rid,
+                Box::new(PatternSink {
+                    cap: len,
+                    salt: 0,
+                    written: 0,
+                }),
+                now,
+            ),
+            Event::Msg { .. } | Event::RecvDone { .. } => got = true,
+            Event::SendDone { id: done } => sent |= done == id,
+            other => panic!("{what}: {other:?}"),
+        });
         assert!(got, "{what}: B has the message");
         assert_eq!(sent, !quiet, "{what}: A's send completed at once");
         assert_eq!(e[0].has_unacked(), quiet, "{what}");
@@ -348,7 +324,7 @@ fn an_awaited_message_is_acknowledged_in_the_pass_that_completes_it() {
             let t = e[1].poll_timeout().expect("B's ACK timer");
             assert!(t > now, "{what}");
             e[1].handle_timeout(t);
-            pump(&mut e, t, None);
+            pump_pair(&mut e, t, |_, _, _| {});
             assert!(!e[0].has_unacked(), "{what}");
         }
     }
