@@ -2,7 +2,7 @@
 //!
 //! Every datagram after the handshake is either a standalone ACK, a CREDIT
 //! or one *segment*: one sequence number carrying one frame (see
-//! `wire.rs`). The reliable stream of a VC carries eager messages (MSG +
+//! `wire/mod.rs`). The reliable stream of a VC carries eager messages (MSG +
 //! MSG_CONT), RTS, and the rendezvous traffic (PDATA, GET, RDATA, FIN), so
 //! loss recovery is the same for all of it.
 //!

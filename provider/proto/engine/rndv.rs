@@ -367,7 +367,7 @@ impl Engine {
         } else {
             let key = rx.key;
             // The tail is [head, total): what the receive wants of it is
-            // written now, the rest pulled (head >= 1: wire.rs).
+            // written now, the rest pulled (head >= 1: wire/mod.rs).
             let head = rx.total - rx.tail.len() as u64;
             let from_tail = want.saturating_sub(head);
             let mut sink = sink;
