@@ -2,7 +2,7 @@
 //! wire (loopback, FI_GNIX_SHM=0). The receiver posts nothing until every
 //! sender has posted all its sends (or been pushed back with -FI_EAGAIN),
 //! then checks that each sender's sequence numbers arrive exactly once, in
-//! order, with intact payloads (scenario `incast` in fitest_pair.h), and
+//! order, with intact payloads (scenario `incast` in fitest_pair_progress.h), and
 //! reports its resident memory.
 mod common;
 use common::{Outcome, Scenario};

@@ -1,5 +1,5 @@
 //! Two- and three-process scenarios over RDM endpoints. Rank 0 receives,
-//! rank 1 sends (see tests/clients/fitest_pair.h for each scenario).
+//! rank 1 sends (see tests/clients/fitest_pair.h and fitest_pair_progress.h for each scenario).
 mod common;
 use common::{pair, Scenario};
 

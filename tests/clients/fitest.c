@@ -1091,6 +1091,7 @@ static void scn_open_ops(void)
 }
 
 #include "fitest_pair.h"
+#include "fitest_pair_progress.h"
 #include "fitest_rma.h"
 #include "fitest_coll.h"
 
