@@ -438,6 +438,9 @@ pub struct LinkFacts {
     pub local_ips: Vec<std::net::IpAddr>,
 }
 
+/// Silence after which a VC we wait on probes its peer (`EngineConfig::keepalive_ns`).
+const KEEPALIVE_NS: u64 = 1_000_000_000;
+
 /// An endpoint's engine configuration. Every field a tunable decides is set
 /// here from `p` and the domain's `t`, so `EngineConfig::default` supplies
 /// only what no tunable covers (window, ACK delay, RTO bounds, pull window,
@@ -467,6 +470,10 @@ pub fn engine_config(p: &Params, t: Tunables, link: LinkFacts, manual: bool) -> 
         window_bytes: engine.window_bytes.min(link.rcvbuf.max(64 << 10)),
         max_retrans,
         peer_timeout_ns: peer_timeout_ms.saturating_mul(1_000_000),
+        // A peer we wait for that died is then known within a second from
+        // its host's refusal, whatever the peer timeout (15 minutes under
+        // manual progress).
+        keepalive_ns: KEEPALIVE_NS,
         ack_completions_now: manual,
         rndv_push: p.rndv_push,
         credits: p.credit_config(),

@@ -59,6 +59,28 @@ fn peer_killed_while_idle_then_sent_to() {
     peer_fail("idle");
 }
 
+/// The same under FI_PROGRESS_MANUAL, no timeout shortened: there the
+/// udp wire waits 15 minutes of silence before it calls a peer dead
+/// (FI_GNIX_MANUAL_PEER_TIMEOUT_MS), so the errors come within the
+/// scenario's 10 s only because the dead peer's host refuses our
+/// datagrams (ICMP port unreachable, nic/udp/errqueue.rs).
+#[test]
+fn peer_killed_under_manual_progress_is_known_from_its_closed_port() {
+    if skip_unless_gnix("peer_killed_under_manual_progress") {
+        return;
+    }
+    for mode in ["mid-manual", "idle-manual"] {
+        for shm in WIRES {
+            Scenario::new("peer_fail", 2)
+                .arg(mode)
+                .env("FI_GNIX_SHM", shm)
+                .killable(0)
+                .timeout(40)
+                .run();
+        }
+    }
+}
+
 #[test]
 fn stray_datagrams_during_transfer() {
     if skip_unless_gnix("stray_datagrams") {
@@ -150,15 +172,16 @@ fn fi_info_lists_gnix_parameters() {
     }
 }
 
-/// A number on the closing endpoint's log line: `field: N` after `after`
-/// (field names repeat across the line's parts: `sent` is in both
+/// A number on the closing endpoint's log lines (one per wire): `field: N`
+/// after `after` (field names repeat across the wires: `sent` is in both
 /// EngineStats and ShmStats).
 fn closing_stat(log: &str, after: &str, field: &str) -> Option<u64> {
-    let line = log.lines().find(|l| l.contains("closing:"))?;
-    let at = line.find(after)?;
-    let rest = &line[at..];
-    let v = rest.split(&format!("{field}: ")).nth(1)?;
-    v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    // One line per wire: the first that has the field.
+    log.lines().filter(|l| l.contains("closing:")).find_map(|line| {
+        let rest = &line[line.find(after)?..];
+        let v = rest.split(&format!("{field}: ")).nth(1)?;
+        v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    })
 }
 
 /// What the shm wire carried: `ShmStats { sent, received, pulled, pushed,

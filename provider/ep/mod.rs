@@ -616,12 +616,9 @@ impl Ep {
             unsafe { libc::poll(&mut pfd, 1, 1) };
             self.progress_locked(&mut st, now_ns());
         }
-        crate::info!(
-            FI_LOG_EP_CTRL,
-            "endpoint {} closing: {}",
-            st.port.local_addr(),
-            st.port.stats_line()
-        );
+        for line in st.port.stats_lines() {
+            crate::info!(FI_LOG_EP_CTRL, "endpoint {} closing: {}", st.port.local_addr(), line);
+        }
     }
 }
 

@@ -268,12 +268,10 @@ impl Port {
         self.udp.local_addr()
     }
 
-    pub(crate) fn stats_line(&self) -> String {
-        format!(
-            "{} {:?}",
-            self.udp.stats_line(),
-            self.shm.as_ref().map(|w| w.stats_line())
-        )
+    /// Each wire's counters, one line each (one would outgrow the
+    /// 1 KiB libfabric allows a log line).
+    pub(crate) fn stats_lines(&self) -> impl Iterator<Item = String> + '_ {
+        std::iter::once(self.udp.stats_line()).chain(self.shm.as_ref().map(|w| w.stats_line()))
     }
 }
 

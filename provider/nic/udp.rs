@@ -18,6 +18,7 @@
 //! the kernel reports ICMP errors (a dead peer's closed port), in
 //! `udp/errqueue.rs`.
 
+pub use errqueue::KernelNews;
 use rustix::event::epoll;
 use rustix::io::Errno;
 use rustix::net::sockopt;
@@ -106,12 +107,36 @@ pub struct UdpSockets {
     /// Bytes of datagrams the receive buffer holds (what SO_RCVBUF granted,
     /// which without privileges is capped by net.core.rmem_max).
     pub rcvbuf: usize,
+    /// Refusals read off the sockets' error queues (errqueue.rs) for the
+    /// engine to judge (`take_news`): one per destination, at most
+    /// `NEWS_MAX`. Whether there are any, read on every progress pass.
+    news: std::cell::RefCell<Vec<KernelNews>>,
+    has_news: std::cell::Cell<bool>,
+    /// Error-queue records that were not refusals (another ICMP error:
+    /// the reliability layer copes), or refusals beyond `NEWS_MAX`.
+    other_errors: std::cell::Cell<u64>,
 }
+
+/// Most refusals kept between two progress passes (`UdpSockets::news`).
+const NEWS_MAX: usize = 32;
 
 /// Puts socket `fd` into `set` for input, with its number as the event's data.
 fn epoll_add(set: &std::os::fd::OwnedFd, fd: BorrowedFd<'_>) -> io::Result<()> {
     let data = epoll::EventData::new_u64(fd.as_raw_fd() as u64);
     Ok(epoll::add(set, fd, data, epoll::EventFlags::IN)?)
+}
+
+/// Asks for ICMP errors on `fd`'s error queue (errqueue.rs). A kernel
+/// that refuses leaves the udp wire learning of dead peers from their
+/// silence only.
+fn recverr(fd: BorrowedFd<'_>, v6: bool) {
+    if let Err(e) = errqueue::set_recverr(fd, v6) {
+        crate::info!(
+            crate::ffi::FI_LOG_EP_CTRL,
+            "IP_RECVERR refused ({}): dead peers known by their silence",
+            e
+        );
+    }
 }
 
 /// A send's outcome: Ok(false) when the socket buffer is full.
@@ -148,6 +173,7 @@ impl UdpSockets {
             0
         };
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        recverr(fd, addr.is_ipv6());
         // The kernel reports twice what it grants for data (the rest is
         // its bookkeeping per datagram).
         let rcvbuf = match sockopt::socket_recv_buffer_size(fd) {
@@ -179,6 +205,9 @@ impl UdpSockets {
             max_datagram: max_datagram.clamp(512, limit),
             local_max_datagram: local_max_datagram.clamp(512, limit),
             rcvbuf,
+            news: std::cell::RefCell::new(Vec::new()),
+            has_news: std::cell::Cell::new(false),
+            other_errors: std::cell::Cell::new(0),
         })
     }
 
@@ -268,6 +297,7 @@ impl UdpSockets {
         if self.gro.get() {
             set_udp_gro(fd.as_fd());
         }
+        recverr(fd.as_fd(), self.local.is_ipv6());
         rustix::net::bind(&fd, &self.local)?;
         let sock = std::net::UdpSocket::from(fd);
         sock.connect(peer)?;
@@ -293,6 +323,48 @@ impl UdpSockets {
         }
     }
 
+    /// A call on socket `fd` failed: reads what its error queue holds
+    /// (errqueue.rs), keeping the refusals for `take_news`. Whether it
+    /// held anything: then the call's error was probably the socket's
+    /// pending error, that news, which the call returned instead of doing
+    /// its work, and the caller makes it once more.
+    fn news_after_error(&self, fd: BorrowedFd<'_>) -> bool {
+        errqueue::drain(fd, |n| {
+            let mut news = self.news.borrow_mut();
+            match n {
+                KernelNews::Refused { to, .. } if news.len() < NEWS_MAX => {
+                    // One per destination: the first names the VC as
+                    // well as the rest, which its end makes moot.
+                    if !news
+                        .iter()
+                        .any(|m| matches!(m, KernelNews::Refused { to: t, .. } if *t == to))
+                    {
+                        news.push(n);
+                        self.has_news.set(true);
+                    }
+                }
+                _ => self.other_errors.set(self.other_errors.get() + 1),
+            }
+        }) > 0
+    }
+
+    /// Whether refusals wait for `take_news`.
+    #[inline]
+    pub fn has_news(&self) -> bool {
+        self.has_news.get()
+    }
+
+    /// The refusals read since the last call.
+    pub fn take_news(&self) -> Vec<KernelNews> {
+        self.has_news.set(false);
+        std::mem::take(&mut *self.news.borrow_mut())
+    }
+
+    /// Error-queue records that were not refusals (`other_errors`).
+    pub fn other_errors(&self) -> u64 {
+        self.other_errors.get()
+    }
+
     /// How many peers have a connected socket.
     pub fn connected_count(&self) -> usize {
         self.connected.len()
@@ -314,17 +386,25 @@ impl UdpSockets {
     /// socket buffer is full.
     fn send_datagram(&self, bytes: &[u8], to: SocketAddr) -> io::Result<bool> {
         use rustix::net::SendFlags;
-        match self.sock_for(to) {
+        let (fd, connected) = self.sock_for(to);
+        let send = || match connected {
             // A connected socket sends without naming the destination.
-            (fd, true) => sent(rustix::net::send(fd, bytes, SendFlags::DONTWAIT)),
-            (fd, false) => sent(rustix::net::sendto(fd, bytes, SendFlags::DONTWAIT, &to)),
+            true => sent(rustix::net::send(fd, bytes, SendFlags::DONTWAIT)),
+            false => sent(rustix::net::sendto(fd, bytes, SendFlags::DONTWAIT, &to)),
+        };
+        match send() {
+            // The error was the socket's news, not this send's: again.
+            Err(_) if self.news_after_error(fd) => send(),
+            r => r,
         }
     }
 
     /// Polls the sockets in turn (connected ones first) with `recv` until
-    /// one gives a datagram; remembers which in `hot`. A connected socket's
-    /// error (ECONNREFUSED when its peer's port is closed) is not the
-    /// others': the rest are still polled.
+    /// one gives a datagram; remembers which in `hot`. A socket's error
+    /// (the news of an ICMP error, such as ECONNREFUSED when a peer's port
+    /// is closed) is not the others': the rest are still polled. It is
+    /// read off the socket's error queue (`news_after_error`), and the
+    /// socket polled again: it may hold datagrams.
     fn recv_any<T>(
         &self,
         mut recv: impl FnMut(&std::net::UdpSocket) -> io::Result<Option<T>>,
@@ -342,8 +422,13 @@ impl UdpSockets {
             // A failed wait (EINTR) finds nothing this round.
             let r = epoll::wait(&self.epoll, &mut evs, Some(&zero)).unwrap_or(0);
             for ev in &evs[..r] {
-                let fd = ev.data.u64() as RawFd;
+                let (fd, flags) = (ev.data.u64() as RawFd, ev.flags);
                 if let Some(i) = (0..n).find(|&i| self.sock_at(i).as_raw_fd() == fd) {
+                    if flags.contains(epoll::EventFlags::ERR) {
+                        // Whatever consumed the socket's error left its
+                        // queue: read it, or EPOLLERR stays up.
+                        self.news_after_error(self.sock_at(i).as_fd());
+                    }
                     ready[count] = i;
                     count += 1;
                 }
@@ -363,7 +448,12 @@ impl UdpSockets {
         }
         let mut err = None;
         for &i in &ready[..count] {
-            match recv(self.sock_at(i)) {
+            let sock = self.sock_at(i);
+            let r = match recv(sock) {
+                Err(_) if self.news_after_error(sock.as_fd()) => recv(sock),
+                r => r,
+            };
+            match r {
                 Ok(Some(r)) => {
                     self.hot.set(i);
                     return Ok(Some(r));
@@ -404,7 +494,11 @@ impl UdpSockets {
     /// its completion.
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let i = self.hot.get().min(self.socks() - 1);
-        self.recv_batch_n(self.sock_at(i).as_fd(), batch, batch.slots)
+        let fd = self.sock_at(i).as_fd();
+        match self.recv_batch_n(fd, batch, batch.slots) {
+            Err(_) if self.news_after_error(fd) => self.recv_batch_n(fd, batch, batch.slots),
+            r => r,
+        }
     }
 
     fn recv_msg(&self, batch: &mut RecvBatch) -> io::Result<bool> {
@@ -609,11 +703,17 @@ impl UdpSockets {
         // control buffer and the caller's iovecs, which describe readable
         // memory for the whole call (TxBatch's contract); the kernel only
         // reads them; the borrow keeps `fd` open.
-        let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
-        if r >= 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
+        let send = || match unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) } {
+            r if r >= 0 => Ok(()),
+            // (errno read at once: reading the error queue sets it.)
+            _ => Err(io::Error::last_os_error()),
+        };
+        let e = match send() {
+            // The error was the socket's news, not this send's: again.
+            Err(_) if self.news_after_error(fd) => send(),
+            r => r,
+        };
+        let Err(e) = e else { return Ok(true) };
         if e.kind() == io::ErrorKind::WouldBlock {
             return Ok(false);
         }
@@ -952,6 +1052,7 @@ impl TxBatch {
         self.closed = false;
     }
 }
+mod errqueue;
 mod sys;
 #[cfg(test)]
 mod tests;

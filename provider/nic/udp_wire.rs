@@ -10,12 +10,12 @@
 use crate::ffi::*;
 use crate::nic::iov::IovSource;
 use crate::nic::shm;
-use crate::nic::udp::{RecvBatch, TxBatch, UdpSockets};
+use crate::nic::udp::{KernelNews, RecvBatch, TxBatch, UdpSockets};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind};
 use crate::proto::MemRanges;
 use crate::proto::{
-    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, Payload, Placement, RecvSink, RndvId, SendMode,
-    SendPayload, SendSource, Transmit, TxOut,
+    Engine, EngineConfig, EngineError, Event, MsgBody, MsgHdr, MsgId, Payload, Placement, RecvSink, Refusal, RndvId,
+    SendMode, SendPayload, SendSource, Transmit, TxOut,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -107,7 +107,7 @@ impl UdpWire {
         if !self.hot {
             return u64::MAX;
         }
-        if self.engine.has_events() || !self.send_idle() || self.rx_left.is_some() {
+        if self.engine.has_events() || !self.send_idle() || self.rx_left.is_some() || self.sockets.has_news() {
             return 0;
         }
         self.engine.poll_timeout().unwrap_or(u64::MAX)
@@ -147,12 +147,37 @@ impl UdpWire {
                 any = self.feed_from(left.slot, left.at, now, up);
             }
         }
+        if self.sockets.has_news() {
+            self.kernel_news();
+        }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
         any |= self.handle_events(now, up);
         self.flush(now);
         any
+    }
+
+    /// Refusals the sockets read off their error queues (a peer's port is
+    /// closed: nic/udp/errqueue.rs) to the engine, which believes those
+    /// that name a VC (engine/refused.rs). The caller hands out the events.
+    #[cold]
+    fn kernel_news(&mut self) {
+        for news in self.sockets.take_news() {
+            let KernelNews::Refused { to, .. } = news else { continue };
+            match self.engine.on_refused(to, news.quote()) {
+                // `Event::PeerFailed` lets go of the peer's socket.
+                Refusal::Failed => {}
+                Refusal::Closed => {
+                    crate::info!(FI_LOG_EP_CTRL, "peer {} closed its endpoint", to);
+                    self.sockets.disconnect(to);
+                    self.sockets.set_peer_count(self.engine.peer_count());
+                }
+                Refusal::Ignored => {
+                    crate::debug!(FI_LOG_EP_CTRL, "a refusal from {} named none of our connections", to)
+                }
+            }
+        }
     }
 
     /// Receives what the sockets hold (a few batches at most) and answers.
@@ -218,6 +243,11 @@ impl UdpWire {
                 break;
             }
             first = false;
+        }
+        if self.sockets.has_news() {
+            self.kernel_news();
+            any |= self.handle_events(now, up);
+            self.flush(now);
         }
         any
     }
@@ -620,8 +650,9 @@ impl Wire for UdpWire {
     }
 
     fn next_deadline(&self, now: u64) -> Option<u64> {
-        // The rest of a receive batch waits for the next pass (`feed`).
-        if self.rx_left.is_some() {
+        // The rest of a receive batch waits for the next pass (`feed`),
+        // refusals for the engine.
+        if self.rx_left.is_some() || self.sockets.has_news() {
             return Some(now);
         }
         // A stalled datagram needs another try soon even without input.
@@ -644,8 +675,9 @@ impl Wire for UdpWire {
     }
 
     fn arm(&mut self) -> bool {
-        // The rest of a receive batch waits (`feed`): no sleeping on it.
-        if self.rx_left.is_some() {
+        // The rest of a receive batch waits (`feed`), or refusals do: no
+        // sleeping on them.
+        if self.rx_left.is_some() || self.sockets.has_news() {
             return false;
         }
         if let Err(e) = self.sockets.watch() {
@@ -657,9 +689,10 @@ impl Wire for UdpWire {
 
     fn stats_line(&self) -> String {
         format!(
-            "{:?} connected_sockets: {}",
+            "{:?} connected_sockets: {} other_kernel_errors: {}",
             self.engine.stats(),
-            self.sockets.connected_count()
+            self.sockets.connected_count(),
+            self.sockets.other_errors()
         )
     }
 }
@@ -667,6 +700,7 @@ impl Wire for UdpWire {
 pub(crate) fn engine_errno(e: EngineError) -> i32 {
     match e {
         EngineError::PeerUnreachable => FI_EHOSTUNREACH,
+        EngineError::PeerRefused => FI_ECONNREFUSED,
         EngineError::PeerRestarted => FI_ECONNRESET,
         EngineError::PeerForgotten => FI_ECANCELED,
         EngineError::UnknownRndv => FI_EIO,

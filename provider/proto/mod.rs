@@ -29,7 +29,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Placement, Transmit, TxOut, MAX_EAGER_LEN};
+pub use engine::{Engine, Placement, Refusal, Transmit, TxOut, MAX_EAGER_LEN};
 pub use entropy::{Entropy, OsEntropy};
 
 use std::fmt;
@@ -74,6 +74,13 @@ pub struct EngineConfig {
     pub max_retrans: u32,
     /// Silence this long while we wait for the peer means the peer failed.
     pub peer_timeout_ns: u64,
+    /// While we wait for the peer with nothing unacknowledged (a
+    /// rendezvous send waiting for its GETs, a pull waiting for data),
+    /// silence this long (or a quarter of `peer_timeout_ns`, if shorter)
+    /// sends a keepalive: a live peer acknowledges it, a dead one's host
+    /// refuses it (engine/refused.rs) and a silent one lets the peer
+    /// timeout fire. `u64::MAX`: a quarter of the peer timeout.
+    pub keepalive_ns: u64,
     /// Rendezvous receive: most bytes requested (GET) but not yet received.
     pub rndv_pull_window: u64,
     /// Rendezvous receive: bytes asked for by one GET.
@@ -123,6 +130,7 @@ impl Default for EngineConfig {
             rto_max_ns: 2_000_000_000,
             max_retrans: 25,
             peer_timeout_ns: 20_000_000_000,
+            keepalive_ns: u64::MAX,
             rndv_pull_window: 8 << 20,
             rndv_get_chunk: 1 << 20,
             rndv_push: 128 << 10,
@@ -323,6 +331,9 @@ pub enum SendMode {
 pub enum EngineError {
     /// Retransmission limit or silence timeout.
     PeerUnreachable,
+    /// The peer's host refused our datagrams: no socket holds its port
+    /// (ICMP port unreachable; engine/refused.rs).
+    PeerRefused,
     /// The peer came back with a new incarnation at the same address.
     PeerRestarted,
     /// `forget_peer` dropped the VC.
@@ -507,6 +518,11 @@ pub struct EngineStats {
     /// CONN_REQ that created them was forged, or an old incarnation's.
     pub unproven_rekeyed: u64,
     pub keepalives_sent: u64,
+    /// Refusals of our datagrams (ICMP port unreachable) that named a VC
+    /// (engine/refused.rs): the VC ended. And those that named none (an
+    /// old incarnation's datagram, or forged): ignored.
+    pub peers_refused: u64,
+    pub refusals_unverified: u64,
     /// CREDIT datagrams sent (grants, requests, give-backs).
     pub credits_sent: u64,
     /// Times a message waited because its peer had lent us no credits.

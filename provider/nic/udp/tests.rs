@@ -253,3 +253,57 @@ fn port_stays_ours() {
     let a = bind_lo(4);
     assert!(std::net::UdpSocket::bind(a.local_addr()).is_err());
 }
+
+/// A datagram to a port nobody holds draws an ICMP port unreachable. The
+/// socket that sent it, main or connected, reports it at the next call
+/// (here a receive that finds nothing), which reads it off the error
+/// queue: a refusal naming the destination, with the datagram's first
+/// bytes. Then the sockets are quiet again: EPOLLERR does not stay up to
+/// wake a sleeper over and over.
+#[test]
+fn a_closed_port_is_reported_with_the_quote_and_then_quiet() {
+    use rustix::event::{PollFd, PollFlags};
+    for connected in [false, true] {
+        let mut a = bind_lo(4);
+        let gone = bind_lo(0).local_addr();
+        if connected {
+            a.connect(gone).unwrap();
+        }
+        let bytes: Vec<u8> = (0..40u8).collect();
+        send_to(&a, &bytes, gone);
+        // The ICMP message is the only thing that can wake this.
+        wait_readable(&a);
+        let mut rx = RecvBatch::new(2);
+        assert!(!a.recv_one(&mut rx).unwrap(), "connected: {connected}");
+        assert!(a.has_news());
+        let news = a.take_news();
+        assert_eq!(news.len(), 1, "connected: {connected}");
+        assert!(matches!(news[0], KernelNews::Refused { to, .. } if to == gone));
+        assert_eq!(news[0].quote(), &bytes[..errqueue::QUOTE_LEN]);
+        assert!(!a.has_news());
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        let r = rustix::event::poll(&mut [PollFd::new(&a.epoll, PollFlags::IN)], Some(&zero));
+        assert_eq!(r, Ok(0), "connected: {connected}: still reported");
+    }
+}
+
+/// The error an ICMP message leaves pending on the main socket fails the
+/// next call on it, whichever peer that call is for: a send to a live
+/// peer right after another peer's refusal is made again once the news
+/// is read, and arrives.
+#[test]
+fn a_send_after_another_peers_refusal_still_goes_out() {
+    let a = bind_lo(0);
+    let gone = bind_lo(0).local_addr();
+    let c = bind_lo(0);
+    send_to(&a, &[1], gone);
+    wait_readable(&a);
+    send_to(&a, &[9], c.local_addr());
+    wait_readable(&c);
+    let mut rx = RecvBatch::new(2);
+    assert!(c.recv_one(&mut rx).unwrap());
+    let (b, from, _) = rx.get(0).unwrap();
+    assert_eq!((b[0], from), (9, a.local_addr()));
+    let news = a.take_news();
+    assert!(matches!(news[..], [KernelNews::Refused { to, .. }] if to == gone));
+}

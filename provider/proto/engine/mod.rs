@@ -20,6 +20,7 @@
 //! | `sched.rs` | scheduling: the ready queue and the burst loop |
 //! | `express.rs` | a one-segment message sent before it is recorded |
 //! | `later.rs` | what an arriving message leaves until it is handed out (its ACK, its credits) |
+//! | `refused.rs` | the kernel's word that the peer's port is closed (ICMP port unreachable), checked against the VC's ids |
 //!
 //! Mode flags are arguments: whether a payload is copied or gathered
 //! (`PayloadMode`) is passed down from `poll_transmit_burst` and
@@ -30,6 +31,7 @@ mod express;
 mod handshake;
 mod later;
 mod msg;
+mod refused;
 mod rndv;
 mod run;
 mod sched;
@@ -40,6 +42,7 @@ mod vc;
 pub use msg::MAX_EAGER_LEN;
 #[cfg(test)]
 pub(crate) use msg::PUSH_BACKOFF;
+pub use refused::Refusal;
 pub use rndv::Placement;
 pub use source::{Transmit, TxOut};
 

@@ -234,7 +234,7 @@ impl Vc {
     }
 
     fn keepalive_interval(cfg: &EngineConfig) -> u64 {
-        (cfg.peer_timeout_ns / 4).max(1)
+        (cfg.peer_timeout_ns / 4).min(cfg.keepalive_ns).max(1)
     }
 
     /// When sent data that nobody acknowledges means the peer failed.

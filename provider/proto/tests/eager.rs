@@ -162,50 +162,6 @@ fn ping_pong_piggybacks_acks() {
     }
 }
 
-/// Hands over everything either engine has to send, at `now` (no timer
-/// fires unless the caller fired it), as the endpoint does, until
-/// neither has more; `on_event` sees each engine's events (its index, the
-/// engine, the event).
-fn pump_pair(e: &mut [Engine; 2], now: u64, mut on_event: impl FnMut(usize, &mut Engine, Event)) {
-    let addrs = [addr(0), addr(1)];
-    let mut buf = vec![0u8; 2048];
-    loop {
-        let mut moved = false;
-        for s in 0..2 {
-            while let Some((dst, n)) = e[s].poll_transmit(now, &mut buf) {
-                assert_eq!(dst, addrs[1 - s]);
-                e[1 - s].handle_run(addrs[s], &buf[..n], n, now);
-                moved = true;
-            }
-            while let Some(ev) = e[s].poll_event() {
-                on_event(s, &mut e[s], ev);
-            }
-        }
-        if !moved {
-            return;
-        }
-    }
-}
-
-/// Two engines at `addr(0)` and `addr(1)`, connected: a message each way,
-/// every ACK in (the delayed ones by their timers). Returns them and the
-/// time they are at.
-fn connected_pair(cfg: EngineConfig) -> ([Engine; 2], u64) {
-    let mut e = [Engine::seeded(cfg.clone(), addr(0), 1), Engine::seeded(cfg, addr(1), 2)];
-    for (s, d) in [(0, addr(1)), (1, addr(0))] {
-        e[s].send(d, hdr(0), Box::new(vec![0u8; 8]), SendMode::Eager, 0)
-            .unwrap();
-        pump_pair(&mut e, 0, |_, _, _| {});
-    }
-    let now = 1_000_000_000;
-    for x in e.iter_mut() {
-        x.handle_timeout(now);
-    }
-    pump_pair(&mut e, now, |_, _, _| {});
-    assert!(!e[0].has_unacked() && !e[1].has_unacked());
-    (e, now)
-}
-
 /// A ping-pong's answer brings a message and the ACK of ours: when ours
 /// was an inject (quiet, complete already) the message is handed out
 /// first, and the ACK applied at the next entry point or `settle`
