@@ -4,7 +4,7 @@
 
 use super::{hex, Edit};
 use crate::proto::wire::Packet;
-use crate::proto::{Engine, EngineConfig, EngineStats, Event, MsgBody, MsgHdr, RecvSink, SendMode};
+use crate::proto::{Engine, EngineConfig, EngineStats, Event, MsgBody, MsgHdr, RecvSink, Refusal, SendMode};
 use crate::rng::SplitMix as Rng;
 use arbitrary::Arbitrary;
 use std::collections::{HashSet, VecDeque};
@@ -96,6 +96,11 @@ pub enum Junk<'a> {
         cookie: u64,
         window: u8,
     },
+    /// The kernel's word (ICMP port unreachable) that a datagram B sent to
+    /// `to` was refused, quoting `quote` (engine/refused.rs). Checked
+    /// cases: only quotes that name none of the connection's ids, which
+    /// must be ignored; chaos cases with `aim`: B's live ids spliced in.
+    Refusal { quote: &'a [u8], to: From, aim: bool },
 }
 
 /// Where a fuzzed datagram claims to come from.
@@ -216,6 +221,9 @@ struct Pair {
     b_nonces: HashSet<u64>,
     /// B's connection id as A last used it.
     b_conn: Option<u64>,
+    /// A's connection ids as B used them (what a refusal of B's datagram
+    /// would quote).
+    a_conns: HashSet<u64>,
     last_seq: u32,
     seen: Seen,
 }
@@ -234,6 +242,7 @@ impl Pair {
             record: Vec::new(),
             b_nonces: HashSet::new(),
             b_conn: None,
+            a_conns: HashSet::new(),
             last_seq: 0,
             seen: Seen::default(),
         }
@@ -252,6 +261,11 @@ impl Pair {
                 self.b_nonces.insert(nonce);
             }
             if to == addr_a() {
+                if let Ok(Packet::Ack { conn, .. } | Packet::Seg { conn, .. } | Packet::Credit { conn, .. }) =
+                    Packet::parse(&self.buf[..n])
+                {
+                    self.a_conns.insert(conn);
+                }
                 self.to_a.push_back(self.buf[..n].to_vec());
             }
         }
@@ -365,6 +379,8 @@ impl Pair {
                 .to_vec();
                 return Some((stranger(*k), d));
             }
+            // Not a datagram: `refusal`.
+            Junk::Refusal { .. } => return None,
             Junk::Replay { pick, edits, from, aim } => {
                 if self.record.is_empty() {
                     return None;
@@ -417,6 +433,39 @@ impl Pair {
             }
         };
         ok.then_some((from, d))
+    }
+
+    /// Hands B refusal `j` (a `Junk::Refusal`); true if it had to be
+    /// ignored (and was). Checked cases skip quotes that carry any id of
+    /// the connection's.
+    fn refusal(&mut self, j: &Junk<'_>, checked: bool) -> Option<bool> {
+        let Junk::Refusal { quote, to, aim } = j else {
+            return None;
+        };
+        let mut q = quote[..quote.len().min(20)].to_vec();
+        let id = |q: &[u8]| q.get(4..12).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        if !checked && *aim && q.len() >= 12 {
+            let live = self.a_conns.iter().chain(&self.b_nonces).next().copied();
+            if let Some(c) = live {
+                q[4..12].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+        let names = id(&q).is_some_and(|c| self.a_conns.contains(&c) || self.known_conn(c));
+        if checked && names {
+            return None;
+        }
+        let before = self.b.stats().refusals_unverified;
+        let verdict = self.b.on_refused(self.from(*to), &q);
+        let ignored = verdict == Refusal::Ignored;
+        if !names {
+            assert!(
+                ignored,
+                "a refusal naming no id of the connection ended it: {}",
+                hex(&q)
+            );
+            assert_eq!(self.b.stats().refusals_unverified, before + 1);
+        }
+        Some(ignored)
     }
 
     /// Feeds one datagram to B and checks the drop oracle; true if it had
@@ -517,6 +566,13 @@ pub fn engine_datagrams(case: &EngineCase<'_>) -> EngineReport {
             sent.push((tag, v));
         }
         for j in step.junk.iter().flatten() {
+            if let Junk::Refusal { .. } = j {
+                if let Some(ignored) = p.refusal(j, checked) {
+                    report.dropped += ignored as u64;
+                    report.inputs += 1;
+                }
+                continue;
+            }
             let Some((from, d)) = p.junk(j, checked) else {
                 continue;
             };

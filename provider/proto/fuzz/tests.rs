@@ -124,7 +124,7 @@ fn fuzz_wire_decoder_long() {
 fn run_engine(seed: u64, budget: Budget) -> u64 {
     let mut tot = EngineReport::default();
     let (mut cases, mut checked_cases) = (0u64, 0u64);
-    let mut counters = [0u64; 14];
+    let mut counters = [0u64; 16];
     run_seeded("engine_datagrams", seed, budget, (1024, 16 << 10), |bytes| {
         let case = EngineCase::arbitrary_take_rest(Unstructured::new(bytes)).expect("any bytes make a case");
         cases += 1;
@@ -149,6 +149,8 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
             st.first_contacts_challenged,
             st.unproven_rekeyed,
             st.unproven_expired,
+            st.refusals_unverified,
+            st.peers_refused,
         ]) {
             *t += v;
         }
@@ -161,7 +163,7 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
     eprintln!(
         "fuzz_engine_datagrams: receiver counters: malformed {} stale {} unknown_peer {} out_of_window {} early {} \
          rndv {} dup_segments {} ooo_segments {} peers_restarted {} conn_reqs_challenged {} conn_reqs_duplicate {} \
-         first_contacts_challenged {} unproven_rekeyed {} unproven_expired {}",
+         first_contacts_challenged {} unproven_rekeyed {} unproven_expired {} refusals_unverified {} peers_refused {}",
         counters[0],
         counters[1],
         counters[2],
@@ -175,9 +177,13 @@ fn run_engine(seed: u64, budget: Budget) -> u64 {
         counters[10],
         counters[11],
         counters[12],
-        counters[13]
+        counters[13],
+        counters[14],
+        counters[15]
     );
     assert!(cases >= 2 && tot.dropped > 0);
+    // Forged refusals came, and were ignored (the oracle checks each).
+    assert!(counters[14] > 0, "no refusal was fuzzed");
     tot.checked_msgs
 }
 
