@@ -87,10 +87,9 @@ pub unsafe fn open(
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         triggers: crate::trigger::Triggers::default(),
-        nic: Nic::new(
-            attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC,
-            gate.clone(),
-        ),
+        // The thread only when asked for (unspecified means the default,
+        // FI_PROGRESS_MANUAL).
+        nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO, gate.clone()),
         gate,
         attr,
     });

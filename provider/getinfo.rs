@@ -646,8 +646,12 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
         max_msg_size: MAX_MSG_SIZE,
         mem_tag_format: MEM_TAG_FORMAT,
         threading: FI_THREAD_SAFE,
-        control_progress: FI_PROGRESS_AUTO,
-        data_progress: FI_PROGRESS_AUTO,
+        // Manual unless asked: a second thread makes every socket call of
+        // a single-threaded client dearer (the shared descriptor table),
+        // and a polling application needs none. Connection management
+        // progresses in the same calls (no thread for it either).
+        control_progress: FI_PROGRESS_MANUAL,
+        data_progress: FI_PROGRESS_MANUAL,
         resource_mgmt: FI_RM_ENABLED,
         av_type: FI_AV_UNSPEC,
         mr_mode: 0,
