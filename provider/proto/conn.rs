@@ -78,22 +78,19 @@
 //! only to the address, so only the address's owner can echo it: a peer
 //! that really restarted gets a fresh VC one round trip later, and someone
 //! who can forge the peer's address but not read what is sent to it cannot
-//! touch the live VC, nor make us keep anything per request (a VC holds at
-//! most one challenge to send). Binding our live nonce makes a cookie
-//! useless once that VC is gone, and the requester's nonce makes it
-//! useless for any other incarnation.
+//! touch the live VC, nor make us keep anything per request beyond the
+//! bounded queue of challenges to send. Binding our live nonce makes a
+//! cookie useless once that VC is gone, and the requester's nonce makes
+//! it useless for any other incarnation.
 //!
-//! A known weakness of "one challenge per VC, the latest": a forger who
-//! sends a CONN_REQ with another nonce from the peer's address after each
-//! of the peer's own, before our next transmission, has its nonce
-//! challenged instead of the peer's, every time, and the peer's
-//! connection attempt times out. The long fuzz run found it (2026-12-06:
-//! a checked case whose every step replays A's CONN_REQ with an edited
-//! nonce, with a forged one to plant an unproven VC, stuck at 0 of 1
-//! messages). The remedy is to challenge every such request, statelessly,
-//! from a bounded queue as first contacts are (the live VC's cookie is
-//! recomputed at sending time): then a forger must outpace the queue's
-//! draining, not merely follow the peer.
+//! Every CONN_REQ with a new nonce on a live VC is challenged, from the
+//! same bounded queue as first contacts (its cookie worked out when it is
+//! sent), not only the latest per VC: with one challenge per VC, a forger
+//! who sent a CONN_REQ with another nonce from the peer's address after
+//! each of the peer's own had its nonce challenged instead of the peer's,
+//! every time, and the peer's connection attempt timed out (found by the
+//! long fuzz run, 2026-12-06). Now a forger must outpace the queue's
+//! draining between two transmissions, not merely follow the peer.
 //!
 //! Simultaneous connect needs no tie-break: each side answers the other's
 //! CONN_REQ with a CONN_RESP carrying the nonce and ISN its own CONN_REQ

@@ -492,7 +492,8 @@ pub struct EngineStats {
     /// (a forgery or a replay, or the first request of a restarted peer).
     /// Of those, the ones that carried a cookie, and a wrong one. And the
     /// CHALLENGE datagrams sent (fewer when requests come faster than we
-    /// transmit: a VC keeps only the latest).
+    /// transmit: the queue of challenges to send is bounded, and a request
+    /// already in it is not queued twice).
     pub conn_reqs_challenged: u64,
     pub conn_reqs_forged: u64,
     pub challenges_sent: u64,
@@ -506,7 +507,7 @@ pub struct EngineStats {
     pub challenges_answered: u64,
     /// CONN_REQs from an address we had no VC with while `max_unproven`
     /// VCs were unproven: answered with a stateless CHALLENGE, nothing
-    /// kept. Of those, the ones not answered because `FIRST_CONTACT_QUEUE`
+    /// kept. Of those, the ones not answered because `CHALLENGE_QUEUE`
     /// answers were already waiting (the requester retries).
     pub first_contacts_challenged: u64,
     pub first_contacts_dropped: u64,

@@ -65,7 +65,6 @@ impl Engine {
         let conn = vc.peer_nonce?;
         let room = vc.seg_limit - wire::SEG_HDR_LEN - wire::MSG_BODY_LEN;
         if !vc.established()
-            || vc.challenge_due.is_some()
             || vc.resp_pending
             || vc.unproven.is_some()
             || vc.credit_due

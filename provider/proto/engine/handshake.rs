@@ -1,6 +1,7 @@
 //! The engine's side of the VC handshake (the rules are in conn.rs): what
 //! CONN_REQ, CONN_RESP and CHALLENGE do to the VC table, proving and
-//! re-keying VCs, and the stateless challenges to first contacts.
+//! re-keying VCs, and the stateless challenges (to first contacts, and to
+//! CONN_REQs with a new id on a live VC).
 
 use super::sched::mark_ready;
 use super::source::{Transmit, TxOut};
@@ -11,11 +12,22 @@ use crate::proto::wire::Packet;
 use crate::proto::{EngineError, Event};
 use std::net::SocketAddr;
 
-/// Stateless CHALLENGEs to first contacts (conn.rs) waiting for the next
-/// transmission: a flood beyond this between two transmissions is not
-/// answered (counted), and its requesters, real ones included, retry.
+/// Stateless CHALLENGEs (conn.rs) waiting for the next transmission: a
+/// flood beyond this between two transmissions is not answered (first
+/// contacts: counted), and its requesters, real ones included, retry.
 /// Larger than the endpoint receives between two transmissions.
-pub(super) const FIRST_CONTACT_QUEUE: usize = 256;
+pub(super) const CHALLENGE_QUEUE: usize = 256;
+
+/// A CHALLENGE to send (`Engine::challenges`): to `to`, echoing the nonce
+/// of its CONN_REQ. `live`: a CONN_REQ with a new id from the address of
+/// a VC we hold, whose cookie binds that VC's id (worked out when it is
+/// sent; none if the VC is gone by then); otherwise a first contact's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct QueuedChallenge {
+    pub(super) to: SocketAddr,
+    pub(super) echo: u64,
+    pub(super) live: bool,
+}
 
 impl Vc {
     /// A datagram from the peer passed `live_vc`'s checks (or
@@ -50,11 +62,9 @@ impl Vc {
         // our id would have proven the VC.
         debug_assert!(self.unproven.is_some() && self.rcv.ooo.is_empty() && self.reasm.is_none());
         self.establish(&sh.cfg, nonce, isn, window, now);
-        if self.challenge_due == Some(nonce) {
-            // Its CONN_REQ was challenged before: it gets its answer now.
-            self.challenge_due = None;
-            self.resp_pending = true;
-        }
+        // Its CONN_REQ may have been challenged before: it gets its
+        // answer now (a peer that needs none ignores it).
+        self.resp_pending = true;
         // The first transmission under the new id counts as the first.
         self.snd.resend_all(&sh.cfg, now);
         // Our credit header went to the wrong id too.
@@ -172,8 +182,18 @@ impl Engine {
                     sh.stats.conn_reqs_forged += 1;
                 }
                 sh.stats.conn_reqs_challenged += 1;
-                vc.challenge_due = Some(nonce);
-                mark_ready(&mut self.ready, vc);
+                // Every such request is challenged, not the latest per VC:
+                // a forger who follows each of the peer's requests with
+                // one of its own would otherwise have its nonce challenged
+                // instead of the peer's, every time (conn.rs).
+                let c = QueuedChallenge {
+                    to: from,
+                    echo: nonce,
+                    live: true,
+                };
+                if self.challenges.len() < CHALLENGE_QUEUE && !self.challenges.contains(&c) {
+                    self.challenges.push_back(c);
+                }
             }
             (_, None) => unreachable!("only a Fresh verdict has no VC"),
         }
@@ -190,8 +210,12 @@ impl Engine {
             return;
         }
         sh.stats.first_contacts_challenged += 1;
-        if self.first_contact.len() < FIRST_CONTACT_QUEUE {
-            self.first_contact.push_back((from, nonce));
+        if self.challenges.len() < CHALLENGE_QUEUE {
+            self.challenges.push_back(QueuedChallenge {
+                to: from,
+                echo: nonce,
+                live: false,
+            });
         } else {
             sh.stats.first_contacts_dropped += 1;
         }
@@ -271,15 +295,26 @@ impl Engine {
         mark_ready(&mut self.ready, vc);
     }
 
-    /// The stateless CHALLENGEs to first contacts, before any VC's
-    /// datagrams (they hold no VC to come round again). False if `out`
-    /// said stop.
-    pub(super) fn send_first_contact_challenges(&mut self, now: u64, out: &mut dyn TxOut) -> bool {
-        while let Some(&(to, echo)) = self.first_contact.front() {
+    /// The stateless CHALLENGEs, before any VC's datagrams (they hold no
+    /// VC to come round again). False if `out` said stop.
+    pub(super) fn send_challenges(&mut self, now: u64, out: &mut dyn TxOut) -> bool {
+        while let Some(&QueuedChallenge { to, echo, live }) = self.challenges.front() {
+            let cookie = if live {
+                match self.vcs.get(&to) {
+                    Some(vc) if vc.established() => self.sh.cookie_key.cookie(to, echo, vc.local_nonce),
+                    // The VC ended meanwhile: the request finds none when
+                    // it comes again, and is a first contact then.
+                    _ => {
+                        self.challenges.pop_front();
+                        continue;
+                    }
+                }
+            } else {
+                self.sh.cookie_key.first_contact(to, echo, now)
+            };
             let Some(buf) = out.slot() else { return false };
-            let cookie = self.sh.cookie_key.first_contact(to, echo, now);
             let len = Packet::Challenge { echo, cookie }.emit(buf);
-            self.first_contact.pop_front();
+            self.challenges.pop_front();
             let st = &mut self.sh.stats;
             st.challenges_sent += 1;
             st.datagrams_out += 1;

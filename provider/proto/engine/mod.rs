@@ -51,7 +51,7 @@ use super::credit::{CreditBank, STALLED};
 use super::entropy::Entropy;
 use super::wire::{self, Frame, Packet};
 use super::{EngineConfig, EngineError, EngineStats, Event, MsgHdr, MsgId, RndvId, SendMode, SendPayload};
-use handshake::{live_vc, vc_for_send};
+use handshake::{live_vc, vc_for_send, QueuedChallenge};
 use later::{Later, LaterAck};
 use msg::{RxEager, TxMsg};
 use rndv::RxRndv;
@@ -127,9 +127,10 @@ pub struct Engine {
     vcs: Map<SocketAddr, Vc>,
     /// VCs that may have something to transmit, served round robin.
     ready: VecDeque<SocketAddr>,
-    /// (address, nonce) of CONN_REQs from new addresses to be answered
-    /// with a stateless CHALLENGE (at most `FIRST_CONTACT_QUEUE`).
-    first_contact: VecDeque<(SocketAddr, u64)>,
+    /// CONN_REQs to be answered with a stateless CHALLENGE: from new
+    /// addresses, and with a new id from a live VC's (at most
+    /// `CHALLENGE_QUEUE`; handshake.rs).
+    challenges: VecDeque<QueuedChallenge>,
     /// VCs that timed out in `handle_timeout`: failed, or (true) unproven
     /// ones expired.
     failing: Vec<(SocketAddr, bool)>,
@@ -175,7 +176,7 @@ impl Engine {
             scratch: TxScratch::default(),
             vcs: Map::with_hasher(hasher),
             ready: VecDeque::new(),
-            first_contact: VecDeque::new(),
+            challenges: VecDeque::new(),
             failing: Vec::new(),
             timers: Timers::default(),
             runs: true,
@@ -257,11 +258,12 @@ impl Engine {
         self.vcs.len()
     }
 
-    /// VCs holding a CHALLENGE to send: at most one each, whatever number
-    /// of CONN_REQs asked for one (the handshake keeps no state per request).
+    /// CHALLENGEs to CONN_REQs with a new id on a live VC waiting for a
+    /// transmission: at most `CHALLENGE_QUEUE` with the first contacts',
+    /// whatever number of CONN_REQs asked for one.
     #[cfg(test)]
     pub fn challenges_pending(&self) -> usize {
-        self.vcs.values().filter(|v| v.challenge_due.is_some()).count()
+        self.challenges.iter().filter(|c| c.live).count()
     }
 
     /// Established and proven (conn.rs): the peer has shown it receives
@@ -281,10 +283,10 @@ impl Engine {
     }
 
     /// Stateless CHALLENGEs to first contacts waiting for a transmission:
-    /// at most `FIRST_CONTACT_QUEUE`.
+    /// at most `CHALLENGE_QUEUE` with the live VCs'.
     #[cfg(any(test, feature = "fuzz"))]
     pub fn first_contacts_pending(&self) -> usize {
-        self.first_contact.len()
+        self.challenges.iter().filter(|c| !c.live).count()
     }
 
     /// Whether we hold a VC with `peer`, in whatever state.

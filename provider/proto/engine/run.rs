@@ -75,7 +75,6 @@ impl Vc {
     /// segments is pending (the window's room is `Emit::segment`'s to see).
     fn run_ready(&self, sh: &Shared) -> Option<u64> {
         let ahead = !matches!(self.hs, Handshake::Established)
-            || self.challenge_due.is_some()
             || self.resp_pending
             || self.unproven.is_some()
             || (self.credit_due && sh.bank.is_some())

@@ -47,7 +47,7 @@ impl Engine {
         // A source found in one call is never trusted in the next: after
         // its FIN it must not be read again.
         self.scratch.reset();
-        if !self.first_contact.is_empty() && !self.send_first_contact_challenges(now, out) {
+        if !self.challenges.is_empty() && !self.send_challenges(now, out) {
             return;
         }
         while let Some(&addr) = self.ready.front() {
@@ -116,6 +116,6 @@ impl Engine {
     /// Whether `poll_transmit` could return anything (no VC is marked
     /// ready): lets a polling caller skip it cheaply.
     pub fn transmit_idle(&self) -> bool {
-        self.ready.is_empty() && self.first_contact.is_empty()
+        self.ready.is_empty() && self.challenges.is_empty()
     }
 }

@@ -40,9 +40,6 @@ pub(super) struct Vc {
     /// once the peer has echoed our id or a cookie (conn.rs), and for VCs
     /// we opened.
     pub(super) unproven: Option<Unproven>,
-    /// Established: the nonce of a CONN_REQ with a new connection id, to
-    /// be answered with a CHALLENGE (the latest one only: see conn.rs).
-    pub(super) challenge_due: Option<u64>,
 
     /// Fixed at creation, so segments already built always fit a retransmission.
     pub(super) seg_limit: usize,
@@ -149,7 +146,6 @@ impl Vc {
             snd_isn,
             up_announced: false,
             unproven: None,
-            challenge_due: None,
             seg_limit: if sh.cfg.local_ips.contains(&peer.ip()) {
                 sh.cfg.local_max_datagram.max(sh.cfg.max_datagram)
             } else {
@@ -197,7 +193,6 @@ impl Vc {
     pub(super) fn has_pending_work(&self) -> bool {
         !self.established()
             || self.resp_pending
-            || self.challenge_due.is_some()
             || self.credit_due
             || self.credit_news.is_some()
             || !self.snd.unacked.is_empty()
@@ -218,7 +213,6 @@ impl Vc {
             Handshake::Established => {
                 self.unproven.is_some_and(|u| u.ask.is_some_and(|a| a.req_due))
                     || self.resp_pending
-                    || self.challenge_due.is_some()
                     || self.credit_due
                     || self.rcv.ack_due(now)
                     || !self.snd.rtx.is_empty()
@@ -358,11 +352,6 @@ impl Vc {
             return Some(resp.emit(buf));
         }
         let peer_nonce = self.peer_nonce?;
-        if let Some(theirs) = self.challenge_due.take() {
-            sh.stats.challenges_sent += 1;
-            let cookie = sh.cookie_key.cookie(self.peer, theirs, self.local_nonce);
-            return Some(Packet::Challenge { echo: theirs, cookie }.emit(buf));
-        }
         if self.resp_pending {
             self.resp_pending = false;
             sh.stats.conn_resps_sent += 1;

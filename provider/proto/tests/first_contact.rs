@@ -127,7 +127,7 @@ fn first_message_latency() {
 /// (more than arrive between two transmissions), half of them with a
 /// random cookie: the receiver never holds more than `max_unproven`
 /// unproven VCs (its VC table's capacity stays bounded too) nor more than
-/// `FIRST_CONTACT_QUEUE` challenges to send; the rest is challenged
+/// `CHALLENGE_QUEUE` challenges to send; the rest is challenged
 /// statelessly or dropped, and counted. A real peer connects in the
 /// middle of the flood over a lossy link and its messages, eager and
 /// rendezvous, arrive exactly once, in order, intact. Once the flood is
