@@ -81,15 +81,18 @@ pub unsafe fn open(
         attr.data_progress,
         if gate.is_some() { "gated" } else { "mutexes" }
     );
+    // Unspecified means the default, FI_PROGRESS_AUTO.
+    let nic = Nic::new(
+        attr.data_progress == FI_PROGRESS_AUTO || attr.data_progress == FI_PROGRESS_UNSPEC,
+        gate.clone(),
+    );
     let dom = Arc::new(Domain {
         refs: Refs::default(),
         _fabric: fabric,
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         triggers: crate::trigger::Triggers::default(),
-        // The thread only when asked for (unspecified means the default,
-        // FI_PROGRESS_MANUAL).
-        nic: Nic::new(attr.data_progress == FI_PROGRESS_AUTO, gate.clone()),
+        nic,
         gate,
         attr,
     });
