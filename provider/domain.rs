@@ -32,6 +32,9 @@ pub struct Domain {
     pub tunables: Mutex<Tunables>,
     pub mrs: crate::mr::MrTable,
     pub nic: Nic,
+    /// Every enabled endpoint, as one progress source (`Nic::endpoints`):
+    /// one object, so a counter bound to several regions holds it once.
+    pub endpoints: Arc<dyn crate::progress::Progress>,
     /// The application serialises its calls into this domain
     /// (FI_THREAD_DOMAIN) and membarrier works: the locks of its
     /// endpoints and CQs share this gate (`gate.rs`).
@@ -92,6 +95,7 @@ pub unsafe fn open(
         tunables: Mutex::new(p.domain_tunables()),
         mrs: crate::mr::MrTable::new(attr.mr_mode),
         triggers: crate::trigger::Triggers::default(),
+        endpoints: nic.endpoints(),
         nic,
         gate,
         attr,

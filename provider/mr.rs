@@ -353,6 +353,9 @@ unsafe extern "C" fn bind(f: *mut fid, b: *mut fid, flags: u64) -> i32 {
                     crate::warn!(FI_LOG_MR, "fi_mr_bind(cntr): flags {:#x}", flags);
                     return -FI_EBADFLAGS;
                 }
+                // Under manual progress a wait on the counter must move
+                // the endpoints the accesses arrive at (`Nic::endpoints`).
+                c.add_source(Arc::downgrade(&mr.domain.0.endpoints));
                 let mut cntrs = mr.cntrs.lock().unwrap();
                 if flags & FI_REMOTE_READ != 0 {
                     cntrs.read = Some(ParentRef::new(&c));

@@ -31,6 +31,14 @@ fn rma_events_count_on_both_sides() {
     pair("rma_event", None);
 }
 
+/// The same under FI_PROGRESS_MANUAL, the target waiting first on the
+/// counter bound to the region alone (fabtests' fi_multi_mr hung there):
+/// a wait on it progresses every endpoint of the domain.
+#[test]
+fn rma_events_on_a_region_counter_under_manual_progress() {
+    pair("rma_event", Some("manual"));
+}
+
 /// Every op × datatype × family fi_atomicvalid offers, against a reference
 /// computed by the client; the v, msg and inject forms.
 #[test]

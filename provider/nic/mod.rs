@@ -100,12 +100,13 @@ impl Nic {
         self.auto
     }
 
-    /// An enabled endpoint joins the progress thread (started on first use).
+    /// An enabled endpoint joins the domain's list (`endpoints`) and the
+    /// progress thread (started on first use), if the domain has one.
     pub fn add(&self, ep: Weak<dyn AutoProgress>) {
+        self.shared.eps.lock().unwrap().push(ep);
         if !self.auto {
             return;
         }
-        self.shared.eps.lock().unwrap().push(ep);
         self.shared.generation.fetch_add(1, Ordering::Release);
         self.kick();
         let mut t = self.thread.lock().unwrap();
@@ -129,6 +130,15 @@ impl Nic {
         drop(self.shared.pass.lock().unwrap());
     }
 
+    /// Every enabled endpoint of the domain as one progress source: what a
+    /// counter bound to a memory region (FI_RMA_EVENT) progresses under
+    /// manual progress. Peers' accesses to the region arrive at whichever
+    /// endpoint they target, and the first one cannot arrive before a
+    /// wait on the counter has progressed it.
+    pub fn endpoints(&self) -> Arc<dyn Progress> {
+        Arc::new(Endpoints(self.shared.clone()))
+    }
+
     /// Wakes the thread to re-evaluate (new endpoint, new work queued).
     pub fn kick(&self) {
         if let Some(w) = &self.shared.wake {
@@ -143,6 +153,36 @@ impl Nic {
         if let Some(t) = self.thread.lock().unwrap().take() {
             let _ = t.join();
         }
+    }
+}
+
+/// `Nic::endpoints`.
+struct Endpoints(Arc<Shared>);
+
+impl Endpoints {
+    fn live(&self) -> Vec<Arc<dyn AutoProgress>> {
+        let eps = self.0.eps.lock().unwrap_or_else(|p| p.into_inner());
+        eps.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+impl Progress for Endpoints {
+    fn progress(&self) {
+        for ep in self.live() {
+            ep.progress();
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        for ep in self.live() {
+            ep.wait_fds(out);
+        }
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        self.live().iter().filter_map(|ep| ep.next_deadline()).min()
+    }
+    fn arm_wakeup(&self) -> bool {
+        // Every one armed, whatever the others say.
+        self.live().iter().fold(true, |all, ep| ep.arm_wakeup() && all)
     }
 }
 

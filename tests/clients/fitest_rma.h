@@ -266,12 +266,18 @@ static void scn_rma_refused(void)
 /* FI_RMA_EVENT: peers' writes and reads count on the target's
  * FI_REMOTE_WRITE / FI_REMOTE_READ counters (bound to the endpoint) and on
  * a counter bound to the region (fi_mr_bind); the initiator's on its
- * FI_WRITE / FI_READ counters. */
+ * FI_WRITE / FI_READ counters. Arg "manual": FI_PROGRESS_MANUAL, and the
+ * target waits on the region's counter first, bound to no endpoint (as
+ * fabtests' fi_multi_mr does): that wait must progress the endpoint the
+ * writes arrive at. */
 static void scn_rma_event(void)
 {
 	struct ctx c;
 	struct opts o = rma_opts(FI_RMA | FI_RMA_EVENT);
 	o.rmacntr = 1;
+	int manual = !strcmp(g_arg, "manual");
+	if (manual)
+		o.progress = FI_PROGRESS_MANUAL;
 	pair_open(&c, &o, "FI_RMA | FI_RMA_EVENT");
 	enum { W = 5, R = 3 };
 	if (g_rank == 0) {
@@ -283,6 +289,8 @@ static void scn_rma_event(void)
 		int bound = fi_mr_bind(r.mr, &mrc->fid, FI_REMOTE_WRITE);
 		DEVIATE(bound == 0, "fi_mr_bind(counter) = %d (%s)", bound, fi_strerror(-bound));
 		region_publish(1, "e", &r);
+		if (bound == 0 && manual)
+			wait_cntr(mrc, W, "region write counter, waited on first");
 		/* The endpoint's counter sees every write and read of ours. */
 		wait_cntr(c.rmacntr, W + R, "remote write/read counter");
 		if (bound == 0)
