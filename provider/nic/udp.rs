@@ -323,11 +323,20 @@ impl UdpSockets {
         }
     }
 
+    /// `call` on socket `fd`, made once more if it failed on news: an
+    /// error is read as news first (`news_after_error`), and if the queue
+    /// held any, the error was probably the socket's pending one, which
+    /// the call returned instead of doing its work.
+    fn once_more_after_news<T>(&self, fd: BorrowedFd<'_>, mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        match call() {
+            Err(_) if self.news_after_error(fd) => call(),
+            r => r,
+        }
+    }
+
     /// A call on socket `fd` failed: reads what its error queue holds
     /// (errqueue.rs), keeping the refusals for `take_news`. Whether it
-    /// held anything: then the call's error was probably the socket's
-    /// pending error, that news, which the call returned instead of doing
-    /// its work, and the caller makes it once more.
+    /// held anything.
     fn news_after_error(&self, fd: BorrowedFd<'_>) -> bool {
         errqueue::drain(fd, |n| {
             let mut news = self.news.borrow_mut();
@@ -392,11 +401,7 @@ impl UdpSockets {
             true => sent(rustix::net::send(fd, bytes, SendFlags::DONTWAIT)),
             false => sent(rustix::net::sendto(fd, bytes, SendFlags::DONTWAIT, &to)),
         };
-        match send() {
-            // The error was the socket's news, not this send's: again.
-            Err(_) if self.news_after_error(fd) => send(),
-            r => r,
-        }
+        self.once_more_after_news(fd, send)
     }
 
     /// Polls the sockets in turn (connected ones first) with `recv` until
@@ -449,11 +454,7 @@ impl UdpSockets {
         let mut err = None;
         for &i in &ready[..count] {
             let sock = self.sock_at(i);
-            let r = match recv(sock) {
-                Err(_) if self.news_after_error(sock.as_fd()) => recv(sock),
-                r => r,
-            };
-            match r {
+            match self.once_more_after_news(sock.as_fd(), || recv(sock)) {
                 Ok(Some(r)) => {
                     self.hot.set(i);
                     return Ok(Some(r));
@@ -495,10 +496,7 @@ impl UdpSockets {
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let i = self.hot.get().min(self.socks() - 1);
         let fd = self.sock_at(i).as_fd();
-        match self.recv_batch_n(fd, batch, batch.slots) {
-            Err(_) if self.news_after_error(fd) => self.recv_batch_n(fd, batch, batch.slots),
-            r => r,
-        }
+        self.once_more_after_news(fd, || self.recv_batch_n(fd, batch, batch.slots))
     }
 
     fn recv_msg(&self, batch: &mut RecvBatch) -> io::Result<bool> {
@@ -708,12 +706,9 @@ impl UdpSockets {
             // (errno read at once: reading the error queue sets it.)
             _ => Err(io::Error::last_os_error()),
         };
-        let e = match send() {
-            // The error was the socket's news, not this send's: again.
-            Err(_) if self.news_after_error(fd) => send(),
-            r => r,
+        let Err(e) = self.once_more_after_news(fd, send) else {
+            return Ok(true);
         };
-        let Err(e) = e else { return Ok(true) };
         if e.kind() == io::ErrorKind::WouldBlock {
             return Ok(false);
         }
