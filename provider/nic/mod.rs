@@ -182,7 +182,11 @@ impl Progress for Endpoints {
     }
     fn arm_wakeup(&self) -> bool {
         // Every one armed, whatever the others say.
-        self.live().iter().fold(true, |all, ep| ep.arm_wakeup() && all)
+        let mut all = true;
+        for ep in self.live() {
+            all &= ep.arm_wakeup();
+        }
+        all
     }
 }
 
