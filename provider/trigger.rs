@@ -393,7 +393,12 @@ unsafe fn queue(t: &Triggers, w: *const fi_deferred_work) -> Result<(), i32> {
             at_ep = flags & FI_COMPLETION != 0;
             ctx = c;
             if let Some(cn) = &completion {
-                e.progress_through(cn);
+                // The application may wait on that counter alone, bound to
+                // no endpoint, and under manual progress its waits and
+                // reads must progress the work's endpoint: the domain's
+                // endpoints join its sources (`Nic::endpoints`; here, not
+                // inside a progress pass, which holds the source list).
+                cn.add_source(Arc::downgrade(&e.domain.endpoints));
             }
             Some(e.clone())
         }

@@ -88,12 +88,15 @@ impl Sources {
     pub fn add(&self, p: Weak<dyn Progress>) {
         let Some(p) = p.upgrade() else { return };
         let mut l = self.list.lock();
-        let mut v: Vec<_> = l.to_vec();
-        // An endpoint bound for both transmit and receive registers twice;
-        // progressing it once per round is enough.
-        if !v.iter().any(|s| Arc::ptr_eq(s, &p)) {
-            v.push(p);
+        // An endpoint bound for both transmit and receive registers twice,
+        // a domain's endpoints once per region or deferred work bound to
+        // the counter; progressing each once per round is enough, and an
+        // unchanged list needs no new generation.
+        if l.iter().any(|s| Arc::ptr_eq(s, &p)) {
+            return;
         }
+        let mut v: Vec<_> = l.to_vec();
+        v.push(p);
         *l = Arc::from(v);
         self.gen.fetch_add(1, SeqCst);
     }

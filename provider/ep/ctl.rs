@@ -25,7 +25,6 @@ unsafe extern "C" fn close(f: *mut fid) -> i32 {
         if ep.binds.get().is_some() {
             ep.linger();
         }
-        ep.leave_work_cntrs(&prog);
         if let Some(b) = ep
             .binds
             .get()

@@ -238,9 +238,6 @@ pub struct Ep {
     /// completion counts on and whether it also completes at the endpoint.
     routes: Mutex<Vec<Route>>,
     routed: AtomicBool,
-    /// Counters deferred work of ours completes on, which we progress
-    /// (`progress_through`) until we close.
-    work_cntrs: Mutex<Vec<Weak<Cntr>>>,
     enabled: AtomicBool,
     fd: AtomicI32,
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
@@ -387,7 +384,6 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         aliased: AtomicBool::new(false),
         routes: Mutex::new(Vec::new()),
         routed: AtomicBool::new(false),
-        work_cntrs: Mutex::new(Vec::new()),
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
@@ -486,28 +482,6 @@ impl Ep {
             self.tx_left()
         } else {
             self.rx_left()
-        }
-    }
-
-    /// Deferred work of ours completes on `c` (FI_QUEUE_WORK, not from
-    /// inside a progress pass, which holds the counter's source list): the
-    /// application may wait on that counter alone, bound to no endpoint,
-    /// and under manual progress its waits and reads must progress us.
-    pub(crate) fn progress_through(&self, c: &Arc<Cntr>) {
-        let mut l = self.work_cntrs.lock().unwrap_or_else(|p| p.into_inner());
-        if l.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(c))) {
-            return;
-        }
-        l.retain(|w| w.strong_count() > 0);
-        l.push(Arc::downgrade(c));
-        c.add_source(self.me.clone());
-    }
-
-    /// Closing: out of the counters of `progress_through`.
-    pub(crate) fn leave_work_cntrs(&self, me: &Weak<dyn Progress>) {
-        let l = std::mem::take(&mut *self.work_cntrs.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in l.iter().filter_map(Weak::upgrade) {
-            c.remove_source(me);
         }
     }
 
