@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::wait::testutil::*;
+use std::ffi::CStr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
