@@ -7,11 +7,11 @@
 use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
-use crate::progress::Progress;
+use crate::progress::{Progress, Spin};
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, lock, Sources, Wait, WaitSet, Waitable};
 use std::ffi::c_void;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 
 pub struct Cntr {
@@ -30,12 +30,29 @@ pub struct Cntr {
     poll_seen: Mutex<(u64, u64)>,
     /// Same for fi_trywait / fi_wait on a wait set.
     wait_seen: Mutex<(u64, u64)>,
+    /// The value the application's last read saw; reads that see it again
+    /// are a wait's polls (`Spin`).
+    last_read: AtomicU64,
+    spin: Spin,
     _domain: Option<ParentRef<Domain>>,
 }
 
 impl AsRef<Refs> for Cntr {
     fn as_ref(&self) -> &Refs {
         &self.refs
+    }
+}
+
+impl Drop for Cntr {
+    fn drop(&mut self) {
+        let n = self.spin.yields();
+        if n > 0 {
+            crate::info!(
+                FI_LOG_CNTR,
+                "counter closed: its readers gave the CPU away {} times (FI_GNIX_YIELD_AFTER_US)",
+                n
+            );
+        }
     }
 }
 
@@ -58,6 +75,8 @@ impl Cntr {
             wait: Wait::new(waitset, wait_obj)?,
             poll_seen: Mutex::new((0, 0)),
             wait_seen: Mutex::new((0, 0)),
+            last_read: AtomicU64::new(0),
+            spin: Spin::new(crate::params::params().yield_after_us.saturating_mul(1000)),
             _domain: domain,
         });
         if let Some(ws) = c.wait.set() {
@@ -100,8 +119,16 @@ impl Cntr {
     /// spin on this).
     pub fn read(&self) -> u64 {
         self.sources.progress();
-        self.value.load(SeqCst)
+        let v = self.value.load(SeqCst);
+        if self.last_read.load(Relaxed) == v {
+            self.spin.empty();
+        } else {
+            self.last_read.store(v, Relaxed);
+            self.spin.found();
+        }
+        v
     }
+
     pub fn read_err(&self) -> u64 {
         self.sources.progress();
         self.err.load(SeqCst)
@@ -406,6 +433,26 @@ mod tests {
     /// The counter's wait object, where fi_cntr_wait sleeps.
     fn wobj(c: &Cntr) -> &crate::wait::WaitObj {
         c.wait.own().expect("a counter with its own wait object")
+    }
+
+    /// Reads that see the same value are a wait's polls: a long run of
+    /// them gives the CPU away now and then (`Spin`); a read that sees the
+    /// counter move ends the wait.
+    #[test]
+    fn a_counter_polled_long_without_moving_yields() {
+        let c = cntr(FI_WAIT_NONE);
+        let mut reads = 0u64;
+        while c.spin.yields() == 0 {
+            assert_eq!(c.read(), 0);
+            reads += 1;
+            assert!(reads < 1 << 32, "no yield after {} reads", reads);
+        }
+        let y = c.spin.yields();
+        c.inc();
+        for _ in 0..crate::progress::SPIN_LOOK_EVERY {
+            assert_eq!(c.read(), 1);
+        }
+        assert_eq!(c.spin.yields(), y, "the read that saw 1 began a new wait");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the endpoint's file descriptors and timer deadline instead of spinning.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub trait Progress: Send + Sync {
     /// Drive the wires once: receive, run protocol timers, transmit. New
@@ -177,6 +178,87 @@ impl Quiet {
     }
 }
 
+/// Fruitless polls between two looks at how long an application has
+/// waited (`Spin`): a clock read costs about what an empty poll of the
+/// shm rings does, 20-70 ns.
+pub const SPIN_LOOK_EVERY: u32 = 64;
+
+/// An application polling a completion object that gives it nothing. On
+/// a host with more busy processes than CPUs the peer it waits for may be
+/// queued behind it on its own CPU, and a poller that spins through its
+/// time slice keeps it there: on the udp wire a send completes on its
+/// receiver's ACK, so every such wait cost a slice of several ms (fabtests
+/// `fi_multinode -n 3` on two CPUs took 43 s over the udp wire where
+/// tcp;ofi_rxm took 23; bench/README.md, "Three ranks on two CPUs").
+/// Once polls have found nothing for `yield_after_ns`, every
+/// `SPIN_LOOK_EVERY`th empty poll gives the CPU away (`sched_yield`),
+/// which costs a poller alone on its CPU one system call in 64 polls of
+/// a long wait, and none in a short one (a ping-pong's waits are a few
+/// microseconds). Relaxed atomics: a CQ read by several threads only
+/// shares a heuristic.
+pub struct Spin {
+    /// Empty polls in a row.
+    empty: AtomicU32,
+    /// When the wait was first looked at (its `SPIN_LOOK_EVERY`th poll).
+    since: AtomicU64,
+    /// 0: never yield (FI_GNIX_YIELD_AFTER_US=0).
+    yield_after_ns: u64,
+    yields: AtomicU64,
+}
+
+impl Spin {
+    pub fn new(yield_after_ns: u64) -> Spin {
+        Spin {
+            empty: AtomicU32::new(0),
+            since: AtomicU64::new(0),
+            yield_after_ns,
+            yields: AtomicU64::new(0),
+        }
+    }
+
+    /// A poll found something: the wait is over.
+    #[inline]
+    pub fn found(&self) {
+        if self.empty.load(Ordering::Relaxed) != 0 {
+            self.empty.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A poll found nothing: yields the CPU if the wait has been long.
+    #[inline]
+    pub fn empty(&self) {
+        if self.empty_at(now_ns) {
+            self.yields.fetch_add(1, Ordering::Relaxed);
+            std::thread::yield_now();
+        }
+    }
+
+    /// `empty`'s decision, with the clock given: whether to yield now.
+    #[inline]
+    fn empty_at(&self, clock: impl FnOnce() -> u64) -> bool {
+        let k = self.empty.load(Ordering::Relaxed).wrapping_add(1);
+        self.empty.store(k, Ordering::Relaxed);
+        if !k.is_multiple_of(SPIN_LOOK_EVERY) || self.yield_after_ns == 0 {
+            return false;
+        }
+        self.look(k, clock())
+    }
+
+    #[cold]
+    fn look(&self, k: u32, now: u64) -> bool {
+        if k == SPIN_LOOK_EVERY {
+            self.since.store(now, Ordering::Relaxed);
+            return false;
+        }
+        now.saturating_sub(self.since.load(Ordering::Relaxed)) >= self.yield_after_ns
+    }
+
+    /// How often polls gave the CPU away.
+    pub fn yields(&self) -> u64 {
+        self.yields.load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +364,46 @@ mod tests {
         q.set(9_000, 5_000);
         q.end();
         assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));
+    }
+    /// `n` empty polls of `s` at virtual time `t`: how many said yield.
+    fn empty_polls(s: &Spin, n: u32, t: u64) -> u32 {
+        (0..n).filter(|_| s.empty_at(|| t)).count() as u32
+    }
+
+    #[test]
+    fn a_long_wait_yields_once_in_so_many_polls_and_a_short_one_never() {
+        let s = Spin::new(50_000);
+        // The wait is first looked at on its 64th poll, at t = 1000.
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 1_000), 0);
+        // Under 50 us since: no yield however many polls.
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 50_999), 0);
+        // From then on one poll in SPIN_LOOK_EVERY yields.
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 51_000), 10);
+        // A poll that finds something ends the wait; the next one starts
+        // afresh.
+        s.found();
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 60_000), 0);
+        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 100_000), 0);
+        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 110_000), 4);
+    }
+
+    #[test]
+    fn zero_never_yields() {
+        let s = Spin::new(0);
+        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, 1), 0);
+        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, u64::MAX), 0);
+    }
+
+    #[test]
+    fn the_clock_is_read_once_in_so_many_polls() {
+        let s = Spin::new(50_000);
+        let reads = Cell::new(0);
+        for _ in 0..10 * SPIN_LOOK_EVERY {
+            s.empty_at(|| {
+                reads.set(reads.get() + 1);
+                0
+            });
+        }
+        assert_eq!(reads.get(), 10);
     }
 }

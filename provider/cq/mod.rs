@@ -28,7 +28,7 @@ use crate::domain::Domain;
 use crate::ffi::*;
 use crate::fid::{base_ops, fid_header, FidObj, ParentRef, Refs, Table};
 use crate::gate::{gate_mutex, GateMutex};
-use crate::progress::Progress;
+use crate::progress::{Progress, Spin};
 use crate::wait::{check_wait_attr, control_wait, deadline_ms, Sources, Wait, WaitSet, Waitable};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -268,6 +268,8 @@ pub struct Cq {
     /// read-modify-write would cost every poll a locked instruction, and
     /// two threads reading at once only move which read skips.
     handed: AtomicBool,
+    /// The application's empty reads in a row (`Spin`).
+    spin: Spin,
     /// Entries ever queued, stored after `queued` under the queue lock: a
     /// read's pass tells by it whether another thread queued meanwhile.
     pushed: AtomicU64,
@@ -332,6 +334,19 @@ fn put_run<const W: usize>(
     n
 }
 
+impl Drop for Cq {
+    fn drop(&mut self) {
+        let n = self.spin.yields();
+        if n > 0 {
+            crate::info!(
+                FI_LOG_CQ,
+                "CQ closed: its readers gave the CPU away {} times (FI_GNIX_YIELD_AFTER_US)",
+                n
+            );
+        }
+    }
+}
+
 impl Cq {
     pub fn new(
         cfg: CqConfig,
@@ -368,6 +383,7 @@ impl Cq {
             signal_pending: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             handed: AtomicBool::new(false),
+            spin: Spin::new(crate::params::params().yield_after_us.saturating_mul(1000)),
             pushed: AtomicU64::new(0),
             domain,
         });
@@ -635,9 +651,22 @@ impl Cq {
 
     /// fi_cq_read / fi_cq_readfrom. `out` holds at least `count` entries of
     /// this CQ's format; `src`, if given, at least `count` addresses.
-    /// Returns the number read, -FI_EAGAIN or -FI_EAVAIL. The read after
-    /// one that found completions in its pass makes no pass (`handed`).
-    pub fn read(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>) -> isize {
+    /// Returns the number read, -FI_EAGAIN or -FI_EAVAIL. A long run of
+    /// empty reads gives the CPU away now and then (`Spin`).
+    pub fn read(&self, out: &mut [u8], count: usize, src: Option<&mut [u64]>) -> isize {
+        let r = self.read_once(out, count, src);
+        if r == -FI_EAGAIN as isize {
+            self.spin.empty();
+        } else {
+            self.spin.found();
+        }
+        r
+    }
+
+    /// `read`, one poll. The read after one that found completions in its
+    /// pass makes no pass (`handed`).
+    #[inline(always)]
+    fn read_once(&self, out: &mut [u8], count: usize, mut src: Option<&mut [u64]>) -> isize {
         if count == 0 {
             // A zero count is the documented way to just drive progress.
             self.sources.progress();

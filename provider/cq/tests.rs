@@ -740,3 +740,30 @@ fn bad_attrs_are_rejected() {
         "wait_cond is ignored with FI_WAIT_NONE"
     );
 }
+
+/// A reader that finds nothing for long gives the CPU away now and then
+/// (`Spin`, FI_GNIX_YIELD_AFTER_US); a read that finds a completion ends
+/// the wait. The loop stops at the first yield, bounded in reads.
+#[test]
+fn a_long_run_of_empty_reads_yields_and_a_completion_ends_it() {
+    let c = cq(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE, 8);
+    let mut reads = 0u64;
+    while c.spin.yields() == 0 {
+        assert_eq!(read_ctx(&c, 1), Err(-FI_EAGAIN as isize));
+        reads += 1;
+        assert!(reads < 1 << 32, "no yield after {} empty reads", reads);
+    }
+    // Yields come once in SPIN_LOOK_EVERY reads, not at every one.
+    let y = c.spin.yields();
+    for _ in 0..crate::progress::SPIN_LOOK_EVERY - 1 {
+        assert_eq!(read_ctx(&c, 1), Err(-FI_EAGAIN as isize));
+    }
+    assert_eq!(c.spin.yields(), y);
+    c.push(ok(7));
+    assert_eq!(read_ctx(&c, 1), Ok(vec![7]));
+    // A new wait starts afresh: its first look only notes the time.
+    for _ in 0..crate::progress::SPIN_LOOK_EVERY {
+        assert_eq!(read_ctx(&c, 1), Err(-FI_EAGAIN as isize));
+    }
+    assert_eq!(c.spin.yields(), y);
+}
