@@ -5,7 +5,7 @@
 //! the endpoint's file descriptors and timer deadline instead of spinning.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub trait Progress: Send + Sync {
     /// Drive the wires once: receive, run protocol timers, transmit. New
@@ -181,7 +181,12 @@ impl Quiet {
 /// Fruitless polls between two looks at how long an application has
 /// waited (`Spin`): a clock read costs about what an empty poll of the
 /// shm rings does, 20-70 ns.
-pub const SPIN_LOOK_EVERY: u32 = 64;
+pub const SPIN_LOOK_EVERY: u64 = 64;
+/// Most polls between two yields, once yields come back at once.
+pub const SPIN_GAP_MAX: u64 = 64 * SPIN_LOOK_EVERY;
+/// A `sched_yield` that took this long let something else run: the CPU
+/// is shared (a system call alone takes about a microsecond here).
+pub const YIELD_RAN_NS: u64 = 20_000;
 
 /// An application polling a completion object that gives it nothing. On
 /// a host with more busy processes than CPUs the peer it waits for may be
@@ -190,15 +195,24 @@ pub const SPIN_LOOK_EVERY: u32 = 64;
 /// receiver's ACK, so every such wait cost a slice of several ms (fabtests
 /// `fi_multinode -n 3` on two CPUs took 43 s over the udp wire where
 /// tcp;ofi_rxm took 23; bench/README.md, "Three ranks on two CPUs").
-/// Once polls have found nothing for `yield_after_ns`, every
-/// `SPIN_LOOK_EVERY`th empty poll gives the CPU away (`sched_yield`),
-/// which costs a poller alone on its CPU one system call in 64 polls of
-/// a long wait, and none in a short one (a ping-pong's waits are a few
-/// microseconds). Relaxed atomics: a CQ read by several threads only
-/// shares a heuristic.
+///
+/// Once polls have found nothing for `yield_after_ns`, a poll gives the
+/// CPU away (`sched_yield`) every `SPIN_LOOK_EVERY` polls. A yield that
+/// comes back at once found nothing else to run, and the gap to the next
+/// one doubles, up to `SPIN_GAP_MAX` polls: an application that polls us
+/// in a loop that has other work (MPICH's progress over its own shared
+/// memory while our CQ stays empty) pays one system call in thousands of
+/// polls. A yield that let something run brings the gap back to
+/// `SPIN_LOOK_EVERY`. A ping-pong's waits (microseconds) never reach a
+/// yield. Relaxed atomics: a CQ read by several threads only shares a
+/// heuristic.
 pub struct Spin {
     /// Empty polls in a row.
-    empty: AtomicU32,
+    empty: AtomicU64,
+    /// The empty poll that looks at the clock next.
+    next: AtomicU64,
+    /// Polls from a yield to the next.
+    gap: AtomicU64,
     /// When the wait was first looked at (its `SPIN_LOOK_EVERY`th poll).
     since: AtomicU64,
     /// 0: never yield (FI_GNIX_YIELD_AFTER_US=0).
@@ -206,10 +220,20 @@ pub struct Spin {
     yields: AtomicU64,
 }
 
+/// What an empty poll does (`Spin::look`).
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    Nothing,
+    /// Yield the CPU; the clock read `now` before it.
+    Yield(u64),
+}
+
 impl Spin {
     pub fn new(yield_after_ns: u64) -> Spin {
         Spin {
-            empty: AtomicU32::new(0),
+            empty: AtomicU64::new(0),
+            next: AtomicU64::new(SPIN_LOOK_EVERY),
+            gap: AtomicU64::new(SPIN_LOOK_EVERY),
             since: AtomicU64::new(0),
             yield_after_ns,
             yields: AtomicU64::new(0),
@@ -221,36 +245,49 @@ impl Spin {
     pub fn found(&self) {
         if self.empty.load(Ordering::Relaxed) != 0 {
             self.empty.store(0, Ordering::Relaxed);
+            self.next.store(SPIN_LOOK_EVERY, Ordering::Relaxed);
         }
     }
 
     /// A poll found nothing: yields the CPU if the wait has been long.
     #[inline]
     pub fn empty(&self) {
-        if self.empty_at(now_ns) {
-            self.yields.fetch_add(1, Ordering::Relaxed);
-            std::thread::yield_now();
-        }
-    }
-
-    /// `empty`'s decision, with the clock given: whether to yield now.
-    #[inline]
-    fn empty_at(&self, clock: impl FnOnce() -> u64) -> bool {
-        let k = self.empty.load(Ordering::Relaxed).wrapping_add(1);
+        let k = self.empty.load(Ordering::Relaxed) + 1;
         self.empty.store(k, Ordering::Relaxed);
-        if !k.is_multiple_of(SPIN_LOOK_EVERY) || self.yield_after_ns == 0 {
-            return false;
+        if k < self.next.load(Ordering::Relaxed) || self.yield_after_ns == 0 {
+            return;
         }
-        self.look(k, clock())
+        if let Look::Yield(before) = self.look(k, now_ns()) {
+            std::thread::yield_now();
+            self.yielded(k, now_ns().saturating_sub(before));
+        }
     }
 
+    /// The `k`th empty poll in a row looks at the clock (`now`).
     #[cold]
-    fn look(&self, k: u32, now: u64) -> bool {
+    fn look(&self, k: u64, now: u64) -> Look {
         if k == SPIN_LOOK_EVERY {
             self.since.store(now, Ordering::Relaxed);
-            return false;
         }
-        now.saturating_sub(self.since.load(Ordering::Relaxed)) >= self.yield_after_ns
+        if now.saturating_sub(self.since.load(Ordering::Relaxed)) < self.yield_after_ns {
+            self.next.store(k + SPIN_LOOK_EVERY, Ordering::Relaxed);
+            return Look::Nothing;
+        }
+        Look::Yield(now)
+    }
+
+    /// The `k`th empty poll's yield took `took` ns: whether the CPU is
+    /// shared sets the gap to the next one.
+    #[cold]
+    fn yielded(&self, k: u64, took: u64) {
+        self.yields.fetch_add(1, Ordering::Relaxed);
+        let gap = if took >= YIELD_RAN_NS {
+            SPIN_LOOK_EVERY
+        } else {
+            (self.gap.load(Ordering::Relaxed) * 2).min(SPIN_GAP_MAX)
+        };
+        self.gap.store(gap, Ordering::Relaxed);
+        self.next.store(k + gap, Ordering::Relaxed);
     }
 
     /// How often polls gave the CPU away.
@@ -365,45 +402,71 @@ mod tests {
         q.end();
         assert_eq!(q.poll(&mut c, || false), Pass::Whole(5_000));
     }
-    /// `n` empty polls of `s` at virtual time `t`: how many said yield.
-    fn empty_polls(s: &Spin, n: u32, t: u64) -> u32 {
-        (0..n).filter(|_| s.empty_at(|| t)).count() as u32
+    /// `n` empty polls of `s` at virtual time `t`, each yield taking
+    /// `took` ns: the polls (their number in the wait) that yielded.
+    fn yielding_polls(s: &Spin, n: u64, t: u64, took: u64) -> Vec<u64> {
+        let mut at = Vec::new();
+        for _ in 0..n {
+            let k = s.empty.load(Ordering::Relaxed) + 1;
+            s.empty.store(k, Ordering::Relaxed);
+            if k < s.next.load(Ordering::Relaxed) || s.yield_after_ns == 0 {
+                continue;
+            }
+            if let Look::Yield(_) = s.look(k, t) {
+                s.yielded(k, took);
+                at.push(k);
+            }
+        }
+        at
     }
+
+    fn empty_polls(s: &Spin, n: u64, t: u64, took: u64) -> usize {
+        yielding_polls(s, n, t, took).len()
+    }
+
+    const SHARED: u64 = YIELD_RAN_NS;
+    const ALONE: u64 = 1_000;
 
     #[test]
     fn a_long_wait_yields_once_in_so_many_polls_and_a_short_one_never() {
         let s = Spin::new(50_000);
         // The wait is first looked at on its 64th poll, at t = 1000.
-        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 1_000), 0);
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 1_000, SHARED), 0);
         // Under 50 us since: no yield however many polls.
-        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 50_999), 0);
-        // From then on one poll in SPIN_LOOK_EVERY yields.
-        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 51_000), 10);
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 50_999, SHARED), 0);
+        // From then on one poll in SPIN_LOOK_EVERY yields while each
+        // yield lets something else run.
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 51_000, SHARED), 10);
+        assert_eq!(s.yields(), 10);
         // A poll that finds something ends the wait; the next one starts
         // afresh.
         s.found();
-        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 60_000), 0);
-        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 100_000), 0);
-        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 110_000), 4);
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 60_000, SHARED), 0);
+        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 100_000, SHARED), 0);
+        assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 110_000, SHARED), 4);
+    }
+
+    #[test]
+    fn yields_that_come_back_at_once_space_out_until_one_lets_another_run() {
+        let s = Spin::new(50_000);
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 0, ALONE), 0);
+        // Yields that found nothing else to run: the gaps double.
+        let at = yielding_polls(&s, 20 * SPIN_GAP_MAX, 50_000, ALONE);
+        let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).take(8).collect();
+        let m = SPIN_LOOK_EVERY;
+        assert_eq!(gaps, [2 * m, 4 * m, 8 * m, 16 * m, 32 * m, 64 * m, 64 * m, 64 * m]);
+        assert_eq!(SPIN_GAP_MAX, 64 * m);
+        // One that let something run: back to every SPIN_LOOK_EVERY polls.
+        // (The first comes at the end of the gap then running.)
+        let at = yielding_polls(&s, SPIN_GAP_MAX + 4 * m, 50_000, SHARED);
+        assert!(at.len() >= 5, "{:?}", at);
+        assert!(at.windows(2).all(|w| w[1] - w[0] == m), "{:?}", at);
     }
 
     #[test]
     fn zero_never_yields() {
         let s = Spin::new(0);
-        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, 1), 0);
-        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, u64::MAX), 0);
-    }
-
-    #[test]
-    fn the_clock_is_read_once_in_so_many_polls() {
-        let s = Spin::new(50_000);
-        let reads = Cell::new(0);
-        for _ in 0..10 * SPIN_LOOK_EVERY {
-            s.empty_at(|| {
-                reads.set(reads.get() + 1);
-                0
-            });
-        }
-        assert_eq!(reads.get(), 10);
+        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, 1, SHARED), 0);
+        assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, u64::MAX, SHARED), 0);
     }
 }
