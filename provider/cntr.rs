@@ -43,19 +43,6 @@ impl AsRef<Refs> for Cntr {
     }
 }
 
-impl Drop for Cntr {
-    fn drop(&mut self) {
-        let n = self.spin.yields();
-        if n > 0 {
-            crate::info!(
-                FI_LOG_CNTR,
-                "counter closed: its readers gave the CPU away {} times (FI_GNIX_YIELD_AFTER_US)",
-                n
-            );
-        }
-    }
-}
-
 impl Cntr {
     pub fn new(
         wait_obj: fi_wait_obj,
@@ -76,7 +63,7 @@ impl Cntr {
             poll_seen: Mutex::new((0, 0)),
             wait_seen: Mutex::new((0, 0)),
             last_read: AtomicU64::new(0),
-            spin: Spin::new(crate::params::params().yield_after_us.saturating_mul(1000)),
+            spin: Spin::of(FI_LOG_CNTR, "counter"),
             _domain: domain,
         });
         if let Some(ws) = c.wait.set() {

@@ -218,6 +218,23 @@ pub struct Spin {
     /// 0: never yield (FI_GNIX_YIELD_AFTER_US=0).
     yield_after_ns: u64,
     yields: AtomicU64,
+    /// Whose polls these are, for the closing log line.
+    owner: (crate::ffi::fi_log_subsys, &'static str),
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        let n = self.yields();
+        if n > 0 {
+            let (subsys, what) = self.owner;
+            crate::info!(
+                subsys,
+                "{} closed: its readers gave the CPU away {} times (FI_GNIX_YIELD_AFTER_US)",
+                what,
+                n
+            );
+        }
+    }
 }
 
 /// What an empty poll does (`Spin::look`).
@@ -229,7 +246,16 @@ enum Look {
 }
 
 impl Spin {
-    pub fn new(yield_after_ns: u64) -> Spin {
+    /// The polls of a `what` (logged under `subsys`), with the yield
+    /// threshold FI_GNIX_YIELD_AFTER_US sets.
+    pub fn of(subsys: crate::ffi::fi_log_subsys, what: &'static str) -> Spin {
+        Spin::new(
+            crate::params::params().yield_after_us.saturating_mul(1000),
+            (subsys, what),
+        )
+    }
+
+    fn new(yield_after_ns: u64, owner: (crate::ffi::fi_log_subsys, &'static str)) -> Spin {
         Spin {
             empty: AtomicU64::new(0),
             next: AtomicU64::new(SPIN_LOOK_EVERY),
@@ -237,6 +263,7 @@ impl Spin {
             since: AtomicU64::new(0),
             yield_after_ns,
             yields: AtomicU64::new(0),
+            owner,
         }
     }
 
@@ -425,11 +452,12 @@ mod tests {
     }
 
     const SHARED: u64 = YIELD_RAN_NS;
+    const TEST: (crate::ffi::fi_log_subsys, &str) = (crate::ffi::FI_LOG_CORE, "test");
     const ALONE: u64 = 1_000;
 
     #[test]
     fn a_long_wait_yields_once_in_so_many_polls_and_a_short_one_never() {
-        let s = Spin::new(50_000);
+        let s = Spin::new(50_000, TEST);
         // The wait is first looked at on its 64th poll, at t = 1000.
         assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 1_000, SHARED), 0);
         // Under 50 us since: no yield however many polls.
@@ -448,7 +476,7 @@ mod tests {
 
     #[test]
     fn yields_that_come_back_at_once_space_out_until_one_lets_another_run() {
-        let s = Spin::new(50_000);
+        let s = Spin::new(50_000, TEST);
         assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 0, ALONE), 0);
         // Yields that found nothing else to run: the gaps double.
         let at = yielding_polls(&s, 20 * SPIN_GAP_MAX, 50_000, ALONE);
@@ -465,7 +493,7 @@ mod tests {
 
     #[test]
     fn zero_never_yields() {
-        let s = Spin::new(0);
+        let s = Spin::new(0, TEST);
         assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, 1, SHARED), 0);
         assert_eq!(empty_polls(&s, 100 * SPIN_LOOK_EVERY, u64::MAX, SHARED), 0);
     }

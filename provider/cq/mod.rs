@@ -334,19 +334,6 @@ fn put_run<const W: usize>(
     n
 }
 
-impl Drop for Cq {
-    fn drop(&mut self) {
-        let n = self.spin.yields();
-        if n > 0 {
-            crate::info!(
-                FI_LOG_CQ,
-                "CQ closed: its readers gave the CPU away {} times (FI_GNIX_YIELD_AFTER_US)",
-                n
-            );
-        }
-    }
-}
-
 impl Cq {
     pub fn new(
         cfg: CqConfig,
@@ -383,7 +370,7 @@ impl Cq {
             signal_pending: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             handed: AtomicBool::new(false),
-            spin: Spin::new(crate::params::params().yield_after_us.saturating_mul(1000)),
+            spin: Spin::of(FI_LOG_CQ, "CQ"),
             pushed: AtomicU64::new(0),
             domain,
         });
