@@ -81,6 +81,44 @@ fn peer_killed_under_manual_progress_is_known_from_its_closed_port() {
     }
 }
 
+/// Both ranks of a ping-pong on one CPU: the rank that waits polls its
+/// CQ while the other waits behind it for the CPU, until the poller gives
+/// it away (`progress::Spin`, FI_GNIX_YIELD_AFTER_US), which each CQ says
+/// at its close; with the yield turned off, none says it (and the
+/// scenario still passes, a time slice a wait).
+#[test]
+fn a_rank_that_waits_for_a_peer_on_its_own_cpu_yields_to_it() {
+    if skip_unless_gnix("yield to a peer on the same CPU") {
+        return;
+    }
+    let yields = |log: &str| -> u64 {
+        log.lines()
+            .filter_map(|l| l.split("gave the CPU away ").nth(1))
+            .filter_map(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    };
+    for shm in WIRES {
+        for (after, want) in [("50", true), ("0", false)] {
+            let out = Scenario::new("pingpong", 2)
+                .arg("auto")
+                .env("FI_GNIX_SHM", shm)
+                .env("FI_GNIX_YIELD_AFTER_US", after)
+                .env("FI_LOG_LEVEL", "info")
+                .env("FI_LOG_PROV", "gnix")
+                .one_cpu(0)
+                .timeout(60)
+                .run();
+            let n: u64 = out.stderr.iter().map(|l| yields(l)).sum();
+            eprintln!("FI_GNIX_SHM={shm} FI_GNIX_YIELD_AFTER_US={after}: {n} yields, {:?}", out.elapsed);
+            assert_eq!(
+                n > 0,
+                want,
+                "FI_GNIX_SHM={shm} FI_GNIX_YIELD_AFTER_US={after}: {n} yields"
+            );
+        }
+    }
+}
+
 #[test]
 fn stray_datagrams_during_transfer() {
     if skip_unless_gnix("stray_datagrams") {

@@ -288,6 +288,8 @@ pub struct Scenario {
     pub rank_netns: Vec<(usize, String)>,
     /// Per rank environment, after the common one.
     pub rank_env: Vec<(usize, String, String)>,
+    /// Run every rank on this one CPU (`taskset`), so that they take turns.
+    pub one_cpu: Option<usize>,
 }
 
 impl Scenario {
@@ -304,7 +306,14 @@ impl Scenario {
             stray_rate: 0,
             rank_netns: Vec::new(),
             rank_env: Vec::new(),
+            one_cpu: None,
         }
+    }
+    /// Every rank on CPU `cpu` alone: a rank that waits for another keeps
+    /// it from running until it gives the CPU away.
+    pub fn one_cpu(mut self, cpu: usize) -> Self {
+        self.one_cpu = Some(cpu);
+        self
     }
     /// Run `rank` inside network namespace `ns`.
     pub fn netns(mut self, rank: usize, ns: &str) -> Self {
@@ -535,7 +544,15 @@ fn run_inner(sc: &Scenario, label: &str) -> Outcome {
                 c.args(["netns", "exec", ns]).arg(&bin);
                 c
             }
-            None => Command::new(&bin),
+            // `taskset` execs the client: the child's pid is the client's.
+            None => match sc.one_cpu {
+                Some(cpu) => {
+                    let mut c = Command::new("taskset");
+                    c.args(["-c", &cpu.to_string()]).arg(&bin);
+                    c
+                }
+                None => Command::new(&bin),
+            },
         };
         cmd.arg(&sc.name).arg(rank.to_string()).arg(sc.nprocs.to_string());
         if let Some(a) = &sc.arg {
