@@ -73,27 +73,10 @@ impl KernelNews {
 /// `v6` says) with their quotes. Without it a connected socket learns
 /// only the error number, an unconnected one nothing.
 pub fn set_recverr(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    let (level, name) = if v6 {
-        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    if v6 {
+        super::sys::set_int_opt(fd, libc::SOL_IPV6, libc::IPV6_RECVERR, 1)
     } else {
-        (libc::SOL_IP, libc::IP_RECVERR)
-    };
-    // SAFETY: passes a valid int of the size given, on a descriptor the
-    // borrow keeps open.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+        super::sys::set_int_opt(fd, libc::SOL_IP, libc::IP_RECVERR, 1)
     }
 }
 

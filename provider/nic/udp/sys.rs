@@ -12,17 +12,27 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Turns UDP_GRO on (rustix has no setter for it); false if refused.
 pub(super) fn set_udp_gro(fd: BorrowedFd<'_>) -> bool {
-    let on: i32 = 1;
+    set_int_opt(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+}
+
+/// Sets the int socket option `name` at `level` to `v`: for the options
+/// rustix has no setter for (UDP_GRO, IP_RECVERR).
+pub(super) fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, v: i32) -> io::Result<()> {
     // SAFETY: passes a valid int of the size given, on a descriptor the
     // borrow keeps open.
-    unsafe {
+    let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_UDP,
-            UDP_GRO,
-            &on as *const i32 as *const libc::c_void,
+            level,
+            name,
+            &v as *const i32 as *const libc::c_void,
             std::mem::size_of::<i32>() as u32,
-        ) == 0
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
