@@ -649,10 +649,10 @@ fn base_offer(iface: &Iface, port: u16) -> Offer {
         // Auto unless manual is asked for: the udp wire's sends complete
         // on their receiver's ACK, and shm rendezvous on its pull, so
         // without a thread a sender waits for its peer's next call into
-        // libfabric. With manual as the default, fabtests' fi_multinode
-        // (ranks that meet in a socket barrier between patterns) took
-        // 30-55 s instead of 20-38 (bench/README.md, "Manual progress as
-        // the default, tried").
+        // libfabric, however long the peer computes or blocks elsewhere
+        // (bench/README.md, "Manual progress as the default, tried and
+        // withdrawn"; the fi_multinode times measured there were mostly
+        // ranks spinning on shared CPUs, "Three ranks on two CPUs").
         control_progress: FI_PROGRESS_AUTO,
         data_progress: FI_PROGRESS_AUTO,
         resource_mgmt: FI_RM_ENABLED,
