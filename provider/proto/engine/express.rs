@@ -115,6 +115,8 @@ impl Engine {
         let Some(vc) = self.vcs.get_mut(&x.peer) else {
             unreachable!("the VC of a prepared message stays until its commit")
         };
+        // Its datagram carried our ACK state (`prepare`).
+        vc.rcv.ack_left(&sh.cfg, now, true);
         let quiet = matches!(payload, SendPayload::Copied(_));
         sh.quiet_in_flight += quiet as usize;
         let m = TxMsg {

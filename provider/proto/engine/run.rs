@@ -67,6 +67,7 @@ impl Vc {
         let run = emit.run;
         if run.sent > 0 {
             self.rcv.clear_ack();
+            self.rcv.ack_left(&sh.cfg, now, true);
         }
         (run.sent > 0 || run.stop).then_some(run)
     }

@@ -378,11 +378,13 @@ impl Vc {
             return None;
         }
         if let Some((seq, frame)) = self.snd.next_retransmit(&sh.cfg, &mut sh.stats, now) {
+            self.rcv.ack_left(&sh.cfg, now, true);
             return Some(self.write_seg(scratch, mode, peer_nonce, seq, &frame, buf));
         }
         if self.snd.has_room(&sh.cfg) {
             if let Some(frame) = self.next_frame(sh, scratch) {
                 let seq = self.snd.nxt;
+                self.rcv.ack_left(&sh.cfg, now, true);
                 let n = self.write_seg(scratch, mode, peer_nonce, seq, &frame, buf);
                 self.snd.sent(&sh.cfg, frame, n, now);
                 sh.stats.segments_sent += 1;
@@ -398,6 +400,7 @@ impl Vc {
         if self.rcv.ack_due(now) {
             let (ack, sack) = self.rcv.ack_fields();
             self.rcv.clear_ack();
+            self.rcv.ack_left(&sh.cfg, now, false);
             sh.stats.acks_sent += 1;
             return Some(
                 Packet::Ack {
@@ -547,7 +550,7 @@ impl Vc {
             Slot::Next => {
                 // A rendezvous receive completed, or an eager message its
                 // sender waits for (the rendezvous sender always does).
-                let (mut completed, mut awaited) = match (data, seg) {
+                let (completed, mut awaited) = match (data, seg) {
                     (Some(data), _) => {
                         let c = self.on_data(sh, data);
                         (c, c)
@@ -564,10 +567,9 @@ impl Vc {
                         }
                     }
                 }
-                if sh.cfg.ack_completions_now {
-                    completed |= awaited;
-                }
-                self.rcv.in_order_arrived(&sh.cfg, filled_hole, completed, now);
+                let we_wait = !self.snd.unacked.is_empty();
+                self.rcv
+                    .in_order_arrived(&sh.cfg, filled_hole, completed, awaited, we_wait, now);
             }
         }
     }

@@ -18,6 +18,18 @@ use std::collections::BTreeMap;
 /// 15.3 -> 14.2, medians of 5 alternating rounds).
 const ACK_EVERY_SEGS: u32 = 64;
 
+/// The ACK of the last message whose sender waits for it
+/// (`in_order_arrived`), while its outcome teaches whether holding such
+/// ACKs pays with this peer (`RecvWindow::answers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Awaited {
+    /// Held since then, for the answer that may carry it.
+    Held(u64),
+    /// Sent at once then: an answer of ours soon after says holding
+    /// would have paid.
+    Sent(u64),
+}
+
 /// A segment that arrived ahead of `nxt`.
 pub enum Ooo {
     /// Rendezvous data is placed into its sink on arrival even out of order
@@ -54,6 +66,17 @@ pub struct RecvWindow {
     pub ack_deadline: Option<u64>,
     segs_since_ack: u32,
     bytes_since_ack: usize,
+    /// Whether the ACK of a message its sender waits for is held for the
+    /// answer that may carry it (a ping-pong: the answer goes at once), or
+    /// sent at once. It is held while holding pays: a held one that went
+    /// without data was waited for, by a sender whose receiver had no
+    /// answer (a stream) or went to compute (Open MPI's blocking `MPI_Send`
+    /// of 16 KiB across hosts to a rank that received it and computed took
+    /// 4.7 ms, the retransmission timer's, against 39 us over ob1 and
+    /// TCP); from then on they go at once, until data of ours follows one
+    /// within the ACK delay (`ack_left`).
+    answers: bool,
+    awaited: Option<Awaited>,
 }
 
 impl RecvWindow {
@@ -68,6 +91,8 @@ impl RecvWindow {
             ack_deadline: None,
             segs_since_ack: 0,
             bytes_since_ack: 0,
+            answers: true,
+            awaited: None,
         }
     }
 
@@ -138,10 +163,10 @@ impl RecvWindow {
     /// one (parked, consumed, or a duplicate of either): tell the sender
     /// about the hole now rather than after the ACK delay, when the SACK
     /// bitmap can show this segment, or when it `completed` a receive
-    /// and nothing may call us again (`ack_completions_now`).
+    /// whose ACK is not held (`in_order_arrived`).
     pub fn ahead_arrived(&mut self, cfg: &EngineConfig, ahead: u64, completed: bool, now: u64) {
         self.ack_pending = true;
-        if ahead <= 64 || (completed && cfg.ack_completions_now) {
+        if ahead <= 64 || (completed && !self.holds(cfg)) {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + cfg.ack_delay_ns);
@@ -171,13 +196,39 @@ impl RecvWindow {
     }
 
     /// ACK policy after in-order delivery: at once when a hole was filled
-    /// or enough arrived since the last ACK; when the segment `completed`
-    /// a receive, at once if nothing may call us again
-    /// (`ack_completions_now`), else right after the application had its
-    /// chance to answer; otherwise after the ACK delay.
-    pub fn in_order_arrived(&mut self, cfg: &EngineConfig, filled_hole: bool, completed: bool, now: u64) {
+    /// or enough arrived since the last ACK. When the segment completed a
+    /// message its sender waits for (`awaited`), at once if nothing may
+    /// call us again (`ack_completions_now`), if we wait for the peer's
+    /// ACK ourselves (`we_wait`: two ranks that exchange messages, each
+    /// waiting for the other's ACK before it goes on, as Open MPI's
+    /// `MPI_Sendrecv` does) or if holding does not pay with this peer
+    /// (`answers`); else it is held for the answer: a rendezvous receive's
+    /// (`completed`) until the application had its chance to answer, an
+    /// eager message's as other segments' are.
+    pub fn in_order_arrived(
+        &mut self,
+        cfg: &EngineConfig,
+        filled_hole: bool,
+        completed: bool,
+        awaited: bool,
+        we_wait: bool,
+        now: u64,
+    ) {
         self.ack_pending = true;
-        if filled_hole || (completed && cfg.ack_completions_now) {
+        if let Some(Awaited::Sent(_)) = self.awaited {
+            // The peer sent more before our answer: it was not waiting
+            // for one (`ack_left`).
+            self.awaited = None;
+        }
+        let at_once = awaited && (we_wait || !self.holds(cfg));
+        if awaited && !we_wait {
+            self.awaited = Some(if at_once {
+                Awaited::Sent(now)
+            } else {
+                Awaited::Held(now)
+            });
+        }
+        if filled_hole || at_once {
             self.ack_now = true;
         } else if completed {
             // This ACK completes the peer's send. It waits for the next
@@ -217,6 +268,34 @@ impl RecvWindow {
             }
         }
         (self.nxt as u32, sack)
+    }
+
+    /// Whether the ACK of a message its sender waits for is held for the
+    /// application's answer (`answers`).
+    fn holds(&self, cfg: &EngineConfig) -> bool {
+        !cfg.ack_completions_now && self.answers
+    }
+
+    /// Our ACK state left at `now`, on a segment of ours (`with_data`: an
+    /// answer) or standalone: what it says of holding (`answers`). A held
+    /// ACK that went standalone had no answer to ride on, and its sender
+    /// waited for its delay or longer: hold no more. Data of ours within
+    /// the delay after one sent at once, before the peer sent anything
+    /// else (`in_order_arrived`), would have carried it: hold again.
+    pub fn ack_left(&mut self, cfg: &EngineConfig, now: u64, with_data: bool) {
+        match self.awaited {
+            None => {}
+            Some(Awaited::Held(_)) => {
+                self.answers = with_data;
+                self.awaited = None;
+            }
+            Some(Awaited::Sent(at)) if with_data => {
+                self.answers |= now.saturating_sub(at) <= cfg.ack_delay_ns;
+                self.awaited = None;
+            }
+            // The ACK sent at once: the answer, if any, is still to come.
+            Some(Awaited::Sent(_)) => {}
+        }
     }
 
     /// The current ACK state went out (on a segment or standalone).

@@ -286,6 +286,95 @@ fn an_awaited_message_is_acknowledged_in_the_pass_that_completes_it() {
     }
 }
 
+/// Two engines that each send a message the other's sender waits for, both
+/// on their way before either arrives (Open MPI's `MPI_Sendrecv`): each
+/// receiver waits for an ACK itself, so it acknowledges at once rather
+/// than hold its ACK for an answer that only comes once its own send is
+/// done. No timer runs: with the ACKs held for their delay, neither send
+/// would complete here.
+#[test]
+fn an_exchange_is_acknowledged_at_once() {
+    let (mut e, now) = connected_pair(test_config());
+    let now = now + 1_000;
+    let mut ids = [0; 2];
+    let mut datagrams = Vec::new();
+    for s in 0..2 {
+        ids[s] = e[s]
+            .send(addr(1 - s), hdr(1), Box::new(vec![s as u8; 8]), SendMode::Eager, now)
+            .unwrap();
+        let mut buf = vec![0u8; 2048];
+        let (_, n) = e[s].poll_transmit(now, &mut buf).expect("the message");
+        buf.truncate(n);
+        datagrams.push(buf);
+    }
+    for (s, d) in datagrams.iter().enumerate() {
+        e[1 - s].handle_run(addr(s), d, d.len(), now);
+    }
+    let mut done = [false; 2];
+    pump_pair(&mut e, now, |s, _, ev| {
+        if let Event::SendDone { id } = ev {
+            done[s] |= id == ids[s];
+        }
+    });
+    assert_eq!(done, [true, true], "both sends complete without a timer");
+}
+
+/// Holding the ACK of a message its sender waits for pays when the answer
+/// carries it. A receiver that does not answer (its application went to
+/// compute) let its sender wait for the ACK delay: it acknowledges the
+/// next such message at once, and holds again once data of its own
+/// follows one within the delay, before its peer sends anything else.
+#[test]
+fn a_receiver_holds_acks_while_answers_carry_them() {
+    let (mut e, mut now) = connected_pair(test_config());
+    let send = |e: &mut [Engine; 2], now: u64, tag: u64| -> (MsgId, bool) {
+        let id = e[0]
+            .send(addr(1), hdr(tag), Box::new(vec![1u8; 8]), SendMode::Eager, now)
+            .unwrap();
+        let mut done = false;
+        pump_pair(e, now, |s, _, ev| {
+            if let Event::SendDone { id: d } = ev {
+                done |= s == 0 && d == id;
+            }
+        });
+        (id, done)
+    };
+    let answer = |e: &mut [Engine; 2], now: u64, id: MsgId| -> bool {
+        e[1].send(addr(0), hdr(9), Box::new(vec![2u8; 8]), SendMode::Eager, now)
+            .unwrap();
+        let mut done = false;
+        pump_pair(e, now, |s, _, ev| {
+            if let Event::SendDone { id: d } = ev {
+                done |= s == 0 && d == id;
+            }
+        });
+        done
+    };
+    // Held, and no answer: the ACK leaves alone when its delay is up.
+    now += 1_000;
+    let (_, done) = send(&mut e, now, 1);
+    assert!(!done, "the first ACK is held for an answer");
+    let t = e[1].poll_timeout().expect("B's ACK timer");
+    assert!(t >= now + test_config().ack_delay_ns);
+    e[1].handle_timeout(t);
+    let mut late = false;
+    pump_pair(&mut e, t, |s, _, ev| {
+        late |= s == 0 && matches!(ev, Event::SendDone { .. })
+    });
+    assert!(late, "the held ACK came with its delay");
+    // So the next one is acknowledged at once.
+    now = t + 1_000;
+    let (_, done) = send(&mut e, now, 2);
+    assert!(done, "acknowledged at once after an ACK that waited");
+    // An answer within the delay: held again, and the answer carries it.
+    assert!(!answer(&mut e, now + 1_000, MsgId::MAX));
+    now += 2_000;
+    let (id, done) = send(&mut e, now, 3);
+    assert!(!done, "held again once answers came");
+    assert!(answer(&mut e, now + 1_000, id), "the answer carried the ACK");
+    assert_eq!(e[1].stats().acks_sent, 2, "{:?}", e[1].stats());
+}
+
 /// `Engine::send_now` in a lossy ping-pong: the datagram it hands back is
 /// the caller's to send, most messages leave that way, nothing is sent
 /// twice by poll_transmit, and delivery stays exactly-once and in order
