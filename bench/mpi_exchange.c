@@ -8,18 +8,25 @@
  *                for its peer, which is waiting for its own.
  *   -m compute   rank 0 times a blocking MPI_Send of SIZE bytes to rank 1,
  *                which receives it and then computes for 20 ms without
- *                calling MPI; ITERS times, after a barrier each: the mean
- *                time of the send. A send completes once its peer's
- *                transport acknowledged it, whatever the peer's
- *                application does next.
+ *                calling MPI; ITERS times, after a barrier each: the
+ *                median time of the send (and the longest, which is often
+ *                the first). A send completes once its peer's transport
+ *                acknowledged it, whatever the peer's application does
+ *                next.
  *
  * Usage: mpi_exchange -m sendrecv|compute [-s size] [-i iters]
- * Prints (rank 0): MPI_LAT size=<size> iters=<n> usec=<time>
+ * Prints (rank 0): MPI_LAT size=<size> iters=<n> usec=<time> [max=<usec>]
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int by_value(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
 
 static void compute(double seconds)
 {
@@ -52,7 +59,7 @@ int main(int argc, char **argv)
 	char *out = malloc(size), *in = malloc(size);
 	memset(out, rank + 1, size);
 	int peer = 1 - rank;
-	double usec = 0;
+	double usec = 0, *sends = calloc(iters, sizeof(double));
 	if (sendrecv) {
 		for (int i = 0; i < 100 + iters; i++) {
 			if (i == 100) {
@@ -69,7 +76,7 @@ int main(int argc, char **argv)
 			if (rank == 0) {
 				double t = MPI_Wtime();
 				MPI_Send(out, size, MPI_CHAR, 1, 7, MPI_COMM_WORLD);
-				usec += (MPI_Wtime() - t) / iters * 1e6;
+				sends[i] = (MPI_Wtime() - t) * 1e6;
 			} else {
 				MPI_Recv(in, size, MPI_CHAR, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 				compute(0.02);
@@ -80,8 +87,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpi_exchange: rank %d got %d, not %d\n", rank, in[0], peer + 1);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	if (rank == 0)
+	if (rank == 0 && sendrecv)
 		printf("MPI_LAT size=%d iters=%d usec=%.3f\n", size, iters, usec);
+	if (rank == 0 && !sendrecv) {
+		qsort(sends, iters, sizeof(double), by_value);
+		printf("MPI_LAT size=%d iters=%d usec=%.3f max=%.3f\n", size, iters, sends[iters / 2],
+		       sends[iters - 1]);
+	}
+	free(sends);
 	free(out);
 	free(in);
 	MPI_Finalize();
