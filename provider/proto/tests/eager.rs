@@ -327,29 +327,23 @@ fn an_exchange_is_acknowledged_at_once() {
 #[test]
 fn a_receiver_holds_acks_while_answers_carry_them() {
     let (mut e, mut now) = connected_pair(test_config());
-    let send = |e: &mut [Engine; 2], now: u64, tag: u64| -> (MsgId, bool) {
-        let id = e[0]
-            .send(addr(1), hdr(tag), Box::new(vec![1u8; 8]), SendMode::Eager, now)
+    // Sends `tag` from `from` at `now`, everything back and forth: whether
+    // A's send `id` completed meanwhile.
+    let send = |e: &mut [Engine; 2], from: usize, now: u64, tag: u64, id: Option<MsgId>| -> (MsgId, bool) {
+        let sent = e[from]
+            .send(addr(1 - from), hdr(tag), Box::new(vec![1u8; 8]), SendMode::Eager, now)
             .unwrap();
+        let id = id.unwrap_or(sent);
         let mut done = false;
         pump_pair(e, now, |s, _, ev| {
             if let Event::SendDone { id: d } = ev {
                 done |= s == 0 && d == id;
             }
         });
-        (id, done)
+        (sent, done)
     };
-    let answer = |e: &mut [Engine; 2], now: u64, id: MsgId| -> bool {
-        e[1].send(addr(0), hdr(9), Box::new(vec![2u8; 8]), SendMode::Eager, now)
-            .unwrap();
-        let mut done = false;
-        pump_pair(e, now, |s, _, ev| {
-            if let Event::SendDone { id: d } = ev {
-                done |= s == 0 && d == id;
-            }
-        });
-        done
-    };
+    let answer = |e: &mut [Engine; 2], now: u64, id: MsgId| send(e, 1, now, 9, Some(id)).1;
+    let send = |e: &mut [Engine; 2], now: u64, tag: u64| send(e, 0, now, tag, None);
     // Held, and no answer: the ACK leaves alone when its delay is up.
     now += 1_000;
     let (_, done) = send(&mut e, now, 1);
