@@ -279,15 +279,28 @@ impl Spin {
     /// A poll found nothing: yields the CPU if the wait has been long.
     #[inline]
     pub fn empty(&self) {
+        self.empty_at(now_ns, |before| {
+            std::thread::yield_now();
+            now_ns().saturating_sub(before)
+        });
+    }
+
+    /// `empty` with the clock read by `clock` and the yield made by
+    /// `give_away`, which is handed the time read before it and returns
+    /// how long it took. Whether this poll yielded (the tests run it in
+    /// virtual time).
+    #[inline]
+    fn empty_at(&self, clock: impl FnOnce() -> u64, give_away: impl FnOnce(u64) -> u64) -> bool {
         let k = self.empty.load(Ordering::Relaxed) + 1;
         self.empty.store(k, Ordering::Relaxed);
         if k < self.next.load(Ordering::Relaxed) || self.yield_after_ns == 0 {
-            return;
+            return false;
         }
-        if let Look::Yield(before) = self.look(k, now_ns()) {
-            std::thread::yield_now();
-            self.yielded(k, now_ns().saturating_sub(before));
-        }
+        let Look::Yield(before) = self.look(k, clock()) else {
+            return false;
+        };
+        self.yielded(k, give_away(before));
+        true
     }
 
     /// The `k`th empty poll in a row looks at the clock (`now`).
@@ -432,19 +445,10 @@ mod tests {
     /// `n` empty polls of `s` at virtual time `t`, each yield taking
     /// `took` ns: the polls (their number in the wait) that yielded.
     fn yielding_polls(s: &Spin, n: u64, t: u64, took: u64) -> Vec<u64> {
-        let mut at = Vec::new();
-        for _ in 0..n {
-            let k = s.empty.load(Ordering::Relaxed) + 1;
-            s.empty.store(k, Ordering::Relaxed);
-            if k < s.next.load(Ordering::Relaxed) || s.yield_after_ns == 0 {
-                continue;
-            }
-            if let Look::Yield(_) = s.look(k, t) {
-                s.yielded(k, took);
-                at.push(k);
-            }
-        }
-        at
+        (1..=n)
+            .filter(|_| s.empty_at(|| t, |_| took))
+            .map(|_| s.empty.load(Ordering::Relaxed))
+            .collect()
     }
 
     fn empty_polls(s: &Spin, n: u64, t: u64, took: u64) -> usize {
@@ -489,6 +493,22 @@ mod tests {
         let at = yielding_polls(&s, SPIN_GAP_MAX + 4 * m, 50_000, SHARED);
         assert!(at.len() >= 5, "{:?}", at);
         assert!(at.windows(2).all(|w| w[1] - w[0] == m), "{:?}", at);
+    }
+
+    #[test]
+    fn the_clock_is_read_once_in_so_many_polls() {
+        let s = Spin::new(50_000, TEST);
+        let reads = Cell::new(0);
+        for _ in 0..10 * SPIN_LOOK_EVERY {
+            s.empty_at(
+                || {
+                    reads.set(reads.get() + 1);
+                    0
+                },
+                |_| SHARED,
+            );
+        }
+        assert_eq!(reads.get(), 10);
     }
 
     #[test]
