@@ -115,6 +115,9 @@ pub struct UdpSockets {
     /// Error-queue records that were not refusals (another ICMP error:
     /// the reliability layer copes), or refusals beyond `NEWS_MAX`.
     other_errors: std::cell::Cell<u64>,
+    /// System calls that sent datagrams (a GSO run is one): against the
+    /// engine's `datagrams_out`, how well sends are batched.
+    send_calls: std::cell::Cell<u64>,
 }
 
 /// Most refusals kept between two progress passes (`UdpSockets::news`).
@@ -208,6 +211,7 @@ impl UdpSockets {
             news: std::cell::RefCell::new(Vec::new()),
             has_news: std::cell::Cell::new(false),
             other_errors: std::cell::Cell::new(0),
+            send_calls: std::cell::Cell::new(0),
         })
     }
 
@@ -374,6 +378,11 @@ impl UdpSockets {
         self.other_errors.get()
     }
 
+    /// System calls that sent datagrams (`send_calls`).
+    pub fn send_calls(&self) -> u64 {
+        self.send_calls.get()
+    }
+
     /// How many peers have a connected socket.
     pub fn connected_count(&self) -> usize {
         self.connected.len()
@@ -396,6 +405,7 @@ impl UdpSockets {
     fn send_datagram(&self, bytes: &[u8], to: SocketAddr) -> io::Result<bool> {
         use rustix::net::SendFlags;
         let (fd, connected) = self.sock_for(to);
+        self.send_calls.set(self.send_calls.get() + 1);
         let send = || match connected {
             // A connected socket sends without naming the destination.
             true => sent(rustix::net::send(fd, bytes, SendFlags::DONTWAIT)),
@@ -670,6 +680,7 @@ impl UdpSockets {
     /// buffers under `TxBatch::push`'s contract.
     fn sendmsg_gso(&self, iov: &[libc::iovec], to: SocketAddr, seg: usize) -> io::Result<bool> {
         let (fd, connected) = self.sock_for(to);
+        self.send_calls.set(self.send_calls.get() + 1);
         // A connected socket sends without naming the destination.
         let name = (!connected).then(|| sockaddr_of(to));
         let (name_ptr, namelen) = match &name {

@@ -555,8 +555,15 @@ impl Wire for UdpWire {
         let quiet = !flags.delivery && (flags.inject || (eager && flags.inject_complete));
         // A send that is not batched (FI_MORE) may go to the socket at once
         // (Engine::send_now: if nothing else waits), except bulk eager
-        // data, which the flush sends from the application's buffer.
-        let at_once = !flags.more && (!eager || len <= DIRECT_COPY_MAX) && !self.txbuf.stalled();
+        // data, which the flush sends from the application's buffer, and
+        // an eager message of several segments: the flush sends them all
+        // in one GSO run, where going at once sent the first alone and the
+        // rest after it, two system calls (fabtests' 4 KiB ping-pong across
+        // hosts, MTU 1500: 21 us one-way against 9-10 at 8 KiB, which went
+        // in one run).
+        let at_once = !flags.more
+            && (!eager || (len <= DIRECT_COPY_MAX && !self.engine.spans_segments(peer, len)))
+            && !self.txbuf.stalled();
         // One segment with nothing ahead of it: on the wire first, then
         // recorded (engine/express.rs).
         let express = if at_once && eager {
@@ -689,8 +696,9 @@ impl Wire for UdpWire {
 
     fn stats_line(&self) -> String {
         format!(
-            "{:?} connected_sockets: {} other_kernel_errors: {}",
+            "{:?} send_calls: {} connected_sockets: {} other_kernel_errors: {}",
             self.engine.stats(),
+            self.sockets.send_calls(),
             self.sockets.connected_count(),
             self.sockets.other_errors()
         )
@@ -953,6 +961,34 @@ mod tests {
                 "post {post}: in place only when the receive came first"
             );
         }
+    }
+
+    /// An eager message of several segments goes in one GSO run, one
+    /// system call, not its first segment at once and the rest after it
+    /// (over a 1500-byte MTU a 4 KiB message is three segments).
+    #[test]
+    fn an_eager_message_of_several_segments_is_one_send_call() {
+        let cfg = EngineConfig {
+            max_datagram: 1472,
+            ..EngineConfig::default()
+        };
+        let now = crate::progress::now_ns;
+        let (mut a, mut b) = (wire_of(7, cfg.clone()), wire_of(8, cfg));
+        let (mut ua, mut ub) = (App::default(), App::default());
+        first_message(&mut a, &mut b, &mut ua, &mut ub, b"hello");
+        let msg: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 1) as u8).collect();
+        let (calls, out) = (a.sockets.send_calls(), a.engine.stats().datagrams_out);
+        send_bytes(&mut a, &b, 2, &msg, &mut ua, now());
+        assert_eq!(a.engine.stats().datagrams_out - out, 3, "three segments");
+        assert_eq!(a.sockets.send_calls() - calls, 1, "in one call");
+        for _ in 0..50 {
+            if ub.eager == 2 {
+                break;
+            }
+            wait_for_datagram(&a, &b);
+            pass(&mut b, now(), &mut ub);
+        }
+        assert_eq!(ub.eager, 2, "b has the message");
     }
 
     /// A wire has talked once a datagram went out or came in; a shm

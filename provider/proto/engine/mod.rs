@@ -605,6 +605,14 @@ impl Engine {
         msg::eager_max(&self.sh.cfg)
     }
 
+    /// Whether an eager message of `len` bytes to `peer` takes more than
+    /// one segment on its VC (a peer without one yet: no).
+    pub fn spans_segments(&self, peer: SocketAddr, len: usize) -> bool {
+        self.vcs
+            .get(&peer)
+            .is_some_and(|vc| len > vc.seg_limit - wire::SEG_HDR_LEN - wire::MSG_BODY_LEN)
+    }
+
     /// Whether an RTS with pushed data was delivered since the last call.
     /// Its `Event::Msg` should then be matched (accepted, or left
     /// unexpected) before the next datagram is handled: its pushed data
