@@ -745,22 +745,24 @@ impl UdpSockets {
     }
 
     /// After a receive of `n` slots into `batch`: turns GRO on (for good)
-    /// once a receive brings `GRO_MIN` datagrams of bulk data at once
-    /// (segments of a message longer than a datagram, or a stream of
-    /// them: `GRO_SEG_MIN` bytes or more each). Each then reaches us as
-    /// one datagram per GSO run of its sender rather than one per segment:
-    /// a 16 KiB ping-pong across a veth pair took 15-20 µs one-way without
-    /// and 9-10 with. Until then single datagrams are read with recvfrom,
-    /// ~0.25 µs cheaper than the recvmsg GRO needs. A burst of small ones
-    /// (a collective's messages and ACKs from several peers, handshakes)
-    /// does not count: GRO coalesces nothing of them, and with it on
-    /// every later receive, each small message's included, would pay for
-    /// recvmsg.
+    /// once a datagram of bulk data arrives (`GRO_SEG_MIN` bytes or more:
+    /// a segment of a message longer than a datagram, which its sender
+    /// sends as one GSO run with the rest). A run then reaches us as one
+    /// datagram rather than one per segment, which the kernel would cut
+    /// out of the run and we would read one by one: a 16 KiB ping-pong
+    /// across a veth pair took 15-20 µs one-way without and 9-10 with;
+    /// fabtests' 2 and 4 KiB ones (two and three segments) 9-10 and 11-21
+    /// µs without, 8-9 and 8-10 with, where GRO waited for four such
+    /// datagrams in one receive and never came. Until then single
+    /// datagrams are read with recvfrom, ~0.25 µs cheaper than the recvmsg
+    /// GRO needs. Small datagrams (a collective's messages and ACKs from
+    /// several peers, handshakes) do not count, however many: GRO
+    /// coalesces nothing of them, and with it on every later receive,
+    /// each small message's included, would pay for recvmsg.
     pub fn tune_gro(&self, batch: &RecvBatch, n: usize) {
         if self.gro_capable
             && !self.gro.get()
-            && n >= GRO_MIN.min(batch.slots)
-            && batch.bulk_datagrams(n, GRO_SEG_MIN.min(self.max_datagram * 3 / 4)) >= GRO_MIN.min(batch.slots)
+            && batch.bulk_datagrams(n, GRO_SEG_MIN.min(self.max_datagram * 3 / 4)) > 0
             && set_udp_gro(self.fd())
         {
             // All or none: recv_one picks recvfrom or recvmsg for all.
@@ -782,9 +784,6 @@ impl UdpSockets {
     }
 }
 
-/// Datagrams of bulk data one receive must bring for GRO to be turned on
-/// (`tune_gro`).
-const GRO_MIN: usize = 4;
 /// Bytes from which a datagram counts as a segment of bulk data: a full
 /// one on any IP path (IPv6 guarantees an MTU of 1280), more than a 1 KiB
 /// message with its headers; three quarters of a full one where
