@@ -785,6 +785,8 @@ mod tests {
     struct App {
         held: Vec<Held>,
         eager: usize,
+        /// The last eager message's bytes.
+        last: Vec<u8>,
         sent: usize,
         recvd: Vec<(OpId, usize)>,
     }
@@ -796,10 +798,12 @@ mod tests {
                     self.held.push(h);
                     Take::Kept
                 }
-                _ => {
+                Body::Bytes(b) => {
                     self.eager += 1;
+                    self.last = b.to_vec();
                     Take::Done
                 }
+                Body::Shared(_) => unreachable!("the udp wire reassembles its own"),
             }
         }
         fn event(&mut self, e: WireEvent) {
@@ -989,6 +993,7 @@ mod tests {
             pass(&mut b, now(), &mut ub);
         }
         assert_eq!(ub.eager, 2, "b has the message");
+        assert!(ub.last == msg, "its bytes");
     }
 
     /// A wire has talked once a datagram went out or came in; a shm
