@@ -606,11 +606,12 @@ impl Engine {
     }
 
     /// Whether an eager message of `len` bytes to `peer` takes more than
-    /// one segment on its VC (a peer without one yet: no).
+    /// one segment on its VC (a peer without one yet: no). No VC's
+    /// segments are shorter than `max_datagram`, so a message that fits
+    /// one of those (every small send) needs no lookup.
     pub fn spans_segments(&self, peer: SocketAddr, len: usize) -> bool {
-        self.vcs
-            .get(&peer)
-            .is_some_and(|vc| len > vc.seg_limit - wire::SEG_HDR_LEN - wire::MSG_BODY_LEN)
+        let room = |seg_limit: usize| seg_limit.saturating_sub(wire::SEG_HDR_LEN + wire::MSG_BODY_LEN);
+        len > room(self.sh.cfg.max_datagram) && self.vcs.get(&peer).is_some_and(|vc| len > room(vc.seg_limit))
     }
 
     /// Whether an RTS with pushed data was delivered since the last call.
