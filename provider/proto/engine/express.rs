@@ -20,6 +20,7 @@
 //! syscall, against 1 900.)
 
 use super::msg::{eager_max, SegFrame, TxBody, TxMsg};
+use super::rndv::msg_room;
 use super::sched::mark_ready;
 use super::Engine;
 use crate::proto::wire::{self, FrameHead};
@@ -63,7 +64,7 @@ impl Engine {
         }
         let vc = self.vcs.get_mut(&peer)?;
         let conn = vc.peer_nonce?;
-        let room = vc.seg_limit - wire::SEG_HDR_LEN - wire::MSG_BODY_LEN;
+        let room = msg_room(vc.seg_limit);
         if !vc.established()
             || vc.resp_pending
             || vc.unproven.is_some()

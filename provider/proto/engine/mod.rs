@@ -610,8 +610,8 @@ impl Engine {
     /// segments are shorter than `max_datagram`, so a message that fits
     /// one of those (every small send) needs no lookup.
     pub fn spans_segments(&self, peer: SocketAddr, len: usize) -> bool {
-        let room = |seg_limit: usize| seg_limit.saturating_sub(wire::SEG_HDR_LEN + wire::MSG_BODY_LEN);
-        len > room(self.sh.cfg.max_datagram) && self.vcs.get(&peer).is_some_and(|vc| len > room(vc.seg_limit))
+        len > rndv::msg_room(self.sh.cfg.max_datagram)
+            && self.vcs.get(&peer).is_some_and(|vc| len > rndv::msg_room(vc.seg_limit))
     }
 
     /// Whether an RTS with pushed data was delivered since the last call.

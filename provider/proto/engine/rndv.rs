@@ -142,6 +142,12 @@ pub(super) fn data_room(seg_limit: usize) -> usize {
     seg_limit - wire::SEG_HDR_LEN - wire::RDATA_BODY_LEN
 }
 
+/// Payload bytes of an eager message's first segment (its MSG) on a VC
+/// whose segments are at most `seg_limit` bytes.
+pub(super) fn msg_room(seg_limit: usize) -> usize {
+    seg_limit.saturating_sub(wire::SEG_HDR_LEN + wire::MSG_BODY_LEN)
+}
+
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
 fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
     let chunk = cfg.rndv_get_chunk.max(1);
