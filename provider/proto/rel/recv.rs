@@ -23,8 +23,8 @@ const ACK_EVERY_SEGS: u32 = 64;
 /// ACKs pays with this peer (`RecvWindow::answers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Awaited {
-    /// Held since then, for the answer that may carry it.
-    Held(u64),
+    /// Held for the answer that may carry it.
+    Held,
     /// Sent at once then: an answer of ours soon after says holding
     /// would have paid.
     Sent(u64),
@@ -222,11 +222,7 @@ impl RecvWindow {
         }
         let at_once = awaited && (we_wait || !self.holds(cfg));
         if awaited && !we_wait {
-            self.awaited = Some(if at_once {
-                Awaited::Sent(now)
-            } else {
-                Awaited::Held(now)
-            });
+            self.awaited = Some(if at_once { Awaited::Sent(now) } else { Awaited::Held });
         }
         if filled_hole || at_once {
             self.ack_now = true;
@@ -285,7 +281,7 @@ impl RecvWindow {
     pub fn ack_left(&mut self, cfg: &EngineConfig, now: u64, with_data: bool) {
         match self.awaited {
             None => {}
-            Some(Awaited::Held(_)) => {
+            Some(Awaited::Held) => {
                 self.answers = with_data;
                 self.awaited = None;
             }
