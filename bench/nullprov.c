@@ -33,6 +33,18 @@
  * the other: -DSTRIDE=8192 lays them out as gnix's ring lays out the
  * first lines of its 8 KiB slots (bench/README.md, "What is left of the
  * 8-byte gap").
+ *
+ * Built with -DDGRAM (as libdgramprov-fi.so, provider "dgramprov") it is
+ * the same between two hosts: a tagged message of up to 32 bytes is one
+ * UDP datagram (tag, CQ data, length, payload) sent with one send() on a
+ * socket connected to the peer, as the udp wire sends to a busy peer, and
+ * taken by the receiver's fi_cq_read with recv() until none is left; the
+ * same match and CQ as lineprov. No sequence numbers, acknowledgements,
+ * retransmissions or flow control: what any provider over UDP sockets
+ * adds to the socket calls at least, under a client (bench/README.md,
+ * "The least a provider does across hosts"). It binds the first IPv4
+ * address that is not a loopback one, so each "host" of the namespace pair
+ * names its veth.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -50,11 +62,23 @@
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
 
+#if defined(LINE) && defined(DGRAM)
+#error "-DLINE or -DDGRAM, not both"
+#endif
+#if defined(LINE) || defined(DGRAM)
+#define MOVES /* messages move between processes after all */
+#endif
 #ifdef LINE
 #define NAME "lineprov"
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#elif defined(DGRAM)
+#define NAME "dgramprov"
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/socket.h>
 #else
 #define NAME "nullprov"
 #endif
@@ -87,12 +111,12 @@ struct ep {
 	int tx_selective, rx_selective;
 };
 
-#ifdef LINE
+#ifdef MOVES
 #include <stdatomic.h>
-static void line_progress(void);
-static int line_insert(const struct sockaddr_in *a, fi_addr_t *out);
-static int line_open(struct ep *ep);
-static void line_close(void);
+static void move_progress(void);
+static int move_insert(const struct sockaddr_in *a, fi_addr_t *out);
+static int move_open(struct ep *ep);
+static void move_close(void);
 #endif
 
 static int close_free(struct fid *f)
@@ -130,8 +154,8 @@ static ssize_t cq_read(struct fid_cq *f, void *buf, size_t count)
 {
 	struct cq *cq = (struct cq *)f;
 	size_t n = 0;
-#ifdef LINE
-	line_progress();
+#ifdef MOVES
+	move_progress();
 #endif
 	while (n < count && cq->head != cq->tail) {
 		memcpy((char *)buf + n * cq->size, &cq->e[cq->head++ & (CQ_DEPTH - 1)], cq->size);
@@ -212,8 +236,8 @@ static int av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_
 	static fi_addr_t next;
 	for (size_t i = 0; i < count; i++) {
 		fi_addr_t a = next++;
-#ifdef LINE
-		int err = line_insert((const struct sockaddr_in *)addr + i, &a);
+#ifdef MOVES
+		int err = move_insert((const struct sockaddr_in *)addr + i, &a);
 		if (err)
 			return err;
 #endif
@@ -275,32 +299,12 @@ static size_t iov_len(const struct iovec *iov, size_t count)
 	return n;
 }
 
-#ifdef LINE
-/* --- lineprov: one line a message --- */
+#ifdef MOVES
+/* --- what lineprov and dgramprov share: the match, a message's life --- */
 
-#define NLINES 256 /* a power of two */
-#ifndef STRIDE
-#define STRIDE 64
-#endif
-#define RING_AT(r, i) ((struct line *)((r)->ring + ((i) & (NLINES - 1)) * STRIDE))
-#define LINE_MAX 32
+#define MSG_MAX 32
 #define POOL 16384
 #define SELF ((fi_addr_t)-2)
-
-struct line {
-	_Atomic uint64_t seq; /* its position + 1, written last */
-	uint64_t tag, data;
-	uint32_t len, pad;
-	char payload[LINE_MAX];
-};
-
-_Static_assert(STRIDE % 64 == 0 && STRIDE >= sizeof(struct line), "STRIDE: a multiple of 64, a line at least");
-
-struct region {
-	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
-	char pad[56];
-	_Alignas(64) char ring[NLINES * STRIDE];
-};
 
 /* A posted receive or an unexpected message. */
 struct node {
@@ -308,7 +312,7 @@ struct node {
 	void *buf, *ctx;
 	size_t len;
 	uint64_t tag, ignore, data;
-	char payload[LINE_MAX];
+	char payload[MSG_MAX];
 };
 
 struct list {
@@ -317,12 +321,8 @@ struct list {
 
 static struct {
 	struct ep *ep;
-	struct region *mine, *peer;
-	pid_t peer_pid;
-	uint64_t head, tail, room_until;
 	struct list posted, unexpected, free;
 	struct node pool[POOL];
-	char name[64];
 } G;
 
 static void list_push(struct list *l, struct node *n)
@@ -362,7 +362,7 @@ static struct node *list_take(struct list *l, uint64_t tag, int by_node_ignore, 
 	return NULL;
 }
 
-static void line_arrived(uint64_t tag, uint64_t data, uint32_t len, const char *payload)
+static void msg_arrived(uint64_t tag, uint64_t data, uint32_t len, const char *payload)
 {
 	struct node *r = list_take(&G.posted, tag, 1, 0);
 	if (r) {
@@ -383,54 +383,7 @@ static void line_arrived(uint64_t tag, uint64_t data, uint32_t len, const char *
 	list_push(&G.unexpected, u);
 }
 
-static void line_progress(void)
-{
-	if (!G.mine)
-		return;
-	uint64_t h = G.head;
-	for (;;) {
-		struct line *l = RING_AT(G.mine, h);
-		if (atomic_load_explicit(&l->seq, memory_order_acquire) != h + 1)
-			break;
-		line_arrived(l->tag, l->data, l->len, l->payload);
-		h++;
-		if ((h & 31) == 0)
-			atomic_store_explicit(&G.mine->consumed, h, memory_order_release);
-	}
-	if (h != G.head) {
-		G.head = h;
-		atomic_store_explicit(&G.mine->consumed, h, memory_order_release);
-	}
-}
-
-static ssize_t line_send(struct ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dst,
-			 uint64_t tag, void *ctx, int complete)
-{
-	if (len > LINE_MAX)
-		return -FI_ENOSYS;
-	if (dst == SELF) {
-		line_arrived(tag, data, len, buf);
-	} else {
-		if (!G.peer)
-			return -FI_EINVAL;
-		while (G.tail >= G.room_until) {
-			G.room_until = atomic_load_explicit(&G.peer->consumed, memory_order_acquire) + NLINES;
-			if (G.tail >= G.room_until)
-				line_progress(); /* both full: take ours in meanwhile */
-		}
-		struct line *l = RING_AT(G.peer, G.tail);
-		l->tag = tag;
-		l->data = data;
-		l->len = len;
-		memcpy(l->payload, buf, len);
-		atomic_store_explicit(&l->seq, ++G.tail, memory_order_release);
-	}
-	if (complete)
-		tx_done(ep, ctx, FI_TAGGED, len, FI_COMPLETION);
-	return 0;
-}
-
-static ssize_t line_recv(void *buf, size_t len, uint64_t tag, uint64_t ignore, void *ctx)
+static ssize_t move_recv(void *buf, size_t len, uint64_t tag, uint64_t ignore, void *ctx)
 {
 	struct node *u = list_take(&G.unexpected, tag, 0, ignore);
 	if (u) {
@@ -453,48 +406,150 @@ static ssize_t line_recv(void *buf, size_t len, uint64_t tag, uint64_t ignore, v
 	return 0;
 }
 
-static struct region *region_map(pid_t pid, int create);
+/* The transport's part: a message to the one peer, and the arrivals. */
+static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t tag);
+static int xport_open(void);
 
-static int line_insert(const struct sockaddr_in *a, fi_addr_t *out)
+static ssize_t move_send(struct ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dst,
+			 uint64_t tag, void *ctx, int complete)
 {
-	pid_t pid = (pid_t)ntohl(a->sin_addr.s_addr);
-	if (pid == getpid()) {
-		*out = SELF;
-		return 0;
+	if (len > MSG_MAX)
+		return -FI_ENOSYS;
+	if (dst == SELF) {
+		msg_arrived(tag, data, len, buf);
+	} else {
+		ssize_t err = xport_send(buf, len, data, tag);
+		if (err)
+			return err;
 	}
-	if (G.peer && pid != G.peer_pid)
-		return -FI_ENOSYS; /* one peer at most */
-	if (!G.peer) {
-		G.peer = region_map(pid, 0);
-		if (!G.peer)
-			return -FI_EADDRNOTAVAIL;
-		G.peer_pid = pid;
-		G.room_until = NLINES;
-	}
-	*out = 0;
+	if (complete)
+		tx_done(ep, ctx, FI_TAGGED, len, FI_COMPLETION);
 	return 0;
 }
 
-static int line_open(struct ep *ep)
+static int move_open(struct ep *ep)
 {
 	if (G.ep)
 		return -FI_ENOSYS; /* one endpoint a process */
-	G.mine = region_map(getpid(), 1);
-	if (!G.mine)
-		return -FI_ENOMEM;
+	int err = xport_open();
+	if (err)
+		return err;
 	G.ep = ep;
 	for (int i = 0; i < POOL; i++)
 		list_push(&G.free, &G.pool[i]);
 	return 0;
 }
 
-static void line_close(void)
+#ifdef LINE
+/* --- lineprov: one line a message --- */
+
+#define NLINES 256 /* a power of two */
+#ifndef STRIDE
+#define STRIDE 64
+#endif
+#define RING_AT(r, i) ((struct line *)((r)->ring + ((i) & (NLINES - 1)) * STRIDE))
+
+struct line {
+	_Atomic uint64_t seq; /* its position + 1, written last */
+	uint64_t tag, data;
+	uint32_t len, pad;
+	char payload[MSG_MAX];
+};
+
+_Static_assert(STRIDE % 64 == 0 && STRIDE >= sizeof(struct line), "STRIDE: a multiple of 64, a line at least");
+
+struct region {
+	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
+	char pad[56];
+	_Alignas(64) char ring[NLINES * STRIDE];
+};
+
+static struct {
+	struct region *mine, *peer;
+	pid_t peer_pid;
+	uint64_t head, tail, room_until;
+	char name[64];
+} L;
+
+static void move_progress(void)
 {
-	shm_unlink(G.name);
-	munmap(G.mine, sizeof(struct region));
-	if (G.peer)
-		munmap(G.peer, sizeof(struct region));
-	G.mine = G.peer = NULL;
+	if (!L.mine)
+		return;
+	uint64_t h = L.head;
+	for (;;) {
+		struct line *l = RING_AT(L.mine, h);
+		if (atomic_load_explicit(&l->seq, memory_order_acquire) != h + 1)
+			break;
+		msg_arrived(l->tag, l->data, l->len, l->payload);
+		h++;
+		if ((h & 31) == 0)
+			atomic_store_explicit(&L.mine->consumed, h, memory_order_release);
+	}
+	if (h != L.head) {
+		L.head = h;
+		atomic_store_explicit(&L.mine->consumed, h, memory_order_release);
+	}
+}
+
+static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t tag)
+{
+	if (!L.peer)
+		return -FI_EINVAL;
+	while (L.tail >= L.room_until) {
+		L.room_until = atomic_load_explicit(&L.peer->consumed, memory_order_acquire) + NLINES;
+		if (L.tail >= L.room_until)
+			move_progress(); /* both full: take ours in meanwhile */
+	}
+	struct line *l = RING_AT(L.peer, L.tail);
+	l->tag = tag;
+	l->data = data;
+	l->len = len;
+	memcpy(l->payload, buf, len);
+	atomic_store_explicit(&l->seq, ++L.tail, memory_order_release);
+	return 0;
+}
+
+static struct region *region_map(pid_t pid, int create);
+
+static int move_insert(const struct sockaddr_in *a, fi_addr_t *out)
+{
+	pid_t pid = (pid_t)ntohl(a->sin_addr.s_addr);
+	if (pid == getpid()) {
+		*out = SELF;
+		return 0;
+	}
+	if (L.peer && pid != L.peer_pid)
+		return -FI_ENOSYS; /* one peer at most */
+	if (!L.peer) {
+		L.peer = region_map(pid, 0);
+		if (!L.peer)
+			return -FI_EADDRNOTAVAIL;
+		L.peer_pid = pid;
+		L.room_until = NLINES;
+	}
+	*out = 0;
+	return 0;
+}
+
+static int xport_open(void)
+{
+	L.mine = region_map(getpid(), 1);
+	return L.mine ? 0 : -FI_ENOMEM;
+}
+
+/* The process id names the endpoint: its region is mapped by it. */
+static void move_name(struct sockaddr_in *a)
+{
+	a->sin_addr.s_addr = htonl((uint32_t)getpid());
+}
+
+static void move_close(void)
+{
+	shm_unlink(L.name);
+	munmap(L.mine, sizeof(struct region));
+	if (L.peer)
+		munmap(L.peer, sizeof(struct region));
+	L.mine = L.peer = NULL;
 	G.ep = NULL;
 }
 
@@ -512,16 +567,123 @@ static struct region *region_map(pid_t pid, int create)
 	void *p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (create)
-		snprintf(G.name, sizeof G.name, "%s", name);
+		snprintf(L.name, sizeof L.name, "%s", name);
 	return p == MAP_FAILED ? NULL : p;
 }
+#else
+/* --- dgramprov: one datagram a message --- */
+
+/* What one datagram carries: the message, nothing else (no sequence, no
+ * acknowledgement, no retransmission: a lost datagram is a lost message). */
+struct dgram {
+	uint64_t tag, data;
+	uint32_t len;
+	char payload[MSG_MAX];
+} __attribute__((packed));
+
+#define DGRAM_HDR (sizeof(struct dgram) - MSG_MAX)
+
+static struct {
+	int fd;
+	struct sockaddr_in self, peer;
+} D = { .fd = -1 };
+
+/* The next datagram waiting, a message: one receive a read, so that a
+ * read that finds one returns without a second call that finds none. */
+static void move_progress(void)
+{
+	struct dgram d;
+	ssize_t n;
+	while ((n = recv(D.fd, &d, sizeof d, MSG_DONTWAIT)) >= 0) {
+		if (n >= (ssize_t)DGRAM_HDR && d.len <= MSG_MAX && (size_t)n == DGRAM_HDR + d.len) {
+			msg_arrived(d.tag, d.data, d.len, d.payload);
+			return;
+		}
+	}
+}
+
+/* On the socket connected to the peer, as the udp wire sends to a busy
+ * peer: no route lookup a send, the arrival demultiplexed early. */
+static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t tag)
+{
+	if (!D.peer.sin_port)
+		return -FI_EINVAL;
+	struct dgram d = { .tag = tag, .data = data, .len = (uint32_t)len };
+	memcpy(d.payload, buf, len);
+	if (send(D.fd, &d, DGRAM_HDR + len, 0) != (ssize_t)(DGRAM_HDR + len))
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS ? -FI_EAGAIN : -FI_EIO;
+	return 0;
+}
+
+static int move_insert(const struct sockaddr_in *a, fi_addr_t *out)
+{
+	if (a->sin_addr.s_addr == D.self.sin_addr.s_addr && a->sin_port == D.self.sin_port) {
+		*out = SELF;
+		return 0;
+	}
+	if (D.peer.sin_port)
+		return a->sin_addr.s_addr == D.peer.sin_addr.s_addr && a->sin_port == D.peer.sin_port
+			       ? (*out = 0, 0)
+			       : -FI_ENOSYS; /* one peer at most */
+	/* Datagrams that came before the connect stay queued. */
+	if (connect(D.fd, (const struct sockaddr *)a, sizeof *a) != 0)
+		return -FI_EADDRNOTAVAIL;
+	D.peer = *a;
+	*out = 0;
+	return 0;
+}
+
+/* The socket, bound to the first IPv4 address that is not a loopback
+ * one (the namespace's veth), on a port of the kernel's choice. */
+static int xport_open(void)
+{
+	struct ifaddrs *all, *i;
+	if (getifaddrs(&all) != 0)
+		return -FI_ENODEV;
+	D.self = (struct sockaddr_in){ .sin_family = AF_INET };
+	for (i = all; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK) &&
+		    (i->ifa_flags & IFF_UP)) {
+			D.self.sin_addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+			break;
+		}
+	freeifaddrs(all);
+	if (!i)
+		return -FI_ENODEV;
+	socklen_t len = sizeof D.self;
+	D.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (D.fd < 0)
+		return -FI_ENOMEM;
+	if (bind(D.fd, (struct sockaddr *)&D.self, sizeof D.self) != 0 ||
+	    getsockname(D.fd, (struct sockaddr *)&D.self, &len) != 0) {
+		close(D.fd);
+		D.fd = -1;
+		return -FI_EADDRNOTAVAIL;
+	}
+	return 0;
+}
+
+static void move_name(struct sockaddr_in *a)
+{
+	*a = D.self;
+}
+
+static void move_close(void)
+{
+	if (D.fd >= 0)
+		close(D.fd);
+	D.fd = -1;
+	D.peer = (struct sockaddr_in){ 0 };
+	G.ep = NULL;
+}
+#endif
 #endif
 
 static ssize_t t_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src,
 		      uint64_t tag, uint64_t ignore, void *ctx)
 {
-#ifdef LINE
-	return line_recv(buf, len, tag, ignore, ctx);
+#ifdef MOVES
+	return move_recv(buf, len, tag, ignore, ctx);
 #endif
 	rx_done((struct ep *)e, ctx, FI_TAGGED, buf, len, tag, ignore, FI_COMPLETION);
 	return 0;
@@ -530,8 +692,8 @@ static ssize_t t_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_ad
 static ssize_t t_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
 		       fi_addr_t src, uint64_t tag, uint64_t ignore, void *ctx)
 {
-#ifdef LINE
-	return count == 1 ? line_recv(iov[0].iov_base, iov[0].iov_len, tag, ignore, ctx) : -FI_ENOSYS;
+#ifdef MOVES
+	return count == 1 ? move_recv(iov[0].iov_base, iov[0].iov_len, tag, ignore, ctx) : -FI_ENOSYS;
 #endif
 	rx_done((struct ep *)e, ctx, FI_TAGGED, count ? iov[0].iov_base : NULL, iov_len(iov, count),
 		tag, ignore, FI_COMPLETION);
@@ -543,8 +705,8 @@ static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 	/* A peek finds nothing: nothing ever arrives (lineprov: no probe). */
 	if (flags & FI_PEEK)
 		return -FI_ENOMSG;
-#ifdef LINE
-	return m->iov_count == 1 ? line_recv(m->msg_iov[0].iov_base, m->msg_iov[0].iov_len, m->tag,
+#ifdef MOVES
+	return m->iov_count == 1 ? move_recv(m->msg_iov[0].iov_base, m->msg_iov[0].iov_len, m->tag,
 					     m->ignore, m->context)
 				 : -FI_ENOSYS;
 #endif
@@ -556,8 +718,8 @@ static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
 		      uint64_t tag, void *ctx)
 {
-#ifdef LINE
-	return line_send((struct ep *)e, buf, len, 0, dst, tag, ctx, 1);
+#ifdef MOVES
+	return move_send((struct ep *)e, buf, len, 0, dst, tag, ctx, 1);
 #endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
 	return 0;
@@ -566,8 +728,8 @@ static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc,
 static ssize_t t_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count,
 		       fi_addr_t dst, uint64_t tag, void *ctx)
 {
-#ifdef LINE
-	return count == 1 ? line_send((struct ep *)e, iov[0].iov_base, iov[0].iov_len, 0, dst, tag, ctx, 1)
+#ifdef MOVES
+	return count == 1 ? move_send((struct ep *)e, iov[0].iov_base, iov[0].iov_len, 0, dst, tag, ctx, 1)
 			  : -FI_ENOSYS;
 #endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, 0, FI_COMPLETION);
@@ -576,10 +738,10 @@ static ssize_t t_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, s
 
 static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags)
 {
-#ifdef LINE
+#ifdef MOVES
 	if (m->iov_count != 1)
 		return -FI_ENOSYS;
-	return line_send((struct ep *)e, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len,
+	return move_send((struct ep *)e, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len,
 			 (flags & FI_REMOTE_CQ_DATA) ? m->data : 0, m->addr, m->tag, m->context,
 			 !(flags & FI_INJECT) && (flags & FI_COMPLETION));
 #endif
@@ -590,8 +752,8 @@ static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 
 static ssize_t t_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst, uint64_t tag)
 {
-#ifdef LINE
-	return line_send((struct ep *)e, buf, len, 0, dst, tag, NULL, 0);
+#ifdef MOVES
+	return move_send((struct ep *)e, buf, len, 0, dst, tag, NULL, 0);
 #endif
 	return 0;
 }
@@ -599,8 +761,8 @@ static ssize_t t_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t
 static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
 			  fi_addr_t dst, uint64_t tag, void *ctx)
 {
-#ifdef LINE
-	return line_send((struct ep *)e, buf, len, data, dst, tag, ctx, 1);
+#ifdef MOVES
+	return move_send((struct ep *)e, buf, len, data, dst, tag, ctx, 1);
 #endif
 	tx_done((struct ep *)e, ctx, FI_TAGGED, len, FI_COMPLETION);
 	return 0;
@@ -609,8 +771,8 @@ static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *d
 static ssize_t t_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data,
 			    fi_addr_t dst, uint64_t tag)
 {
-#ifdef LINE
-	return line_send((struct ep *)e, buf, len, data, dst, tag, NULL, 0);
+#ifdef MOVES
+	return move_send((struct ep *)e, buf, len, data, dst, tag, NULL, 0);
 #endif
 	return 0;
 }
@@ -630,7 +792,7 @@ static struct fi_ops_tagged tagged_ops = {
 
 static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, void *ctx)
 {
-#ifdef LINE
+#ifdef MOVES
 	return -FI_ENOSYS;
 #endif
 	rx_done((struct ep *)e, ctx, FI_MSG, buf, len, 0, 0, FI_COMPLETION);
@@ -640,7 +802,7 @@ static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_ad
 static ssize_t m_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dst,
 		      void *ctx)
 {
-#ifdef LINE
+#ifdef MOVES
 	return -FI_ENOSYS;
 #endif
 	tx_done((struct ep *)e, ctx, FI_MSG, len, FI_COMPLETION);
@@ -649,7 +811,7 @@ static ssize_t m_send(struct fid_ep *e, const void *buf, size_t len, void *desc,
 
 static ssize_t m_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dst)
 {
-#ifdef LINE
+#ifdef MOVES
 	return -FI_ENOSYS;
 #endif
 	return 0;
@@ -670,9 +832,12 @@ static struct fi_ops_msg msg_ops = {
 
 static int ep_getname(fid_t f, void *addr, size_t *len)
 {
-	/* The process id names the endpoint (lineprov maps its region by it). */
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	a.sin_addr.s_addr = htonl((uint32_t)getpid());
+#ifdef MOVES
+	move_name(&a);
+#else
+	a.sin_addr.s_addr = htonl((uint32_t)getpid()); /* any name will do */
+#endif
 	size_t want = sizeof a;
 	if (*len < want) {
 		*len = want;
@@ -763,8 +928,8 @@ static int ep_control(struct fid *f, int cmd, void *arg)
 
 static int ep_close(struct fid *f)
 {
-#ifdef LINE
-	line_close();
+#ifdef MOVES
+	move_close();
 #endif
 	return close_free(f);
 }
@@ -791,8 +956,8 @@ static int ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **o
 	ep->ep.rma = &rma_ops;
 	ep->ep.tagged = &tagged_ops;
 	ep->ep.atomic = &atomic_ops;
-#ifdef LINE
-	int err = line_open(ep);
+#ifdef MOVES
+	int err = move_open(ep);
 	if (err) {
 		free(ep);
 		return err;
