@@ -173,6 +173,7 @@ impl Cntr {
         let r = w.block(
             || self.sources.progress(),
             |fds: &mut Vec<RawFd>, next: &mut Option<u64>| self.sources.collect(fds, next),
+            |gen| self.sources.disarm(gen),
             || {
                 if self.value.load(SeqCst) >= threshold {
                     Some(0)

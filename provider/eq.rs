@@ -180,6 +180,7 @@ impl Eq {
         let r = w.block(
             || self.sources.progress(),
             |fds: &mut Vec<RawFd>, next: &mut Option<u64>| self.sources.collect(fds, next),
+            |gen| self.sources.disarm(gen),
             || match self.take(out, peek) {
                 Err(e) if e == -FI_EAGAIN => None,
                 r => Some(r),

@@ -22,6 +22,13 @@ pub trait Progress: Send + Sync {
     fn arm_wakeup(&self) -> bool {
         true
     }
+    /// The sleeper that called `arm_wakeup` is awake again. Every sleep a
+    /// sleeper of ours armed for is paired with one `disarm` after it; an
+    /// arming without one (a thread that sleeps on a descriptor outside
+    /// our calls, fi_trywait) holds for good. While none is outstanding, a
+    /// source whose application polls may stop arranging wake-ups
+    /// (`Ep::progress`: its sockets leave their epoll set).
+    fn disarm(&self) {}
 }
 
 /// Monotonic nanoseconds; the one clock all protocol timers use.

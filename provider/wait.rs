@@ -136,6 +136,19 @@ impl Sources {
         }
         gen
     }
+    /// The sleeper that `collect` (which returned `gen`) armed for is
+    /// awake: takes the arming back (`Progress::disarm`). If the list
+    /// changed in between, the arming holds: a source armed for good only
+    /// keeps its wake-ups, where one disarmed without an arming could
+    /// lose another sleeper's.
+    pub fn disarm(&self, gen: u64) {
+        let l = self.snapshot();
+        if self.gen.load(SeqCst) == gen {
+            for s in l.iter() {
+                s.disarm();
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -392,11 +405,14 @@ impl WaitObj {
     /// Each round drives the sources (`progress`), tests `check`, and only
     /// then sleeps until a source descriptor fires, a pusher kicks, the
     /// earliest source deadline or the caller's `deadline` passes. Returns
-    /// `None` on timeout or when `interrupted()` turns true.
+    /// `None` on timeout or when `interrupted()` turns true. `collect`
+    /// arms the sources before a sleep and returns their generation;
+    /// `disarm` takes that arming back after it (`Sources::disarm`).
     pub fn block<R>(
         &self,
         progress: impl Fn(),
         collect: impl Fn(&mut Vec<RawFd>, &mut Option<u64>) -> u64,
+        disarm: impl Fn(u64),
         mut check: impl FnMut() -> Option<R>,
         deadline: Option<u64>,
         interrupted: impl Fn() -> bool,
@@ -424,6 +440,7 @@ impl WaitObj {
                 let gen = collect(&mut fds, &mut next);
                 self.refresh(&mut fds, gen);
                 self.sleep(wake, min_opt(deadline, next));
+                disarm(gen);
             }
             if let Some(w) = wake {
                 let mut s = lock(&self.sleepers);
@@ -682,6 +699,9 @@ impl WaitSet {
         let r = self.wobj.block(
             || members.iter().for_each(|m| m.progress_sources()),
             |fds, next| Self::collect(&members, gen0, fds, next),
+            // The members' sources stay armed for good: a wait set's
+            // endpoints keep their sockets in their epoll sets.
+            |_| {},
             || members.iter().any(|m| m.has_event()).then_some(()),
             deadline,
             || false,

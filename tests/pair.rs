@@ -127,6 +127,14 @@ fn cq_sread_wait_unspec() {
     pair("cq_sread", Some("unspec"));
 }
 
+/// A thread asleep in fi_cq_sread is woken by the message even after
+/// another thread polled the same endpoint meanwhile and stopped (manual
+/// progress: nothing else looks).
+#[test]
+fn cq_sread_while_another_thread_polls() {
+    pair("cq_sread", Some("polled"));
+}
+
 #[test]
 fn counters_bound_to_endpoint() {
     pair("cntr_ep", None);

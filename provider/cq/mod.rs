@@ -729,6 +729,7 @@ impl Cq {
         let r = w.block(
             || self.sources.progress(),
             |fds: &mut Vec<RawFd>, next: &mut Option<u64>| self.sources.collect(fds, next),
+            |gen| self.sources.disarm(gen),
             || {
                 let r = self.take(out, count, src.as_deref_mut(), min);
                 (r != -FI_EAGAIN as isize).then_some(r)

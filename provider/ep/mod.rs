@@ -117,6 +117,13 @@ struct Route {
     at_ep: bool,
 }
 
+/// Whole passes of the application's polls, with the sockets in their
+/// epoll set and no sleeper arming meanwhile, before they leave it
+/// (`Ep::unwatch_if_unslept`): a thread that sleeps in fi_cq_sread arms
+/// before every sleep and never gets there, one that polls in a loop does
+/// within microseconds.
+const UNWATCH_AFTER: u32 = 64;
+
 /// What the endpoint's lock guards: its wires, its operations, its
 /// matching.
 struct EpState {
@@ -140,6 +147,9 @@ struct EpState {
     /// (`Port::quiet_until`); ended by one that found something, and
     /// when anything else took the lock (`Ep::lock`).
     quiet: Quiet,
+    /// The application's whole passes since a sleeper last armed, while
+    /// the sockets are in their epoll set (`Ep::unwatch_if_unslept`).
+    unarmed_passes: u32,
 }
 
 /// The last destination a send looked up: (fi_addr, AV generation,
@@ -241,8 +251,13 @@ pub struct Ep {
     enabled: AtomicBool,
     fd: AtomicI32,
     /// The wire's sockets are in its wait fd's epoll set (`UdpSockets::watch`,
-    /// done by the first sleeper's `arm_wakeup`).
+    /// done by a sleeper's `arm_wakeup`; undone by the application's polls
+    /// once no sleeper is left, `unwatch_if_unslept`).
     watched: AtomicBool,
+    /// Sleepers armed (`arm_wakeup`) and not back yet (`disarm`), and
+    /// armings never taken back (a native wait on the fd, fi_trywait): while
+    /// any, the sockets stay in their epoll set.
+    sleepers: AtomicU64,
     /// The application called in since the progress thread last looked
     /// (`touch`): a flag rather than a time, so that a data call reads no
     /// clock. The thread turns it into `app_seen`.
@@ -343,6 +358,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         lanes: lanes::Lanes::default(),
         clock: PassClock::default(),
         quiet: Quiet::default(),
+        unarmed_passes: 0,
     })
 }
 
@@ -387,6 +403,7 @@ pub unsafe fn open(dom: &Arc<Domain>, info: *mut fi_info, ctx: *mut c_void) -> R
         enabled: AtomicBool::new(false),
         fd: AtomicI32::new(fd),
         watched: AtomicBool::new(false),
+        sleepers: AtomicU64::new(0),
         app_called: AtomicBool::new(false),
         app_seen: AtomicU64::new(0),
         state: gate_mutex(dom.gate.clone(), st),
@@ -569,6 +586,40 @@ impl Ep {
         st.quiet.end();
     }
 
+    /// The application polls us while our sockets sit in their epoll set,
+    /// put there by a sleeper: the progress thread while the endpoint was
+    /// idle (before the application's first poll, or between its phases),
+    /// a fi_cq_sread. In the set, every datagram a socket receives or sends
+    /// runs the set's wake-up in the kernel, on the way of every message
+    /// (about 0.3 us a one-way trip across hosts, bench/README.md, "Sockets
+    /// out of the epoll set while the application polls"). After
+    /// `UNWATCH_AFTER` whole passes with no sleeper arming meanwhile, and
+    /// none asleep, the sockets leave the set; the next sleeper's
+    /// `arm_wakeup` puts them back.
+    #[cold]
+    #[inline(never)]
+    fn unwatch_if_unslept(&self, st: &mut EpState) {
+        st.unarmed_passes += 1;
+        if st.unarmed_passes < UNWATCH_AFTER {
+            return;
+        }
+        st.unarmed_passes = 0;
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            return;
+        }
+        self.watched.store(false, Ordering::SeqCst);
+        st.port.unwatch();
+        // A sleeper that came meanwhile found the state locked and read
+        // `watched` before our store (else it read false, and does not
+        // sleep): it sleeps on the set, so the sockets go back (an arrival
+        // in between is reported by the add). Or the wire keeps them, to
+        // find which socket has data.
+        if self.sleepers.load(Ordering::SeqCst) != 0 || st.port.watched() {
+            let _ = st.port.watch();
+            self.watched.store(st.port.watched(), Ordering::SeqCst);
+        }
+    }
+
     /// Closing: send the ACKs still owed, then wait (bounded) until what we
     /// sent is acknowledged, so a peer's last message is neither lost nor
     /// left to time out because we went away first.
@@ -606,7 +657,12 @@ impl Progress for Ep {
             let EpState { quiet, clock, port, .. } = &mut *st;
             match quiet.poll(clock, || port.arrived()) {
                 Pass::Skip => {}
-                Pass::Whole(now) => self.progress_locked(&mut st, now),
+                Pass::Whole(now) => {
+                    self.progress_locked(&mut st, now);
+                    if self.watched.load(Ordering::Relaxed) {
+                        self.unwatch_if_unslept(&mut st);
+                    }
+                }
                 Pass::Rings(now) => self.take_arrivals(&mut st, now),
             }
         }
@@ -625,17 +681,27 @@ impl Progress for Ep {
         st.port.next_deadline(now_ns())
     }
     fn arm_wakeup(&self) -> bool {
+        // Counted before the sockets are looked at, so that a poll about
+        // to take them out of the epoll set sees it (`unwatch_if_unslept`).
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
         // Contended: the holder is progressing, and next_deadline said
         // to look again soon; but an epoll set not watching our sockets
-        // yet would not wake us at all.
+        // would not wake us at all.
         let Some(mut st) = self.state.try_lock() else {
-            return self.watched.load(Ordering::Acquire);
+            return self.watched.load(Ordering::SeqCst);
         };
         let armed = st.port.arm();
         // The pass after the sleep takes the arming back.
         st.quiet.end();
-        self.watched.store(true, Ordering::Release);
+        st.unarmed_passes = 0;
+        self.watched.store(st.port.watched(), Ordering::SeqCst);
         armed
+    }
+    fn disarm(&self) {
+        // Paired with an arm_wakeup by every caller; never below zero.
+        let _ = self
+            .sleepers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 }
 

@@ -180,6 +180,9 @@ impl Progress for Endpoints {
     fn next_deadline(&self) -> Option<u64> {
         self.live().iter().filter_map(|ep| ep.next_deadline()).min()
     }
+    /// Every one armed for good (no `disarm`): a counter bound to a
+    /// region is waited on rarely, and its endpoints keep their sockets in
+    /// their epoll sets.
     fn arm_wakeup(&self) -> bool {
         // Every one armed, whatever the others say.
         let mut all = true;
@@ -254,7 +257,14 @@ fn run(shared: Arc<Shared>) {
         data: epoll::EventData::new_u64(0),
     };
     let mut events = [empty; 16];
+    // The endpoints armed for the sleep under way: disarmed after it.
+    let mut armed: Vec<Weak<dyn AutoProgress>> = Vec::new();
     while !shared.stop.load(Ordering::Acquire) {
+        for ep in armed.drain(..) {
+            if let Some(ep) = ep.upgrade() {
+                ep.disarm();
+            }
+        }
         let pass = shared.pass.lock().unwrap();
         let gen = shared.generation.load(Ordering::Acquire);
         let eps: Vec<Arc<dyn AutoProgress>> = shared.eps.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
@@ -334,7 +344,14 @@ fn run(shared: Arc<Shared>) {
             }
             let now = now_ns();
             let mut deadline = eps.iter().filter_map(|e| e.next_deadline()).min();
-            if !eps.iter().all(|e| e.arm_wakeup()) {
+            // Every one armed (and disarmed after the sleep), whatever the
+            // others say.
+            let mut all = true;
+            for e in &eps {
+                all &= e.arm_wakeup();
+                armed.push(Arc::downgrade(e));
+            }
+            if !all {
                 deadline = Some(0);
             }
             let t = match deadline {

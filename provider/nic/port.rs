@@ -263,6 +263,17 @@ impl Port {
         self.udp.watch()
     }
 
+    /// The sockets leave the wait fd's epoll set: nobody sleeps on it, and
+    /// the application polls (`Ep::progress`).
+    pub(crate) fn unwatch(&self) {
+        self.udp.unwatch()
+    }
+
+    /// Whether the sockets are in the wait fd's epoll set.
+    pub(crate) fn watched(&self) -> bool {
+        self.udp.watched()
+    }
+
     /// The endpoint's address (its UDP socket's).
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.udp.local_addr()

@@ -515,6 +515,16 @@ impl UdpWire {
     pub(crate) fn watch(&self) -> std::io::Result<()> {
         self.sockets.watch()
     }
+
+    /// The sockets out of their epoll set, once nothing sleeps on it.
+    pub(crate) fn unwatch(&self) {
+        self.sockets.unwatch()
+    }
+
+    /// Whether the sockets are in their epoll set.
+    pub(crate) fn watched(&self) -> bool {
+        self.sockets.watched()
+    }
 }
 
 /// What the engine keeps of a send's payload `src`: its own copy of a

@@ -828,7 +828,12 @@ static void scn_cq_sread(void)
 {
 	struct ctx c;
 	struct opts o = defopts();
-	o.wait = !strcmp(g_arg, "fd") ? FI_WAIT_FD : FI_WAIT_UNSPEC;
+	/* "polled": manual progress, and another thread polls the endpoint
+	 * while the first sleeps. */
+	int polled = !strcmp(g_arg, "polled");
+	o.wait = !strcmp(g_arg, "unspec") ? FI_WAIT_UNSPEC : FI_WAIT_FD;
+	if (polled)
+		o.progress = FI_PROGRESS_MANUAL;
 	pair_open(&c, &o, "CQ wait object");
 	static char b[2][65536];
 	struct fi_context2 x[2];
@@ -849,6 +854,18 @@ static void scn_cq_sread(void)
 		while (!(tid = __atomic_load_n(&first.tid, __ATOMIC_ACQUIRE)))
 			sched_yield();
 		(void)wait_thread_asleep(tid);
+		if (polled) {
+			/* The main thread polls the same endpoint (through its
+			 * transmit CQ) while the sleeper sleeps, long enough to make
+			 * many passes, then stops: with manual progress nothing but
+			 * the sleeper is left to notice the message, so what wakes it
+			 * must still be armed (gnix: the sockets stay in their epoll
+			 * set while a sleeper is out). */
+			struct fi_cq_tagged_entry te;
+			uint64_t until = now_ms() + 100;
+			while (now_ms() < until)
+				EXPECT(fi_cq_read(c.tx.cq, &te, 1) == -FI_EAGAIN, "a transmit completion from nowhere");
+		}
 		oob_send(1, "posted");
 	} else {
 		fill(b[0], 60000, 1);

@@ -307,3 +307,43 @@ fn a_send_after_another_peers_refusal_still_goes_out() {
     let news = a.take_news();
     assert!(matches!(news[..], [KernelNews::Refused { to, .. }] if to == gone));
 }
+
+/// Whether the epoll set reports something to read, without waiting.
+fn set_readable(w: &UdpSockets) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let t = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    rustix::event::poll(&mut [PollFd::new(&w.epoll, PollFlags::IN)], Some(&t)) == Ok(1)
+}
+
+/// Out of the epoll set the sockets wake nobody; back in it, what came
+/// meanwhile is reported at once (a sleeper that watches, then sleeps,
+/// loses nothing). With more sockets than are polled directly the set
+/// is how they are polled: they stay.
+#[test]
+fn unwatched_sockets_wake_nobody_and_watching_again_reports_what_came() {
+    let mut a = bind_lo(4);
+    let b = bind_lo(0);
+    a.connect(b.local_addr()).unwrap();
+    a.set_peer_count(1);
+    let mut rx = RecvBatch::new(2);
+    a.watch().unwrap();
+    send_to(&b, &[1], a.local_addr());
+    assert!(set_readable(&a), "a watched socket wakes the set");
+    assert_eq!(recv(&a, &mut rx), (1, b.local_addr()));
+    a.unwatch();
+    assert!(!a.watched());
+    send_to(&b, &[2], a.local_addr());
+    assert!(!set_readable(&a), "an unwatched socket wakes nobody");
+    a.watch().unwrap();
+    assert!(set_readable(&a), "watching again reports the datagram that came");
+    assert_eq!(recv(&a, &mut rx), (2, b.local_addr()));
+    // Three sockets: recv_any asks the set which has data.
+    let peers: Vec<UdpSockets> = (0..2).map(|_| bind_lo(0)).collect();
+    for p in &peers {
+        a.connect(p.local_addr()).unwrap();
+    }
+    a.unwatch();
+    assert!(a.watched(), "the set polls the sockets: they stay in it");
+    send_to(&peers[1], &[3], a.local_addr());
+    assert_eq!(recv(&a, &mut rx), (3, peers[1].local_addr()));
+}
