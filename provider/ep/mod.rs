@@ -123,6 +123,10 @@ struct Route {
 /// before every sleep and never gets there, one that polls in a loop does
 /// within microseconds.
 const UNWATCH_AFTER: u32 = 64;
+/// And the time since the last arming: an application that polls a while
+/// and then sleeps, message after message, takes the sockets out and puts
+/// them back (four system calls) at most once in this long.
+const UNWATCH_QUIET_NS: u64 = 1_000_000;
 
 /// What the endpoint's lock guards: its wires, its operations, its
 /// matching.
@@ -148,8 +152,10 @@ struct EpState {
     /// when anything else took the lock (`Ep::lock`).
     quiet: Quiet,
     /// The application's whole passes since a sleeper last armed, while
-    /// the sockets are in their epoll set (`Ep::unwatch_if_unslept`).
+    /// the sockets are in their epoll set, and when it armed
+    /// (`Ep::unwatch_if_unslept`).
     unarmed_passes: u32,
+    armed_at: u64,
 }
 
 /// The last destination a send looked up: (fi_addr, AV generation,
@@ -359,6 +365,7 @@ fn new_state(dom: &Domain, addr: SocketAddr, tx_size: usize, rx_size: usize) -> 
         clock: PassClock::default(),
         quiet: Quiet::default(),
         unarmed_passes: 0,
+        armed_at: 0,
     })
 }
 
@@ -593,14 +600,14 @@ impl Ep {
     /// runs the set's wake-up in the kernel, on the way of every message
     /// (about 0.3 us a one-way trip across hosts, bench/README.md, "Sockets
     /// out of the epoll set while the application polls"). After
-    /// `UNWATCH_AFTER` whole passes with no sleeper arming meanwhile, and
-    /// none asleep, the sockets leave the set; the next sleeper's
-    /// `arm_wakeup` puts them back.
+    /// `UNWATCH_AFTER` whole passes and `UNWATCH_QUIET_NS` with no
+    /// sleeper arming meanwhile, and none asleep, the sockets leave the
+    /// set; the next sleeper's `arm_wakeup` puts them back.
     #[cold]
     #[inline(never)]
-    fn unwatch_if_unslept(&self, st: &mut EpState) {
+    fn unwatch_if_unslept(&self, st: &mut EpState, now: u64) {
         st.unarmed_passes += 1;
-        if st.unarmed_passes < UNWATCH_AFTER {
+        if st.unarmed_passes < UNWATCH_AFTER || now.saturating_sub(st.armed_at) < UNWATCH_QUIET_NS {
             return;
         }
         st.unarmed_passes = 0;
@@ -660,7 +667,7 @@ impl Progress for Ep {
                 Pass::Whole(now) => {
                     self.progress_locked(&mut st, now);
                     if self.watched.load(Ordering::Relaxed) {
-                        self.unwatch_if_unslept(&mut st);
+                        self.unwatch_if_unslept(&mut st, now);
                     }
                 }
                 Pass::Rings(now) => self.take_arrivals(&mut st, now),
@@ -694,6 +701,7 @@ impl Progress for Ep {
         // The pass after the sleep takes the arming back.
         st.quiet.end();
         st.unarmed_passes = 0;
+        st.armed_at = now_ns();
         self.watched.store(st.port.watched(), Ordering::SeqCst);
         armed
     }
