@@ -598,7 +598,7 @@ impl Ep {
     /// idle (before the application's first poll, or between its phases),
     /// a fi_cq_sread. In the set, every datagram a socket receives or sends
     /// runs the set's wake-up in the kernel, on the way of every message
-    /// (about 0.3 us a one-way trip across hosts, bench/README.md, "Sockets
+    /// (0.3 us or more of a one-way trip across hosts, bench/README.md, "Sockets
     /// out of the epoll set while the application polls"). After
     /// `UNWATCH_AFTER` whole passes and `UNWATCH_QUIET_NS` with no
     /// sleeper arming meanwhile, and none asleep, the sockets leave the

@@ -242,7 +242,7 @@ impl UdpSockets {
     /// any more. A socket in an epoll set runs the set's wake-up callback
     /// in the kernel for every datagram that reaches it and every one it
     /// sends (the freed send buffer's wake-up), and across a veth the
-    /// sender's call pays the receiver's: about 0.3 us of a one-way trip
+    /// sender's call pays the receiver's: 0.3 us or more of a one-way trip
     /// (bench/README.md, "Sockets out of the epoll set while the
     /// application polls"). Kept while `recv_any` asks the set which
     /// socket has data.
