@@ -15,7 +15,7 @@
 //! receive, once posted, pulls the whole message. So pushed data never
 //! waits in receiver memory, and costs no credits.
 
-use super::rndv::{data_room, msg_room, RDataJob, RxRndv};
+use super::rndv::{cont_room, data_room, msg_room, RDataJob, RxRndv};
 use super::vc::Vc;
 use super::{Map, Shared};
 use crate::proto::credit::{Admit, Borrower, Lender};
@@ -347,11 +347,7 @@ impl Vc {
                     if first && !spend_credits(sh, &mut self.borrower, payload.len(), &mut self.credit_due) {
                         return None;
                     }
-                    let room = if first {
-                        msg_room(lim)
-                    } else {
-                        lim - wire::SEG_HDR_LEN - wire::MSG_CONT_BODY_LEN
-                    };
+                    let room = if first { msg_room(lim) } else { cont_room(lim) };
                     let len = (payload.len() - *next_off).min(room);
                     let f = SegFrame::Msg {
                         id,

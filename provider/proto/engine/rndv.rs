@@ -148,6 +148,11 @@ pub(super) fn msg_room(seg_limit: usize) -> usize {
     seg_limit.saturating_sub(wire::SEG_HDR_LEN + wire::MSG_BODY_LEN)
 }
 
+/// Payload bytes of each later segment of an eager message (MSG_CONT).
+pub(super) fn cont_room(seg_limit: usize) -> usize {
+    seg_limit - wire::SEG_HDR_LEN - wire::MSG_CONT_BODY_LEN
+}
+
 /// Keeps up to `rndv_pull_window` bytes requested ahead of what arrived.
 fn pump_gets(ctrl: &mut VecDeque<SegFrame>, cfg: &EngineConfig, rid: RndvId, key: MsgId, acc: &mut Accepted) {
     let chunk = cfg.rndv_get_chunk.max(1);

@@ -14,13 +14,13 @@
 //! from its source.
 
 use super::msg::{SegFrame, TxBody, TxMsg};
-use super::rndv::data_room;
+use super::rndv::{cont_room, data_room};
 use super::source::{Transmit, TxOut, TxScratch};
 use super::vc::Vc;
 use super::Shared;
 use crate::proto::conn::Handshake;
 use crate::proto::rel::SendWindow;
-use crate::proto::wire::{self, FrameHead};
+use crate::proto::wire::FrameHead;
 use crate::proto::{MsgId, SendSource};
 use std::net::SocketAddr;
 
@@ -105,7 +105,7 @@ impl Vc {
         else {
             return;
         };
-        let room = emit.seg_limit - wire::SEG_HDR_LEN - wire::MSG_CONT_BODY_LEN;
+        let room = cont_room(emit.seg_limit);
         // Once: a source's length may be a walk over its pieces.
         let total = payload.len();
         while *next_off < total {
