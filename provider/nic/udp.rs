@@ -786,7 +786,7 @@ impl UdpSockets {
     pub fn tune_gro(&self, batch: &RecvBatch, n: usize) {
         if self.gro_capable
             && !self.gro.get()
-            && batch.bulk_datagrams(n, GRO_SEG_MIN.min(self.max_datagram * 3 / 4)) > 0
+            && batch.has_bulk_datagram(n, GRO_SEG_MIN.min(self.max_datagram * 3 / 4))
             && set_udp_gro(self.fd())
         {
             // All or none: recv_one picks recvfrom or recvmsg for all.
@@ -911,13 +911,12 @@ impl RecvBatch {
         Some((bytes, from, seg))
     }
 
-    /// How many of the first `n` slots of the last `recv_batch` hold a
-    /// datagram of bulk data (`seg_min` bytes or more).
-    fn bulk_datagrams(&self, n: usize, seg_min: usize) -> usize {
+    /// Whether one of the first `n` slots of the last `recv_batch` holds
+    /// a datagram of bulk data (`seg_min` bytes or more).
+    fn has_bulk_datagram(&self, n: usize, seg_min: usize) -> bool {
         self.hdrs[..n.min(self.filled)]
             .iter()
-            .filter(|h| h.msg_len as usize >= seg_min)
-            .count()
+            .any(|h| h.msg_len as usize >= seg_min)
     }
 
     /// Whether the last `recv_split` datagram was several coalesced ones.
