@@ -315,9 +315,7 @@ impl UdpWire {
 
     /// A message's credits go back to its sender.
     fn release(&mut self, credit: Credit, now: u64) {
-        if let Credit::Udp { peer, bytes } = credit {
-            self.engine.release(peer, bytes, now);
-        }
+        release(&mut self.engine, credit, now);
     }
 
     /// A message the engine surfaced, lent to the endpoint. What the
@@ -326,19 +324,7 @@ impl UdpWire {
     /// credits still held by its unexpected eager messages).
     fn arrived(&mut self, peer: SocketAddr, hdr: MsgHdr, body: MsgBody, now: u64, up: &mut dyn Upcall) {
         match body {
-            MsgBody::Eager(data) => {
-                let credit = Credit::Udp { peer, bytes: hdr.len };
-                // Eager bytes are copied out during the upcall.
-                let take = up.arrived(Arrival {
-                    peer: &peer,
-                    hdr,
-                    body: Body::Bytes(&data),
-                    credit,
-                });
-                if !matches!(take, Take::Kept) {
-                    self.release(credit, now);
-                }
-            }
+            MsgBody::Eager(data) => eager_arrived(&mut self.engine, peer, hdr, &data, now, up),
             MsgBody::Rndv(rid) => {
                 let credit = Credit::Udp {
                     peer,
@@ -463,7 +449,17 @@ impl UdpWire {
             }
             self.hot = true;
             self.last_active = now;
-            at += self.engine.handle_run(from, &bytes[at..], seg, now);
+            if at == 0 && seg >= bytes.len() {
+                // One datagram: a message it brings in order is handed
+                // over from the receive buffer (Engine::handle_one).
+                if let Some((hdr, data)) = self.engine.handle_one(from, bytes, now) {
+                    eager_arrived(&mut self.engine, from, hdr, data, now, up);
+                    return (true, None);
+                }
+                at = bytes.len();
+            } else {
+                at += self.engine.handle_run(from, &bytes[at..], seg, now);
+            }
             if !self.engine.wants_match_now() {
                 return (handled, None);
             }
@@ -531,6 +527,28 @@ impl UdpWire {
 /// quiet one (completed already; inline up to INLINE_PAYLOAD bytes) or of
 /// an inject's (the buffer goes back now, the completion comes on
 /// delivery), else the source itself, read at each transmission.
+/// A message's credits go back to its sender.
+fn release(engine: &mut Engine, credit: Credit, now: u64) {
+    if let Credit::Udp { peer, bytes } = credit {
+        engine.release(peer, bytes, now);
+    }
+}
+
+/// An eager message to the endpoint, its bytes `data` copied out during
+/// the upcall; its credits go back unless the endpoint kept it.
+fn eager_arrived(engine: &mut Engine, peer: SocketAddr, hdr: MsgHdr, data: &[u8], now: u64, up: &mut dyn Upcall) {
+    let credit = Credit::Udp { peer, bytes: hdr.len };
+    let take = up.arrived(Arrival {
+        peer: &peer,
+        hdr,
+        body: Body::Bytes(data),
+        credit,
+    });
+    if !matches!(take, Take::Kept) {
+        release(engine, credit, now);
+    }
+}
+
 fn send_payload(src: IovSource, quiet: bool, inject: bool) -> SendPayload {
     let len = src.len();
     if quiet {

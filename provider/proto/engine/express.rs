@@ -1,4 +1,5 @@
-//! A one-segment message sent ahead of its bookkeeping.
+//! A one-segment message sent ahead of its bookkeeping, and one received
+//! without being queued.
 //!
 //! The general way of `send_now` (`Engine::submit`) records a message
 //! before it builds its segment: the message into the VC's table and
@@ -18,12 +19,21 @@
 //! in one call. (fabtests' 8-byte ping-pong across hosts, callgrind: of
 //! `fi_tinject`'s instructions some 1 400 now come before the `send`
 //! syscall, against 1 900.)
+//!
+//! The answer's way in is the same message's: one datagram, one segment,
+//! the next in order on its VC. The general way (`handle_run`) queues it
+//! as an `Event::Msg` with its payload copied, for the caller to take
+//! out again; `handle_one` hands it back instead, its payload still in
+//! the caller's receive buffer, once the VC's bookkeeping for it is done,
+//! when no event waits before it (an ACK's completions, a PeerUp).
 
+use super::later::LaterAck;
 use super::msg::{eager_max, SegFrame, TxBody, TxMsg};
 use super::rndv::msg_room;
 use super::sched::mark_ready;
+use super::vc::SegIn;
 use super::Engine;
-use crate::proto::wire::{self, FrameHead};
+use crate::proto::wire::{self, Frame, FrameHead, Packet};
 use crate::proto::{MsgHdr, MsgId, SendPayload, SendSource};
 use std::net::SocketAddr;
 
@@ -150,5 +160,75 @@ impl Engine {
         }
         self.timers.rearm(vc, &sh.cfg);
         x.id
+    }
+}
+
+impl Engine {
+    /// One datagram from `from`, handled as `handle_run` handles a run of
+    /// one; but an eager message in one segment that comes next in order
+    /// on `from`'s established VC, with no event waiting before it, is not
+    /// queued as an `Event::Msg`: it is handed back (its header and its
+    /// payload, in `bytes`) for the caller to give to the application at
+    /// once. Its credits are charged as for `Event::Msg`, for the caller
+    /// to `release`.
+    pub fn handle_one<'a>(&mut self, from: SocketAddr, bytes: &'a [u8], now: u64) -> Option<(MsgHdr, &'a [u8])> {
+        self.settle();
+        let parsed = match Packet::parse(bytes) {
+            Ok(Packet::Seg {
+                conn,
+                ack,
+                sack,
+                seq,
+                frame,
+            }) => Some((conn, ack, sack, seq, frame)),
+            _ => None,
+        };
+        let sh = &mut self.sh;
+        let Some(((conn, ack, sack, seq, frame), vc)) = parsed.zip(self.vcs.get_mut(&from)) else {
+            // Not a segment, or not for a VC: the general way, which
+            // counts what it drops.
+            self.handle_datagram(from, bytes, now);
+            return None;
+        };
+        if !vc.established() || conn != vc.local_nonce {
+            self.handle_datagram(from, bytes, now);
+            return None;
+        }
+        let a = LaterAck::of(from, conn, ack, sack, now);
+        vc.seg_heard(sh, &mut self.later, a, bytes.len(), matches!(frame, Frame::Msg { .. }));
+        let taken = match frame {
+            Frame::Msg {
+                tag,
+                data,
+                flags,
+                awaited,
+                total,
+                payload,
+            } if payload.len() as u64 == total
+                && sh.events.is_empty()
+                && vc.reasm.is_none()
+                && vc.rcv.is_next_alone(seq) =>
+            {
+                let body_len = bytes.len() - wire::SEG_HDR_LEN;
+                vc.take_whole(sh, total, awaited, body_len, now).then_some((
+                    MsgHdr {
+                        tag,
+                        data,
+                        len: total,
+                        flags,
+                    },
+                    payload,
+                ))
+            }
+            _ => {
+                vc.on_seg(sh, seq, SegIn::of_datagram(bytes, frame), now);
+                None
+            }
+        };
+        self.timers.rearm(vc, &sh.cfg);
+        if vc.may_transmit(now) {
+            mark_ready(&mut self.ready, vc);
+        }
+        taken
     }
 }

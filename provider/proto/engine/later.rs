@@ -28,7 +28,8 @@
 //! ACK as data in flight. The ACK keeps its arrival time, for the RTT.
 
 use super::sched::mark_ready;
-use super::{Engine, CREDIT_NEWS_NS};
+use super::vc::Vc;
+use super::{Engine, Shared, CREDIT_NEWS_NS};
 use std::net::SocketAddr;
 
 #[derive(Default)]
@@ -56,6 +57,39 @@ struct Freed {
     at: u64,
 }
 
+impl LaterAck {
+    pub(super) fn of(peer: SocketAddr, conn: u64, ack: u32, sack: u64, at: u64) -> LaterAck {
+        LaterAck {
+            peer,
+            conn,
+            ack,
+            sack,
+            at,
+        }
+    }
+}
+
+impl Vc {
+    /// A segment datagram of `len` bytes from this VC's peer (its
+    /// connection id checked) with the ACK fields `a`: counted, the peer
+    /// heard from, the ACK applied, or held when the segment brings a
+    /// message that ends its run (`msg_last`) and the ACK completes no
+    /// send the application waits for: the ACK waits until the message
+    /// is on its way to the application (the module; the caller settled
+    /// what waited before).
+    pub(super) fn seg_heard(&mut self, sh: &mut Shared, later: &mut Later, a: LaterAck, len: usize, msg_last: bool) {
+        sh.stats.datagrams_in += 1;
+        sh.stats.bytes_in += len as u64;
+        self.heard(sh, a.at);
+        if msg_last && self.ack_frees_only(a.ack, a.sack) {
+            sh.stats.acks_held += 1;
+            later.hold_ack(a);
+        } else {
+            self.on_ack(sh, a.ack, a.sack, a.at);
+        }
+    }
+}
+
 impl Later {
     pub(super) fn is_empty(&self) -> bool {
         self.ack.is_none() && self.freed.is_none()
@@ -66,7 +100,7 @@ impl Later {
     }
 
     /// Holds `a` (the caller settled what waited before: one at a time).
-    pub(super) fn hold_ack(&mut self, a: LaterAck) {
+    fn hold_ack(&mut self, a: LaterAck) {
         debug_assert!(self.ack.is_none());
         self.ack = Some(a);
     }

@@ -18,7 +18,7 @@
 //! | `rndv.rs` | rendezvous: accept (of held eager messages too), pull (GETs), serving GETs, placement of data and the in-place guess |
 //! | `source.rs` | transmit sources: segments encoded by reference, payload copied or left for gather I/O |
 //! | `sched.rs` | scheduling: the ready queue and the burst loop |
-//! | `express.rs` | a one-segment message sent before it is recorded |
+//! | `express.rs` | a one-segment message sent before it is recorded, and one received without being queued |
 //! | `later.rs` | what an arriving message leaves until it is handed out (its ACK, its credits) |
 //! | `refused.rs` | the kernel's word that the peer's port is closed (ICMP port unreachable), checked against the VC's ids |
 //!
@@ -470,26 +470,11 @@ impl Engine {
             if conn != vc.local_nonce {
                 break;
             }
-            sh.stats.datagrams_in += 1;
-            sh.stats.bytes_in += d.len() as u64;
-            vc.heard(sh, now);
             at += d.len();
-            if at == bytes.len() && matches!(frame, Frame::Msg { .. }) && vc.ack_frees_only(ack, sack) {
-                // The run's last datagram brings a message, and its ACK
-                // completes no send the application waits for: the ACK
-                // waits until the message is on its way to the application
-                // (later.rs; `handle_run` settled what waited before).
-                sh.stats.acks_held += 1;
-                later.hold_ack(LaterAck {
-                    peer: from,
-                    conn,
-                    ack,
-                    sack,
-                    at: now,
-                });
-            } else {
-                vc.on_ack(sh, ack, sack, now);
-            }
+            // Only the run's last datagram may hold its ACK (`handle_run`
+            // settled what waited before).
+            let msg_last = at == bytes.len() && matches!(frame, Frame::Msg { .. });
+            vc.seg_heard(sh, later, LaterAck::of(from, conn, ack, sack, now), d.len(), msg_last);
             vc.on_seg(sh, seq, SegIn::of_datagram(d, frame), now);
         }
         if at > start {

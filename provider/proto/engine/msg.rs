@@ -464,6 +464,23 @@ impl Vc {
         false
     }
 
+    /// An eager message of `total` bytes in one segment (of `body_len`
+    /// bytes after its header) that came next in order with nothing
+    /// parked behind it, taken by the caller straight from its datagram
+    /// (`Engine::handle_one`): what `on_seg` and `on_msg` do with it but
+    /// queue its event. Whether it was admitted (else it is dropped and
+    /// counted, as `on_msg` drops it).
+    pub(super) fn take_whole(&mut self, sh: &mut Shared, total: u64, awaited: bool, body_len: usize, now: u64) -> bool {
+        debug_assert!(self.reasm.is_none());
+        let admitted = admit(sh, &mut self.lender, total);
+        let filled_hole = self.rcv.advance(body_len);
+        debug_assert!(!filled_hole);
+        let we_wait = !self.snd.unacked.is_empty();
+        self.rcv
+            .in_order_arrived(&sh.cfg, false, false, admitted && awaited, we_wait, now);
+        admitted
+    }
+
     /// A later segment of the eager message being reassembled. True: it
     /// was the last, and the sender waits for the ACK (`Reasm`'s `awaited`).
     pub(super) fn on_msg_cont(&mut self, sh: &mut Shared, offset: u64, payload: &[u8]) -> bool {

@@ -132,6 +132,13 @@ impl RecvWindow {
         }
     }
 
+    /// Whether the wire sequence number `seq` is the next in order with
+    /// nothing parked behind it: `classify` would say `Slot::Next`, and
+    /// `advance` fill no hole.
+    pub fn is_next_alone(&self, seq: u32) -> bool {
+        seq_delta(seq, self.nxt) == 0 && self.ooo.is_empty()
+    }
+
     /// Parks an out-of-order segment (`Slot::Ahead`) whose body must wait
     /// for the hole before it; false if the budget for parked bytes is
     /// spent (neither stored nor sacked: the sender resends it).
