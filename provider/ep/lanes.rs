@@ -1,9 +1,8 @@
-//! Which destinations a small send can put straight into a local peer's
-//! ring (`Ep::send_small`): per fi_addr, the shm wire's index of the peer
-//! (`Exec::route_ref`'s answer), or that the peer is not reached over
-//! shared memory. An AV index is a small number, so the table is a vector
-//! indexed by it: a send finds its ring with one load, not by hashing or
-//! comparing socket addresses.
+//! Where a small send goes (`Ep::send_small`): per fi_addr, the shm
+//! wire's index of the peer (`Exec::route_ref`'s answer), or that the
+//! peer is reached over UDP. An AV index is a small number, so the table
+//! is a vector indexed by it: a send finds its ring with one load, not by
+//! hashing or comparing socket addresses.
 //!
 //! The table stands for the AV and the wire's routes as they were when it
 //! was filled: it is emptied when either changes (the AV's generation, the
@@ -17,11 +16,23 @@ use std::net::SocketAddr;
 
 /// Not looked up yet.
 const UNKNOWN: u32 = u32::MAX;
-/// Reached over UDP (or not in the AV): the general path's.
-const NOT_SHM: u32 = u32::MAX - 1;
+/// In the AV, reached over UDP.
+const UDP: u32 = u32::MAX - 1;
 /// fi_addrs beyond this are left to the general path (the table would
 /// grow without bound for an application that numbers its peers oddly).
 const MAX_LANES: usize = 1 << 16;
+
+/// The way of a small send to one fi_addr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lane {
+    /// Into the ring of the shm wire's peer `PeerIx`.
+    Shm(PeerIx),
+    /// Over UDP (a peer on another host, or one on this host without a
+    /// mailbox, which stays UDP's: `Exec::route_ref`).
+    Udp,
+    /// The general path's: not in the AV, or beyond the table.
+    General,
+}
 
 #[derive(Default)]
 pub(super) struct Lanes {
@@ -31,25 +42,25 @@ pub(super) struct Lanes {
 }
 
 impl Lanes {
-    /// The shm peer index of `dest`, if a small send to it may go straight
-    /// into its ring. `av_gen` is the AV's generation now; `addr` looks
-    /// `dest` up in it, on a miss.
+    /// The way of a small send to `dest`. `av_gen` is the AV's generation
+    /// now; `addr` looks `dest` up in it, on a miss; without a shm wire
+    /// every peer is UDP's.
     #[inline(always)]
     pub(super) fn lookup(
         &mut self,
         av_gen: u64,
         addr: impl FnOnce(u64) -> Option<SocketAddr>,
-        shm: &mut ShmWire,
+        shm: Option<&mut ShmWire>,
         dest: u64,
-    ) -> Option<PeerIx> {
-        let rg = shm.routes_gen();
+    ) -> Lane {
+        let rg = shm.as_ref().map_or(0, |w| w.routes_gen());
         if av_gen != self.av_gen || rg != self.routes_gen {
             self.reset(av_gen, rg);
         }
         match usize::try_from(dest).ok().and_then(|d| self.ix.get(d)) {
-            Some(&NOT_SHM) => None,
+            Some(&UDP) => Lane::Udp,
             Some(&UNKNOWN) | None => self.fill(addr, shm, dest),
-            Some(&ix) => Some(ix as PeerIx),
+            Some(&ix) => Lane::Shm(ix as PeerIx),
         }
     }
 
@@ -63,16 +74,26 @@ impl Lanes {
     /// A miss: the AV and the wire's route decide, as for any send (the
     /// route may connect to the peer's mailbox, as the send's own would).
     #[cold]
-    fn fill(&mut self, addr: impl FnOnce(u64) -> Option<SocketAddr>, shm: &mut ShmWire, dest: u64) -> Option<PeerIx> {
-        let d = usize::try_from(dest).ok().filter(|&d| d < MAX_LANES)?;
-        let addr = addr(dest)?;
-        // (An index the table cannot hold is left to the general path.)
-        let ix = shm.route_ref(&addr).filter(|&i| i < NOT_SHM as usize);
+    fn fill(&mut self, addr: impl FnOnce(u64) -> Option<SocketAddr>, shm: Option<&mut ShmWire>, dest: u64) -> Lane {
+        let Some(d) = usize::try_from(dest).ok().filter(|&d| d < MAX_LANES) else {
+            return Lane::General;
+        };
+        let Some(addr) = addr(dest) else { return Lane::General };
+        let ix = match shm.and_then(|w| w.route_ref(&addr)) {
+            Some(i) if i < UDP as usize => i as u32,
+            // (An index the table cannot hold is left to the general path.)
+            Some(_) => return Lane::General,
+            None => UDP,
+        };
         if self.ix.len() <= d {
             self.ix.resize(d + 1, UNKNOWN);
         }
-        self.ix[d] = ix.map_or(NOT_SHM, |i| i as u32);
-        ix
+        self.ix[d] = ix;
+        if ix == UDP {
+            Lane::Udp
+        } else {
+            Lane::Shm(ix as PeerIx)
+        }
     }
 }
 
@@ -136,15 +157,27 @@ mod tests {
                     asked.set(asked.get() + 1);
                     (d == 0).then_some(b.me())
                 },
-                a,
+                Some(a),
                 dest,
             )
         };
-        let ix = look(&mut lanes, &mut a, 1, 0).expect("a local peer");
-        assert_eq!(look(&mut lanes, &mut a, 1, 0), Some(ix));
-        assert_eq!(look(&mut lanes, &mut a, 1, 5), None, "not in the AV");
-        assert_eq!(look(&mut lanes, &mut a, 1, MAX_LANES as u64), None, "beyond the table");
-        assert_eq!(look(&mut lanes, &mut a, 2, 0), Some(ix), "the AV changed: asked again");
+        let ix = look(&mut lanes, &mut a, 1, 0);
+        assert!(matches!(ix, Lane::Shm(_)), "a local peer");
+        assert_eq!(look(&mut lanes, &mut a, 1, 0), ix);
+        assert_eq!(look(&mut lanes, &mut a, 1, 5), Lane::General, "not in the AV");
+        assert_eq!(
+            look(&mut lanes, &mut a, 1, MAX_LANES as u64),
+            Lane::General,
+            "beyond the table"
+        );
+        assert_eq!(look(&mut lanes, &mut a, 2, 0), ix, "the AV changed: asked again");
+        // A peer on another host is UDP's, as is every peer without a
+        // shm wire.
+        let far: SocketAddr = "192.0.2.1:7000".parse().unwrap();
+        assert_eq!(lanes.lookup(2, |_| Some(far), Some(&mut a), 1), Lane::Udp);
+        assert_eq!(lanes.lookup(2, |_| None, Some(&mut a), 1), Lane::Udp, "kept");
+        let mut none = Lanes::default();
+        assert_eq!(none.lookup(1, |_| Some(b.me()), None, 0), Lane::Udp);
         // One look per fi_addr and AV generation; none beyond the table.
         assert_eq!(asked.get(), 3);
     }
@@ -154,7 +187,9 @@ mod tests {
         let (mut a, mut b) = (wire(41310), wire(41311));
         let b_addr = b.me();
         let mut lanes = Lanes::default();
-        let ix = lanes.lookup(1, |_| Some(b_addr), &mut a, 0).unwrap();
+        let Lane::Shm(ix) = lanes.lookup(1, |_| Some(b_addr), Some(&mut a), 0) else {
+            panic!("a local peer")
+        };
         assert!(send(&mut a, ix, 1));
         assert_eq!(tags(&mut b), [1]);
         // B goes away; a new endpoint takes its address (a new mailbox).
@@ -170,7 +205,9 @@ mod tests {
             flags: MsgHdr::TAGGED,
         };
         assert!(a.send_now(&b_addr, &hdr, SendFlags::default(), &vec![9u8]));
-        let ix2 = lanes.lookup(1, |_| Some(b_addr), &mut a, 0).unwrap();
+        let Lane::Shm(ix2) = lanes.lookup(1, |_| Some(b_addr), Some(&mut a), 0) else {
+            panic!("the new mailbox")
+        };
         assert!(send(&mut a, ix2, 4));
         assert_eq!(tags(&mut b2), [3, 4]);
     }

@@ -5,6 +5,7 @@
 //! already out of the sender's hands).
 #![forbid(unsafe_code)]
 
+use super::lanes::Lane;
 use super::rx::{Handler, Req, SendReq};
 use super::{Bindings, Ep};
 use crate::ffi::*;
@@ -155,11 +156,27 @@ impl Ep {
         if tx_used(&st.reqs, &st.port) >= self.tx_size {
             return None;
         }
-        let shm = st.port.shm.as_mut()?;
-        let ix = st.lanes.lookup(av.generation(), |d| av.lookup(d), shm, dest)?;
         let hdr = msg_hdr(tagged, tag, data, len);
-        if !shm.send_to(ix, &hdr, send_flags(flags), &IovView::new(iov, len)) {
-            return None;
+        let src = IovView::new(iov, len);
+        let sf = send_flags(flags);
+        match st
+            .lanes
+            .lookup(av.generation(), |d| av.lookup(d), st.port.shm.as_mut(), dest)
+        {
+            Lane::Shm(ix) => {
+                if !st.port.shm.as_mut()?.send_to(ix, &hdr, sf, &src) {
+                    return None;
+                }
+            }
+            // An inject to a remote peer: on the wire in this call, and
+            // complete with it (`UdpWire::inject_now`).
+            Lane::Udp if sf.inject && !sf.delivery => {
+                let peer = *self.dest_addr(b, &mut st.dest_cache, dest)?;
+                if !st.port.udp.inject_now(peer, &hdr, &src, now_ns()) {
+                    return None;
+                }
+            }
+            Lane::Udp | Lane::General => return None,
         }
         // Completed in the application's call, not in a pass.
         self.tx_complete_at(&send_req(ctx, flags, tagged, len, silent), None, super::Within::Call);

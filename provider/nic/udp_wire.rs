@@ -8,7 +8,7 @@
 //! endpoint (`Upcall::arrived`) as the engine surfaces them.
 
 use crate::ffi::*;
-use crate::nic::iov::IovSource;
+use crate::nic::iov::{IovSource, IovView};
 use crate::nic::shm;
 use crate::nic::udp::{KernelNews, RecvBatch, TxBatch, UdpSockets};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind};
@@ -494,6 +494,35 @@ impl UdpWire {
             at = 0;
         }
         handled
+    }
+
+    /// An inject of `src` to `peer`, if it goes now in one segment with
+    /// nothing ahead of it (engine/express.rs): sent, and complete, as
+    /// `send` would make it, by a shorter way (the endpoint's small-send
+    /// path, which knows the peer from its lane table). False: nothing
+    /// was done; `send` takes it.
+    pub(crate) fn inject_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, src: &IovView<'_>, now: u64) -> bool {
+        let len = src.len();
+        if len > DIRECT_COPY_MAX || self.txbuf.stalled() {
+            return false;
+        }
+        let UdpWire {
+            engine, sockets, txbuf, ..
+        } = self;
+        let Some(x) = engine.prepare(peer, hdr, len, false, |b| src.read_at(0, b), txbuf.slot()) else {
+            return false;
+        };
+        sockets.send_slot(txbuf, peer, x.datagram_len());
+        // The engine's own copy, for a retransmission.
+        let mut copy = Payload::from_elem(0, len);
+        src.read_at(0, &mut copy);
+        engine.commit(x, *hdr, SendPayload::Copied(copy), now);
+        self.hot = true;
+        self.last_active = now;
+        self.flush(now);
+        // As `send`: what the peer's last message left for later, now.
+        self.engine.settle();
+        true
     }
 
     /// Closing: the ACKs still owed go out now.
