@@ -55,6 +55,12 @@ const CMSG_SPACE: usize = 64;
 struct Connected {
     peer: SocketAddr,
     sock: std::net::UdpSocket,
+    /// The socket was found empty once since its connect: whatever it
+    /// holds now came from `peer` (datagrams from anyone may have been
+    /// queued between its bind and its connect, when it was one more
+    /// unconnected socket of the port's group), so `recv_one` reads
+    /// without asking for the sender's address.
+    only_peer: std::cell::Cell<bool>,
 }
 
 pub struct UdpSockets {
@@ -332,7 +338,11 @@ impl UdpSockets {
         if self.watched.get() {
             epoll_add(&self.epoll, sock.as_fd())?;
         }
-        self.connected.push(Connected { peer, sock });
+        self.connected.push(Connected {
+            peer,
+            sock,
+            only_peer: std::cell::Cell::new(false),
+        });
         self.hot.set(0);
         if self.socks() > DIRECT_POLL_MAX {
             // recv_any asks the epoll set which sockets have data.
@@ -446,7 +456,7 @@ impl UdpSockets {
     /// socket polled again: it may hold datagrams.
     fn recv_any<T>(
         &self,
-        mut recv: impl FnMut(&std::net::UdpSocket) -> io::Result<Option<T>>,
+        mut recv: impl FnMut(usize, &std::net::UdpSocket) -> io::Result<Option<T>>,
     ) -> io::Result<Option<T>> {
         let n = self.socks();
         let mut ready = [0usize; 8];
@@ -488,7 +498,7 @@ impl UdpSockets {
         let mut err = None;
         for &i in &ready[..count] {
             let sock = self.sock_at(i);
-            match self.once_more_after_news(sock.as_fd(), || recv(sock)) {
+            match self.once_more_after_news(sock.as_fd(), || recv(i, sock)) {
                 Ok(Some(r)) => {
                     self.hot.set(i);
                     return Ok(Some(r));
@@ -511,7 +521,16 @@ impl UdpSockets {
             return self.recv_msg(batch);
         }
         let buf = &mut batch.bufs[0];
-        match self.recv_any(|s| recv_from(s, buf))? {
+        let r = self.recv_any(|i, s| match self.connected.get(i) {
+            Some(c) if c.only_peer.get() => Ok(sys::recv_connected(s, buf)?.map(|n| (n, c.peer))),
+            Some(c) => {
+                let r = recv_from(s, buf)?;
+                c.only_peer.set(r.is_none());
+                Ok(r)
+            }
+            None => recv_from(s, buf),
+        })?;
+        match r {
             Some((n, from)) => {
                 batch.one = Some((n, from));
                 batch.gso[0] = 0;
@@ -538,7 +557,7 @@ impl UdpSockets {
             iov_base: batch.bufs[0].as_mut_ptr() as *mut libc::c_void,
             iov_len: batch.bufs[0].len(),
         }];
-        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
+        let Some((n, from, gso)) = self.recv_any(|_, s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
             return Ok(false);
         };
         let Some(from) = from else { return Ok(false) };
@@ -613,7 +632,7 @@ impl UdpSockets {
                 iov_len: batch.bufs[1].len(),
             },
         ];
-        let Some((n, from, gso)) = self.recv_any(|s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
+        let Some((n, from, gso)) = self.recv_any(|_, s| recvmsg_slot0(s.as_fd(), batch, &mut iov))? else {
             return Ok(None);
         };
         batch.split = (n, head_len, region.len());

@@ -158,6 +158,32 @@ pub(super) fn recv_from(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Resul
     Ok(from.map(|f| (r as usize, f)))
 }
 
+/// recv into `buf` on a socket connected to its only sender: recvfrom
+/// without the address (which the caller knows), Ok(None) when nothing
+/// is queued. The address costs the kernel a copy out and two more user
+/// accesses a datagram (bench/udpfloor with and without it: some 0.05 us
+/// of an 8-byte one-way across the namespaces' veth).
+pub(super) fn recv_connected(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: recvfrom(2) writes at most buf.len() bytes into `buf`, which
+    // we borrow exclusively, and no address (both pointers NULL); the
+    // borrow of `sock` keeps the fd open.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            sock.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        )
+    };
+    if r < 0 {
+        return nothing_queued_or_err().map(|()| None);
+    }
+    Ok(Some(r as usize))
+}
+
 /// The GRO segment size in a received message's control data, or 0.
 pub(super) fn gro_size(h: &libc::msghdr) -> usize {
     if h.msg_controllen == 0 || h.msg_control.is_null() {

@@ -188,6 +188,32 @@ fn connected_socket_serves_its_peer_and_main_the_rest() {
     );
 }
 
+/// A connected socket is read with the sender's address until it is
+/// found empty once (what was queued before its connect may be anyone's),
+/// and then without: its datagrams are its peer's, still reported as
+/// such, and the main socket's others' with their own senders.
+#[test]
+fn a_connected_socket_found_empty_is_read_without_the_address() {
+    let mut a = bind_lo(4);
+    let b = bind_lo(0);
+    let c = bind_lo(0);
+    a.connect(b.local_addr()).unwrap();
+    a.set_peer_count(2);
+    let mut rx = RecvBatch::new(2);
+    send_to(&b, &[1], a.local_addr());
+    assert_eq!(recv(&a, &mut rx), (1, b.local_addr()));
+    assert!(!a.connected[0].only_peer.get(), "not found empty yet");
+    assert!(!a.recv_one(&mut rx).unwrap());
+    assert!(a.connected[0].only_peer.get());
+    for k in 0..3u8 {
+        send_to(&b, &[10 + k], a.local_addr());
+        send_to(&c, &[20 + k], a.local_addr());
+        let mut got = [recv(&a, &mut rx), recv(&a, &mut rx)];
+        got.sort();
+        assert_eq!(got, [(10 + k, b.local_addr()), (20 + k, c.local_addr())]);
+    }
+}
+
 /// With the main socket polled rarely a new peer still gets through,
 /// within MAIN_POLL_EVERY polls; with more sockets than are polled
 /// directly, epoll finds which one has data.
