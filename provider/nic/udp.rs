@@ -900,9 +900,15 @@ impl RecvBatch {
         self.filled = 1;
     }
 
+    /// How many slots the last receive filled.
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
+
     /// Slot `i` of the last receive, its sender, and the size of the
     /// datagrams in it: one datagram, or several of that size (the last
     /// may be shorter) that the kernel coalesced.
+    #[inline]
     pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, usize)> {
         if i >= self.filled {
             return None;

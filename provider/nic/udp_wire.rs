@@ -429,20 +429,21 @@ impl UdpWire {
     /// long eager message, the engine's events are handled, so the message
     /// is matched, and its receive accepted, before the data behind it is
     /// handled (`Engine::wants_match_now`). Whether events were handled,
-    /// and where it stopped early: there, if that handed the application
-    /// a completion and no receive took the message
-    /// (`Engine::holds_unclaimed`). The application, told (say) that its
+    /// and where it stopped early (what is left, for `rx_left`): there, if
+    /// that handed the application a completion and no receive took the
+    /// message (`Engine::holds_unclaimed`). The application, told (say) that its
     /// send is done, may post that receive before the next pass, and the
     /// rest of the message then lands in place rather than being kept and
     /// copied again. That is Open MPI's ping-pong across hosts: a blocking
     /// `MPI_Send` completes when the answer's first segment brings its
     /// ACK, and only then is the receive for the answer posted.
-    fn feed(&mut self, i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> (bool, Option<usize>) {
+    fn feed(&mut self, i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> (bool, Option<RxLeft>) {
         let mut handled = false;
         loop {
             let Some((bytes, from, seg)) = self.rx.get(i) else {
                 return (handled, None);
             };
+            let len = bytes.len();
             // (An empty datagram is the engine's to count, once.)
             if (at > 0 && at >= bytes.len()) || (at == 0 && shm::is_doorbell(bytes)) {
                 return (handled, None);
@@ -466,7 +467,14 @@ impl UdpWire {
             let done = self.completions;
             handled |= self.handle_events(now, up);
             if self.completions != done && self.engine.holds_unclaimed(from) {
-                return (handled, Some(at));
+                let (slot, at) = if at < len { (i, at) } else { (i + 1, 0) };
+                let left = RxLeft {
+                    slot,
+                    at,
+                    from,
+                    waited: false,
+                };
+                return (handled, Some(left));
             }
         }
     }
@@ -476,18 +484,11 @@ impl UdpWire {
     /// sockets, waits (`rx_left`). Whether events were handled.
     fn feed_from(&mut self, mut i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> bool {
         let mut handled = false;
-        while let Some((bytes, from, _)) = self.rx.get(i) {
-            let len = bytes.len();
-            let (h, stop) = self.feed(i, at, now, up);
+        while i < self.rx.filled() {
+            let (h, left) = self.feed(i, at, now, up);
             handled |= h;
-            if let Some(at) = stop {
-                let (slot, at) = if at < len { (i, at) } else { (i + 1, 0) };
-                self.rx_left = Some(RxLeft {
-                    slot,
-                    at,
-                    from,
-                    waited: false,
-                });
+            if left.is_some() {
+                self.rx_left = left;
                 return handled;
             }
             i += 1;
