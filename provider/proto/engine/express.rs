@@ -173,27 +173,28 @@ impl Engine {
     /// to `release`.
     pub fn handle_one<'a>(&mut self, from: SocketAddr, bytes: &'a [u8], now: u64) -> Option<(MsgHdr, &'a [u8])> {
         self.settle();
-        let parsed = match Packet::parse(bytes) {
+        let parsed = Packet::parse(bytes);
+        let sh = &mut self.sh;
+        let live = match parsed {
             Ok(Packet::Seg {
                 conn,
                 ack,
                 sack,
                 seq,
                 frame,
-            }) => Some((conn, ack, sack, seq, frame)),
+            }) => self
+                .vcs
+                .get_mut(&from)
+                .filter(|vc| vc.established() && conn == vc.local_nonce)
+                .map(|vc| (vc, conn, ack, sack, seq, frame)),
             _ => None,
         };
-        let sh = &mut self.sh;
-        let Some(((conn, ack, sack, seq, frame), vc)) = parsed.zip(self.vcs.get_mut(&from)) else {
-            // Not a segment, or not for a VC: the general way, which
-            // counts what it drops.
-            self.handle_datagram(from, bytes, now);
+        let Some((vc, conn, ack, sack, seq, frame)) = live else {
+            // Not a segment of a live VC: the general way, which counts
+            // what it drops.
+            self.handle_parsed(from, bytes, parsed, now);
             return None;
         };
-        if !vc.established() || conn != vc.local_nonce {
-            self.handle_datagram(from, bytes, now);
-            return None;
-        }
         let a = LaterAck::of(from, conn, ack, sack, now);
         vc.seg_heard(sh, &mut self.later, a, bytes.len(), matches!(frame, Frame::Msg { .. }));
         let taken = match frame {

@@ -488,9 +488,21 @@ impl Engine {
 
     pub fn handle_datagram(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
         self.settle();
+        self.handle_parsed(from, bytes, Packet::parse(bytes), now);
+    }
+
+    /// `handle_datagram` of `bytes`, which parsed as `parsed` (the
+    /// caller settled).
+    fn handle_parsed(
+        &mut self,
+        from: SocketAddr,
+        bytes: &[u8],
+        parsed: Result<Packet<'_>, wire::DecodeError>,
+        now: u64,
+    ) {
         self.sh.stats.datagrams_in += 1;
         self.sh.stats.bytes_in += bytes.len() as u64;
-        let pkt = match Packet::parse(bytes) {
+        let pkt = match parsed {
             Ok(p) => p,
             Err(_) => {
                 self.sh.stats.dropped_malformed += 1;
