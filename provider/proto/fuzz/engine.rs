@@ -282,7 +282,7 @@ impl Pair {
                 }
                 _ => {}
             }
-            self.b.handle_datagram(addr_a(), &d, self.now);
+            self.b_takes(addr_a(), &d);
             if self.record.len() < 4096 {
                 self.record.push(d);
             }
@@ -309,6 +309,14 @@ impl Pair {
             }
         }
         self.events();
+    }
+
+    /// B takes one datagram as the udp wire hands a slot of one over
+    /// (`Engine::handle_one`): a message it hands back is seen at once.
+    fn b_takes(&mut self, from: SocketAddr, d: &[u8]) {
+        if let Some((hdr, payload)) = self.b.handle_one(from, d, self.now) {
+            self.seen.msgs.push((hdr.tag, Some(payload.to_vec())));
+        }
     }
 
     fn events(&mut self) {
@@ -488,8 +496,7 @@ impl Pair {
             }
             Ok(_) => None,
         };
-        // As the udp wire hands a datagram over (a run of one).
-        self.b.handle_run(from, d, d.len(), self.now);
+        self.b_takes(from, d);
         // Whatever arrives, B's handshake state stays bounded.
         assert!(self.b.unproven_count() <= config().max_unproven);
         assert!(self.b.first_contacts_pending() <= 256);
