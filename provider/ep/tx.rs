@@ -168,9 +168,10 @@ impl Ep {
                     return None;
                 }
             }
-            // An inject to a remote peer: on the wire in this call, and
-            // complete with it (`UdpWire::inject_now`).
-            Lane::Udp if sf.inject && !sf.delivery => {
+            // An inject (or inject-complete) send to a remote peer: on the
+            // wire in this call, and complete with it, as `UdpWire::send`
+            // completes it (`UdpWire::inject_now`).
+            Lane::Udp if !sf.delivery && (sf.inject || sf.inject_complete) => {
                 let peer = *self.dest_addr(b, &mut st.dest_cache, dest)?;
                 if !st.port.udp.inject_now(peer, &hdr, &src, now_ns()) {
                     return None;

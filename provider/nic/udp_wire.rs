@@ -431,10 +431,10 @@ impl UdpWire {
     /// handled (`Engine::wants_match_now`). Whether events were handled,
     /// and where it stopped early (what is left, for `rx_left`): there, if
     /// that handed the application a completion and no receive took the
-    /// message (`Engine::holds_unclaimed`). The application, told (say) that its
-    /// send is done, may post that receive before the next pass, and the
-    /// rest of the message then lands in place rather than being kept and
-    /// copied again. That is Open MPI's ping-pong across hosts: a blocking
+    /// message (`Engine::holds_unclaimed`). The application, told (say)
+    /// that its send is done, may post that receive before the next pass,
+    /// and the rest of the message then lands in place rather than being
+    /// kept and copied again. That is Open MPI's ping-pong across hosts: a blocking
     /// `MPI_Send` completes when the answer's first segment brings its
     /// ACK, and only then is the receive for the answer posted.
     fn feed(&mut self, i: usize, mut at: usize, now: u64, up: &mut dyn Upcall) -> (bool, Option<RxLeft>) {
@@ -497,9 +497,10 @@ impl UdpWire {
         handled
     }
 
-    /// An inject of `src` to `peer`, if it goes now in one segment with
-    /// nothing ahead of it (engine/express.rs): sent, and complete, as
-    /// `send` would make it, by a shorter way (the endpoint's small-send
+    /// A quiet send (an inject, or inject-complete: complete once the
+    /// engine has its copy) of `src` to `peer`, if it goes now in one
+    /// segment with nothing ahead of it (engine/express.rs): sent, and
+    /// complete, as `send` would make it, by a shorter way (the endpoint's small-send
     /// path, which knows the peer from its lane table). False: nothing
     /// was done; `send` takes it.
     pub(crate) fn inject_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, src: &IovView<'_>, now: u64) -> bool {
@@ -515,9 +516,7 @@ impl UdpWire {
         };
         sockets.send_slot(txbuf, peer, x.datagram_len());
         // The engine's own copy, for a retransmission.
-        let mut copy = Payload::from_elem(0, len);
-        src.read_at(0, &mut copy);
-        engine.commit(x, *hdr, SendPayload::Copied(copy), now);
+        engine.commit(x, *hdr, copied(src), now);
         self.hot = true;
         self.last_active = now;
         self.flush(now);
@@ -579,12 +578,17 @@ fn eager_arrived(engine: &mut Engine, peer: SocketAddr, hdr: MsgHdr, data: &[u8]
     }
 }
 
+/// A copy of `src` the engine keeps (a quiet send's).
+fn copied(src: &impl SendSource) -> SendPayload {
+    let mut copy = Payload::from_elem(0, src.len());
+    src.read_at(0, &mut copy);
+    SendPayload::Copied(copy)
+}
+
 fn send_payload(src: IovSource, quiet: bool, inject: bool) -> SendPayload {
     let len = src.len();
     if quiet {
-        let mut copy = Payload::from_elem(0, len);
-        src.read_at(0, &mut copy);
-        SendPayload::Copied(copy)
+        copied(&src)
     } else if inject {
         let mut copy = vec![0u8; len];
         src.read_at(0, &mut copy);
