@@ -133,18 +133,14 @@ pub(super) fn recv_from(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Resul
     // SAFETY: sockaddr_storage is plain C data; zero is a valid value.
     let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: recvfrom(2) writes at most buf.len() bytes into `buf`, which
-    // we borrow exclusively, and at most `len` bytes of address into
-    // `name`, updating `len`; the borrow of `sock` keeps the fd open.
+    // SAFETY: `name` is writable storage of `len` bytes, both ours for
+    // the call.
     let r = unsafe {
-        libc::syscall(
-            libc::SYS_recvfrom,
-            sock.as_raw_fd(),
-            buf.as_mut_ptr(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-            &mut name as *mut libc::sockaddr_storage,
-            &mut len as *mut libc::socklen_t,
+        nonblocking_recvfrom(
+            sock,
+            buf,
+            &mut name as *mut libc::sockaddr_storage as *mut libc::sockaddr,
+            &mut len,
         )
     };
     if r < 0 {
@@ -158,26 +154,42 @@ pub(super) fn recv_from(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Resul
     Ok(from.map(|f| (r as usize, f)))
 }
 
-/// recv into `buf` on a socket connected to its only sender: recvfrom
-/// without the address (which the caller knows), Ok(None) when nothing
-/// is queued. The address costs the kernel a copy out and two more user
-/// accesses a datagram (bench/udpfloor with and without it: some 0.05 us
-/// of an 8-byte one-way across the namespaces' veth).
-pub(super) fn recv_connected(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+/// recvfrom(2) on `sock` into `buf`, not waiting; the sender's address
+/// into `name` (`len`: its room, then its length) unless both are NULL.
+///
+/// # Safety
+/// `name` and `len` are both NULL, or `len` points at the size of the
+/// storage `name` points at, both writable for the call.
+unsafe fn nonblocking_recvfrom(
+    sock: &std::net::UdpSocket,
+    buf: &mut [u8],
+    name: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> libc::c_long {
     // SAFETY: recvfrom(2) writes at most buf.len() bytes into `buf`, which
-    // we borrow exclusively, and no address (both pointers NULL); the
+    // we borrow exclusively, and the address as the caller vouched; the
     // borrow of `sock` keeps the fd open.
-    let r = unsafe {
+    unsafe {
         libc::syscall(
             libc::SYS_recvfrom,
             sock.as_raw_fd(),
             buf.as_mut_ptr(),
             buf.len(),
             libc::MSG_DONTWAIT,
-            std::ptr::null_mut::<libc::sockaddr>(),
-            std::ptr::null_mut::<libc::socklen_t>(),
+            name,
+            len,
         )
-    };
+    }
+}
+
+/// recv into `buf` on a socket connected to its only sender: recvfrom
+/// without the address (which the caller knows), Ok(None) when nothing
+/// is queued. The address costs the kernel a copy out and two more user
+/// accesses a datagram (bench/udpfloor with and without it: some 0.05 us
+/// of an 8-byte one-way across the namespaces' veth).
+pub(super) fn recv_connected(sock: &std::net::UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: no address asked for (both pointers NULL).
+    let r = unsafe { nonblocking_recvfrom(sock, buf, std::ptr::null_mut(), std::ptr::null_mut()) };
     if r < 0 {
         return nothing_queued_or_err().map(|()| None);
     }
