@@ -13,9 +13,11 @@
 //! an ACK, on the last datagram of a run that delivers a message
 //! (`Vc::ack_frees_only`), and the credits the endpoint frees, wait in
 //! `Later` until the next entry point that may read them: the
-//! application's next send after its datagram is out (`UdpWire::send`),
-//! the next pass (`UdpWire::progress_timers_hot`), or any other entry but
-//! the send itself and the ones that hand events out. An ACK that
+//! application's next send after its datagram is out (`UdpWire::send`,
+//! `UdpWire::inject_now`), the next pass (`UdpWire::progress_timers_hot`),
+//! or any other entry but the send itself and the ones that hand events
+//! out (`handle_one` hands its message out, and settles before it takes
+//! the next datagram). An ACK that
 //! completes a send the application may be waiting for (Open MPI's
 //! blocking `MPI_Send` of a message past the inject size) is applied at
 //! once.
