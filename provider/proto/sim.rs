@@ -1,9 +1,9 @@
 //! Test support: a seeded PRNG and a simulated network of engines in
 //! virtual time, with a link that drops, duplicates, delays and reorders.
 
-use super::{Engine, EngineConfig, Event, Placement, RecvSink, SendSource, Transmit, TxOut};
+use super::{Engine, EngineConfig, Event, MsgBody, MsgHdr, Payload, Placement, RecvSink, SendSource, Transmit, TxOut};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +48,34 @@ pub struct Node {
     pub addr: SocketAddr,
     /// Unplugged: everything to and from this node is lost.
     pub down: bool,
+    /// Messages `Engine::handle_one` handed back, as the `Event::Msg`
+    /// the general way would have queued (`poll_event` hands them out
+    /// first: the engine hands one back only with no event queued).
+    handed: VecDeque<Event>,
+}
+
+impl Node {
+    /// The node's next event: what it was handed back, then the engine's.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.handed.pop_front().or_else(|| self.engine.poll_event())
+    }
+
+    /// One datagram, the way the endpoint hands a slot of one over
+    /// (`Engine::handle_one`).
+    fn take_one(&mut self, from: SocketAddr, bytes: &[u8], now: u64) {
+        if let Some((hdr, payload)) = self.engine.handle_one(from, bytes, now) {
+            self.handed.push_back(handed_msg(from, hdr, payload));
+        }
+    }
+}
+
+/// The event of a message `handle_one` handed back.
+fn handed_msg(peer: SocketAddr, hdr: MsgHdr, payload: &[u8]) -> Event {
+    Event::Msg {
+        peer,
+        hdr,
+        body: MsgBody::Eager(Payload::from_slice(payload)),
+    }
 }
 
 pub struct Sim {
@@ -116,6 +144,7 @@ impl Sim {
                 engine: Engine::seeded(cfg.clone(), addr(i), seed.wrapping_mul(31).wrapping_add(i as u64)),
                 addr: addr(i),
                 down: false,
+                handed: VecDeque::new(),
             })
             .collect();
         Sim {
@@ -252,14 +281,12 @@ impl Sim {
             if !self.nodes[dst].down {
                 let now = self.now;
                 if self.placed {
-                    deliver_split(&mut self.nodes[dst].engine, from, &first.4, now);
+                    deliver_split(&mut self.nodes[dst], from, &first.4, now);
                 } else if self.gro {
                     let run = self.take_run(first);
                     self.deliver_run(run);
                 } else {
-                    // One datagram, the way the endpoint hands each over.
-                    let len = first.4.len();
-                    self.nodes[dst].engine.handle_run(from, &first.4, len, now);
+                    self.nodes[dst].take_one(from, &first.4, now);
                 }
                 let e = &mut self.nodes[dst].engine;
                 // As the endpoint does: the message is matched (`run`
@@ -324,7 +351,7 @@ impl Sim {
         let deadline = self.now + limit_ns;
         loop {
             for i in 0..self.nodes.len() {
-                while let Some(ev) = self.nodes[i].engine.poll_event() {
+                while let Some(ev) = self.nodes[i].poll_event() {
                     on_event(self, i, ev);
                 }
             }
@@ -337,7 +364,7 @@ impl Sim {
             );
             if !self.step() {
                 for i in 0..self.nodes.len() {
-                    while let Some(ev) = self.nodes[i].engine.poll_event() {
+                    while let Some(ev) = self.nodes[i].poll_event() {
                         on_event(self, i, ev);
                     }
                 }
@@ -350,9 +377,10 @@ impl Sim {
 /// What the endpoint's `recv_split` does with a datagram: with a guess
 /// outstanding, the bytes after the header land in the guessed region
 /// whatever the datagram turns out to be.
-fn deliver_split(e: &mut Engine, from: SocketAddr, bytes: &[u8], now: u64) {
+fn deliver_split(node: &mut Node, from: SocketAddr, bytes: &[u8], now: u64) {
+    let e = &mut node.engine;
     let Some((p, region)) = e.rdata_placement() else {
-        e.handle_datagram(from, bytes, now);
+        node.take_one(from, bytes, now);
         return;
     };
     let h = Placement::HEAD_LEN.min(bytes.len());
@@ -363,7 +391,7 @@ fn deliver_split(e: &mut Engine, from: SocketAddr, bytes: &[u8], now: u64) {
         e.handle_datagram_placed(from, &bytes[..h], &p, len, now);
     } else {
         e.placement_missed();
-        e.handle_datagram(from, bytes, now);
+        node.take_one(from, bytes, now);
     }
 }
 

@@ -267,7 +267,7 @@ fn forget_peer_fails_ops_without_peer_failed() {
         .send(addr(1), hdr(1), Box::new(vec![1u8; 10]), SendMode::Rendezvous, 0)
         .unwrap();
     sim.eng(0).forget_peer(addr(1));
-    let ev: Vec<_> = std::iter::from_fn(|| sim.eng(0).poll_event()).collect();
+    let ev: Vec<_> = std::iter::from_fn(|| sim.nodes[0].poll_event()).collect();
     assert!(matches!(ev.as_slice(), [Event::SendFailed { id: x, err: EngineError::PeerForgotten }] if *x == id));
     assert!(!sim.nodes[0].engine.has_pending_work());
     assert_eq!(

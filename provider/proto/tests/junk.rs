@@ -83,7 +83,7 @@ fn fuzzed_datagrams_do_not_disturb_a_transfer() {
         let stranger = SocketAddr::from(([10, 9, 9, 9], 1));
         loop {
             for (i, l) in log.iter_mut().enumerate() {
-                while let Some(ev) = sim.eng(i).poll_event() {
+                while let Some(ev) = sim.nodes[i].poll_event() {
                     if let Event::Msg {
                         body: MsgBody::Rndv(rid),
                         ..
@@ -289,7 +289,7 @@ fn a_run_takes_its_segments_around_what_it_drops() {
     assert_eq!(after.dropped_stale, before.dropped_stale + 1);
     assert_eq!(after.datagrams_in, before.datagrams_in + 6, "each counted in once");
     let mut got = None;
-    while let Some(ev) = sim.eng(1).poll_event() {
+    while let Some(ev) = sim.nodes[1].poll_event() {
         if let Event::Msg {
             hdr,
             body: MsgBody::Eager(v),
