@@ -171,13 +171,12 @@ impl Ep {
             // An inject (or inject-complete) send to a remote peer: on the
             // wire in this call, and complete with it, as `UdpWire::send`
             // completes it (`UdpWire::inject_now`).
-            Lane::Udp if !sf.delivery && (sf.inject || sf.inject_complete) => {
-                let peer = *self.dest_addr(b, &mut st.dest_cache, dest)?;
+            Lane::Udp(&peer) if !sf.delivery && (sf.inject || sf.inject_complete) => {
                 if !st.port.udp.inject_now(peer, &hdr, &src, now_ns()) {
                     return None;
                 }
             }
-            Lane::Udp | Lane::General => return None,
+            Lane::Udp(_) | Lane::General => return None,
         }
         // Completed in the application's call, not in a pass.
         self.tx_complete_at(&send_req(ctx, flags, tagged, len, silent), None, super::Within::Call);
