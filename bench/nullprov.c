@@ -32,7 +32,11 @@
  * (a multiple of 64) its lines sit N bytes apart instead of one after
  * the other: -DSTRIDE=8192 lays them out as gnix's ring lays out the
  * first lines of its 8 KiB slots (bench/README.md, "What is left of the
- * 8-byte gap").
+ * 8-byte gap"). With -DPACK two messages share a line: a 32-byte slot
+ * (a 32-bit sequence word, length, tag, 32 bits of CQ data, up to 12
+ * payload bytes; longer messages are refused), as vader's fast boxes
+ * pack small messages one after the other (bench/README.md, "The
+ * message rate in the host's two states").
  *
  * Built with -DDGRAM (as libdgramprov-fi.so, provider "dgramprov") it is
  * the same between two hosts: a tagged message of up to 32 bytes is one
@@ -453,20 +457,41 @@ static int move_open(struct ep *ep)
 #ifdef LINE
 /* --- lineprov: one line a message --- */
 
+#ifdef PACK
+#define NLINES 512 /* slots, a power of two: the same 16 KiB */
+#define STRIDE 32
+#define LINE_PAYLOAD 12
+#else
 #define NLINES 256 /* a power of two */
 #ifndef STRIDE
 #define STRIDE 64
 #endif
+#define LINE_PAYLOAD MSG_MAX
+#endif
 #define RING_AT(r, i) ((struct line *)((r)->ring + ((i) & (NLINES - 1)) * STRIDE))
 
+#ifdef PACK
+typedef uint32_t seq_t;
 struct line {
-	_Atomic uint64_t seq; /* its position + 1, written last */
+	_Atomic seq_t seq; /* its position + 1 (mod 2^32), written last */
+	uint32_t len;
+	uint64_t tag;
+	uint32_t data; /* Open MPI's CQ data is a 32-bit rank */
+	char payload[LINE_PAYLOAD];
+};
+
+_Static_assert(sizeof(struct line) == STRIDE, "two slots a line");
+#else
+typedef uint64_t seq_t;
+struct line {
+	_Atomic seq_t seq; /* its position + 1, written last */
 	uint64_t tag, data;
 	uint32_t len, pad;
 	char payload[MSG_MAX];
 };
 
 _Static_assert(STRIDE % 64 == 0 && STRIDE >= sizeof(struct line), "STRIDE: a multiple of 64, a line at least");
+#endif
 
 struct region {
 	_Alignas(64) _Atomic uint64_t consumed; /* the consumer's head, now and then */
@@ -488,7 +513,7 @@ static void move_progress(void)
 	uint64_t h = L.head;
 	for (;;) {
 		struct line *l = RING_AT(L.mine, h);
-		if (atomic_load_explicit(&l->seq, memory_order_acquire) != h + 1)
+		if (atomic_load_explicit(&l->seq, memory_order_acquire) != (seq_t)(h + 1))
 			break;
 		msg_arrived(l->tag, l->data, l->len, l->payload);
 		h++;
@@ -505,6 +530,8 @@ static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t t
 {
 	if (!L.peer)
 		return -FI_EINVAL;
+	if (len > LINE_PAYLOAD)
+		return -FI_ENOSYS;
 	while (L.tail >= L.room_until) {
 		L.room_until = atomic_load_explicit(&L.peer->consumed, memory_order_acquire) + NLINES;
 		if (L.tail >= L.room_until)
@@ -515,7 +542,7 @@ static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t t
 	l->data = data;
 	l->len = len;
 	memcpy(l->payload, buf, len);
-	atomic_store_explicit(&l->seq, ++L.tail, memory_order_release);
+	atomic_store_explicit(&l->seq, (seq_t)++L.tail, memory_order_release);
 	return 0;
 }
 
