@@ -36,7 +36,15 @@
  * (a 32-bit sequence word, length, tag, 32 bits of CQ data, up to 12
  * payload bytes; longer messages are refused), as vader's fast boxes
  * pack small messages one after the other (bench/README.md, "The
- * message rate in the host's two states").
+ * message rate in the host's two states"). With -DPREFETCH the consumer,
+ * reading a line, asks for the next one (PREFETCHT0) and the producer,
+ * writing one, for the one two ahead for writing (PREFETCHW, built with
+ * -mprfchw), as gnix's rings do (`Mailbox::peek`,
+ * `Outbox::prefetch_ahead`). With -DSPIN every message costs its
+ * receiver SPIN_RX and its sender SPIN_TX turns of an empty loop more
+ * (environment variables, read at endpoint opening; 0 if unset): what a
+ * longer path on either side does to a client's rate (bench/README.md,
+ * "What the message rate asks of the receiving rank").
  *
  * Built with -DDGRAM (as libdgramprov-fi.so, provider "dgramprov") it is
  * the same between two hosts: a tagged message of up to 32 bytes is one
@@ -376,8 +384,22 @@ static struct node *list_take(struct list *l, uint64_t tag, int by_node_ignore, 
 	return NULL;
 }
 
+#ifdef SPIN
+/* Turns of an empty loop a message costs its receiver and its sender. */
+static unsigned spin_rx, spin_tx;
+
+static inline void spin(unsigned n)
+{
+	for (unsigned i = n; i; i--)
+		__asm__ volatile("");
+}
+#endif
+
 static void msg_arrived(uint64_t tag, uint64_t data, uint32_t len, const char *payload)
 {
+#ifdef SPIN
+	spin(spin_rx);
+#endif
 	struct node *r = list_take(&G.posted, tag, 1, 0);
 	if (r) {
 		size_t n = len < r->len ? len : r->len;
@@ -449,6 +471,10 @@ static int move_open(struct ep *ep)
 	if (err)
 		return err;
 	G.ep = ep;
+#ifdef SPIN
+	spin_rx = getenv("SPIN_RX") ? (unsigned)atoi(getenv("SPIN_RX")) : 0;
+	spin_tx = getenv("SPIN_TX") ? (unsigned)atoi(getenv("SPIN_TX")) : 0;
+#endif
 	for (int i = 0; i < POOL; i++)
 		list_push(&G.free, &G.pool[i]);
 	return 0;
@@ -515,6 +541,9 @@ static void move_progress(void)
 		struct line *l = RING_AT(L.mine, h);
 		if (atomic_load_explicit(&l->seq, memory_order_acquire) != (seq_t)(h + 1))
 			break;
+#ifdef PREFETCH
+		__builtin_prefetch(RING_AT(L.mine, h + 1), 0, 3);
+#endif
 		msg_arrived(l->tag, l->data, l->len, l->payload);
 		h++;
 		if ((h & 31) == 0)
@@ -532,12 +561,18 @@ static ssize_t xport_send(const void *buf, size_t len, uint64_t data, uint64_t t
 		return -FI_EINVAL;
 	if (len > LINE_PAYLOAD)
 		return -FI_ENOSYS;
+#ifdef SPIN
+	spin(spin_tx);
+#endif
 	while (L.tail >= L.room_until) {
 		L.room_until = atomic_load_explicit(&L.peer->consumed, memory_order_acquire) + NLINES;
 		if (L.tail >= L.room_until)
 			move_progress(); /* both full: take ours in meanwhile */
 	}
 	struct line *l = RING_AT(L.peer, L.tail);
+#ifdef PREFETCH
+	__builtin_prefetch(RING_AT(L.peer, L.tail + 2), 1, 3);
+#endif
 	l->tag = tag;
 	l->data = data;
 	l->len = len;
