@@ -46,6 +46,11 @@
  *                         what an idle peer costs each message. With
  *                         FI_GNIX_SHM=0 in the environment every peer is
  *                         reached over the udp wire (loopback).
+ *   DIRECTED=1            the endpoints ask for FI_DIRECTED_RECV, as
+ *                         fabtests' tagged tests, MPICH's ch4:ofi and Open
+ *                         MPI's mtl ofi do: every receive then names its
+ *                         sender (they all do: A's address), and each
+ *                         message is matched on it.
  *   PROV=name             another provider (default gnix).
  *   REMOTE=1              both endpoints first send a message to a peer
  *                         over the udp wire (a helper process, this program
@@ -95,6 +100,8 @@ static struct fi_info *open_domain(const char *prov, int manual, struct fid_fabr
 	struct fi_info *hints = fi_allocinfo(), *info;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = FI_TAGGED;
+	if (getenv("DIRECTED"))
+		hints->caps |= FI_DIRECTED_RECV;
 	hints->mode = FI_CONTEXT;
 	hints->fabric_attr->prov_name = strdup(prov);
 	if (manual) {
