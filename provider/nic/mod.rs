@@ -200,6 +200,28 @@ impl Drop for Nic {
     }
 }
 
+/// The endpoints `armed` for the sleep just ended, disarmed: under
+/// `Shared::pass` (the caller holds it), and only those still in the
+/// list. An endpoint `Nic::remove` took out is not woken to be
+/// disarmed: the thread would hold it (strongly) after `remove` returned,
+/// and its last reference could then go with the thread, after the
+/// application's fi_close(domain) found the domain still in use
+/// (Open MPI's finalize saw -FI_EBUSY from a job across hosts).
+fn disarm_listed(shared: &Shared, armed: &mut Vec<Weak<dyn AutoProgress>>) {
+    if armed.is_empty() {
+        return;
+    }
+    let eps = shared.eps.lock().unwrap();
+    for w in armed.drain(..) {
+        if !eps.iter().any(|e| Weak::ptr_eq(e, &w)) {
+            continue;
+        }
+        if let Some(ep) = w.upgrade() {
+            ep.disarm();
+        }
+    }
+}
+
 /// Watches `fd` for input in `set`, with its number as the event's data. A
 /// failure (out of memory, or `fd` closed meanwhile) leaves that descriptor
 /// to the timeouts.
@@ -260,12 +282,8 @@ fn run(shared: Arc<Shared>) {
     // The endpoints armed for the sleep under way: disarmed after it.
     let mut armed: Vec<Weak<dyn AutoProgress>> = Vec::new();
     while !shared.stop.load(Ordering::Acquire) {
-        for ep in armed.drain(..) {
-            if let Some(ep) = ep.upgrade() {
-                ep.disarm();
-            }
-        }
         let pass = shared.pass.lock().unwrap();
+        disarm_listed(&shared, &mut armed);
         let gen = shared.generation.load(Ordering::Acquire);
         let eps: Vec<Arc<dyn AutoProgress>> = shared.eps.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
         if let (true, Some(busy_set)) = (gen != seen_gen, &busy_set) {
@@ -367,3 +385,6 @@ fn run(shared: Arc<Shared>) {
         sleep_in(set.as_ref(), wake, &mut events, timeout_ms);
     }
 }
+
+#[cfg(test)]
+mod tests;
