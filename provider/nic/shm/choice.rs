@@ -501,7 +501,11 @@ mod tests {
         pulls(&mut c, 4 * P, 3900);
         assert_eq!(c.copy_max(), P);
         c.record(Way::CopyIn, 4 * P, 1000);
-        assert_eq!(c.copy_max(), 8 * P, "3 µs of copies against a 3.9 µs pull (class 2 guessed)");
+        assert_eq!(
+            c.copy_max(),
+            8 * P,
+            "3 µs of copies against a 3.9 µs pull (class 2 guessed)"
+        );
     }
 
     #[test]
