@@ -18,10 +18,11 @@
 //! its mailbox the longest message it wants copied (`copy_max`): up to
 //! the last class where two copies are known to cost no more than a
 //! pull, below the first where they are known to cost more, and the
-//! class above a known one while that is not known itself (guessed,
-//! `CopyOrPull::choose`). Until it knows, it wants none copied: a pull was never much slower than
-//! libfabric's shm or Open MPI's vader on the hosts measured, where copies
-//! were twice as slow on one. Senders copy up to that and pull beyond,
+//! class above the last known one while that is not known itself
+//! (guessed, `CopyOrPull::choose`). Until it knows, it wants none
+//! copied: a pull was never much slower than libfabric's shm or Open
+//! MPI's vader on the hosts measured, where copies were twice as slow on
+//! one. Senders copy up to that and pull beyond,
 //! and go the other way once in `EXPLORE` spanning sends of a size class,
 //! so both costs stay known as they change (and are learnt at all: with
 //! nothing copied, nothing would be timed against the pulls); and the
@@ -309,13 +310,13 @@ impl CopyOrPull {
     /// that cross once, if at all, and a class's pulls are learnt
     /// dearly (`FIRST_COPIES`). In `fi_pingpong -S all` on the EPYC
     /// guest of 2026-12-07 the 32-64 KiB class, learnt from scratch,
-    /// paid its 48 KiB row a first pull of 21 us and two more of 6.7 and
-    /// 5.2, where copies took 4; its ten round trips ran at 7.0-8.4 us
-    /// one-way against libfabric shm's 8.0. Only the class right above
-    /// a known one: a guess is not a base for another. The guess stands
-    /// until the class's own pulls are known (`EXPLORE`); an application
-    /// that sends one size only, as Open MPI's ping-pongs do, has no
-    /// class below to go by.
+    /// paid its 48 KiB row a first pull of 16-21 us and two more of 5-8,
+    /// where copies took 4; its ten round trips ran at 6.6-8.2 us one-way
+    /// against libfabric shm's 7.8-9.3 (5.0-6.6 guessed). Only the class
+    /// right above a known one: a guess is not a base for another. The
+    /// guess stands until the class's own pulls are known (`EXPLORE`); an
+    /// application that sends one size only, as Open MPI's ping-pongs do,
+    /// has no class below to go by.
     fn choose(&mut self) -> bool {
         let was = self.copy_max;
         self.copy_max = self.payload;
@@ -486,8 +487,7 @@ mod tests {
         // Its pulls, once known, decide: cheaper, so class 2 pulls.
         pulls(&mut c, 8 * P, 4000);
         assert_eq!(c.copy_max(), 4 * P);
-        // A class known to pull is not guessed from: class 3 above the
-        // pulling class 2 stays pulled though it would be guessed from 1.
+        // Nothing past a class known to pull is copied, known or not.
         c.record(Way::CopyOut, 16 * P, 100);
         assert_eq!(c.copy_max(), 4 * P);
     }
