@@ -18,12 +18,12 @@
 //! its mailbox the longest message it wants copied (`copy_max`): up to
 //! the last class where two copies are known to cost no more than a
 //! pull, below the first where they are known to cost more, and the
-//! class above the last known one while that is not known itself
+//! class above a class known to copy while it is not known itself
 //! (guessed, `CopyOrPull::choose`). Until it knows, it wants none
 //! copied: a pull was never much slower than libfabric's shm or Open
 //! MPI's vader on the hosts measured, where copies were twice as slow on
-//! one. Senders copy up to that and pull beyond,
-//! and go the other way once in `EXPLORE` spanning sends of a size class,
+//! one. Senders copy up to that and pull beyond, and go the other way
+//! once in `EXPLORE` spanning sends of a size class,
 //! so both costs stay known as they change (and are learnt at all: with
 //! nothing copied, nothing would be timed against the pulls); and the
 //! first two of a class the owner wants pulled are copied, so that the
