@@ -9,6 +9,7 @@
 
 use crate::ffi::*;
 use crate::nic::iov::{IovSource, IovView};
+use crate::nic::onesided;
 use crate::nic::shm;
 use crate::nic::udp::{KernelNews, RecvBatch, TxBatch, UdpSockets};
 use crate::nic::wire::{Arrival, Body, Credit, Held, OpId, SendOp, Sent, Take, Upcall, Wire, WireEvent, WireKind};
@@ -326,6 +327,7 @@ impl UdpWire {
         match body {
             MsgBody::Eager(data) => eager_arrived(&mut self.engine, peer, hdr, &data, now, up),
             MsgBody::Rndv(rid) => {
+                answer_heard(&mut self.engine, peer, &hdr);
                 let credit = Credit::Udp {
                     peer,
                     bytes: self.engine.rts_charge(rid),
@@ -566,6 +568,7 @@ fn release(engine: &mut Engine, credit: Credit, now: u64) {
 /// An eager message to the endpoint, its bytes `data` copied out during
 /// the upcall; its credits go back unless the endpoint kept it.
 fn eager_arrived(engine: &mut Engine, peer: SocketAddr, hdr: MsgHdr, data: &[u8], now: u64, up: &mut dyn Upcall) {
+    answer_heard(engine, peer, &hdr);
     let credit = Credit::Udp { peer, bytes: hdr.len };
     let take = up.arrived(Arrival {
         peer: &peer,
@@ -575,6 +578,16 @@ fn eager_arrived(engine: &mut Engine, peer: SocketAddr, hdr: MsgHdr, data: &[u8]
     });
     if !matches!(take, Take::Kept) {
         release(engine, credit, now);
+    }
+}
+
+/// A message from `peer` that answers a one-sided request of ours ends
+/// the watch `Engine::answer_due` began (a rendezvous answer's RTS
+/// included: the pull that follows is watched as any).
+#[inline(always)]
+fn answer_heard(engine: &mut Engine, peer: SocketAddr, hdr: &MsgHdr) {
+    if hdr.flags & onesided::RESP != 0 {
+        engine.answer_came(peer);
     }
 }
 
@@ -668,6 +681,11 @@ impl Wire for UdpWire {
                 return Err(-engine_errno(e));
             }
         };
+        if hdr.flags & onesided::REQ != 0 {
+            // Its response is awaited: the peer's silence is watched
+            // until it comes (`Engine::answer_due`).
+            self.engine.answer_due(peer);
+        }
         if !flags.more {
             self.flush(now);
         }
@@ -851,6 +869,7 @@ mod tests {
         last: Vec<u8>,
         sent: usize,
         recvd: Vec<(OpId, usize)>,
+        failed: Vec<SocketAddr>,
     }
 
     impl Upcall for App {
@@ -872,6 +891,7 @@ mod tests {
             match e {
                 WireEvent::SendDone { .. } => self.sent += 1,
                 WireEvent::RecvDone { op, written } => self.recvd.push((op, written)),
+                WireEvent::PeerFailed { peer } => self.failed.push(peer),
                 _ => {}
             }
         }
@@ -934,11 +954,24 @@ mod tests {
 
     /// `from` sends `data` to `to` as operation `op`, which is pending.
     fn send_bytes(from: &mut UdpWire, to: &UdpWire, op: OpId, data: &[u8], up: &mut dyn Upcall, now: u64) {
+        send_flagged(from, to, op, data, MsgHdr::TAGGED, up, now)
+    }
+
+    /// `send_bytes` with header flags `flags`.
+    fn send_flagged(
+        from: &mut UdpWire,
+        to: &UdpWire,
+        op: OpId,
+        data: &[u8],
+        flags: u32,
+        up: &mut dyn Upcall,
+        now: u64,
+    ) {
         let hdr = MsgHdr {
             tag: 1,
             data: 0,
             len: data.len() as u64,
-            flags: MsgHdr::TAGGED,
+            flags,
         };
         let send = SendOp {
             peer: to.local_addr(),
@@ -950,6 +983,81 @@ mod tests {
         // that calls this.
         let src = IovSource::new(unsafe { Iov::from_raw_parts(data.as_ptr() as usize, data.len()) });
         assert_eq!(from.send(send, src, up, now), Ok(Sent::Pending));
+    }
+
+    /// Passes `a` and `b` (while it lives) until `done` holds, waiting for
+    /// their datagrams in between; at most 10 s on the real clock.
+    fn pass_until(
+        what: &str,
+        a: &mut UdpWire,
+        ua: &mut App,
+        mut b: Option<(&mut UdpWire, &mut App)>,
+        done: impl Fn(&App) -> bool,
+    ) {
+        let now = crate::progress::now_ns;
+        let deadline = now() + 10_000_000_000;
+        while !done(ua) {
+            assert!(now() < deadline, "{what}: not within 10 s ({:?})", a.engine.stats());
+            match &mut b {
+                Some((b, ub)) => {
+                    wait_until(a, b, now() + 10_000_000);
+                    pass(b, now(), *ub);
+                }
+                None => wait_until(a, a, now() + 10_000_000),
+            }
+            pass(a, now(), ua);
+        }
+    }
+
+    /// A one-sided request keeps its target watched until the response
+    /// comes (`Engine::answer_due`): a target that acknowledged a request
+    /// and died before it answered (its socket closed: nothing of ours
+    /// goes unacknowledged, no refusal comes unasked) is found dead, so
+    /// what waits for the answer fails instead of waiting for ever (an
+    /// RMA read across hosts whose target was killed, CI 2026-12-07). A
+    /// response ends the watch.
+    #[test]
+    fn a_request_keeps_its_target_watched_until_it_is_answered() {
+        let cfg = EngineConfig {
+            peer_timeout_ns: 200_000_000,
+            ..EngineConfig::default()
+        };
+        let now = crate::progress::now_ns;
+        let (mut a, mut b) = (wire_of(7, cfg.clone()), wire_of(8, cfg));
+        let (mut ua, mut ub) = (App::default(), App::default());
+        let pb = b.local_addr();
+        first_message(&mut a, &mut b, &mut ua, &mut ub, b"hello");
+        // A request, answered.
+        send_flagged(&mut a, &b, 2, b"q1", onesided::REQ, &mut ua, now());
+        assert_eq!(a.engine.answers_due(pb), 1);
+        pass_until(
+            "the first request acknowledged",
+            &mut a,
+            &mut ua,
+            Some((&mut b, &mut ub)),
+            |ua| ua.sent == 2,
+        );
+        send_flagged(&mut b, &a, 1, b"r1", onesided::RESP, &mut ub, now());
+        pass_until("the response", &mut a, &mut ua, Some((&mut b, &mut ub)), |ua| {
+            ua.eager == 1
+        });
+        assert_eq!(a.engine.answers_due(pb), 0, "the response ends the watch");
+        assert!(ua.failed.is_empty());
+        // Another, acknowledged; then its target dies without a word.
+        send_flagged(&mut a, &b, 3, b"q2", onesided::REQ, &mut ua, now());
+        pass_until(
+            "the second request acknowledged",
+            &mut a,
+            &mut ua,
+            Some((&mut b, &mut ub)),
+            |ua| ua.sent == 3,
+        );
+        assert_eq!(ub.eager, 3, "b took the first message and both requests");
+        drop(b);
+        pass_until("the dead target found", &mut a, &mut ua, None, |ua| {
+            !ua.failed.is_empty()
+        });
+        assert_eq!(ua.failed, vec![pb]);
     }
 
     /// `a`'s send completes on the first segment of `b`'s answer, a long

@@ -611,6 +611,35 @@ impl Engine {
             && self.vcs.get(&peer).is_some_and(|vc| len > rndv::msg_room(vc.seg_limit))
     }
 
+    /// The caller sent `peer` a message it awaits an answer to (a
+    /// one-sided request, answered by a response). Until `answer_came`
+    /// the VC watches the peer as while a rendezvous is pulled from it:
+    /// a peer that acknowledged the request and died before it answered
+    /// (its socket closed, so nothing of ours goes unacknowledged and no
+    /// refusal comes) would otherwise never be found dead, and what
+    /// waits for its answer would wait for ever. No VC: nothing to watch
+    /// (the send failed).
+    pub fn answer_due(&mut self, peer: SocketAddr) {
+        if let Some(vc) = self.vcs.get_mut(&peer) {
+            vc.answers_due += 1;
+            self.timers.rearm(vc, &self.sh.cfg);
+        }
+    }
+
+    /// Answers awaited from `peer` (`answer_due`).
+    #[cfg(test)]
+    pub fn answers_due(&self, peer: SocketAddr) -> u32 {
+        self.vcs.get(&peer).map_or(0, |vc| vc.answers_due)
+    }
+
+    /// An answer `answer_due` awaited came from `peer`.
+    pub fn answer_came(&mut self, peer: SocketAddr) {
+        if let Some(vc) = self.vcs.get_mut(&peer) {
+            vc.answers_due = vc.answers_due.saturating_sub(1);
+            self.timers.rearm(vc, &self.sh.cfg);
+        }
+    }
+
     /// Whether an RTS with pushed data was delivered since the last call.
     /// Its `Event::Msg` should then be matched (accepted, or left
     /// unexpected) before the next datagram is handled: its pushed data

@@ -13,11 +13,11 @@
 //! changes nothing.
 //!
 //! A believed refusal ends the VC. If it had operations under way (our
-//! messages, receives pulling from the peer) they fail and the peer is
-//! announced failed, as after a timeout. If it had none, it is dropped
-//! without a word: that is a peer that closed its endpoint after its last
-//! exchange with us (the end of a job), and an announcement would fail
-//! collectives it has finished its part of.
+//! messages, receives pulling from the peer, answers awaited from it)
+//! they fail and the peer is announced failed, as after a timeout. If it
+//! had none, it is dropped without a word: that is a peer that closed its
+//! endpoint after its last exchange with us (the end of a job), and an
+//! announcement would fail collectives it has finished its part of.
 
 use super::super::wire::{field, kind, MAGIC, VERSION};
 use super::super::EngineError;
@@ -52,7 +52,10 @@ impl Engine {
             return Refusal::Ignored;
         }
         self.sh.stats.peers_refused += 1;
+        // (An answer awaited from it, `Engine::answer_due`, is under way
+        // as much as a message of ours.)
         let busy = !vc.tx.is_empty()
+            || vc.answers_due > 0
             || self.sh.rx.values().any(|r| r.peer == peer)
             || self.sh.rx_eager.values().any(|e| e.peer == peer);
         self.fail_vc(peer, EngineError::PeerRefused, busy);

@@ -61,6 +61,9 @@ pub(super) struct Vc {
     pub(super) reasm: Option<Reasm>,
     /// Accepted rendezvous receives still pulling from this peer.
     pub(super) rx_active: u32,
+    /// Answers the caller awaits from this peer to messages it sent (a
+    /// one-sided request's response: `Engine::answer_due`).
+    pub(super) answers_due: u32,
     /// The announced rendezvous receives whose sender pushes data, by its
     /// key (PDATA names the key, not our rid).
     pub(super) pushes: Map<MsgId, RndvId>,
@@ -161,6 +164,7 @@ impl Vc {
             push_backoff: 0,
             reasm: None,
             rx_active: 0,
+            answers_due: 0,
             pushes: Map::with_hasher(sh.hasher),
             last_rts_key: None,
             push_gap: None,
@@ -223,8 +227,11 @@ impl Vc {
         }
     }
 
+    /// Whether something of ours waits on the peer, so that its silence
+    /// is watched (keepalives, then the peer timeout) though nothing of
+    /// ours is unacknowledged.
     fn awaiting_peer(&self) -> bool {
-        !self.tx.is_empty() || self.rx_active > 0
+        !self.tx.is_empty() || self.rx_active > 0 || self.answers_due > 0
     }
 
     fn keepalive_interval(cfg: &EngineConfig) -> u64 {

@@ -315,3 +315,65 @@ fn keepalive_tells_a_quiet_peer_from_a_dead_one() {
     assert_eq!(log[0].peer_failed, vec![addr(1)]);
     assert!(sim.now - t0 <= cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 1_000_000);
 }
+
+/// A question acknowledged by a peer that then died leaves nothing of ours
+/// unacknowledged: without more, the engine never finds the peer dead, and
+/// what waits for the answer (an RMA read's response) would wait for ever.
+/// An answer the caller awaits (`Engine::answer_due`) keeps the peer
+/// watched as an outstanding send does: keepalives while it lives, the
+/// peer timeout once it is gone; the answer ends the watch.
+#[test]
+fn an_awaited_answer_keeps_the_peer_watched() {
+    let cfg = EngineConfig {
+        peer_timeout_ns: 100_000_000,
+        ..test_config()
+    };
+    let mut sim = Sim::new(2, cfg.clone(), Link::clean(), 83);
+    let mut log = logs(2);
+    let q = sim
+        .eng(0)
+        .send(addr(1), hdr(1), Box::new(vec![1u8; 40]), SendMode::Eager, 0)
+        .unwrap();
+    sim.eng(0).answer_due(addr(1));
+    sim.run_for(5 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
+    assert_eq!(log[0].send_done, vec![q], "the question is acknowledged");
+    assert!(log[0].peer_failed.is_empty(), "a live peer is not declared dead");
+    let kept = sim.nodes[0].engine.stats().keepalives_sent;
+    assert!(kept >= 10, "the awaited peer is watched: {kept} keepalives");
+    // The answer comes: the watch ends, the idle VC sends nothing more.
+    let now = sim.now;
+    sim.eng(1)
+        .send(addr(0), hdr(2), Box::new(vec![2u8; 40]), SendMode::Eager, now)
+        .unwrap();
+    sim.run_for(cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
+    assert_eq!(log[0].msgs.len(), 1);
+    sim.eng(0).answer_came(addr(1));
+    // (A keepalive already on its way when the answer was taken goes.)
+    sim.run_for(cfg.peer_timeout_ns / 2, |_, i, ev| log[i].record(ev));
+    let kept = sim.nodes[0].engine.stats().keepalives_sent;
+    sim.run_for(5 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
+    assert_eq!(
+        sim.nodes[0].engine.stats().keepalives_sent,
+        kept,
+        "no answer due, no watch"
+    );
+    // A second question, acknowledged; then the peer dies without a word.
+    let now = sim.now;
+    sim.eng(0)
+        .send(addr(1), hdr(3), Box::new(vec![3u8; 40]), SendMode::Eager, now)
+        .unwrap();
+    sim.run_for(cfg.peer_timeout_ns / 10, |_, i, ev| log[i].record(ev));
+    assert_eq!(log[0].send_done.len(), 2, "the second question is acknowledged");
+    sim.nodes[1].down = true;
+    sim.run_for(5 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev));
+    assert!(
+        log[0].peer_failed.is_empty(),
+        "nothing awaited: the dead peer goes unnoticed"
+    );
+    // Awaiting its answer finds it dead within the peer timeout.
+    let t0 = sim.now;
+    sim.eng(0).answer_due(addr(1));
+    sim.run(10 * cfg.peer_timeout_ns, |_, i, ev| log[i].record(ev), |_| false);
+    assert_eq!(log[0].peer_failed, vec![addr(1)]);
+    assert!(sim.now - t0 <= cfg.peer_timeout_ns + cfg.peer_timeout_ns / 4 + 1_000_000);
+}

@@ -67,6 +67,21 @@ fn an_idle_vc_refused_is_dropped_without_a_word() {
     assert!(!e[0].has_vc(addr(1)));
 }
 
+/// The same VC awaiting an answer (a one-sided request's response,
+/// `Engine::answer_due`) is not idle: the refusal fails it and announces
+/// the peer, which fails what waits for the answer.
+#[test]
+fn a_vc_awaiting_an_answer_refused_announces_its_peer() {
+    let (mut e, now) = connected_pair(test_config());
+    let (id, quote) = sent_and_quoted(&mut e[0], 1, 8, now);
+    e[0].answer_due(addr(1));
+    assert_eq!(deliver_late(&mut e, &quote, now), vec![id]);
+    assert_eq!(e[0].on_refused(addr(1), &quote), Refusal::Failed);
+    let log = events(&mut e[0]);
+    assert_eq!(log.peer_failed, vec![addr(1)]);
+    assert!(!e[0].has_vc(addr(1)));
+}
+
 /// The datagram `quote` began, sent by `e[0]` at `now` and never
 /// delivered: retransmitted once its timer fires, delivered to `e[1]`,
 /// acknowledged. The sends of `e[0]` that completed.
