@@ -15,6 +15,14 @@
  *
  * Prints "XCORE mbps=<MB/s of the writer's copies>" and exits 0; exits 2
  * (printing why) when it cannot pin to two CPUs.
+ *
+ * `xcore loop` measures the other thing the host changes: how fast the two
+ * CPUs run instructions. Both threads, pinned as above, run the same chain
+ * of dependent additions at once (as both ranks of a message-rate test
+ * are busy at once), and it prints "XCORE loop_ps=<picoseconds a turn,
+ * the slower thread's>". On this VM it moves by up to 1.6x over minutes,
+ * and a provider whose path is long in instructions moves with it
+ * (bench/README.md, "How fast the CPUs run").
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -62,13 +70,67 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-int main(void)
+#define TURNS 50000000L
+static double turn_s[2];
+static _Atomic int loop_ready;
+
+/* TURNS turns of a chain of dependent additions, timed, as thread `who`;
+ * both threads start together. */
+static void loop_turns(int who)
+{
+	volatile unsigned long sink;
+	unsigned long x = (unsigned long)who;
+	atomic_fetch_add(&loop_ready, 1);
+	while (atomic_load(&loop_ready) < 2)
+		;
+	double t0 = now_s();
+	for (long i = 0; i < TURNS; i++) {
+		x += (unsigned long)i ^ (x >> 3);
+		__asm__ volatile("" : "+r"(x));
+	}
+	turn_s[who] = now_s() - t0;
+	sink = x;
+	(void)sink;
+}
+
+static void *loop_thread(void *arg)
+{
+	(void)arg;
+	loop_turns(1);
+	return NULL;
+}
+
+static int loop_main(void)
 {
 	pthread_t t;
 	pthread_attr_t attr;
 	cpu_set_t one;
-	char *src = malloc(LEN);
+	CPU_ZERO(&one);
+	CPU_SET(1, &one);
+	if (pin(0) || pthread_attr_init(&attr) ||
+	    pthread_attr_setaffinity_np(&attr, sizeof one, &one) ||
+	    pthread_create(&t, &attr, loop_thread, NULL)) {
+		printf("XCORE skipped: cannot run on CPU 0 and CPU 1\n");
+		return 2;
+	}
+	loop_turns(0);
+	pthread_join(t, NULL);
+	double slow = turn_s[0] > turn_s[1] ? turn_s[0] : turn_s[1];
+	printf("XCORE loop_ps=%.0f\n", slow / TURNS * 1e12);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	cpu_set_t one;
+	char *src;
 	double in_copy = 0;
+
+	if (argc > 1 && strcmp(argv[1], "loop") == 0)
+		return loop_main();
+	src = malloc(LEN);
 
 	shared_buf = aligned_alloc(4096, LEN);
 	if (!src || !shared_buf)
