@@ -370,8 +370,15 @@ impl Scenario {
 
     /// Run to completion; panics (after killing every child) on any failure.
     pub fn run(self) -> Outcome {
+        // The wire and knobs in the label: a scenario run once a wire
+        // (FI_GNIX_SHM, GNIX_TEST_WIRE) says which run failed.
+        let knobs: String = wire_env()
+            .iter()
+            .chain(&self.env)
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect();
         let label = format!(
-            "{}{} [{}]",
+            "{}{} [{}{knobs}]",
             self.name,
             self.arg.as_deref().map(|a| format!(" {a}")).unwrap_or_default(),
             provider()
