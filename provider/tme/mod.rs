@@ -43,12 +43,20 @@
 //! different ranks (all-to-all, halo exchange) would otherwise make each
 //! match a scan of the bucket, quadratic overall.
 //!
-//! Unexpected messages carry no ignore bits, so they are indexed by what a
-//! receive can ask for exactly: by `(src, tag)`, by `tag`, by `src`, and in
-//! arrival order. An exact-tag receive takes a bucket head in O(1) (directed
-//! or any-source). A receive with ignore bits walks the per-source list
-//! (directed) or the arrival list (any source) until the first match; that
-//! is the one inherently linear case, as in every Portals-style matcher.
+//! Unexpected messages sit on an arrival-order list. Up to
+//! `UNEXP_INDEX_FROM` of them, a receive walks it from the oldest: the
+//! few an MPI rank has waiting when its receives are posted after their
+//! messages came (an `MPI_Isend` before its `MPI_Recv`, a halo exchange)
+//! are found in a step or two, and storing and taking one hashes
+//! nothing (three indexes kept for each cost such a message some 900
+//! instructions, `tests/imb`'s PingPing). A longer queue is indexed, as
+//! the posted one is. Unexpected messages carry no ignore bits, so they are
+//! indexed by what a receive can ask for exactly: by `(src, tag)`, by `tag`,
+//! by `src`. An exact-tag receive then takes a bucket head in O(1)
+//! (directed or any-source). A receive with ignore bits walks the
+//! per-source list (directed) or the arrival list (any source) until the
+//! first match; that is the one inherently linear case, as in every
+//! Portals-style matcher.
 //! Claimed messages leave the matching indexes altogether and sit in a
 //! per-claim-key list, so they cost nothing to later searches.
 //!
@@ -364,10 +372,23 @@ impl<U> Linked for UEntry<U> {
     }
 }
 
+/// Unclaimed unexpected messages beyond which they are indexed by tag
+/// and source; up to this many, a receive walks them from the oldest
+/// (steps of a few instructions each, where keeping three hash indexes
+/// costs every message hundreds). Indexed until a quarter of this are
+/// left, so that a queue around the limit is not indexed afresh all the
+/// time.
+pub(super) const UNEXP_INDEX_FROM: usize = 32;
+
 struct UnexpQ<U> {
     slab: Slab<UEntry<U>>,
     all: Ends,
     open: Ends,
+    /// Whether the unclaimed messages are in `by_tag`, `by_src` and
+    /// `by_src_tag` (else those are empty, and their links unused).
+    indexed: bool,
+    /// `UNEXP_INDEX_FROM`, or what a test sets.
+    index_from: usize,
     by_tag: HashMap<u64, Ends>,
     by_src: HashMap<SrcAddr, Ends>,
     by_src_tag: HashMap<(SrcAddr, u64), Ends>,
@@ -384,6 +405,8 @@ impl<U> UnexpQ<U> {
             slab: Slab::new(),
             all: Ends::EMPTY,
             open: Ends::EMPTY,
+            indexed: false,
+            index_from: UNEXP_INDEX_FROM,
             by_tag: HashMap::default(),
             by_src: HashMap::default(),
             by_src_tag: HashMap::default(),
@@ -405,10 +428,51 @@ impl<U> UnexpQ<U> {
         });
         self.slab.push_back(&mut self.all, idx, U_ALL);
         self.slab.push_back(&mut self.open, idx, U_OPEN);
+        if self.indexed {
+            self.index(idx);
+        } else if self.open_len() > self.index_from {
+            self.index_all();
+        }
+        MsgKey { idx, gen }
+    }
+
+    /// Unclaimed messages.
+    fn open_len(&self) -> usize {
+        self.slab.len - self.claimed
+    }
+
+    /// Files unclaimed message `idx` in the three indexes, at their ends.
+    fn index(&mut self, idx: u32) {
+        let (src, tag) = {
+            let a = &self.slab.get(idx).arrived;
+            (a.src, a.tag)
+        };
         self.slab.push_to(&mut self.by_tag, tag, idx, U_TAG);
         self.slab.push_to(&mut self.by_src, src, idx, U_SRC);
         self.slab.push_to(&mut self.by_src_tag, (src, tag), idx, U_SRC_TAG);
-        MsgKey { idx, gen }
+    }
+
+    /// The queue outgrew walking: every unclaimed message is indexed, in
+    /// arrival order (the order of `open`).
+    #[cold]
+    fn index_all(&mut self) {
+        let order: Vec<u32> = self.slab.walk(self.open.head, U_OPEN).collect();
+        for idx in order {
+            self.index(idx);
+        }
+        self.indexed = true;
+    }
+
+    /// Down to a quarter of `index_from`: back to walking. The indexes
+    /// hold only unclaimed messages (a claim unlinks it first, and its
+    /// `U_TAG` link then serves the claim list), so clearing them leaves
+    /// the claims alone.
+    #[cold]
+    fn unindex(&mut self) {
+        self.by_tag.clear();
+        self.by_src.clear();
+        self.by_src_tag.clear();
+        self.indexed = false;
     }
 
     /// Nothing unclaimed (the usual case when receives are posted
@@ -423,6 +487,12 @@ impl<U> UnexpQ<U> {
         if self.none_open() {
             // No index to consult.
             return None;
+        }
+        if !self.indexed {
+            return self.slab.walk(self.open.head, U_OPEN).find(|&i| {
+                let a = &self.slab.get(i).arrived;
+                spec.matches(a.src, a.tag)
+            });
         }
         if spec.ignore == 0 {
             let ends = match spec.src {
@@ -448,14 +518,38 @@ impl<U> UnexpQ<U> {
             (a.src, a.tag)
         };
         self.slab.unlink(&mut self.open, idx, U_OPEN);
+        if !self.indexed {
+            return;
+        }
         self.slab.unlink_from(&mut self.by_tag, &tag, idx, U_TAG);
         self.slab.unlink_from(&mut self.by_src, &src, idx, U_SRC);
         self.slab.unlink_from(&mut self.by_src_tag, &(src, tag), idx, U_SRC_TAG);
+        // `idx` is still counted open here (its claim or removal follows).
+        if self.open_len() - 1 <= self.index_from / 4 {
+            self.unindex();
+        }
     }
 
     /// Files unclaimed messages of unknown source under the source `f`
     /// now names, each at its arrival position among that source's.
     fn resolve_unknown(&mut self, mut f: impl FnMut(&U) -> Option<SrcAddr>) -> usize {
+        if !self.indexed {
+            // The arrival list is every source's order at once: only the
+            // names change.
+            let unknown: Vec<u32> = self
+                .slab
+                .walk(self.open.head, U_OPEN)
+                .filter(|&i| self.slab.get(i).arrived.src == ADDR_UNSPEC)
+                .collect();
+            let mut moved = 0;
+            for idx in unknown {
+                if let Some(src) = f(&self.slab.get(idx).arrived.msg).filter(|&a| a != ADDR_UNSPEC) {
+                    self.slab.get_mut(idx).arrived.src = src;
+                    moved += 1;
+                }
+            }
+            return moved;
+        }
         let Some(ends) = self.by_src.get(&ADDR_UNSPEC) else {
             return 0;
         };
@@ -531,6 +625,7 @@ impl<U> UnexpQ<U> {
         let out = order.into_iter().map(|i| self.slab.remove(i).arrived).collect();
         self.all = Ends::EMPTY;
         self.open = Ends::EMPTY;
+        self.indexed = false;
         self.by_tag = HashMap::default();
         self.by_src = HashMap::default();
         self.by_src_tag = HashMap::default();
@@ -569,11 +664,14 @@ impl<R, U> Tme<R, U> {
     }
 
     /// One whose posted receives are indexed once more than `n` are
-    /// posted (`INDEX_FROM` otherwise): the tests' way to run both paths.
+    /// posted (`INDEX_FROM` otherwise), and its unclaimed unexpected
+    /// messages once more than `n` wait (`UNEXP_INDEX_FROM`): the tests'
+    /// way to run every path.
     #[cfg(test)]
     pub fn indexing_from(n: usize) -> Self {
         let mut t = Self::new();
         t.posted.index_from = n;
+        t.unexp.index_from = n;
         t
     }
 
@@ -1129,9 +1227,8 @@ mod tests {
 
     /// Exact-tag matching goes straight to a bucket head, whatever the
     /// number of posted receives or unexpected messages: not one list
-    /// entry is stepped over (counted by `Slab::walk`) while the posted
-    /// receives are indexed, and no more than the few left once they are
-    /// not.
+    /// entry is stepped over (counted by `Slab::walk`) while either queue
+    /// is indexed, and no more than the few left once it is not.
     #[test]
     fn scalability_exact_tags() {
         const N: u64 = 10_000;
@@ -1160,6 +1257,8 @@ mod tests {
         for s in 0..N {
             t.push_unexpected(s, 7, s as u32);
         }
+        // (Indexing them once they were many walked the first ones.)
+        WALKED.with(|w| w.set(0));
         for s in (0..N).rev() {
             match t.post(MatchSpec::exact(7, Some(s)), 0) {
                 PostOutcome::Matched { msg, .. } => assert_eq!(msg.msg, s as u32),
@@ -1167,7 +1266,14 @@ mod tests {
             }
         }
         assert_eq!(t.posted_len(), 1);
-        assert_eq!(WALKED.with(|w| w.get()), 0, "exact-tag matches walked lists");
+        // Indexed until a quarter of UNEXP_INDEX_FROM were left; the last
+        // ones, newest first, each walked the few older ones.
+        let few = (UNEXP_INDEX_FROM / 4) as u64;
+        let walked = WALKED.with(|w| w.get());
+        assert!(
+            walked <= few * (few + 1) / 2,
+            "exact-tag matches walked {walked} entries"
+        );
         // (The count is live: a wildcard receive walks the arrival list.)
         t.push_unexpected(1, 5, 1);
         t.push_unexpected(1, 6, 2);
@@ -1187,7 +1293,13 @@ mod tests {
     /// source's later messages, and any-source order is unchanged.
     #[test]
     fn unknown_sources_resolved_later_keep_their_place() {
-        let mut t = T::new();
+        // Walked (as few as these are in the provider) and indexed.
+        for t in [T::new(), T::indexing_from(0)] {
+            resolve_later_in(t);
+        }
+    }
+
+    fn resolve_later_in(mut t: T) {
         t.push_unexpected(ADDR_UNSPEC, 7, 1); // from 5, unknown then
         t.push_unexpected(ADDR_UNSPEC, 7, 2); // from 6, still unknown
         t.push_unexpected(5, 7, 3); // from 5, known by now
@@ -1312,8 +1424,8 @@ mod tests {
     /// after every step that they agree; counts in `seen` the outcomes a
     /// good run should reach (post matched, multi-recv kept, claim taken,
     /// cancel hit).
-    fn run_model(ops: &[Op], seen: &mut [usize; 4], index_from: usize) {
-        let mut t: Tme<MR, u32> = Tme::indexing_from(index_from);
+    fn run_model(ops: &[Op], seen: &mut [usize; 4], index_from: Option<usize>) {
+        let mut t: Tme<MR, u32> = index_from.map_or_else(Tme::new, Tme::indexing_from);
         let mut m = Model::default();
         let mut keys: Vec<(RecvKey, u32)> = Vec::new(); // live and dead
         for (step, op) in ops.iter().enumerate() {
@@ -1448,10 +1560,10 @@ mod tests {
         let mut runner = TestRunner::new(config);
         let ops = prop::collection::vec(op(), 1..2500);
         if let Err(e) = runner.run(&ops, |ops| {
-            // Posted receives always indexed, indexed beyond four (in and
-            // out of the index all the time, leaving it with one still
-            // posted), and as in the provider.
-            for index_from in [0, 4, INDEX_FROM] {
+            // Both queues always indexed, indexed beyond four (in and out
+            // of the index all the time, leaving it with one still in),
+            // and as in the provider.
+            for index_from in [Some(0), Some(4), None] {
                 run_model(&ops, &mut seen.borrow_mut(), index_from);
             }
             Ok(())
