@@ -49,14 +49,14 @@
 //! messages came (an `MPI_Isend` before its `MPI_Recv`, a halo exchange)
 //! are found in a step or two, and storing and taking one hashes
 //! nothing (three indexes kept for each cost such a message some 900
-//! instructions, `tests/imb`'s PingPing). A longer queue is indexed, as
-//! the posted one is. Unexpected messages carry no ignore bits, so they are
-//! indexed by what a receive can ask for exactly: by `(src, tag)`, by `tag`,
-//! by `src`. An exact-tag receive then takes a bucket head in O(1)
-//! (directed or any-source). A receive with ignore bits walks the
-//! per-source list (directed) or the arrival list (any source) until the
-//! first match; that is the one inherently linear case, as in every
-//! Portals-style matcher.
+//! instructions in IMB-MPI1's PingPing, bench/README.md). A longer queue
+//! is indexed, as the posted one is. Unexpected messages carry no ignore
+//! bits, so they are indexed by what a receive can ask for exactly: by
+//! `(src, tag)`, by `tag`, by `src`. An exact-tag receive then takes a
+//! bucket head in O(1) (directed or any-source). A receive with ignore
+//! bits walks the per-source list (directed) or the arrival list (any
+//! source) until the first match; that is the one inherently linear case,
+//! as in every Portals-style matcher.
 //! Claimed messages leave the matching indexes altogether and sit in a
 //! per-claim-key list, so they cost nothing to later searches.
 //!
