@@ -72,7 +72,8 @@ pub(crate) struct Connected {
 /// How often the liveness of peers with operations in flight is checked.
 pub(crate) const CHECK_EVERY_NS: u64 = 20_000_000;
 /// Shm rendezvous at least this long are copied by both processes: the
-/// receiver pulls the first half while the sender writes the second.
+/// receiver pulls the first half while the sender writes the second
+/// (unless the sender is reading a rendezvous of ours: `pulled_by`).
 pub(crate) const SPLIT_MIN: usize = 32 << 10;
 /// How soon progress must come back while frames wait for ring space or
 /// a delivery: a consumer that frees slots rings no bell.

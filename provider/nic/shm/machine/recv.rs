@@ -250,8 +250,11 @@ impl Machine {
         }
         let total = cap.min(h.len);
         // The grant word lives in the ring the RTS came through (still its
-        // sender's: not orphaned).
-        if total >= SPLIT_MIN as u64 {
+        // sender's: not orphaned). A split spends the sender's core on our
+        // message: not when it is pulling one of ours meanwhile (both
+        // ranks of an exchange), where each rank reading its own message
+        // whole moves the same bytes with fewer steps between them.
+        if total >= SPLIT_MIN as u64 && !self.pulled_by(h.peer) {
             let at = (total / 2) & !4095;
             let theirs = sub_ranges(&local, at, total - at);
             if iov_bytes(theirs.len()) <= self.cfg.payload_max {
@@ -276,6 +279,19 @@ impl Machine {
         });
         rx.state = RxState::Pull { sink };
         self.rx.insert(rid, rx);
+    }
+
+    /// Whether a rendezvous send of ours to `addr` waits for its FIN:
+    /// that peer has our message to read. (One look at each such send,
+    /// once a rendezvous receive: there are few, and this is no path of
+    /// small messages.)
+    fn pulled_by(&self, addr: SocketAddr) -> bool {
+        self.tx.values().any(|t| {
+            self.peers
+                .get(t.peer)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.addr == addr)
+        })
     }
 
     /// No cross-memory attach with this sender: it pushes the data through

@@ -466,6 +466,48 @@ fn a_large_rendezvous_is_split_with_its_sender() {
     );
 }
 
+/// Both ranks of an exchange send each other a large message: each reads
+/// the one it receives whole, and asks its peer, busy reading ours, to
+/// write none of it. The split comes back once our send is over.
+#[test]
+fn a_large_rendezvous_from_a_peer_pulling_ours_is_read_whole() {
+    let peer = test_addr(1);
+    let mut m = machine(0, true);
+    m.connect(0, peer, 0);
+    let src: Box<dyn SendSource> = Box::new(vec![1u8; 100_000]);
+    m.send_rts(0, 1, &hdr(100_000, 1), src, smallvec![(0x1000, 100_000)])
+        .unwrap();
+    let Frame::Rts { key: ours, .. } = parse(&drain(&mut m, 0, 0, 1)[0]) else {
+        panic!("no RTS")
+    };
+    let receive = |m: &mut Machine, key: u64, op: OpId| {
+        let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(key, 100_000)), None) else {
+            panic!()
+        };
+        assert!(m.free_credit(credit).is_some());
+        actions(m);
+        m.accept(
+            held,
+            op,
+            Box::new(vec![0u8; 100_000]),
+            smallvec![(0x2000_0000, 100_000)],
+        );
+        actions(m)
+    };
+    m.ring_claimed(0, peer, 42);
+    let a = receive(&mut m, 5, 77);
+    assert!(
+        matches!(&a[..], [Action::CmaRead { token: Token::Pull(_), local, remote, .. }]
+            if local[..] == [(0x2000_0000, 100_000)] && remote[..] == [(0x7000_0000, 100_000)]),
+        "{a:?}"
+    );
+    // Our send ends (its FIN): the next one is split again.
+    m.on_frame(0, Ok(Frame::Fin { key: ours, status: 0 }), None);
+    assert_eq!(events(&mut m), vec![WireEvent::SendDone { op: 1 }]);
+    let a = receive(&mut m, 6, 78);
+    assert!(matches!(a[..], [Action::ArmGrant { ring: 0, .. }]), "{a:?}");
+}
+
 #[test]
 fn a_split_whose_sender_did_not_write_reads_the_rest() {
     let (mut m, rid) = split(100_000);
