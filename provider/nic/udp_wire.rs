@@ -65,7 +65,19 @@ pub(crate) struct UdpWire {
     /// Completions of sends and receives handed to the endpoint, counted
     /// (`feed` looks whether a datagram brought one).
     completions: u64,
+    /// `look_again_before_sending`'s record: looks still worth making on
+    /// the strength of the last one that found a datagram (each miss
+    /// spends one), and, while none are, the chances passed since it last
+    /// looked on trial. (The wire's, not a peer's: the pattern is the
+    /// application's.)
+    looks_left: u8,
+    looks_skipped: u8,
 }
+
+/// Looks a hit of `look_again_before_sending` buys; while none are left,
+/// one chance in this many looks anyway, to find the pattern again.
+const LOOKS_PER_HIT: u8 = 4;
+const LOOK_TRIAL_EVERY: u8 = 32;
 
 impl UdpWire {
     pub(crate) fn new(sockets: UdpSockets, cfg: EngineConfig, seed: u64) -> UdpWire {
@@ -81,6 +93,9 @@ impl UdpWire {
             last_active: 0,
             rx_left: None,
             completions: 0,
+            // Looking from the start: a few misses turn it off.
+            looks_left: LOOKS_PER_HIT,
+            looks_skipped: 0,
         }
     }
 
@@ -237,6 +252,9 @@ impl UdpWire {
             self.sockets.tune_gro(&self.rx, n);
             let mut produced = self.feed_from(0, 0, now, up);
             produced |= self.handle_events(now, up);
+            if first && produced && !self.send_idle() {
+                self.look_again_before_sending(up);
+            }
             self.flush(now);
             // A completion for the application: hand it over now rather
             // than spend another syscall between it and the application.
@@ -371,6 +389,42 @@ impl UdpWire {
     /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
     /// path) leave as one GSO send; payloads go from the send buffers
     /// straight into the socket.
+    /// A datagram brought a completion and something is to be sent at
+    /// once: most often an ACK that its peer waits for before it goes on
+    /// (both ranks of an exchange, each waiting for the other's ACKs,
+    /// `RecvState::in_order_arrived`). One more look at the socket first:
+    /// a second message already there (`MPI_Isend` twice, then the
+    /// receives: IMB's Exchange) is then answered by the same ACK, where
+    /// each had one of its own, and a `send()` across hosts costs several
+    /// times the `recv()` that finds nothing. (Not in a ping-pong: its ACK
+    /// waits for the answer, and nothing is due at once.) Where the looks
+    /// find nothing (`MPI_Sendrecv`: one message each way), they stop but
+    /// for one chance in `LOOK_TRIAL_EVERY`, until one finds something
+    /// again.
+    fn look_again_before_sending(&mut self, up: &mut dyn Upcall) {
+        if self.rx_left.is_some() {
+            return;
+        }
+        if self.looks_left == 0 {
+            self.looks_skipped += 1;
+            if self.looks_skipped < LOOK_TRIAL_EVERY {
+                return;
+            }
+            self.looks_skipped = 0;
+        }
+        // One datagram, the cheapest call (as the pass's first look).
+        let n = usize::from(self.sockets.recv_one(&mut self.rx).unwrap_or(false));
+        if n == 0 {
+            self.looks_left = self.looks_left.saturating_sub(1);
+            return;
+        }
+        self.looks_left = LOOKS_PER_HIT;
+        let now = crate::progress::now_ns();
+        self.sockets.tune_gro(&self.rx, n);
+        self.feed_from(0, 0, now, up);
+        self.handle_events(now, up);
+    }
+
     pub(crate) fn flush(&mut self, now: u64) {
         // The common case of a polling application: nothing to send.
         if self.send_idle() {
@@ -1058,6 +1112,43 @@ mod tests {
             !ua.failed.is_empty()
         });
         assert_eq!(ua.failed, vec![pb]);
+    }
+
+    /// Both ranks of an exchange: `b` has a send of its own waiting for
+    /// `a`'s ACK, so its ACKs of `a`'s messages leave at once, and two of
+    /// `a`'s messages are in `b`'s socket when it passes. The pass that
+    /// hands `b` the first looks again before it sends that ACK
+    /// (`look_again_before_sending`): it takes the second too, and one ACK
+    /// answers both, where each had one of its own. Real sockets on
+    /// loopback (a datagram is in its receiver's socket when `send()`
+    /// returns).
+    #[test]
+    fn one_ack_answers_two_messages_already_waiting() {
+        let cfg = EngineConfig {
+            ack_delay_ns: 10_000_000_000,
+            ..EngineConfig::default()
+        };
+        let now = crate::progress::now_ns;
+        let (mut a, mut b) = (wire_of(11, cfg.clone()), wire_of(12, cfg));
+        let (mut ua, mut ub) = (App::default(), App::default());
+        first_message(&mut a, &mut b, &mut ua, &mut ub, b"hello");
+        pass_until(
+            "the first message acknowledged",
+            &mut a,
+            &mut ua,
+            Some((&mut b, &mut ub)),
+            |ua| ua.sent == 1,
+        );
+        // b's send to a stays unacknowledged: a does not pass.
+        send_bytes(&mut b, &a, 2, b"from b", &mut ub, now());
+        send_bytes(&mut a, &b, 3, b"one", &mut ua, now());
+        send_bytes(&mut a, &b, 4, b"two", &mut ua, now());
+        let acks = b.engine.stats().acks_sent;
+        pass(&mut b, now(), &mut ub);
+        assert_eq!((ub.eager, &ub.last[..]), (3, &b"two"[..]), "one pass took both");
+        pass(&mut b, now(), &mut ub);
+        assert_eq!(b.engine.stats().acks_sent - acks, 1, "one ACK for both");
+        pass_until("both of a's sends complete", &mut a, &mut ua, None, |ua| ua.sent == 3);
     }
 
     /// `a`'s send completes on the first segment of `b`'s answer, a long
