@@ -385,14 +385,10 @@ impl UdpWire {
         self.engine.accept(rid, sink, now);
     }
 
-    /// Sends what the engine has queued, as long as the socket takes it.
-    /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
-    /// path) leave as one GSO send; payloads go from the send buffers
-    /// straight into the socket.
     /// A datagram brought a completion and something is to be sent at
     /// once: most often an ACK that its peer waits for before it goes on
     /// (both ranks of an exchange, each waiting for the other's ACKs,
-    /// `RecvState::in_order_arrived`). One more look at the socket first:
+    /// `RecvWindow::in_order_arrived`). One more look at the socket first:
     /// a second message already there (`MPI_Isend` twice, then the
     /// receives: IMB's Exchange) is then answered by the same ACK, where
     /// each had one of its own, and a `send()` across hosts costs several
@@ -425,6 +421,10 @@ impl UdpWire {
         self.handle_events(now, up);
     }
 
+    /// Sends what the engine has queued, as long as the socket takes it.
+    /// Runs of equal-sized datagrams to one peer (bulk data on a small-MTU
+    /// path) leave as one GSO send; payloads go from the send buffers
+    /// straight into the socket.
     pub(crate) fn flush(&mut self, now: u64) {
         // The common case of a polling application: nothing to send.
         if self.send_idle() {
