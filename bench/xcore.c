@@ -54,6 +54,24 @@ static int pin(int cpu)
 	return sched_setaffinity(0, sizeof s, &s);
 }
 
+/* Pins this thread to CPU 0 and starts `fn` on CPU 1, born there: under
+ * SCHED_FIFO (bench/run --rt) a thread born on CPU 0 would never run there
+ * past the spinning one. 0, or -1 (printing why) when it cannot. */
+static int start_pair(pthread_t *t, void *(*fn)(void *))
+{
+	pthread_attr_t attr;
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(1, &one);
+	if (pin(0) || pthread_attr_init(&attr) ||
+	    pthread_attr_setaffinity_np(&attr, sizeof one, &one) ||
+	    pthread_create(t, &attr, fn, NULL)) {
+		printf("XCORE skipped: cannot run on CPU 0 and CPU 1\n");
+		return -1;
+	}
+	return 0;
+}
+
 static void *reader(void *arg)
 {
 	char *dst = malloc(LEN);
@@ -103,16 +121,8 @@ static void *loop_thread(void *arg)
 static int loop_main(void)
 {
 	pthread_t t;
-	pthread_attr_t attr;
-	cpu_set_t one;
-	CPU_ZERO(&one);
-	CPU_SET(1, &one);
-	if (pin(0) || pthread_attr_init(&attr) ||
-	    pthread_attr_setaffinity_np(&attr, sizeof one, &one) ||
-	    pthread_create(&t, &attr, loop_thread, NULL)) {
-		printf("XCORE skipped: cannot run on CPU 0 and CPU 1\n");
+	if (start_pair(&t, loop_thread))
 		return 2;
-	}
 	loop_turns(0);
 	pthread_join(t, NULL);
 	double slow = turn_s[0] > turn_s[1] ? turn_s[0] : turn_s[1];
@@ -123,8 +133,6 @@ static int loop_main(void)
 int main(int argc, char **argv)
 {
 	pthread_t t;
-	pthread_attr_t attr;
-	cpu_set_t one;
 	char *src;
 	double in_copy = 0;
 
@@ -137,16 +145,8 @@ int main(int argc, char **argv)
 		return 2;
 	memset(src, 1, LEN);
 	memset(shared_buf, 0, LEN);
-	/* The reader starts on CPU 1: under SCHED_FIFO (bench/run --rt) a
-	 * thread born on CPU 0 would never run there past the spinning writer. */
-	CPU_ZERO(&one);
-	CPU_SET(1, &one);
-	if (pin(0) || pthread_attr_init(&attr) ||
-	    pthread_attr_setaffinity_np(&attr, sizeof one, &one) ||
-	    pthread_create(&t, &attr, reader, NULL)) {
-		printf("XCORE skipped: cannot run on CPU 0 and CPU 1\n");
+	if (start_pair(&t, reader))
 		return 2;
-	}
 	for (long i = 0; i < ROUNDS; i++) {
 		while (atomic_load_explicit(&read_back, memory_order_acquire) < i)
 			;
