@@ -500,9 +500,9 @@ impl<F: Face> Handler<'_, F> {
         self.reqs.dismiss(Dir::Rx);
         let len = hdr.len as usize;
         // Nearly every small message: it fits a receive of one buffer of
-        // its own (or of none, a zero-byte one), and nobody asked for its
-        // source. Its entry needs no `RecvDone`.
-        if let Some((buf, cap)) = r.iov.at_most_one() {
+        // its own, and nobody asked for its source. Its entry needs no
+        // `RecvDone`.
+        if let Some((buf, cap)) = r.iov.single() {
             if multi.is_none() && len <= cap && self.caps & (FI_SOURCE | FI_SOURCE_ERR) == 0 {
                 data.write(&mut IovSink::sized(r.iov, cap), len);
                 let entry = recv_entry(r.ctx, r.flags, buf, len, hdr, FI_ADDR_NOTAVAIL);

@@ -144,8 +144,7 @@ impl Ep {
         tagged: bool,
         silent: bool,
     ) -> Option<isize> {
-        // A zero-byte send (Open MPI's synchronisations) is one of these.
-        let (_, len) = iov.at_most_one()?;
+        let (_, len) = iov.single()?;
         if flags & !SMALL_FLAGS != 0 || len > SMALL_MAX || !self.send_ok(iov, len, flags, tagged) {
             return None;
         }

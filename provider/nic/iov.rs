@@ -99,18 +99,6 @@ impl Iov {
         }
     }
 
-    /// `single`, and an empty Iov as a buffer of none at address 0 (what
-    /// a zero-byte send or receive holds: `one` makes one for a length of
-    /// 0, and its completion reports `addr`, None, as 0).
-    #[inline]
-    pub(crate) fn at_most_one(&self) -> Option<(usize, usize)> {
-        match self.0 {
-            Ranges::One(r) => Some(r),
-            Ranges::Many(ref v) if v.is_empty() => Some((0, 0)),
-            Ranges::Many(_) => None,
-        }
-    }
-
     /// How many ranges (what `iov_limit` bounds).
     pub(crate) fn count(&self) -> usize {
         self.0.as_slice().len()
