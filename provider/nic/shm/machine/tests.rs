@@ -304,18 +304,24 @@ fn rts_frame(key: u64, len: u64) -> Frame {
     }
 }
 
+/// A machine with our ring 0 in `peer`'s mailbox and a rendezvous send
+/// of `len` bytes to it (op 1), its RTS published: the machine and the
+/// RTS's key.
+fn sending_rts(peer: SocketAddr, len: u64) -> (Machine, u64) {
+    let mut m = machine(0, true);
+    m.connect(0, peer, 0);
+    let src: Box<dyn SendSource> = Box::new(vec![1u8; len as usize]);
+    m.send_rts(0, 1, &hdr(len, 1), src, smallvec![(0x1000, len)]).unwrap();
+    match parse(&drain(&mut m, 0, 0, 1)[0]) {
+        Frame::Rts { key, .. } => (m, key),
+        f => panic!("{f:?}"),
+    }
+}
+
 #[test]
 fn rendezvous_frames_from_a_third_process_are_ignored() {
     let (b, c) = (test_addr(2), test_addr(3));
-    let mut m = machine(0, true);
-    m.connect(0, b, 0);
-    let src: Box<dyn SendSource> = Box::new(vec![1u8; 100_000]);
-    m.send_rts(0, 1, &hdr(100_000, 1), src, smallvec![(0x1000, 100_000)])
-        .unwrap();
-    let key = match parse(&drain(&mut m, 0, 0, 1)[0]) {
-        Frame::Rts { key, .. } => key,
-        f => panic!("{f:?}"),
-    };
+    let (mut m, key) = sending_rts(b, 100_000);
     // C, in ring 0 of our mailbox, forges B's answers.
     m.ring_claimed(0, c, 43);
     for f in [
@@ -343,12 +349,7 @@ fn rendezvous_frames_from_a_third_process_are_ignored() {
 #[test]
 fn a_ctw_beyond_the_message_is_answered_with_eio() {
     let b = test_addr(2);
-    let mut m = machine(0, true);
-    m.connect(0, b, 0);
-    let src: Box<dyn SendSource> = Box::new(vec![1u8; 50_000]);
-    m.send_rts(0, 1, &hdr(50_000, 1), src, smallvec![(0x1000, 50_000)])
-        .unwrap();
-    drain(&mut m, 0, 0, 1);
+    let (mut m, _) = sending_rts(b, 50_000);
     m.ring_claimed(0, b, 42);
     let ctw = |at, len| Frame::Ctw {
         key: 1,
@@ -472,14 +473,7 @@ fn a_large_rendezvous_is_split_with_its_sender() {
 #[test]
 fn a_large_rendezvous_from_a_peer_pulling_ours_is_read_whole() {
     let peer = test_addr(1);
-    let mut m = machine(0, true);
-    m.connect(0, peer, 0);
-    let src: Box<dyn SendSource> = Box::new(vec![1u8; 100_000]);
-    m.send_rts(0, 1, &hdr(100_000, 1), src, smallvec![(0x1000, 100_000)])
-        .unwrap();
-    let Frame::Rts { key: ours, .. } = parse(&drain(&mut m, 0, 0, 1)[0]) else {
-        panic!("no RTS")
-    };
+    let (mut m, ours) = sending_rts(peer, 100_000);
     let receive = |m: &mut Machine, key: u64, op: OpId| {
         let OnFrame::Rndv { held, credit, .. } = m.on_frame(0, Ok(rts_frame(key, 100_000)), None) else {
             panic!()
