@@ -52,10 +52,10 @@ impl Engine {
             return Refusal::Ignored;
         }
         self.sh.stats.peers_refused += 1;
-        // (An answer awaited from it, `Engine::answer_due`, is under way
-        // as much as a message of ours.)
-        let busy = !vc.tx.is_empty()
-            || vc.answers_due > 0
+        // What keeps its silence watched (our messages, pulls from it,
+        // answers awaited from it), and what it sent us that waits for a
+        // receive.
+        let busy = vc.awaiting_peer()
             || self.sh.rx.values().any(|r| r.peer == peer)
             || self.sh.rx_eager.values().any(|e| e.peer == peer);
         self.fail_vc(peer, EngineError::PeerRefused, busy);

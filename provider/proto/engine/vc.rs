@@ -229,8 +229,9 @@ impl Vc {
 
     /// Whether something of ours waits on the peer, so that its silence
     /// is watched (keepalives, then the peer timeout) though nothing of
-    /// ours is unacknowledged.
-    fn awaiting_peer(&self) -> bool {
+    /// ours is unacknowledged; and a refusal of it is a failure
+    /// (`Engine::on_refused`).
+    pub(super) fn awaiting_peer(&self) -> bool {
         !self.tx.is_empty() || self.rx_active > 0 || self.answers_due > 0
     }
 
