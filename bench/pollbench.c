@@ -46,6 +46,12 @@
  *                         what an idle peer costs each message. With
  *                         FI_GNIX_SHM=0 in the environment every peer is
  *                         reached over the udp wire (loopback).
+ *   UNEXP=1 pollbench N   the ping-pong's message sent before its receive
+ *                         is posted (IMB's PingPing and Exchange, where
+ *                         two messages in three come first): B's CQ is
+ *                         read once, which takes the message in as
+ *                         unexpected, then fi_trecv finds it, and the
+ *                         next read returns its completion.
  *   DIRECTED=1            the endpoints ask for FI_DIRECTED_RECV, as
  *                         fabtests' tagged tests, MPICH's ch4:ofi and Open
  *                         MPI's mtl ofi do: every receive then names its
@@ -321,10 +327,34 @@ int main(int argc, char **argv)
 	}
 	int waits = getenv("WAIT") ? atoi(getenv("WAIT")) : 0;
 	int drain = getenv("DRAIN") ? atoi(getenv("DRAIN")) : 0;
+	int unexp = getenv("UNEXP") ? atoi(getenv("UNEXP")) : 0;
+	if (unexp && (rndv || waits)) {
+		fprintf(stderr, "UNEXP: an injected message, without WAIT\n");
+		return 2;
+	}
 	/* 100 untimed messages first (connection set-up) */
 	for (long i = -100; i < n; i++) {
 		if (i == 0)
 			clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (unexp) {
+			/* the message first, taken in by a read that finds no
+			 * receive for it; the receive then finds it waiting */
+			while ((r = fi_tinject(ep[0], sbuf, len, fa[1], 7)) == -FI_EAGAIN)
+				fi_cq_read(cq[0], &e, 1);
+			CHK(r);
+			if ((r = (int)fi_cq_read(cq[1], &e, 1)) != -FI_EAGAIN) {
+				fprintf(stderr, "fi_cq_read before the receive: %d\n", r);
+				return 2;
+			}
+			CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
+			while ((r = fi_cq_read(cq[1], &e, 1)) == -FI_EAGAIN)
+				;
+			if (r != 1) {
+				fprintf(stderr, "fi_cq_read: %d\n", r);
+				return 2;
+			}
+			continue;
+		}
 		CHK(fi_trecv(ep[1], rbuf, len, NULL, fa[0], 7, 0, &ctx));
 		for (int k = 0; k < waits; k++) {
 			if ((r = (int)fi_cq_read(cq[1], &e, 1)) != -FI_EAGAIN) {
