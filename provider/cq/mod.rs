@@ -612,13 +612,21 @@ impl Cq {
         // from the queue together.
         let (front, back) = q.q.as_slices();
         let mut n = self.put_run(front, count, out, src.as_deref_mut(), 0);
-        if n == front.len() && n < count {
+        if n == front.len() && n < count && !back.is_empty() {
             n += self.put_run(back, count - n, out, src, n);
         }
         if n == 0 && count > 0 && matches!(q.q.front(), Some(Slot::Err(_))) {
             return -FI_EAVAIL as isize;
         }
-        q.q.drain(..n);
+        // Successes only: nothing to drop. (`drain(..n)` cost a read of
+        // one entry some 110 instructions, bench/pollbench-callgrind.)
+        if n == q.q.len() {
+            q.q.clear();
+        } else {
+            for _ in 0..n {
+                q.q.pop_front();
+            }
+        }
         self.queued.store(q.q.len(), Ordering::Release);
         if n == 0 {
             -FI_EAGAIN as isize
