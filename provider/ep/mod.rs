@@ -593,6 +593,16 @@ impl Ep {
         st.quiet.end();
     }
 
+    /// A message the shm wire left in its slot for a receive to come
+    /// (`Take::Later`), taken in before a peek looks for it: kept, unless
+    /// a receive now wants it.
+    #[cold]
+    fn take_left(&self, st: &mut EpState) {
+        let (port, mut h) = st.split(self);
+        port.take_left(&mut h);
+        h.end_pass(port, now_ns());
+    }
+
     /// The application polls us while our sockets sit in their epoll set,
     /// put there by a sleeper: the progress thread while the endpoint was
     /// idle (before the application's first poll, or between its phases),

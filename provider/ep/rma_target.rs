@@ -281,7 +281,8 @@ impl<F: super::Face> Handler<'_, F> {
                 // unless the request keeps it until its answer leaves.
                 match take {
                     Take::Kept => {}
-                    Take::Done => wires.give_back(w.credit),
+                    // (`target_msg` never leaves a request.)
+                    Take::Done | Take::Later => wires.give_back(w.credit),
                     Take::Accept { op, sink, ranges } => {
                         wires.give_back(w.credit);
                         if let Some(h) = held {

@@ -155,6 +155,12 @@ pub(crate) struct Rx {
 }
 
 impl Rx {
+    /// Tagged messages kept for a receive to come.
+    #[cfg(test)]
+    pub(super) fn tagged_kept(&self) -> usize {
+        self.tme_tag.unexpected_len()
+    }
+
     pub(super) fn new() -> Rx {
         Rx {
             tme_msg: Tme::new(),
@@ -209,6 +215,17 @@ impl<F: Face> Upcall for Handler<'_, F> {
             (r, None)
         } else {
             let Some(m) = tme.match_incoming(src, tag) else {
+                // With no receive posted at all, it waits in its slot for
+                // the one that comes next (IMB's PingPing, an exchange:
+                // the message came while the application was done with
+                // the last one), taken then as any expected message,
+                // rather than copied out, kept and taken again (some 950
+                // instructions, bench/pollbench-callgrind UNEXP=1). Not
+                // past a posted receive: the messages behind it in its
+                // ring might be that receive's.
+                if a.may_leave && tme.none_posted() {
+                    return Take::Later;
+                }
                 return keep(tme, src, tag, *peer, a.hdr, a.body, a.credit);
             };
             matched(self.reqs, m, hdr.len as usize, min)
@@ -368,6 +385,9 @@ impl Ep {
         let op = if a.tagged { FI_TAGGED } else { FI_MSG };
         let flags = FI_RECV | op | (a.flags & FI_COMPLETION);
         let mut st = self.lock();
+        if a.flags & FI_PEEK != 0 {
+            self.take_left(&mut st);
+        }
         let (port, mut h) = st.split(self);
         match h.post(port, spec, a, flags) {
             Err(Full) => {

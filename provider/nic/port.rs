@@ -205,6 +205,15 @@ impl Port {
         }
     }
 
+    /// The message the shm wire left in its slot, if any, taken and handed
+    /// up (`Ep::take_left`).
+    pub(crate) fn take_left<U: Upcall>(&mut self, up: &mut U) {
+        let Port { shm, txds, .. } = self;
+        if let Some(s) = shm {
+            s.take_left(&mut TxMap { up, txds });
+        }
+    }
+
     /// Until when a poll that finds nothing `arrived` has nothing to do:
     /// while only local peers talk to us (the UDP socket read on its own
     /// schedule, `UdpTurn::due`), up to the socket's next turn, the UDP

@@ -359,10 +359,11 @@ impl UdpWire {
                     hdr,
                     body: Body::Rndv(held),
                     credit,
+                    may_leave: false,
                 });
                 match take {
                     Take::Kept => {}
-                    Take::Done => {
+                    Take::Done | Take::Later => {
                         debug_assert!(false, "a rendezvous message is accepted, kept or discarded");
                         self.release(credit, now);
                     }
@@ -629,6 +630,7 @@ fn eager_arrived(engine: &mut Engine, peer: SocketAddr, hdr: MsgHdr, data: &[u8]
         hdr,
         body: Body::Bytes(data),
         credit,
+        may_leave: false,
     });
     if !matches!(take, Take::Kept) {
         release(engine, credit, now);

@@ -86,6 +86,10 @@ pub(crate) struct Arrival<'a> {
     /// the endpoint gives it back with `Wire::give_back`: at once for a
     /// matched message, once the application takes it for a kept one.
     pub credit: Credit,
+    /// The wire can offer the message again at a later pass (an eager
+    /// message in a mailbox slot): with no receive posted for it, the
+    /// endpoint may answer `Take::Later` rather than keep a copy.
+    pub may_leave: bool,
 }
 
 /// An arrived message's payload.
@@ -129,6 +133,10 @@ pub(crate) enum Take {
     /// valid. The credit stays charged until the endpoint gives it back
     /// (`Wire::give_back`) once the application takes the message.
     Kept,
+    /// No receive for it yet, and the arrival `may_leave`: the wire keeps
+    /// the message where it is (its slot, its credit) and offers it
+    /// again at a later pass.
+    Later,
     /// Rendezvous: a posted receive takes it; its data goes into `sink`
     /// (at `ranges` of this process, when the sink is plain memory) and
     /// the wire reports `RecvDone` or `RecvFailed` for `op`. The wire gives

@@ -912,6 +912,11 @@ impl<R, U> Tme<R, U> {
 
     // --- counts -------------------------------------------------------------
 
+    /// No receive posted (a message then waits for one that comes later).
+    pub fn none_posted(&self) -> bool {
+        self.posted.is_empty()
+    }
+
     #[cfg(test)]
     pub fn posted_len(&self) -> usize {
         self.posted.len()

@@ -168,6 +168,11 @@ impl<R> PostedQ<R> {
         self.live
     }
 
+    /// No receive posted.
+    pub(super) fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
     pub(super) fn append(&mut self, spec: MatchSpec, recv: R) -> RecvKey {
         self.append_with(spec, || recv)
     }

@@ -350,12 +350,18 @@ impl T {
 
     /// An arrival over `wire`, as that wire would lend it.
     fn arrive(&mut self, from: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit) -> Take {
+        self.arrive_as(from, hdr, body, credit, false)
+    }
+
+    /// `arrive`, from a wire that could offer it again later (`may_leave`).
+    fn arrive_as(&mut self, from: SocketAddr, hdr: MsgHdr, body: Body<'_>, credit: Credit, may_leave: bool) -> Take {
         self.with(|h, _| {
             h.arrived(Arrival {
                 peer: &from,
                 hdr,
                 body,
                 credit,
+                may_leave,
             })
         })
     }
@@ -408,6 +414,35 @@ fn a_kept_eager_message_is_copied_and_its_credit_goes_back_when_taken() {
     assert_eq!(t.wires.udp.credits, vec![credit]);
     let d = &t.rx_done()[0];
     assert_eq!((d.len, d.olen, d.err), (2, 2, Some(FI_ETRUNC)));
+}
+
+#[test]
+fn a_message_nobody_waits_for_is_left_with_its_wire_when_it_may_be() {
+    let mut t = T::new(FI_TAGGED, 4, 4);
+    // No receive at all: left where it is, nothing kept, no credit back.
+    let take = t.arrive_as(peer(2), tagged(9, 4), Body::Bytes(&[9, 8, 7, 6]), NO_CREDIT, true);
+    assert!(matches!(take, Take::Later));
+    assert_eq!(t.rx.tagged_kept(), 0);
+    assert!(t.wires.udp.credits.is_empty());
+    // Offered again with a receive for it: taken as expected.
+    let mut buf = vec![0u8; 4];
+    // SAFETY: the buffer outlives the receive; the test reads it after completion.
+    unsafe { t.trecv(&mut buf, FI_ADDR_UNSPEC, 9, 0, 1) }.ok().unwrap();
+    let take = t.arrive_as(peer(2), tagged(9, 4), Body::Bytes(&[9, 8, 7, 6]), NO_CREDIT, true);
+    assert!(matches!(take, Take::Done));
+    assert_eq!(buf, [9, 8, 7, 6]);
+    // A receive posted for something else: the messages behind this one
+    // might be its, so this one is kept rather than left.
+    let mut other = vec![0u8; 4];
+    // SAFETY: the buffer outlives the receive.
+    unsafe { t.trecv(&mut other, FI_ADDR_UNSPEC, 1, 0, 2) }.ok().unwrap();
+    let take = t.arrive_as(peer(2), tagged(9, 4), Body::Bytes(&[5, 5, 5, 5]), NO_CREDIT, true);
+    assert!(matches!(take, Take::Kept));
+    assert_eq!(t.rx.tagged_kept(), 1);
+    // And one the wire cannot offer again is kept whatever is posted.
+    let mut t = T::new(FI_TAGGED, 4, 4);
+    let take = t.arrive_as(peer(2), tagged(9, 4), Body::Bytes(&[9, 8, 7, 6]), NO_CREDIT, false);
+    assert!(matches!(take, Take::Kept));
 }
 
 #[test]

@@ -125,6 +125,11 @@ pub struct ShmStats {
     pub revoked: u64,
     /// Most frames ever waiting in backlogs at once.
     pub backlog_peak: u64,
+    /// Times a message nobody waited for was left in its slot
+    /// (`Take::Later`), and times one was taken from it after all (kept,
+    /// not matched).
+    pub left: u64,
+    pub left_kept: u64,
 }
 
 /// The peer address a test endpoint uses (loopback, so no interface list

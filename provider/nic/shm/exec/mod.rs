@@ -97,7 +97,33 @@ pub(crate) struct Exec<P: Port> {
     choice: CopyOrPull,
     /// Rendezvous receives being timed: (op, length, when accepted).
     pulls: Vec<(OpId, usize, u64)>,
+    /// Receive passes so far (`progress`, `take_arrivals`).
+    pass: u64,
+    /// The message the endpoint left in its slot (`Take::Later`).
+    left: Option<Left>,
+    /// `ShmStats::left`, `ShmStats::left_kept`.
+    left_count: u64,
+    left_kept: u64,
 }
+
+/// A message left in its slot: the head of `ring`, left by pass `pass`
+/// and by `times` passes in a row. (Its ring cannot move past it: the
+/// next slot of `ring` is this message until it is taken.) Or, once
+/// such a message was kept after all (`keeping`), the ring whose
+/// messages are coming faster than their receives: the ones behind it
+/// are kept without waiting, while each pass keeps one.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Left {
+    ring: usize,
+    pass: u64,
+    times: u32,
+    keeping: bool,
+}
+
+/// Passes in a row that may leave one message in its slot before the
+/// next takes it in, receive or not: what bounds the wait of a peek, a
+/// sleeper about to sleep, and the ring behind it.
+pub(in crate::nic::shm) const LEAVE_PASSES: u32 = 2;
 
 /// Spanning messages longer than this are copied into a ring with
 /// streaming stores (`publish_timed`), shorter ones plainly. At 12 KiB the
@@ -164,6 +190,10 @@ impl<P: Port> Exec<P> {
             sent_since_pass: false,
             choice,
             pulls: Vec::new(),
+            pass: 0,
+            left: None,
+            left_count: 0,
+            left_kept: 0,
         };
         if !cma {
             e.cannot_pull();
@@ -192,6 +222,8 @@ impl<P: Port> Exec<P> {
     pub fn stats(&self) -> ShmStats {
         ShmStats {
             doorbells: self.doorbells,
+            left: self.left_count,
+            left_kept: self.left_kept,
             ..self.m.stats
         }
     }
@@ -698,7 +730,28 @@ impl<P: Port> Exec<P> {
     /// finished; the machine's other steps wait for the next whole pass.
     pub(crate) fn take_arrivals(&mut self, up: &mut dyn Upcall) {
         self.sent_since_pass = false;
+        self.pass += 1;
         self.take_claims();
+        self.receive(up);
+        self.settle(up);
+    }
+
+    /// The message a pass left in its slot (`Take::Later`), taken in now,
+    /// by a receive or kept: a peek must find every message that came.
+    pub(crate) fn take_left(&mut self, up: &mut dyn Upcall) {
+        let Some(l) = self.left.filter(|l| !l.keeping) else {
+            return;
+        };
+        // A pass of its own, in which no message may be left: the one
+        // left counts as left enough times, and another ring's may not
+        // be left while it is.
+        self.pass += 1;
+        self.left = Some(Left {
+            pass: self.pass - 1,
+            times: LEAVE_PASSES,
+            ..l
+        });
+        self.sent_since_pass = false;
         self.receive(up);
         self.settle(up);
     }
@@ -957,6 +1010,7 @@ impl<P: Port> Wire for Exec<P> {
 
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         self.sent_since_pass = false;
+        self.pass += 1;
         self.port.disarm();
         self.take_claims();
         // The pass of an application waiting for a message, its every poll:

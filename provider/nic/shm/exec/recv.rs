@@ -4,11 +4,26 @@
 //! pass taken, and what a poll that finds nothing reads (`arrived`,
 //! `quiet_until`). The send side, the machine's actions and the pass
 //! itself are `mod.rs`'s.
+//!
+//! A message nobody waits for may stay in its slot. Kept, it is copied
+//! out, filed in the tag-matching engine, found by the receive posted
+//! later, taken out and completed outside a pass (some 950 instructions
+//! more than an expected message, `bench/pollbench-callgrind` UNEXP=1);
+//! and in an exchange (IMB-MPI1's PingPing, Exchange) most messages come
+//! just before their receive, taken in by the pass of the read that
+//! found the last one. So an endpoint with no receive posted answers
+//! `Take::Later` (the arrival `may_leave`), and the message stays the
+//! head of its ring, its credit its sender's, until the pass after the
+//! receive is posted takes it as any expected one. Bounds: one message
+//! is left at a time, by at most `LEAVE_PASSES` passes in a row (then it
+//! is kept, and so are the ones behind it while each pass keeps one);
+//! a peek takes it in first (`take_left`); a sleeper does not sleep
+//! while it waits (`arm` reads the rings as they are); a pass's last
+//! look (`any_ready`) and the polls of its quiet time pass over it.
 
 #![forbid(unsafe_code)]
 
-use super::Exec;
-use super::BATCH;
+use super::{Exec, Left, BATCH, LEAVE_PASSES};
 use crate::ffi::FI_LOG_EP_DATA;
 use crate::nic::shm::choice::Way;
 use crate::nic::shm::frame::{self, Frame};
@@ -149,9 +164,10 @@ impl<P: Port> Exec<P> {
                 self.m.accept(held, op, sink, ranges)
             }
             Take::Kept => {}
-            // `Done` is for eager messages; a rendezvous nobody takes is
-            // let go rather than kept forever.
-            Take::Discard | Take::Done => {
+            // `Done` is for eager messages, and `Later` for those in a
+            // slot; a rendezvous nobody takes is let go rather than kept
+            // forever.
+            Take::Discard | Take::Done | Take::Later => {
                 self.free_credit(credit);
                 self.m.discard(held)
             }
@@ -162,10 +178,80 @@ impl<P: Port> Exec<P> {
         }
     }
 
-    /// Whether one of our active rings has a published slot.
+    /// Whether one of our active rings has a published slot (not one
+    /// this pass left).
     #[inline(always)]
     pub(super) fn any_ready(&self) -> bool {
-        self.m.active().iter().any(|&r| self.port.ready(r))
+        self.m.active().iter().any(|&r| self.port.ready(r)) && (self.left.is_none() || self.ready_past_left())
+    }
+
+    /// `any_ready` while a message is left: a ring whose published slot
+    /// is not the one this pass left. (Out of line: the empty poll's
+    /// loop above stays as short as it was.)
+    #[inline(never)]
+    fn ready_past_left(&self) -> bool {
+        self.m.active().iter().any(|&r| self.port.ready(r) && !self.left_now(r))
+    }
+
+    /// Whether this pass left the message at the head of ring `r`.
+    #[inline(always)]
+    fn left_now(&self, r: usize) -> bool {
+        matches!(self.left, Some(l) if l.ring == r && l.pass == self.pass)
+    }
+
+    /// Whether this pass may leave the message at the head of ring `r`
+    /// in its slot: none is left, or this one was, fewer than
+    /// `LEAVE_PASSES` times in a row. (A record older than the last pass
+    /// is stale: its ring went, or was not looked at.)
+    #[inline(always)]
+    fn may_leave(&self, r: usize) -> bool {
+        self.left.is_none() || self.may_leave_again(r)
+    }
+
+    #[inline(never)]
+    fn may_leave_again(&self, r: usize) -> bool {
+        self.left
+            .is_none_or(|l| l.pass + 1 < self.pass || (l.ring == r && !l.keeping && l.times < LEAVE_PASSES))
+    }
+
+    /// Ring `r`'s head message was taken (`kept`: for a receive to come).
+    /// If it was the one left, none is; but a kept one says its ring's
+    /// messages are coming faster than their receives (`Left::keeping`).
+    #[inline(never)]
+    fn taken_from(&mut self, r: usize, kept: bool) {
+        let Some(l) = &mut self.left else { return };
+        if l.ring != r {
+            return;
+        }
+        if kept {
+            if !l.keeping {
+                self.left_kept += 1;
+            }
+            l.keeping = true;
+            l.pass = self.pass;
+        } else {
+            self.left = None;
+        }
+    }
+
+    /// Ring `r`'s head message is left in its slot by this pass.
+    #[cold]
+    fn leave(&mut self, credit: ShmCredit) {
+        let r = credit.ring;
+        // Where it is, as if not yet looked at: its slot stays the
+        // ring's head, its credit the sender's.
+        self.m.unhold(credit);
+        self.left_count += 1;
+        let times = match self.left {
+            Some(l) if l.ring == r && !l.keeping && l.pass + 1 >= self.pass => l.times + 1,
+            _ => 1,
+        };
+        self.left = Some(Left {
+            ring: r,
+            pass: self.pass,
+            times,
+            keeping: false,
+        });
     }
 
     /// Something for a pass in our rings: a published slot, or a ring
@@ -194,7 +280,6 @@ impl<P: Port> Exec<P> {
         let mut any = false;
         for _ in 0..BATCH {
             let Some(msg) = self.poll_one() else { break };
-            any = true;
             match msg {
                 Msg::Eager {
                     slot,
@@ -207,12 +292,34 @@ impl<P: Port> Exec<P> {
                     let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
                     let payload = self.port.payload(&slot).expect("checked by Frame::parse");
                     let peer = self.m.ring_peer(ring).expect("checked by on_eager");
-                    let take = up.arrived(Arrival {
+                    let mut take = up.arrived(Arrival {
                         peer,
                         hdr,
                         body: Body::Shared(payload),
                         credit: Credit::Shm(credit),
+                        may_leave: true,
                     });
+                    if let Take::Later = take {
+                        if self.may_leave(ring) {
+                            // The others' messages wait for the pass's last
+                            // look (`any_ready`, which skips this one).
+                            self.leave(credit);
+                            break;
+                        }
+                        // Left enough: offered once more, to be taken.
+                        let peer = self.m.ring_peer(ring).expect("checked by on_eager");
+                        take = up.arrived(Arrival {
+                            peer,
+                            hdr,
+                            body: Body::Shared(payload),
+                            credit: Credit::Shm(credit),
+                            may_leave: false,
+                        });
+                    }
+                    any = true;
+                    if self.left.is_some() {
+                        self.taken_from(credit.ring, matches!(take, Take::Kept));
+                    }
                     if t0 != 0 {
                         self.learn(Way::CopyOut, len, t0);
                         if copy_ns != 0 {
@@ -234,6 +341,7 @@ impl<P: Port> Exec<P> {
                     held,
                     credit,
                 } => {
+                    any = true;
                     let take = up.arrived(Arrival {
                         peer: &peer,
                         hdr,
@@ -242,6 +350,8 @@ impl<P: Port> Exec<P> {
                             id: held,
                         }),
                         credit: Credit::Shm(credit),
+                        // Its slot went back: the machine holds it.
+                        may_leave: false,
                     });
                     // A receive that takes it at once is timed to its end
                     // (`deliver`): what a pull costs.

@@ -165,6 +165,15 @@ impl Machine {
         Some(ShmCredit { ring, gen: c.gen, cost })
     }
 
+    /// A message whose credit `eager_credit` took was left in its slot
+    /// (`Take::Later`): not held, and not given back either (its sender
+    /// still has it charged; the slot is still its).
+    pub fn unhold(&mut self, c: ShmCredit) {
+        if let Some(rc) = self.rings.get_mut(c.ring).filter(|rc| rc.gen == c.gen) {
+            rc.held -= c.cost;
+        }
+    }
+
     /// The endpoint took the message holding `c` (or it was matched on
     /// arrival): its producer may send that much more, which the executor
     /// publishes at once (what it returns). Not an `Action`: it follows

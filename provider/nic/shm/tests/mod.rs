@@ -151,6 +151,9 @@ pub(super) struct Up<M: Memory> {
     posted: VecDeque<(OpId, M::Buf)>,
     unexpected: VecDeque<Unexpected>,
     pub unposted: Unposted,
+    /// Whether an eager message nobody waits for is left in its slot
+    /// when the wire allows it (`Take::Later`), as the endpoint does.
+    pub leave: bool,
     /// Ends of operations, each exactly once: sends, and receives with
     /// their headers.
     pub sends: HashMap<OpId, Result<(), i32>>,
@@ -178,6 +181,7 @@ impl<M: Memory> Up<M> {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             unposted: Unposted::Keep,
+            leave: false,
             sends: HashMap::new(),
             recvs: HashMap::new(),
             hdrs: HashMap::new(),
@@ -203,6 +207,10 @@ impl<M: Memory> Up<M> {
 
 impl<M: Memory> Upcall for Up<M> {
     fn arrived(&mut self, a: Arrival<'_>) -> Take {
+        if self.leave && a.may_leave && self.posted.is_empty() {
+            assert!(matches!(a.body, Body::Shared(_)), "only a slot is left");
+            return Take::Later;
+        }
         match (self.posted.pop_front(), a.body) {
             (Some((op, buf)), Body::Shared(b)) => {
                 let n = b.len().min(self.mem.range(&buf).1 as usize);
@@ -385,6 +393,12 @@ impl<P: Port, M: Memory> Node<P, M> {
 
     pub fn progress(&mut self) -> bool {
         self.progress_after(1_000)
+    }
+
+    /// The message the wire left, taken in (`Exec::take_left`).
+    pub fn take_left(&mut self) {
+        self.w.take_left(&mut self.up);
+        self.give_back();
     }
 
     /// A pass for the rings only (`Exec::take_arrivals`).

@@ -4,7 +4,7 @@
 
 use super::{flags, pattern, sim_node, sim_node_spanning, Node, SimMem, Unposted, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
-use crate::nic::shm::exec::BATCH;
+use crate::nic::shm::exec::{BATCH, LEAVE_PASSES};
 use crate::nic::shm::frame::Frame;
 use crate::nic::shm::machine::CHECK_EVERY_NS;
 use crate::nic::shm::mailbox::{credit_cost, Fields, SlotHead};
@@ -353,6 +353,68 @@ fn a_pass_for_the_rings_takes_messages_and_leaves_the_rest() {
     assert_eq!(a.send_result(s4), None);
     a.progress();
     assert_eq!(a.send_result(s4), Some(Ok(())));
+}
+
+/// Messages `b` left in their slots, and those of them it kept after all.
+fn left(b: &SimNode) -> (usize, usize) {
+    let s = b.w.stats();
+    (s.left as usize, s.left_kept as usize)
+}
+
+#[test]
+fn a_message_nobody_waits_for_stays_in_its_slot_until_its_receive() {
+    let (_w, mut a, mut b) = pair(4, 256, 4 * credit_cost(256));
+    b.up.leave = true;
+    let s = a.send(b.addr, 7, &pattern(7, 100), flags(|f| f.delivery = true));
+    b.progress();
+    let ring = b.w.m.active()[0];
+    assert_eq!((left(&b), b.unexpected()), ((1, 0), 0), "left, not kept");
+    assert_eq!(b.w.m.held_credit(ring), 0, "its credit is still the sender's");
+    a.progress();
+    assert_eq!(a.send_result(s), None, "its slot is not handed back");
+    // The receive posted next takes it from the slot, as an expected one.
+    let r = b.post(300);
+    b.progress();
+    assert_eq!(b.recv_result(r), Some(Ok(100)));
+    assert_eq!(b.data(r)[..100], pattern(7, 100)[..]);
+    assert_eq!((left(&b), b.unexpected()), ((1, 0), 0));
+    a.progress();
+    assert_eq!(a.send_result(s), Some(Ok(())));
+}
+
+#[test]
+fn a_message_is_left_a_bounded_number_of_passes_and_holds_its_ring_in_order() {
+    let (_w, mut a, mut b) = pair(4, 256, 0);
+    b.up.leave = true;
+    a.send(b.addr, 1, &pattern(1, 10), PLAIN);
+    a.send(b.addr, 2, &pattern(2, 20), PLAIN);
+    // Passes in a row leave the first; the one behind it is not looked
+    // at (it cannot be taken before it).
+    for i in 1..=LEAVE_PASSES as usize {
+        b.progress();
+        assert_eq!((left(&b), b.unexpected()), ((i, 0), 0));
+    }
+    // The next pass takes both in, kept in their order.
+    b.progress();
+    assert_eq!((left(&b), b.unexpected()), ((LEAVE_PASSES as usize, 1), 2));
+    let r = [b.post(100), b.post(100)];
+    assert_eq!(b.up.hdrs[&r[0]].tag, 1);
+    assert_eq!(b.data(r[1])[..20], pattern(2, 20)[..]);
+}
+
+#[test]
+fn a_left_message_keeps_a_sleeper_awake_and_a_peek_takes_it_in() {
+    let (_w, mut a, mut b) = pair(4, 256, 0);
+    b.up.leave = true;
+    a.send(b.addr, 3, &pattern(3, 30), PLAIN);
+    b.progress();
+    assert_eq!(left(&b), (1, 0));
+    assert!(!Wire::arm(&mut b.w), "a message waits in a ring: do not sleep");
+    // What a peek does first: the message is taken in, kept.
+    b.take_left();
+    assert_eq!((left(&b), b.unexpected()), ((1, 1), 1));
+    let r = b.post(100);
+    assert_eq!(b.data(r)[..30], pattern(3, 30)[..]);
 }
 
 /// A rendezvous of `len` bytes, A to B, the receive posted first.
