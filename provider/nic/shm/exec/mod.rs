@@ -108,16 +108,18 @@ pub(crate) struct Exec<P: Port> {
 
 /// A message left in its slot: the head of `ring`, left by pass `pass`
 /// and by `times` passes in a row. (Its ring cannot move past it: the
-/// next slot of `ring` is this message until it is taken.) Or, once
-/// such a message was kept after all (`keeping`), the ring whose
-/// messages are coming faster than their receives: the ones behind it
-/// are kept without waiting, while each pass keeps one.
+/// next slot of `ring` is this message until it is taken, which `mark`,
+/// the ring's `Machine::taken_mark` then, tells.) Or, once such a
+/// message was kept after all (`keeping`), the ring whose messages are
+/// coming faster than their receives: the ones behind it are kept
+/// without waiting, while each pass keeps one.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Left {
     ring: usize,
     pass: u64,
     times: u32,
     keeping: bool,
+    mark: (u64, u64),
 }
 
 /// Passes in a row that may leave one message in its slot before the
@@ -739,7 +741,7 @@ impl<P: Port> Exec<P> {
     /// The message a pass left in its slot (`Take::Later`), taken in now,
     /// by a receive or kept: a peek must find every message that came.
     pub(crate) fn take_left(&mut self, up: &mut dyn Upcall) {
-        let Some(l) = self.left.filter(|l| !l.keeping) else {
+        let Some(l) = self.live_left(0).filter(|l| !l.keeping) else {
             return;
         };
         // A pass of its own, in which no message may be left: the one
@@ -1019,7 +1021,8 @@ impl<P: Port> Wire for Exec<P> {
         // reaches past now). It ends here, after one look at each ring,
         // rather than after the whole pass's steps each found nothing
         // (bench/pollbench-callgrind with EMPTY=1).
-        if !self.any_ready() && self.quiet_until(now) > now {
+        // (A message left by the last pass counts: this one looks again.)
+        if !self.rings_ready() && self.quiet_until(now) > now {
             return false;
         }
         let mut late = false;

@@ -178,59 +178,52 @@ impl<P: Port> Exec<P> {
         }
     }
 
-    /// Whether one of our active rings has a published slot (not one
-    /// this pass left).
+    /// Whether one of our active rings has a published slot.
     #[inline(always)]
-    pub(super) fn any_ready(&self) -> bool {
-        self.m.active().iter().any(|&r| self.port.ready(r)) && (self.left.is_none() || self.ready_past_left())
+    pub(super) fn rings_ready(&self) -> bool {
+        self.m.active().iter().any(|&r| self.port.ready(r))
     }
 
-    /// `any_ready` while a message is left: a ring whose published slot
-    /// is not the one this pass left. (Out of line: the empty poll's
+    /// `rings_ready`, but for a message this pass left.
+    #[inline(always)]
+    pub(super) fn any_ready(&self) -> bool {
+        self.rings_ready() && (self.left.is_none() || self.ready_past_left())
+    }
+
+    /// `any_ready` while a message may be left: a ring whose published
+    /// slot is not the one this pass left. (Out of line: the empty poll's
     /// loop above stays as short as it was.)
     #[inline(never)]
     fn ready_past_left(&self) -> bool {
-        self.m.active().iter().any(|&r| self.port.ready(r) && !self.left_now(r))
+        let now = self.live_left(0).filter(|l| !l.keeping && l.pass == self.pass);
+        self.m
+            .active()
+            .iter()
+            .any(|&r| self.port.ready(r) && now.is_none_or(|l| l.ring != r))
     }
 
-    /// Whether this pass left the message at the head of ring `r`.
-    #[inline(always)]
-    fn left_now(&self, r: usize) -> bool {
-        matches!(self.left, Some(l) if l.ring == r && l.pass == self.pass)
+    /// The record of `left`, if it still says something: a message left
+    /// by this pass or the last one that is still the head of its ring
+    /// (nothing was taken from the ring since: `Machine::taken_mark`,
+    /// less the `pending` credit of the message being looked at), or a
+    /// ring in keeping that kept one then. (Kept up to date here, off
+    /// the path of the messages taken at once.)
+    pub(super) fn live_left(&self, pending: u64) -> Option<Left> {
+        self.left.filter(|l| {
+            let (gen, taken) = self.m.taken_mark(l.ring);
+            l.pass + 1 >= self.pass && (l.keeping || (gen, taken.wrapping_sub(pending)) == l.mark)
+        })
     }
 
     /// Whether this pass may leave the message at the head of ring `r`
     /// in its slot: none is left, or this one was, fewer than
-    /// `LEAVE_PASSES` times in a row. (A record older than the last pass
-    /// is stale: its ring went, or was not looked at.)
-    #[inline(always)]
-    fn may_leave(&self, r: usize) -> bool {
-        self.left.is_none() || self.may_leave_again(r)
-    }
-
-    #[inline(never)]
-    fn may_leave_again(&self, r: usize) -> bool {
-        self.left
-            .is_none_or(|l| l.pass + 1 < self.pass || (l.ring == r && !l.keeping && l.times < LEAVE_PASSES))
-    }
-
-    /// Ring `r`'s head message was taken (`kept`: for a receive to come).
-    /// If it was the one left, none is; but a kept one says its ring's
-    /// messages are coming faster than their receives (`Left::keeping`).
-    #[inline(never)]
-    fn taken_from(&mut self, r: usize, kept: bool) {
-        let Some(l) = &mut self.left else { return };
-        if l.ring != r {
-            return;
-        }
-        if kept {
-            if !l.keeping {
-                self.left_kept += 1;
-            }
-            l.keeping = true;
-            l.pass = self.pass;
-        } else {
-            self.left = None;
+    /// `LEAVE_PASSES` times in a row, and its ring is not keeping.
+    #[cold]
+    fn may_leave(&self, credit: &ShmCredit) -> bool {
+        let r = credit.ring;
+        match self.live_left(credit.cost) {
+            None => true,
+            Some(l) => l.ring == r && !l.keeping && l.times < LEAVE_PASSES,
         }
     }
 
@@ -242,8 +235,8 @@ impl<P: Port> Exec<P> {
         // ring's head, its credit the sender's.
         self.m.unhold(credit);
         self.left_count += 1;
-        let times = match self.left {
-            Some(l) if l.ring == r && !l.keeping && l.pass + 1 >= self.pass => l.times + 1,
+        let times = match self.live_left(0) {
+            Some(l) if l.ring == r && !l.keeping => l.times + 1,
             _ => 1,
         };
         self.left = Some(Left {
@@ -251,7 +244,52 @@ impl<P: Port> Exec<P> {
             pass: self.pass,
             times,
             keeping: false,
+            mark: self.m.taken_mark(r),
         });
+    }
+
+    /// The endpoint would leave the message in `slot`, the head of ring
+    /// `r`: left (`None`), or, if `may_leave` says no, offered once more
+    /// and taken (what the endpoint made of it).
+    #[cold]
+    #[inline(never)]
+    fn later(&mut self, up: &mut dyn Upcall, slot: &P::Slot, r: usize, hdr: MsgHdr, credit: ShmCredit) -> Option<Take> {
+        if self.may_leave(&credit) {
+            self.leave(credit);
+            return None;
+        }
+        let payload = self.port.payload(slot).expect("checked by Frame::parse");
+        let peer = self.m.ring_peer(r).expect("checked by on_eager");
+        let take = up.arrived(Arrival {
+            peer,
+            hdr,
+            body: Body::Shared(payload),
+            credit: Credit::Shm(credit),
+            may_leave: false,
+        });
+        self.offered_again(&credit, &take);
+        Some(take)
+    }
+
+    /// The endpoint would have left ring `r`'s head message, `may_leave`
+    /// said no, and offered once more it was taken as `take`. Kept, its
+    /// ring's messages are coming faster than their receives, and the
+    /// ones behind it are kept without waiting while each pass keeps one
+    /// (`Left::keeping`).
+    #[cold]
+    fn offered_again(&mut self, credit: &ShmCredit, take: &Take) {
+        if let (Take::Kept, Some(l)) = (take, self.live_left(credit.cost)) {
+            if l.ring == credit.ring {
+                if !l.keeping {
+                    self.left_kept += 1;
+                }
+                self.left = Some(Left {
+                    keeping: true,
+                    pass: self.pass,
+                    ..l
+                });
+            }
+        }
     }
 
     /// Something for a pass in our rings: a published slot, or a ring
@@ -300,26 +338,14 @@ impl<P: Port> Exec<P> {
                         may_leave: true,
                     });
                     if let Take::Later = take {
-                        if self.may_leave(ring) {
-                            // The others' messages wait for the pass's last
-                            // look (`any_ready`, which skips this one).
-                            self.leave(credit);
+                        // (The others' messages wait for the pass's last
+                        // look, `any_ready`, which skips a message left.)
+                        let Some(t) = self.later(up, &slot, ring, hdr, credit) else {
                             break;
-                        }
-                        // Left enough: offered once more, to be taken.
-                        let peer = self.m.ring_peer(ring).expect("checked by on_eager");
-                        take = up.arrived(Arrival {
-                            peer,
-                            hdr,
-                            body: Body::Shared(payload),
-                            credit: Credit::Shm(credit),
-                            may_leave: false,
-                        });
+                        };
+                        take = t;
                     }
                     any = true;
-                    if self.left.is_some() {
-                        self.taken_from(credit.ring, matches!(take, Take::Kept));
-                    }
                     if t0 != 0 {
                         self.learn(Way::CopyOut, len, t0);
                         if copy_ns != 0 {

@@ -165,6 +165,15 @@ impl Machine {
         Some(ShmCredit { ring, gen: c.gen, cost })
     }
 
+    /// What has been taken from ring `ring` so far: its generation, and
+    /// the credit its taken messages hold or gave back. Every message
+    /// charges credit, so this moves with each one taken (and not with
+    /// one left, `unhold`).
+    pub fn taken_mark(&self, ring: RingIx) -> (u64, u64) {
+        let rc = &self.rings[ring];
+        (rc.gen, rc.held + rc.freed)
+    }
+
     /// A message whose credit `eager_credit` took was left in its slot
     /// (`Take::Later`): not held, and not given back either (its sender
     /// still has it charged; the slot is still its).
