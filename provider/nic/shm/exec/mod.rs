@@ -741,7 +741,7 @@ impl<P: Port> Exec<P> {
     /// The message a pass left in its slot (`Take::Later`), taken in now,
     /// by a receive or kept: a peek must find every message that came.
     pub(crate) fn take_left(&mut self, up: &mut dyn Upcall) {
-        let Some(l) = self.live_left(0).filter(|l| !l.keeping) else {
+        let Some(l) = self.live_left(None).filter(|l| !l.keeping) else {
             return;
         };
         // A pass of its own, in which no message may be left: the one

@@ -195,7 +195,7 @@ impl<P: Port> Exec<P> {
     /// loop above stays as short as it was.)
     #[inline(never)]
     fn ready_past_left(&self) -> bool {
-        let now = self.live_left(0).filter(|l| !l.keeping && l.pass == self.pass);
+        let now = self.live_left(None).filter(|l| !l.keeping && l.pass == self.pass);
         self.m
             .active()
             .iter()
@@ -205,13 +205,16 @@ impl<P: Port> Exec<P> {
     /// The record of `left`, if it still says something: a message left
     /// by this pass or the last one that is still the head of its ring
     /// (nothing was taken from the ring since: `Machine::taken_mark`,
-    /// less the `pending` credit of the message being looked at), or a
-    /// ring in keeping that kept one then. (Kept up to date here, off
-    /// the path of the messages taken at once.)
-    pub(super) fn live_left(&self, pending: u64) -> Option<Left> {
+    /// less the credit of the message being looked at, `looking`, if it
+    /// is that ring's), or a ring in keeping that kept one then. (Kept up
+    /// to date here, off the path of the messages taken at once.)
+    pub(super) fn live_left(&self, looking: Option<&ShmCredit>) -> Option<Left> {
         self.left.filter(|l| {
-            let (gen, taken) = self.m.taken_mark(l.ring);
-            l.pass + 1 >= self.pass && (l.keeping || (gen, taken.wrapping_sub(pending)) == l.mark)
+            let (gen, mut taken) = self.m.taken_mark(l.ring);
+            if let Some(c) = looking.filter(|c| c.ring == l.ring) {
+                taken = taken.wrapping_sub(c.cost);
+            }
+            l.pass + 1 >= self.pass && (l.keeping || (gen, taken) == l.mark)
         })
     }
 
@@ -221,24 +224,27 @@ impl<P: Port> Exec<P> {
     #[cold]
     fn may_leave(&self, credit: &ShmCredit) -> bool {
         let r = credit.ring;
-        match self.live_left(credit.cost) {
+        match self.live_left(Some(credit)) {
             None => true,
             Some(l) => l.ring == r && !l.keeping && l.times < LEAVE_PASSES,
         }
     }
 
-    /// Ring `r`'s head message is left in its slot by this pass.
+    /// The head message of ring `credit.ring` is left in its slot by
+    /// this pass.
     #[cold]
     fn leave(&mut self, credit: ShmCredit) {
         let r = credit.ring;
         // Where it is, as if not yet looked at: its slot stays the
         // ring's head, its credit the sender's.
         self.m.unhold(credit);
-        self.left_count += 1;
-        let times = match self.live_left(0) {
-            Some(l) if l.ring == r && !l.keeping => l.times + 1,
-            _ => 1,
-        };
+        let before = self.live_left(None).filter(|l| l.ring == r && !l.keeping);
+        // (A pass's last look may offer it again: one pass, one time.)
+        let again = before.is_some_and(|l| l.pass == self.pass);
+        let times = before.map_or(0, |l| l.times) + u32::from(!again);
+        if !again {
+            self.left_count += 1;
+        }
         self.left = Some(Left {
             ring: r,
             pass: self.pass,
@@ -271,14 +277,14 @@ impl<P: Port> Exec<P> {
         Some(take)
     }
 
-    /// The endpoint would have left ring `r`'s head message, `may_leave`
-    /// said no, and offered once more it was taken as `take`. Kept, its
-    /// ring's messages are coming faster than their receives, and the
-    /// ones behind it are kept without waiting while each pass keeps one
-    /// (`Left::keeping`).
+    /// The endpoint would have left the head message of ring
+    /// `credit.ring`, `may_leave` said no, and offered once more it was
+    /// taken as `take`. Kept, its ring's messages are coming faster than
+    /// their receives, and the ones behind it are kept without waiting
+    /// while each pass keeps one (`Left::keeping`).
     #[cold]
     fn offered_again(&mut self, credit: &ShmCredit, take: &Take) {
-        if let (Take::Kept, Some(l)) = (take, self.live_left(credit.cost)) {
+        if let (Take::Kept, Some(l)) = (take, self.live_left(Some(credit))) {
             if l.ring == credit.ring {
                 if !l.keeping {
                     self.left_kept += 1;

@@ -403,6 +403,41 @@ fn a_message_is_left_a_bounded_number_of_passes_and_holds_its_ring_in_order() {
 }
 
 #[test]
+fn one_message_is_left_at_a_time_and_once_a_pass() {
+    let (w, mut a, mut b) = pair(4, 256, 0);
+    let mut c = sim_node(&w, 12, 4, 256, 0);
+    // Both rings claimed and in use first.
+    let warm = [b.post(100), b.post(100)];
+    a.send(b.addr, 0, &[0], PLAIN);
+    c.send(b.addr, 0, &[0], PLAIN);
+    settle(&mut a, &mut b);
+    settle(&mut c, &mut b);
+    assert!(warm.iter().all(|&r| b.recv_result(r) == Some(Ok(1))));
+    b.up.leave = true;
+    a.send(b.addr, 1, &pattern(1, 10), PLAIN);
+    c.send(b.addr, 2, &pattern(2, 20), PLAIN);
+    // One pass sees both rings: one message is left, the other kept
+    // (and the first, looked at again by the pass's last look, counts
+    // as left by this pass once).
+    b.progress();
+    assert_eq!((left(&b), b.unexpected()), ((1, 0), 1));
+    for i in 2..=LEAVE_PASSES as usize {
+        b.progress();
+        assert_eq!((left(&b), b.unexpected()), ((i, 0), 1), "left again");
+    }
+    b.progress();
+    assert_eq!(
+        (left(&b), b.unexpected()),
+        ((LEAVE_PASSES as usize, 1), 2),
+        "left enough: kept"
+    );
+    let r = [b.post(100), b.post(100)];
+    let mut tags = r.map(|r| b.up.hdrs[&r].tag);
+    tags.sort();
+    assert_eq!(tags, [1, 2]);
+}
+
+#[test]
 fn a_left_message_keeps_a_sleeper_awake_and_a_peek_takes_it_in() {
     let (_w, mut a, mut b) = pair(4, 256, 0);
     b.up.leave = true;
