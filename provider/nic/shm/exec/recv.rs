@@ -308,13 +308,27 @@ impl<P: Port> Exec<P> {
     /// Until when a pass at `now` that finds nothing `arrived` would do
     /// nothing here: the early return of `progress`, for polls to come
     /// (0: the next pass must run; no later than the next liveness
-    /// check).
+    /// check). None while a message is left in its slot: it holds back
+    /// what comes behind it in its ring (an answer, a FIN), so the polls
+    /// make passes until one takes it.
     pub fn quiet_until(&self, now: u64) -> u64 {
-        if self.bells.is_empty() {
+        if self.bells.is_empty() && !self.holds_left() {
             self.m.idle_until(now)
         } else {
             0
         }
+    }
+
+    /// Whether a message is left in its slot.
+    #[inline(always)]
+    fn holds_left(&self) -> bool {
+        self.left.is_some() && self.left_held()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn left_held(&self) -> bool {
+        self.live_left(None).is_some_and(|l| !l.keeping)
     }
 
     /// Takes up to `BATCH` messages from the rings to the endpoint.

@@ -372,12 +372,16 @@ fn a_message_nobody_waits_for_stays_in_its_slot_until_its_receive() {
     assert_eq!(b.w.m.held_credit(ring), 0, "its credit is still the sender's");
     a.progress();
     assert_eq!(a.send_result(s), None, "its slot is not handed back");
+    // What is behind it in its ring waits for it: no quiet time, the
+    // polls make passes.
+    assert_eq!(b.w.quiet_until(b.now), 0);
     // The receive posted next takes it from the slot, as an expected one.
     let r = b.post(300);
     b.progress();
     assert_eq!(b.recv_result(r), Some(Ok(100)));
     assert_eq!(b.data(r)[..100], pattern(7, 100)[..]);
     assert_eq!((left(&b), b.unexpected()), ((1, 0), 0));
+    assert!(b.w.quiet_until(b.now) > b.now, "quiet again");
     a.progress();
     assert_eq!(a.send_result(s), Some(Ok(())));
 }
