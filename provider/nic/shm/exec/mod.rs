@@ -732,10 +732,31 @@ impl<P: Port> Exec<P> {
     /// finished; the machine's other steps wait for the next whole pass.
     pub(crate) fn take_arrivals(&mut self, up: &mut dyn Upcall) {
         self.sent_since_pass = false;
-        self.pass += 1;
+        self.next_pass();
         self.take_claims();
         self.receive(up);
         self.settle(up);
+    }
+
+    /// A receive pass begins. The record of a message left goes once no
+    /// pass is looking at it any more (taken, or its ring gone): every
+    /// pass that finds it leaves it again, or takes it. So the messages
+    /// of a receiver that leaves one now and then do not pay for a record
+    /// that says nothing (`any_ready`, `quiet_until` read it).
+    #[inline(always)]
+    fn next_pass(&mut self) {
+        self.pass += 1;
+        if self.left.is_some() {
+            self.expire_left();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn expire_left(&mut self) {
+        if self.left.is_some_and(|l| l.pass + 1 < self.pass) {
+            self.left = None;
+        }
     }
 
     /// The message a pass left in its slot (`Take::Later`), taken in now,
@@ -747,7 +768,7 @@ impl<P: Port> Exec<P> {
         // A pass of its own, in which no message may be left: the one
         // left counts as left enough times, and another ring's may not
         // be left while it is.
-        self.pass += 1;
+        self.next_pass();
         self.left = Some(Left {
             pass: self.pass - 1,
             times: LEAVE_PASSES,
@@ -1012,7 +1033,7 @@ impl<P: Port> Wire for Exec<P> {
 
     fn progress(&mut self, now: u64, up: &mut dyn Upcall) -> bool {
         self.sent_since_pass = false;
-        self.pass += 1;
+        self.next_pass();
         self.port.disarm();
         self.take_claims();
         // The pass of an application waiting for a message, its every poll:
