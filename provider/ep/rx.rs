@@ -219,7 +219,7 @@ impl<F: Face> Upcall for Handler<'_, F> {
                 // the one that comes next (IMB's PingPing, an exchange:
                 // the message came while the application was done with
                 // the last one), taken then as any expected message,
-                // rather than copied out, kept and taken again (some 950
+                // rather than copied out, kept and taken again (some 1 000
                 // instructions, bench/pollbench-callgrind UNEXP=1). Not
                 // past a posted receive: the messages behind it in its
                 // ring might be that receive's.

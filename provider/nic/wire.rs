@@ -133,9 +133,10 @@ pub(crate) enum Take {
     /// valid. The credit stays charged until the endpoint gives it back
     /// (`Wire::give_back`) once the application takes the message.
     Kept,
-    /// No receive for it yet, and the arrival `may_leave`: the wire keeps
-    /// the message where it is (its slot, its credit) and offers it
-    /// again at a later pass.
+    /// No receive posted at all, and the arrival `may_leave`: the wire
+    /// keeps the message where it is (its slot, its credit) and offers
+    /// it again at a later pass (or at once with `may_leave` false, if it
+    /// will not leave it).
     Later,
     /// Rendezvous: a posted receive takes it; its data goes into `sink`
     /// (at `ranges` of this process, when the sink is plain memory) and

@@ -7,7 +7,7 @@
 //!
 //! A message nobody waits for may stay in its slot. Kept, it is copied
 //! out, filed in the tag-matching engine, found by the receive posted
-//! later, taken out and completed outside a pass (some 950 instructions
+//! later, taken out and completed outside a pass (some 1 000 instructions
 //! more than an expected message, `bench/pollbench-callgrind` UNEXP=1);
 //! and in an exchange (IMB-MPI1's PingPing, Exchange) most messages come
 //! just before their receive, taken in by the pass of the read that
@@ -19,7 +19,9 @@
 //! is kept, and so are the ones behind it while each pass keeps one);
 //! a peek takes it in first (`take_left`); a sleeper does not sleep
 //! while it waits (`arm` reads the rings as they are); a pass's last
-//! look (`any_ready`) and the polls of its quiet time pass over it.
+//! look (`any_ready`) passes over it, and while it waits there is no
+//! quiet time (what its sender wrote behind it waits too: each poll
+//! makes a pass, `quiet_until`).
 
 #![forbid(unsafe_code)]
 
