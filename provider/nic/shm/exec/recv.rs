@@ -256,6 +256,18 @@ impl<P: Port> Exec<P> {
         });
     }
 
+    /// The eager message in `slot` of ring `r`, lent to the endpoint.
+    #[inline(always)]
+    fn slot_arrival(&self, slot: &P::Slot, r: usize, hdr: MsgHdr, credit: ShmCredit, may_leave: bool) -> Arrival<'_> {
+        Arrival {
+            peer: self.m.ring_peer(r).expect("checked by on_eager"),
+            hdr,
+            body: Body::Shared(self.port.payload(slot).expect("checked by Frame::parse")),
+            credit: Credit::Shm(credit),
+            may_leave,
+        }
+    }
+
     /// The endpoint would leave the message in `slot`, the head of ring
     /// `r`: left (`None`), or, if `may_leave` says no, offered once more
     /// and taken (what the endpoint made of it).
@@ -266,15 +278,7 @@ impl<P: Port> Exec<P> {
             self.leave(credit);
             return None;
         }
-        let payload = self.port.payload(slot).expect("checked by Frame::parse");
-        let peer = self.m.ring_peer(r).expect("checked by on_eager");
-        let take = up.arrived(Arrival {
-            peer,
-            hdr,
-            body: Body::Shared(payload),
-            credit: Credit::Shm(credit),
-            may_leave: false,
-        });
+        let take = up.arrived(self.slot_arrival(slot, r, hdr, credit, false));
         self.offered_again(&credit, &take);
         Some(take)
     }
@@ -350,15 +354,7 @@ impl<P: Port> Exec<P> {
                 } => {
                     let len = hdr.len as usize;
                     let t0 = if self.choice.chosen(len) { self.port.now() } else { 0 };
-                    let payload = self.port.payload(&slot).expect("checked by Frame::parse");
-                    let peer = self.m.ring_peer(ring).expect("checked by on_eager");
-                    let mut take = up.arrived(Arrival {
-                        peer,
-                        hdr,
-                        body: Body::Shared(payload),
-                        credit: Credit::Shm(credit),
-                        may_leave: true,
-                    });
+                    let mut take = up.arrived(self.slot_arrival(&slot, ring, hdr, credit, true));
                     if let Take::Later = take {
                         // (The others' messages wait for the pass's last
                         // look, `any_ready`, which skips a message left.)
