@@ -97,7 +97,7 @@ pub(crate) struct Exec<P: Port> {
     choice: CopyOrPull,
     /// Rendezvous receives being timed: (op, length, when accepted).
     pulls: Vec<(OpId, usize, u64)>,
-    /// Receive passes so far (`progress`, `take_arrivals`).
+    /// Receive passes so far (`progress`, `take_arrivals`, `take_left`).
     pass: u64,
     /// The message the endpoint left in its slot (`Take::Later`).
     left: Option<Left>,
@@ -765,18 +765,15 @@ impl<P: Port> Exec<P> {
         let Some(l) = self.live_left(None).filter(|l| !l.keeping) else {
             return;
         };
-        // A pass of its own, in which no message may be left: the one
-        // left counts as left enough times, and another ring's may not
-        // be left while it is.
-        self.next_pass();
+        // A pass for the rings in which no message may be left: the one
+        // left counts as left enough times by the last pass, and another
+        // ring's may not be left while it is.
         self.left = Some(Left {
-            pass: self.pass - 1,
+            pass: self.pass,
             times: LEAVE_PASSES,
             ..l
         });
-        self.sent_since_pass = false;
-        self.receive(up);
-        self.settle(up);
+        self.take_arrivals(up);
     }
 
     /// Publishes what waits for ring space, completes deliveries the peers
