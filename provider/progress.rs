@@ -5,7 +5,7 @@
 //! the endpoint's file descriptors and timer deadline instead of spinning.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub trait Progress: Send + Sync {
     /// Drive the wires once: receive, run protocol timers, transmit. New
@@ -192,8 +192,12 @@ pub const SPIN_LOOK_EVERY: u64 = 64;
 /// Most polls between two yields, once yields come back at once.
 pub const SPIN_GAP_MAX: u64 = 64 * SPIN_LOOK_EVERY;
 /// A `sched_yield` that took this long let something else run: the CPU
-/// is shared (a system call alone takes about a microsecond here).
-pub const YIELD_RAN_NS: u64 = 20_000;
+/// is shared. On this host a yield with nothing else to run takes 0.8 us
+/// (1.4-1.7 us at the 99.9th percentile), and one that switches to
+/// another process doing nothing but yield back 4.4 us (a switch each
+/// way). 20 us, before, missed a peer that ran briefly: in a ping-pong on
+/// one CPU the peer answers and yields within a few microseconds.
+pub const YIELD_RAN_NS: u64 = 3_000;
 
 /// An application polling a completion object that gives it nothing. On
 /// a host with more busy processes than CPUs the peer it waits for may be
@@ -210,9 +214,14 @@ pub const YIELD_RAN_NS: u64 = 20_000;
 /// in a loop that has other work (MPICH's progress over its own shared
 /// memory while our CQ stays empty) pays one system call in thousands of
 /// polls. A yield that let something run brings the gap back to
-/// `SPIN_LOOK_EVERY`. A ping-pong's waits (microseconds) never reach a
-/// yield. Relaxed atomics: a CQ read by several threads only shares a
-/// heuristic.
+/// `SPIN_LOOK_EVERY`, and tells the waits after it that the CPU is
+/// shared: each of them yields at its first look at the clock (its 64th
+/// poll, a microsecond or two), not after `yield_after_ns`, until a yield
+/// comes back at once. Two processes ping-ponging on one CPU otherwise
+/// paid the whole threshold on every message (`fi_pingpong` with both
+/// ends on one CPU: 56 us a transfer). A ping-pong's waits on CPUs of
+/// their own (microseconds) never reach a yield. Relaxed atomics: a CQ
+/// read by several threads only shares a heuristic.
 pub struct Spin {
     /// Empty polls in a row.
     empty: AtomicU64,
@@ -222,6 +231,9 @@ pub struct Spin {
     gap: AtomicU64,
     /// When the wait was first looked at (its `SPIN_LOOK_EVERY`th poll).
     since: AtomicU64,
+    /// The last yield let something else run: the CPU is shared, and a
+    /// wait yields at its first look.
+    shared: AtomicBool,
     /// 0: never yield (FI_GNIX_YIELD_AFTER_US=0).
     yield_after_ns: u64,
     yields: AtomicU64,
@@ -268,6 +280,7 @@ impl Spin {
             next: AtomicU64::new(SPIN_LOOK_EVERY),
             gap: AtomicU64::new(SPIN_LOOK_EVERY),
             since: AtomicU64::new(0),
+            shared: AtomicBool::new(false),
             yield_after_ns,
             yields: AtomicU64::new(0),
             owner,
@@ -315,6 +328,9 @@ impl Spin {
     fn look(&self, k: u64, now: u64) -> Look {
         if k == SPIN_LOOK_EVERY {
             self.since.store(now, Ordering::Relaxed);
+            if self.shared.load(Ordering::Relaxed) {
+                return Look::Yield(now);
+            }
         }
         if now.saturating_sub(self.since.load(Ordering::Relaxed)) < self.yield_after_ns {
             self.next.store(k + SPIN_LOOK_EVERY, Ordering::Relaxed);
@@ -328,7 +344,9 @@ impl Spin {
     #[cold]
     fn yielded(&self, k: u64, took: u64) {
         self.yields.fetch_add(1, Ordering::Relaxed);
-        let gap = if took >= YIELD_RAN_NS {
+        let shared = took >= YIELD_RAN_NS;
+        self.shared.store(shared, Ordering::Relaxed);
+        let gap = if shared {
             SPIN_LOOK_EVERY
         } else {
             (self.gap.load(Ordering::Relaxed) * 2).min(SPIN_GAP_MAX)
@@ -480,9 +498,39 @@ mod tests {
         // A poll that finds something ends the wait; the next one starts
         // afresh.
         s.found();
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY - 1, 60_000, ALONE), 0);
+        // (Its yields let something run: this one yields at its first
+        // look, below; one that comes back at once says the CPU is free.)
+        assert_eq!(empty_polls(&s, 1, 60_000, ALONE), 1);
+        s.found();
         assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 60_000, SHARED), 0);
         assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 100_000, SHARED), 0);
         assert_eq!(empty_polls(&s, 4 * SPIN_LOOK_EVERY, 110_000, SHARED), 4);
+    }
+
+    #[test]
+    fn after_a_yield_that_let_another_run_each_wait_yields_at_its_first_look() {
+        let s = Spin::new(50_000, TEST);
+        // A long wait whose yield let the peer run (one CPU for both).
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 0, SHARED), 0);
+        assert_eq!(
+            yielding_polls(&s, SPIN_LOOK_EVERY, 50_000, SHARED),
+            [2 * SPIN_LOOK_EVERY]
+        );
+        // Every wait after it (a ping-pong's, each a microsecond or two
+        // of polls) yields at its first look, not 50 us into it.
+        for t in [60_000, 61_000, 62_000] {
+            s.found();
+            assert_eq!(yielding_polls(&s, SPIN_LOOK_EVERY, t, SHARED), [SPIN_LOOK_EVERY]);
+        }
+        // A yield that comes back at once: the CPU is free again, and the
+        // rest of this wait and the next wait spin their 50 us first.
+        s.found();
+        assert_eq!(yielding_polls(&s, SPIN_LOOK_EVERY, 70_000, ALONE), [SPIN_LOOK_EVERY]);
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 119_999, ALONE), 0);
+        s.found();
+        assert_eq!(empty_polls(&s, 10 * SPIN_LOOK_EVERY, 130_000, SHARED), 0);
+        assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 180_000, SHARED), 1);
     }
 
     #[test]
