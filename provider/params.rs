@@ -290,7 +290,7 @@ tunables! {
     shm_peers: usize = Int(64, Range::Span(1, 480)),
         "Rings in an endpoint's shared-memory mailbox: local peers that can send to it over shm at once; more use UDP.";
     yield_after_us: u64 = Int(50, Range::Span(0, 1_000_000)),
-        "An application that polls a CQ or counter finding nothing for this many microseconds gives its CPU away (sched_yield) every 64 polls after that (up to 4096 while the yields find nothing else to run), so that a peer queued behind it on an oversubscribed host gets to run; 0: never.";
+        "An application that polls a CQ or counter finding nothing for this many microseconds gives its CPU away (sched_yield) every 64 polls after that (up to 4096 while the yields find nothing else to run), so that a peer queued behind it on an oversubscribed host gets to run; once a yield has let something else run, every wait yields at its 64th poll until a yield comes back at once; 0: never.";
 }
 
 static PARAMS: OnceLock<Params> = OnceLock::new();
