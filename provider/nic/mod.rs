@@ -7,9 +7,11 @@
 //! last `BUSY_WINDOW_NS` (as the thread sees it: a call raises a flag the
 //! thread takes at its next pass), the thread only sleeps on a timer, so it
 //! neither steals datagrams from the polling thread nor adds a wakeup to
-//! every packet. Once the application goes quiet (blocked in `fi_cq_sread`,
-//! computing, or waiting on something else) the thread sleeps in epoll on
-//! every endpoint's socket and progresses them as data arrives.
+//! every packet; the longer the application keeps every endpoint busy, the
+//! longer that timer (`busy_sleep_ms`). Once the application goes quiet
+//! (blocked in `fi_cq_sread`, computing, or waiting on something else) the
+//! thread sleeps in epoll on every endpoint's socket and progresses them
+//! as data arrives.
 
 pub(crate) mod atomic;
 pub(crate) mod fabreq;
@@ -36,6 +38,27 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 const BUSY_WINDOW_NS: u64 = 2_000_000;
+/// The longest the thread sleeps between its looks while the application
+/// keeps every endpoint busy (`busy_sleep_ms`).
+const BUSY_SLEEP_MAX_MS: u64 = 16;
+
+/// How long the thread sleeps before it looks again whether the
+/// application still calls in, when it has called every endpoint for
+/// `busy_for` ns: `BUSY_WINDOW_NS`, growing with an eighth of that time
+/// up to `BUSY_SLEEP_MAX_MS`. Each look takes a polling rank's CPU for a
+/// context switch there and back: on this VM 470 looks a second cost the
+/// thread 21 us of CPU each, and preempted the rank 500 times a second
+/// (Open MPI's ping-pong, `/proc/PID/task/*/sched`). An application that
+/// has polled for a while is likely to go on, and one that stops after
+/// long polling is taken over within twice the sleep (32 ms at most);
+/// short phases of polling (a halo exchange between computations) keep
+/// the 2 ms. (Tried once before the polls gave their CPU away, 11e3567,
+/// and undone, a37900c: three ranks on two cores then spun through their
+/// time slices, and the thread's looks were what moved a descheduled
+/// rank's UDP traffic.)
+fn busy_sleep_ms(busy_for: u64) -> u64 {
+    (busy_for / 8 / 1_000_000).clamp((BUSY_WINDOW_NS / 1_000_000).max(1), BUSY_SLEEP_MAX_MS)
+}
 
 /// What the progress thread needs from an endpoint.
 pub trait AutoProgress: Progress {
@@ -281,6 +304,8 @@ fn run(shared: Arc<Shared>) {
     let mut events = [empty; 16];
     // The endpoints armed for the sleep under way: disarmed after it.
     let mut armed: Vec<Weak<dyn AutoProgress>> = Vec::new();
+    // Since when the application has kept every endpoint busy.
+    let mut busy_since: Option<u64> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let pass = shared.pass.lock().unwrap();
         disarm_listed(&shared, &mut armed);
@@ -350,13 +375,20 @@ fn run(shared: Arc<Shared>) {
                 ep.auto_progress();
             }
             let now = now_ns();
-            let busy_ms = (BUSY_WINDOW_NS / 1_000_000).max(1);
+            let since = if idle.iter().any(|&i| i) {
+                busy_since = None;
+                now
+            } else {
+                *busy_since.get_or_insert(now)
+            };
+            let busy_ms = busy_sleep_ms(now - since);
             let t = match idle_eps().filter_map(|e| e.next_deadline()).min() {
                 Some(d) => (d.saturating_sub(now).div_ceil(1_000_000)).clamp(1, busy_ms),
                 None => busy_ms,
             };
             (&timer_set, t)
         } else {
+            busy_since = None;
             for ep in &eps {
                 ep.auto_progress();
             }

@@ -98,3 +98,13 @@ fn a_removed_endpoint_is_not_held_or_disarmed_by_the_thread_after_remove() {
     }
     nic.stop();
 }
+
+#[test]
+fn the_thread_looks_less_often_the_longer_the_application_polls() {
+    const MS: u64 = 1_000_000;
+    assert_eq!(busy_sleep_ms(0), 2, "at first, every busy window");
+    assert_eq!(busy_sleep_ms(16 * MS), 2);
+    assert_eq!(busy_sleep_ms(40 * MS), 5);
+    assert_eq!(busy_sleep_ms(128 * MS), BUSY_SLEEP_MAX_MS);
+    assert_eq!(busy_sleep_ms(3_600_000 * MS), BUSY_SLEEP_MAX_MS, "never longer");
+}
