@@ -508,8 +508,8 @@ mod tests {
         // afresh.
         s.found();
         assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY - 1, 60_000, ALONE), 0);
-        // (Its yields let something run: this one yields at its first
-        // look, below; one that comes back at once says the CPU is free.)
+        // (The wait before let something run, so this one yields at its
+        // first look; that yield comes back at once: the CPU is free.)
         assert_eq!(empty_polls(&s, 1, 60_000, ALONE), 1);
         s.found();
         assert_eq!(empty_polls(&s, SPIN_LOOK_EVERY, 60_000, SHARED), 0);

@@ -46,9 +46,9 @@ const BUSY_SLEEP_MAX_MS: u64 = 16;
 /// application still calls in, when it has called every endpoint for
 /// `busy_for` ns: `BUSY_WINDOW_NS`, growing with an eighth of that time
 /// up to `BUSY_SLEEP_MAX_MS`. Each look takes a polling rank's CPU for a
-/// context switch there and back: on this VM 470 looks a second cost the
-/// thread 21 us of CPU each, and preempted the rank 500 times a second
-/// (Open MPI's ping-pong, `/proc/PID/task/*/sched`). An application that
+/// context switch there and back: on this VM some 480 looks a second,
+/// about 20 us of the thread's CPU each, preempted the rank some 500
+/// times a second (Open MPI's ping-pong, `/proc/PID/task/*/sched`). An application that
 /// has polled for a while is likely to go on, and one that stops after
 /// long polling is taken over within twice the sleep (32 ms at most);
 /// short phases of polling (a halo exchange between computations) keep
