@@ -368,6 +368,13 @@ impl Spin {
     pub fn yields(&self) -> u64 {
         self.yields.load(Ordering::Relaxed)
     }
+
+    /// Whether the last yield let something else run (a wait then yields
+    /// at its first look).
+    #[cfg(test)]
+    pub fn shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
