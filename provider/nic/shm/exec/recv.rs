@@ -209,14 +209,16 @@ impl<P: Port> Exec<P> {
     /// (nothing was taken from the ring since: `Machine::taken_mark`,
     /// less the credit of the message being looked at, `looking`, if it
     /// is that ring's), or a ring in keeping that kept one then. (Kept up
-    /// to date here, off the path of the messages taken at once.)
+    /// to date here, off the path of the messages taken at once; a record
+    /// older than the last pass is gone already, `Exec::next_pass`.)
     pub(super) fn live_left(&self, looking: Option<&ShmCredit>) -> Option<Left> {
         self.left.filter(|l| {
+            debug_assert!(l.pass + 1 >= self.pass, "next_pass drops older records");
             let (gen, mut taken) = self.m.taken_mark(l.ring);
             if let Some(c) = looking.filter(|c| c.ring == l.ring) {
                 taken = taken.wrapping_sub(c.cost);
             }
-            l.pass + 1 >= self.pass && (l.keeping || (gen, taken) == l.mark)
+            l.keeping || (gen, taken) == l.mark
         })
     }
 
