@@ -554,8 +554,9 @@ pub struct Mailbox {
     /// on never costs more. `warm` does them all where that is free: when
     /// the AV learns an address.
     cold: Vec<(usize, usize, usize)>,
-    /// A free ring whose pages our mapping has faulted in (`warm_spare`),
-    /// for the next producer to claim.
+    /// A ring not ours yet (free, or claimed and not yet announced) whose
+    /// pages our mapping has faulted in (`warm_spare`), for the producer
+    /// that claims it.
     spare: Option<usize>,
 }
 
@@ -820,14 +821,22 @@ impl Mailbox {
     /// our address later), so that `scan_claims` has nothing left to
     /// fault in when its first message comes. Without it the first lap
     /// of that ring faults on every 64 KiB of slots as we read them
-    /// (the kernel maps a file's pages 16 around a fault): 3.5-4.5 µs
+    /// (the kernel maps a file's pages 16 around a fault): 3.5-50 µs
     /// each, eight in the first 64 messages of `fi_pingpong -S all`,
     /// where a row is ten round trips of 0.4 µs. Not for a data path:
     /// about 10 µs, and the ring's pages are allocated (a producer's
     /// claim allocates them anyway); one spare at a time.
+    ///
+    /// The lowest ring not ours yet, claimed or not: a producer takes
+    /// the owner's word first and announces the claim (`claims`) only
+    /// after faulting the whole ring in for itself, 10-20 µs later. A
+    /// peer that learns our address as we learn its (both ends of
+    /// `fi_pingpong` insert at once) is in that window as often as not,
+    /// and its ring is the one to warm: a free ring above it would be
+    /// warmed in vain, and its own left to fault on its first lap.
     pub fn warm_spare(&mut self) {
-        let free = (0..self.geo.nrings).find(|&r| self.rings[r].is_none() && !self.claimed(r));
-        let Some(r) = free else { return };
+        let next = (0..self.geo.nrings).find(|&r| self.rings[r].is_none());
+        let Some(r) = next else { return };
         if self.spare == Some(r) {
             return;
         }

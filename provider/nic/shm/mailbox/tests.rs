@@ -104,6 +104,32 @@ fn the_spare_ring_is_the_next_claimed_and_comes_warm() {
     assert_eq!(mb.spare, None);
 }
 
+/// A producer holds the owner's word of its ring for the 10-20 us it
+/// takes to fault the ring in, before it announces the claim: the spare
+/// is that ring, not the free one above it.
+#[test]
+fn a_claim_not_yet_announced_is_the_spare() {
+    let uid = 4_000_000_000 + std::process::id() % 1000;
+    let me = addr(31);
+    let geo = Geometry::new(3, 64, PAGE - SLOT_HDR);
+    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    // A producer has taken ring 0's owner word and is faulting it in.
+    let owner = |mb: &Mailbox, pid: u64| mb.map.u64_at(OWNERS_OFF).store(pid, Ordering::Release);
+    owner(&mb, u64::from(std::process::id()));
+    let mut new = Vec::new();
+    mb.scan_claims(&mut new);
+    assert!(new.is_empty(), "not announced yet");
+    mb.warm_spare();
+    assert_eq!(mb.spare, Some(0), "the ring being claimed");
+    // Its claim completes (here: made again from the start, as a
+    // producer that finds ring 0 free does).
+    owner(&mb, 0);
+    let _ob = Outbox::connect(uid, &me, &addr(32)).unwrap().unwrap();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0]);
+    assert!(mb.cold.is_empty(), "its pages came warm");
+}
+
 #[test]
 fn ring_round_trip_and_wraparound() {
     let uid = 4_000_000_000 + std::process::id() % 1000;
