@@ -554,10 +554,10 @@ pub struct Mailbox {
     /// on never costs more. `warm` does them all where that is free: when
     /// the AV learns an address.
     cold: Vec<(usize, usize, usize)>,
-    /// A ring not ours yet (free, or claimed and not yet announced) whose
-    /// pages our mapping has faulted in (`warm_spare`), for the producer
-    /// that claims it.
-    spare: Option<usize>,
+    /// Rings not ours yet (free, or claimed and not yet announced) whose
+    /// pages our mapping has faulted in (`warm_spares`), for the producers
+    /// that claim them.
+    spares: Vec<usize>,
 }
 
 /// Where we are in one of our rings: what `peek` and `release` need of
@@ -716,7 +716,7 @@ impl Mailbox {
             seen_claims: 0,
             rings: vec![None; geo.nrings],
             cold: Vec::new(),
-            spare: None,
+            spares: Vec::new(),
         })
     }
 
@@ -763,8 +763,8 @@ impl Mailbox {
             // faults alone), unless it was the spare; see `cold` for the
             // rest.
             let end = roff + RING_HDR + self.geo.slots_bytes();
-            let first = if self.spare == Some(r) {
-                self.spare = None;
+            let first = if let Some(i) = self.spares.iter().position(|&s| s == r) {
+                self.spares.swap_remove(i);
                 end
             } else {
                 let first = (roff + WARM_FIRST_PAGES * PAGE).min(end);
@@ -815,34 +815,38 @@ impl Mailbox {
         self.map.u64_at(OWNERS_OFF + 8 * r).load(Ordering::Acquire) != 0
     }
 
-    /// Faults in the pages of the ring the next producer will claim (the
-    /// lowest free one, `Outbox::connect`), once: for a peer the AV just
-    /// learned, which connects to us after we connected to it (it learns
-    /// our address later), so that `scan_claims` has nothing left to
-    /// fault in when its first message comes. Without it the first lap
-    /// of that ring faults on every 64 KiB of slots as we read them
-    /// (the kernel maps a file's pages 16 around a fault): 3.5-50 µs
-    /// each, eight in the first 64 messages of `fi_pingpong -S all`,
-    /// where a row is ten round trips of 0.4 µs. Not for a data path:
-    /// about 10 µs, and the ring's pages are allocated (a producer's
-    /// claim allocates them anyway); one spare at a time.
+    /// Faults in the pages of the rings `n` more producers will claim
+    /// (each takes the lowest free one, `Outbox::connect`), beside the
+    /// spares still waiting for theirs: for peers the AV just learned,
+    /// which connect to us after we connected to them (they learn our
+    /// address later), so that `scan_claims` has nothing left to fault
+    /// in when their first messages come. Without it the first lap of
+    /// such a ring faults on every 64 KiB of slots as we read them (the
+    /// kernel maps a file's pages 16 around a fault): 3.5-50 µs each,
+    /// eight in the first 64 messages of `fi_pingpong -S all`, where a
+    /// row is ten round trips of 0.4 µs. Not for a data path: about 10
+    /// µs a ring, whose pages its producer's claim allocates anyway.
     ///
-    /// The lowest ring not ours yet, claimed or not: a producer takes
+    /// The lowest rings not ours yet, claimed or not: a producer takes
     /// the owner's word first and announces the claim (`claims`) only
     /// after faulting the whole ring in for itself, 10-20 µs later. A
     /// peer that learns our address as we learn its (both ends of
     /// `fi_pingpong` insert at once) is in that window as often as not,
     /// and its ring is the one to warm: a free ring above it would be
     /// warmed in vain, and its own left to fault on its first lap.
-    pub fn warm_spare(&mut self) {
-        let next = (0..self.geo.nrings).find(|&r| self.rings[r].is_none());
-        let Some(r) = next else { return };
-        if self.spare == Some(r) {
-            return;
+    pub fn warm_spares(&mut self, n: usize) {
+        let want = self.spares.len() + n;
+        let next: Vec<usize> = (0..self.geo.nrings)
+            .filter(|&r| self.rings[r].is_none())
+            .take(want)
+            .collect();
+        for r in next {
+            if !self.spares.contains(&r) {
+                let roff = self.geo.ring_off(r);
+                self.map.populate(roff, RING_HDR + self.geo.slots_bytes(), false);
+                self.spares.push(r);
+            }
         }
-        let roff = self.geo.ring_off(r);
-        self.map.populate(roff, RING_HDR + self.geo.slots_bytes(), false);
-        self.spare = Some(r);
     }
 
     /// Whether ring `r` has a published slot (`peek` would find it).

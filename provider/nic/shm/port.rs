@@ -100,9 +100,9 @@ pub(crate) trait Port {
     /// Our mapping of claimed rings faults in all their pages (at claim
     /// time only a ring's first pages are). Not on a data path.
     fn warm(&mut self) {}
-    /// Our mapping faults in the ring the next producer will claim
-    /// (`Mailbox::warm_spare`). Not on a data path.
-    fn warm_spare(&mut self) {}
+    /// Our mapping faults in the rings the next `n` producers will claim
+    /// (`Mailbox::warm_spares`). Not on a data path.
+    fn warm_spares(&mut self, _n: usize) {}
     /// The next published slot of ring `ring` and its header.
     fn peek(&mut self, ring: RingIx) -> Option<(Self::Slot, SlotHead)>;
     /// Whether `peek` would find a slot in ring `ring`; reads nothing else.
@@ -392,8 +392,8 @@ impl Port for MailboxPort {
         self.mb.warm();
     }
 
-    fn warm_spare(&mut self) {
-        self.mb.warm_spare();
+    fn warm_spares(&mut self, n: usize) {
+        self.mb.warm_spares(n);
     }
 
     #[inline]

@@ -292,7 +292,7 @@ impl<P: Port> Exec<P> {
         // A peer we connected to will likely send to us too, claiming a
         // ring of ours once it learns our address.
         if self.ahead > ahead {
-            self.port.warm_spare();
+            self.port.warm_spares(self.ahead - ahead);
         }
     }
 

@@ -72,36 +72,37 @@ fn claimed_rings_map_their_first_pages_and_warm_the_rest() {
 }
 
 #[test]
-fn the_spare_ring_is_the_next_claimed_and_comes_warm() {
+fn the_spare_rings_are_the_next_claimed_and_come_warm() {
     let uid = 4_000_000_000 + std::process::id() % 1000;
     let me = addr(21);
-    let geo = Geometry::new(3, 64, PAGE - SLOT_HDR);
+    let geo = Geometry::new(4, 64, PAGE - SLOT_HDR);
     let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
-    mb.warm_spare();
-    assert_eq!(mb.spare, Some(0), "the lowest free ring");
-    mb.warm_spare();
-    assert_eq!(mb.spare, Some(0), "one spare at a time");
+    mb.warm_spares(1);
+    assert_eq!(mb.spares, vec![0], "the lowest free ring");
+    mb.warm_spares(0);
+    assert_eq!(mb.spares, vec![0], "no peer more, no spare more");
     let _ob = Outbox::connect(uid, &me, &addr(22)).unwrap().unwrap();
     let mut new = Vec::new();
     mb.scan_claims(&mut new);
     assert_eq!(new, vec![0]);
     assert!(mb.cold.is_empty(), "nothing left to fault in");
-    assert_eq!(mb.spare, None);
-    // The next spare: ring 1, which the next producer claims.
-    mb.warm_spare();
-    assert_eq!(mb.spare, Some(1));
+    assert!(mb.spares.is_empty());
+    // Two peers more: rings 1 and 2, which they claim.
+    mb.warm_spares(2);
+    assert_eq!(mb.spares, vec![1, 2]);
     let _ob2 = Outbox::connect(uid, &me, &addr(23)).unwrap().unwrap();
-    mb.scan_claims(&mut new);
-    assert_eq!(new, vec![0, 1]);
-    assert!(mb.cold.is_empty());
-    // A ring claimed while it was not the spare is mapped as before.
     let _ob3 = Outbox::connect(uid, &me, &addr(24)).unwrap().unwrap();
     mb.scan_claims(&mut new);
     assert_eq!(new, vec![0, 1, 2]);
+    assert!(mb.cold.is_empty());
+    // A ring claimed while it was not a spare is mapped as before.
+    let _ob4 = Outbox::connect(uid, &me, &addr(25)).unwrap().unwrap();
+    mb.scan_claims(&mut new);
+    assert_eq!(new, vec![0, 1, 2, 3]);
     assert_eq!(mb.cold.len(), 1);
     // No free ring: nothing to warm.
-    mb.warm_spare();
-    assert_eq!(mb.spare, None);
+    mb.warm_spares(1);
+    assert!(mb.spares.is_empty());
 }
 
 /// A producer holds the owner's word of its ring for the 10-20 us it
@@ -119,8 +120,8 @@ fn a_claim_not_yet_announced_is_the_spare() {
     let mut new = Vec::new();
     mb.scan_claims(&mut new);
     assert!(new.is_empty(), "not announced yet");
-    mb.warm_spare();
-    assert_eq!(mb.spare, Some(0), "the ring being claimed");
+    mb.warm_spares(1);
+    assert_eq!(mb.spares, vec![0], "the ring being claimed");
     // Its claim completes (here: made again from the start, as a
     // producer that finds ring 0 free does).
     owner(&mb, 0);
