@@ -263,6 +263,7 @@ impl World {
             pid,
             outs: Vec::new(),
             peeked: None,
+            spares_asked: 0,
         };
         (port, mem)
     }
@@ -320,6 +321,9 @@ pub(crate) struct SimPort {
     outs: Vec<Option<(usize, RingIx)>>,
     /// The last slot peeked: (ring, position, header length, bytes).
     peeked: Option<(RingIx, u64, usize, Vec<u8>)>,
+    /// Spare rings the executor asked to have warm, in all
+    /// (`Port::warm_spares`; a simulated mailbox has no pages).
+    pub spares_asked: usize,
 }
 
 impl SimPort {
@@ -545,6 +549,10 @@ impl Port for SimPort {
             .rings
             .iter()
             .any(|r| r.state != RingState::Free && !r.seen)
+    }
+
+    fn warm_spares(&mut self, n: usize) {
+        self.spares_asked += n;
     }
 
     fn peek(&mut self, ring: RingIx) -> Option<((RingIx, u64), SlotHead)> {

@@ -85,6 +85,9 @@ pub(crate) struct Exec<P: Port> {
     going: smallvec::SmallVec<[PeerIx; 2]>,
     /// Peers `connect_ahead` connected.
     ahead: usize,
+    /// `connect_ahead` met more local peers than it takes: the peers it
+    /// connected to need not connect to us.
+    crowded: bool,
     /// `connect_ahead` warms pulls from the peers it connects to: we may
     /// pull (FI_GNIX_CMA), and the kernel did not refuse it.
     warm_pulls: bool,
@@ -188,6 +191,7 @@ impl<P: Port> Exec<P> {
             routes_gen: 0,
             going: smallvec::SmallVec::new(),
             ahead: 0,
+            crowded: false,
             warm_pulls: cma,
             sent_since_pass: false,
             choice,
@@ -266,11 +270,12 @@ impl<P: Port> Exec<P> {
     pub fn connect_ahead(&mut self, addrs: &[SocketAddr]) {
         let ahead = self.ahead;
         for &addr in addrs {
-            if self.ahead >= self.m.nrings().div_ceil(4) {
-                break;
-            }
             if addr == self.me || self.routes.contains_key(&addr) {
                 continue;
+            }
+            if self.ahead >= self.m.nrings().div_ceil(4) {
+                self.crowded = true;
+                break;
             }
             if let Some(ix) = self.connect(addr) {
                 self.ahead += 1;
@@ -290,9 +295,12 @@ impl<P: Port> Exec<P> {
         self.take_claims();
         self.port.warm();
         // A peer we connected to will likely send to us too, claiming a
-        // ring of ours once it learns our address.
+        // ring of ours once it learns our address: a spare for each. In a
+        // crowd (more local peers than we connect to ahead, and so as
+        // many for each of them) it may well not, and a spare it does not
+        // claim is a ring's pages for nothing: one in all, as a guess.
         if self.ahead > ahead {
-            self.port.warm_spares(self.ahead - ahead);
+            self.port.warm_spares(if self.crowded { 1 } else { self.ahead - ahead });
         }
     }
 

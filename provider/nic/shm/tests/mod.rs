@@ -443,16 +443,29 @@ pub(super) fn sim_node_spanning(
     span: usize,
     loan: u64,
 ) -> Node<SimPort, SimMem> {
+    sim_node_shaped(world, port, 4, depth, payload, span, loan)
+}
+
+/// The same, with a mailbox of `nrings` rings.
+pub(super) fn sim_node_shaped(
+    world: &World,
+    port: u16,
+    nrings: usize,
+    depth: usize,
+    payload: usize,
+    span: usize,
+    loan: u64,
+) -> Node<SimPort, SimMem> {
     // As the mailbox's geometry has it (`Geometry::with_span`), which the
     // machine's config takes in `Exec::new`.
     let span = span.clamp(1, depth);
     let addr = super::test_addr(port);
-    let (p, mem) = world.process(addr, port as u32, 4, depth, payload, span, loan);
+    let (p, mem) = world.process(addr, port as u32, nrings, depth, payload, span, loan);
     let m = super::machine::Machine::new(
         super::machine::Config {
             payload_max: payload,
             span,
-            nrings: 4,
+            nrings,
             loan,
             cma: true,
             rndv_threshold: usize::MAX,

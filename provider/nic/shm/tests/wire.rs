@@ -2,7 +2,7 @@
 //! (or three) processes whose executors and machines talk through rings
 //! in plain memory, driven through `nic::Wire` by a stand-in endpoint.
 
-use super::{flags, pattern, sim_node, sim_node_spanning, Node, SimMem, Unposted, PLAIN};
+use super::{flags, pattern, sim_node, sim_node_shaped, sim_node_spanning, Node, SimMem, Unposted, PLAIN};
 use crate::ffi::{FI_EHOSTUNREACH, FI_EIO};
 use crate::nic::shm::exec::{BATCH, LEAVE_PASSES};
 use crate::nic::shm::frame::Frame;
@@ -955,6 +955,29 @@ fn connect_ahead_claims_rings_before_the_first_message() {
         assert_eq!(n.recv_result(r), Some(Ok(100)));
         assert_eq!(a.send_result(op), Some(Ok(())));
     }
+}
+
+/// Each peer `connect_ahead` connects to will likely claim a ring of ours:
+/// a spare for each; one only when there were more local peers than it
+/// takes (they need not connect to us).
+#[test]
+fn connect_ahead_asks_a_spare_for_each_peer_unless_crowded() {
+    let w = World::default();
+    // Eight rings: two peers ahead.
+    let mut a = sim_node_shaped(&w, A, 8, 4, 256, 1, 0);
+    let b = sim_node(&w, B, 4, 256, 0);
+    a.w.connect_ahead(&[a.addr, b.addr]);
+    assert_eq!(a.w.port.spares_asked, 1);
+    a.w.connect_ahead(&[b.addr]);
+    assert_eq!(a.w.port.spares_asked, 1, "b is connected already");
+    let mut x = sim_node_shaped(&w, 20, 8, 4, 256, 1, 0);
+    let peers: Vec<_> = (21..24).map(|p| sim_node(&w, p, 4, 256, 0)).collect();
+    let addrs: Vec<_> = peers.iter().map(|n| n.addr).collect();
+    x.w.connect_ahead(&addrs[..2]);
+    assert_eq!(x.w.port.spares_asked, 2, "two peers, two spares");
+    let mut y = sim_node_shaped(&w, 30, 8, 4, 256, 1, 0);
+    y.w.connect_ahead(&addrs);
+    assert_eq!(y.w.port.spares_asked, 1, "three peers for two: crowded");
 }
 
 /// A pass that finds nothing says how long the polls after it may look
