@@ -760,7 +760,7 @@ impl Mailbox {
             let roff = self.geo.ring_off(r);
             // Its producer faulted its pages in (`Outbox::connect`); our
             // mapping of the first ones, too (before the state word below
-            // faults alone), unless it was the spare; see `cold` for the
+            // faults alone), unless it was a spare; see `cold` for the
             // rest.
             let end = roff + RING_HDR + self.geo.slots_bytes();
             let first = if let Some(i) = self.spares.iter().position(|&s| s == r) {

@@ -100,7 +100,7 @@ pub(crate) trait Port {
     /// Our mapping of claimed rings faults in all their pages (at claim
     /// time only a ring's first pages are). Not on a data path.
     fn warm(&mut self) {}
-    /// Our mapping faults in the rings the next `n` producers will claim
+    /// Our mapping faults in the rings `n` more producers will claim
     /// (`Mailbox::warm_spares`). Not on a data path.
     fn warm_spares(&mut self, _n: usize) {}
     /// The next published slot of ring `ring` and its header.

@@ -298,7 +298,7 @@ impl<P: Port> Exec<P> {
         // ring of ours once it learns our address: a spare for each. In a
         // crowd (more local peers than we connect to ahead, and so as
         // many for each of them) it may well not, and a spare it does not
-        // claim is a ring's pages for nothing: one in all, as a guess.
+        // claim is a ring's pages for nothing: one, as a guess.
         if self.ahead > ahead {
             self.port.warm_spares(if self.crowded { 1 } else { self.ahead - ahead });
         }
