@@ -48,14 +48,14 @@ const BUSY_SLEEP_MAX_MS: u64 = 16;
 /// up to `BUSY_SLEEP_MAX_MS`. Each look takes a polling rank's CPU for a
 /// context switch there and back: on this VM some 480 looks a second,
 /// about 20 us of the thread's CPU each, preempted the rank some 500
-/// times a second (Open MPI's ping-pong, `/proc/PID/task/*/sched`). An application that
-/// has polled for a while is likely to go on, and one that stops after
-/// long polling is taken over within twice the sleep (32 ms at most);
-/// short phases of polling (a halo exchange between computations) keep
-/// the 2 ms. (Tried once before the polls gave their CPU away, 11e3567,
-/// and undone, a37900c: three ranks on two cores then spun through their
-/// time slices, and the thread's looks were what moved a descheduled
-/// rank's UDP traffic.)
+/// times a second (Open MPI's ping-pong, `/proc/PID/task/*/sched`). An
+/// application that has polled for a while is likely to go on, and one
+/// that stops after long polling is taken over within twice the sleep
+/// (32 ms at most); short phases of polling (a halo exchange between
+/// computations) keep the 2 ms. (Tried once before the polls gave their
+/// CPU away, 11e3567, and undone, a37900c: three ranks on two cores then
+/// spun through their time slices, and the thread's looks were what
+/// moved a descheduled rank's UDP traffic.)
 fn busy_sleep_ms(busy_for: u64) -> u64 {
     (busy_for / 8 / 1_000_000).clamp((BUSY_WINDOW_NS / 1_000_000).max(1), BUSY_SLEEP_MAX_MS)
 }

@@ -20,6 +20,16 @@ fn claimed_pair(uid_base: u32, me: u16, from: u16, geo: Geometry) -> (Mailbox, O
     (mb, ob)
 }
 
+/// A mailbox at port `me` (user id 4 000 000 000 plus a bit of the pid)
+/// of `nrings` rings of 64 slots of a page each; its user id and
+/// address too.
+fn page_slot_mailbox(me: u16, nrings: usize) -> (u32, SocketAddr, Mailbox) {
+    let uid = 4_000_000_000 + std::process::id() % 1000;
+    let me = addr(me);
+    let mb = Mailbox::create(uid, &me, Geometry::new(nrings, 64, PAGE - SLOT_HDR), 0).unwrap();
+    (uid, me, mb)
+}
+
 /// A slot header with its first two field bytes set.
 fn head(kind: u8, len: usize, f01: [u8; 2]) -> SlotHead {
     let mut f = [0u8; 32];
@@ -36,11 +46,9 @@ fn head(kind: u8, len: usize, f01: [u8; 2]) -> SlotHead {
 /// the first lap or to `warm`; a freed ring is not warmed.
 #[test]
 fn claimed_rings_map_their_first_pages_and_warm_the_rest() {
-    let uid = 4_000_000_000 + std::process::id() % 1000;
-    let me = addr(11);
     // Slots of a page each: 64 of them after the ring's header.
-    let geo = Geometry::new(2, 64, PAGE - SLOT_HDR);
-    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    let (uid, me, mut mb) = page_slot_mailbox(11, 2);
+    let geo = mb.geo;
     let mut ob = Outbox::connect(uid, &me, &addr(12)).unwrap().unwrap();
     let mut new = Vec::new();
     mb.scan_claims(&mut new);
@@ -73,10 +81,7 @@ fn claimed_rings_map_their_first_pages_and_warm_the_rest() {
 
 #[test]
 fn the_spare_rings_are_the_next_claimed_and_come_warm() {
-    let uid = 4_000_000_000 + std::process::id() % 1000;
-    let me = addr(21);
-    let geo = Geometry::new(4, 64, PAGE - SLOT_HDR);
-    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    let (uid, me, mut mb) = page_slot_mailbox(21, 4);
     mb.warm_spares(1);
     assert_eq!(mb.spares, vec![0], "the lowest free ring");
     mb.warm_spares(0);
@@ -110,10 +115,7 @@ fn the_spare_rings_are_the_next_claimed_and_come_warm() {
 /// is that ring, not the free one above it.
 #[test]
 fn a_claim_not_yet_announced_is_the_spare() {
-    let uid = 4_000_000_000 + std::process::id() % 1000;
-    let me = addr(31);
-    let geo = Geometry::new(3, 64, PAGE - SLOT_HDR);
-    let mut mb = Mailbox::create(uid, &me, geo, 0).unwrap();
+    let (uid, me, mut mb) = page_slot_mailbox(31, 3);
     // A producer has taken ring 0's owner word and is faulting it in.
     let owner = |mb: &Mailbox, pid: u64| mb.map.u64_at(OWNERS_OFF).store(pid, Ordering::Release);
     owner(&mb, u64::from(std::process::id()));
