@@ -10,6 +10,10 @@ fn addr(port: u16) -> SocketAddr {
 
 /// A mailbox of `geo` at port `me` (user id `uid_base` plus a bit of
 /// the pid), and a producer at port `from` whose claim it has seen.
+/// Each test has a user id base, or a port, of its own: the tests run in
+/// parallel, and one that rewrote the file at another's path (a stale
+/// mailbox's test does) would cut it short under the other's mapping,
+/// whose next access is a SIGBUS.
 fn claimed_pair(uid_base: u32, me: u16, from: u16, geo: Geometry) -> (Mailbox, Outbox) {
     let uid = uid_base + std::process::id() % 1000;
     let mut mb = Mailbox::create(uid, &addr(me), geo, 0).unwrap();
@@ -189,7 +193,7 @@ fn ring_round_trip_and_wraparound() {
 fn spanning_messages_round_trip_across_the_ring_end() {
     let geo = Geometry::new(1, 8, 128).with_span(3);
     assert_eq!((geo.slot_size, geo.msg_max()), (192, 3 * 192 - SLOT_HDR));
-    let (mut mb, mut ob) = claimed_pair(4_200_000_000, 7, 8, geo);
+    let (mut mb, mut ob) = claimed_pair(4_210_000_000, 7, 8, geo);
     assert_eq!(ob.geometry().span, 3, "the producer reads the span from the header");
     assert!(ob.slot_for(geo.msg_max() + 1).is_none(), "longer than a message may be");
     // 1, 3, 2, 1, 3, ... slots: starts fall on every slot, and three
