@@ -172,7 +172,7 @@ impl Ep {
             // wire in this call, and complete with it, as `UdpWire::send`
             // completes it (`UdpWire::inject_now`).
             Lane::Udp(&peer) if !sf.delivery && (sf.inject || sf.inject_complete) => {
-                if !st.port.udp.inject_now(peer, &hdr, &src, now_ns()) {
+                if !st.port.udp.inject_now(peer, &hdr, &src) {
                     return None;
                 }
             }

@@ -560,7 +560,7 @@ impl UdpWire {
     /// complete, as `send` would make it, by a shorter way (the endpoint's small-send
     /// path, which knows the peer from its lane table). False: nothing
     /// was done; `send` takes it.
-    pub(crate) fn inject_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, src: &IovView<'_>, now: u64) -> bool {
+    pub(crate) fn inject_now(&mut self, peer: SocketAddr, hdr: &MsgHdr, src: &IovView<'_>) -> bool {
         let len = src.len();
         if len > DIRECT_COPY_MAX || self.txbuf.stalled() {
             return false;
@@ -572,6 +572,11 @@ impl UdpWire {
             return false;
         };
         sockets.send_slot(txbuf, peer, x.datagram_len());
+        // The clock after the send, not before: a read costs some 30 ns
+        // here (a fine one), and the datagram is the answer a peer waits
+        // for. The send's time is then late by the `send()` itself, a few
+        // microseconds against a retransmission timeout of milliseconds.
+        let now = crate::progress::now_ns();
         // The engine's own copy, for a retransmission.
         engine.commit(x, *hdr, copied(src), now);
         self.hot = true;
