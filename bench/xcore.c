@@ -23,6 +23,17 @@
  * the slower thread's>". On this VM it moves by up to 1.6x over minutes,
  * and a provider whose path is long in instructions moves with it
  * (bench/README.md, "How fast the CPUs run").
+ *
+ * `xcore wide` measures what that chain does not see: how many independent
+ * instructions each CPU retires. Both threads, pinned as above, run eight
+ * independent chains of additions at once, and it prints "XCORE
+ * wide_ps=<picoseconds a turn of eight additions, the slower thread's>
+ * wide0=<CPU 0's> wide1=<CPU 1's>". On this VM a CPU's rate moves by 2x
+ * within seconds while `loop` stays put (as when another tenant on the
+ * same core takes issue slots: a chain's latency does not show it), and
+ * gnix's own work a message
+ * moves with it, one rank at a time (bench/README.md, "Runs of one build
+ * that differ").
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -130,6 +141,48 @@ static int loop_main(void)
 	return 0;
 }
 
+#define WIDE_TURNS 50000000L
+static double wide_s[2];
+static _Atomic int wide_ready;
+
+/* WIDE_TURNS turns of eight independent additions, timed, as thread
+ * `who`; both threads start together. */
+static void wide_turns(int who)
+{
+	unsigned long a = 1, b = 2, c = 3, d = 4, e = 5, f = 6, g = 7, h = (unsigned long)who;
+	atomic_fetch_add(&wide_ready, 1);
+	while (atomic_load(&wide_ready) < 2)
+		;
+	double t0 = now_s();
+	for (long i = 0; i < WIDE_TURNS; i++) {
+		a += 1; b += 3; c += 5; d += 7; e += 9; f += 11; g += 13; h += 15;
+		__asm__ volatile("" : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(e), "+r"(f), "+r"(g), "+r"(h));
+	}
+	wide_s[who] = now_s() - t0;
+	volatile unsigned long sink = a ^ b ^ c ^ d ^ e ^ f ^ g ^ h;
+	(void)sink;
+}
+
+static void *wide_thread(void *arg)
+{
+	(void)arg;
+	wide_turns(1);
+	return NULL;
+}
+
+static int wide_main(void)
+{
+	pthread_t t;
+	if (start_pair(&t, wide_thread))
+		return 2;
+	wide_turns(0);
+	pthread_join(t, NULL);
+	double slow = wide_s[0] > wide_s[1] ? wide_s[0] : wide_s[1];
+	printf("XCORE wide_ps=%.0f wide0=%.0f wide1=%.0f\n", slow / WIDE_TURNS * 1e12,
+	       wide_s[0] / WIDE_TURNS * 1e12, wide_s[1] / WIDE_TURNS * 1e12);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t;
@@ -138,6 +191,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "loop") == 0)
 		return loop_main();
+	if (argc > 1 && strcmp(argv[1], "wide") == 0)
+		return wide_main();
 	src = malloc(LEN);
 
 	shared_buf = aligned_alloc(4096, LEN);
