@@ -101,17 +101,50 @@ static void *reader(void *arg)
 
 #define TURNS 50000000L
 static double turn_s[2];
-static _Atomic int loop_ready;
+static _Atomic int pair_ready;
+static void (*pair_turns)(int);
 
-/* TURNS turns of a chain of dependent additions, timed, as thread `who`;
- * both threads start together. */
+/* Each thread of a timed pair waits here for the other: both start
+ * together. */
+static void pair_start(void)
+{
+	atomic_fetch_add(&pair_ready, 1);
+	while (atomic_load(&pair_ready) < 2)
+		;
+}
+
+static void *pair_thread(void *arg)
+{
+	(void)arg;
+	pair_turns(1);
+	return NULL;
+}
+
+/* Runs `turns` on CPU 0 (as thread 0) and CPU 1 (as thread 1) at once;
+ * each records its time in turn_s. 0, or -1 when it cannot pin. */
+static int time_pair(void (*turns)(int))
+{
+	pthread_t t;
+	pair_turns = turns;
+	if (start_pair(&t, pair_thread))
+		return -1;
+	turns(0);
+	pthread_join(t, NULL);
+	return 0;
+}
+
+static double slower_ps(void)
+{
+	double slow = turn_s[0] > turn_s[1] ? turn_s[0] : turn_s[1];
+	return slow / TURNS * 1e12;
+}
+
+/* TURNS turns of a chain of dependent additions, timed, as thread `who`. */
 static void loop_turns(int who)
 {
 	volatile unsigned long sink;
 	unsigned long x = (unsigned long)who;
-	atomic_fetch_add(&loop_ready, 1);
-	while (atomic_load(&loop_ready) < 2)
-		;
+	pair_start();
 	double t0 = now_s();
 	for (long i = 0; i < TURNS; i++) {
 		x += (unsigned long)i ^ (x >> 3);
@@ -122,64 +155,35 @@ static void loop_turns(int who)
 	(void)sink;
 }
 
-static void *loop_thread(void *arg)
-{
-	(void)arg;
-	loop_turns(1);
-	return NULL;
-}
-
-static int loop_main(void)
-{
-	pthread_t t;
-	if (start_pair(&t, loop_thread))
-		return 2;
-	loop_turns(0);
-	pthread_join(t, NULL);
-	double slow = turn_s[0] > turn_s[1] ? turn_s[0] : turn_s[1];
-	printf("XCORE loop_ps=%.0f\n", slow / TURNS * 1e12);
-	return 0;
-}
-
-#define WIDE_TURNS 50000000L
-static double wide_s[2];
-static _Atomic int wide_ready;
-
-/* WIDE_TURNS turns of eight independent additions, timed, as thread
- * `who`; both threads start together. */
+/* TURNS turns of eight independent additions, timed, as thread `who`. */
 static void wide_turns(int who)
 {
 	unsigned long a = 1, b = 2, c = 3, d = 4, e = 5, f = 6, g = 7, h = (unsigned long)who;
-	atomic_fetch_add(&wide_ready, 1);
-	while (atomic_load(&wide_ready) < 2)
-		;
+	pair_start();
 	double t0 = now_s();
-	for (long i = 0; i < WIDE_TURNS; i++) {
+	for (long i = 0; i < TURNS; i++) {
 		a += 1; b += 3; c += 5; d += 7; e += 9; f += 11; g += 13; h += 15;
 		__asm__ volatile("" : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(e), "+r"(f), "+r"(g), "+r"(h));
 	}
-	wide_s[who] = now_s() - t0;
+	turn_s[who] = now_s() - t0;
 	volatile unsigned long sink = a ^ b ^ c ^ d ^ e ^ f ^ g ^ h;
 	(void)sink;
 }
 
-static void *wide_thread(void *arg)
+static int loop_main(void)
 {
-	(void)arg;
-	wide_turns(1);
-	return NULL;
+	if (time_pair(loop_turns))
+		return 2;
+	printf("XCORE loop_ps=%.0f\n", slower_ps());
+	return 0;
 }
 
 static int wide_main(void)
 {
-	pthread_t t;
-	if (start_pair(&t, wide_thread))
+	if (time_pair(wide_turns))
 		return 2;
-	wide_turns(0);
-	pthread_join(t, NULL);
-	double slow = wide_s[0] > wide_s[1] ? wide_s[0] : wide_s[1];
-	printf("XCORE wide_ps=%.0f wide0=%.0f wide1=%.0f\n", slow / WIDE_TURNS * 1e12,
-	       wide_s[0] / WIDE_TURNS * 1e12, wide_s[1] / WIDE_TURNS * 1e12);
+	printf("XCORE wide_ps=%.0f wide0=%.0f wide1=%.0f\n", slower_ps(), turn_s[0] / TURNS * 1e12,
+	       turn_s[1] / TURNS * 1e12);
 	return 0;
 }
 
