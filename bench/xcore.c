@@ -31,9 +31,8 @@
  * wide0=<CPU 0's> wide1=<CPU 1's>". On this VM a CPU's rate moves by 2x
  * within seconds while `loop` stays put (as when another tenant on the
  * same core takes issue slots: a chain's latency does not show it), and
- * gnix's own work a message
- * moves with it, one rank at a time (bench/README.md, "Runs of one build
- * that differ").
+ * gnix's own work a message moves with it, one rank at a time
+ * (bench/README.md, "Runs of one build that differ").
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -133,10 +132,15 @@ static int time_pair(void (*turns)(int))
 	return 0;
 }
 
+/* Picoseconds a turn of thread `who`'s pair run. */
+static double turn_ps(int who)
+{
+	return turn_s[who] / TURNS * 1e12;
+}
+
 static double slower_ps(void)
 {
-	double slow = turn_s[0] > turn_s[1] ? turn_s[0] : turn_s[1];
-	return slow / TURNS * 1e12;
+	return turn_ps(0) > turn_ps(1) ? turn_ps(0) : turn_ps(1);
 }
 
 /* TURNS turns of a chain of dependent additions, timed, as thread `who`. */
@@ -182,8 +186,7 @@ static int wide_main(void)
 {
 	if (time_pair(wide_turns))
 		return 2;
-	printf("XCORE wide_ps=%.0f wide0=%.0f wide1=%.0f\n", slower_ps(), turn_s[0] / TURNS * 1e12,
-	       turn_s[1] / TURNS * 1e12);
+	printf("XCORE wide_ps=%.0f wide0=%.0f wide1=%.0f\n", slower_ps(), turn_ps(0), turn_ps(1));
 	return 0;
 }
 
